@@ -1,0 +1,95 @@
+//! The resolved, validated policy: what the scheduler needs to know about each tool.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+
+/// The name of the resource a limit protects. Tools naming the same key share one limit.
+/// Never empty; compared exactly (case-sensitive, no trimming).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConcurrencyKey(String);
+
+impl ConcurrencyKey {
+    pub(crate) fn new(key: String) -> Self {
+        debug_assert!(!key.is_empty());
+        Self(key)
+    }
+
+    /// The key as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A keyed limit: at most `limit` executions with `key` run at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Concurrency {
+    /// The shared key.
+    pub key: ConcurrencyKey,
+    /// The limit, at least 1 (a limit of 0 resolves to no key at all).
+    pub limit: NonZeroU32,
+}
+
+/// What `fan_out.on_error` says happens after an operation fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// Later operations still start.
+    #[default]
+    Continue,
+    /// No later operation of that call starts.
+    Stop,
+}
+
+/// One tool's resolved policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolPolicy {
+    /// The configured name (the key under `conversation.tools`).
+    pub name: String,
+    /// The effective limit; `None` is unbounded (unset, `0`, or `{ key, limit = 0 }`).
+    pub concurrency: Option<Concurrency>,
+    /// Whether a call may be an envelope of operations.
+    pub fan_out: bool,
+    /// What a failed operation does to the later operations of its call.
+    pub on_error: OnError,
+}
+
+impl ToolPolicy {
+    /// The policy of a tool no layer configures: unbounded, no fan-out.
+    pub fn unconfigured(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            concurrency: None,
+            fan_out: false,
+            on_error: OnError::Continue,
+        }
+    }
+}
+
+/// A validated config: every tool's policy, in configuration order. Only [`super::resolve`]
+/// makes one, so a scheduler never sees a config that failed validation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    tools: Vec<ToolPolicy>,
+    index: HashMap<String, usize>,
+}
+
+impl Policy {
+    pub(crate) fn new(tools: Vec<ToolPolicy>) -> Self {
+        let index = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Self { tools, index }
+    }
+
+    /// The configured tools, in configuration order.
+    pub fn tools(&self) -> &[ToolPolicy] {
+        &self.tools
+    }
+
+    /// A configured tool's policy, or `None` when no layer names it (it is then unbounded;
+    /// see [`ToolPolicy::unconfigured`]).
+    pub fn tool(&self, name: &str) -> Option<&ToolPolicy> {
+        self.index.get(name).and_then(|&i| self.tools.get(i))
+    }
+}

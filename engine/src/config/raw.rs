@@ -1,0 +1,491 @@
+//! One layer's TOML, parsed into mirrors of the settings RFD 129 owns, with a location on every
+//! value. Strict for `concurrency`, `fan_out`, `enable` and the `'*'` prohibitions; every other
+//! field and section is skipped, so any file JP loads also loads here.
+
+use std::borrow::Cow;
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::policy::OnError;
+use super::{Loc, Sink};
+use crate::diagnostic::Code;
+use crate::limits::NAME_BYTES_MAX;
+
+/// One layer's view of `conversation.tools`.
+#[derive(Debug, Default)]
+pub(crate) struct RawLayer {
+    pub(crate) tools: Vec<RawTool>,
+}
+
+/// One `conversation.tools.<name>` table of one layer.
+#[derive(Debug)]
+pub(crate) struct RawTool {
+    pub(crate) name: String,
+    pub(crate) concurrency: Option<RawConcurrency>,
+    pub(crate) fan_out: Option<RawFanOut>,
+    /// A field of this tool failed to parse, so cross-tool checks skip the tool rather than
+    /// report errors that only follow from the first one.
+    pub(crate) poisoned: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum RawConcurrency {
+    Int {
+        n: u32,
+        loc: Loc,
+    },
+    Table {
+        key: Option<(String, Loc)>,
+        limit: Option<(u32, Loc)>,
+        loc: Loc,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum RawFanOut {
+    Bool {
+        on: bool,
+        loc: Loc,
+    },
+    Table {
+        enabled: Option<(bool, Loc)>,
+        on_error: Option<(OnError, Loc)>,
+    },
+}
+
+type Value<'i> = Spanned<DeValue<'i>>;
+
+/// Parses one layer. Returns `None` when the text is not TOML; every problem goes to `sink`.
+pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<RawLayer> {
+    let (root, errors) = DeTable::parse_recoverable(text);
+    if !errors.is_empty() {
+        for err in errors.iter().take(16) {
+            let span = err.span().unwrap_or(0..0);
+            let loc = Loc::new(layer, span.start, span.end);
+            let message = err.message().trim_end_matches('\n').to_owned();
+            sink.push(Code::TomlSyntax, &[], format!("invalid TOML: {message}"))
+                .label(loc, "here");
+        }
+        return None;
+    }
+    let mut out = RawLayer::default();
+    let root = root.get_ref();
+    let Some(conversation) = find(root, "conversation") else {
+        return Some(out);
+    };
+    let path = ["conversation".to_owned()];
+    let Some(conversation) = expect_table(layer, &path, conversation, sink) else {
+        return Some(out);
+    };
+    let Some(tools) = find(conversation, "tools") else {
+        return Some(out);
+    };
+    let path = ["conversation".to_owned(), "tools".to_owned()];
+    let Some(tools) = expect_table(layer, &path, tools, sink) else {
+        return Some(out);
+    };
+    for (name, value) in tools.iter() {
+        let name_loc = Loc::from_span(layer, name.span());
+        let name = name.get_ref().as_ref();
+        let mut path = path.to_vec();
+        path.push(name.to_owned());
+        if name.len() > NAME_BYTES_MAX {
+            sink.push(
+                Code::TooLarge,
+                &path,
+                format!("tool name is longer than {NAME_BYTES_MAX} bytes"),
+            )
+            .label(name_loc, "this name");
+            continue;
+        }
+        let Some(table) = expect_table(layer, &path, value, sink) else {
+            continue;
+        };
+        if name == "*" {
+            parse_defaults(layer, &path, table, sink);
+        } else {
+            out.tools.push(parse_tool(layer, &path, name, table, sink));
+        }
+    }
+    Some(out)
+}
+
+fn find<'a, 'i>(table: &'a DeTable<'i>, key: &str) -> Option<&'a Value<'i>> {
+    table
+        .iter()
+        .find(|(k, _)| k.get_ref().as_ref() == key)
+        .map(|(_, v)| v)
+}
+
+fn expect_table<'a, 'i>(
+    layer: u32,
+    path: &[String],
+    value: &'a Value<'i>,
+    sink: &mut Sink,
+) -> Option<&'a DeTable<'i>> {
+    if let DeValue::Table(table) = value.get_ref() {
+        return Some(table);
+    }
+    sink.push(
+        Code::TableType,
+        path,
+        format!("expected a table, found {}", found(value.get_ref())),
+    )
+    .label(Loc::from_span(layer, value.span()), "not a table");
+    None
+}
+
+fn parse_defaults(layer: u32, path: &[String], table: &DeTable<'_>, sink: &mut Sink) {
+    for (field, value) in table.iter() {
+        let loc = Loc::from_span(layer, field.span()).to(value.span());
+        let mut path = path.to_vec();
+        path.push(field.get_ref().to_string());
+        match field.get_ref().as_ref() {
+            "concurrency" => {
+                sink.push(
+                    Code::ConcurrencyOnDefaults,
+                    &path,
+                    "concurrency is set per tool, not on '*'".to_owned(),
+                )
+                .label(loc, "not allowed on '*'")
+                .help(
+                    "whether a tool's executions conflict depends on what the tool does; set \
+                     concurrency on conversation.tools.<name> for each tool that needs it",
+                );
+            }
+            "fan_out" => {
+                sink.push(
+                    Code::FanOutOnDefaults,
+                    &path,
+                    "fan_out is set per tool, not on '*'".to_owned(),
+                )
+                .label(loc, "not allowed on '*'")
+                .help("set fan_out on conversation.tools.<name> for each tool that fans out");
+            }
+            "enable" => {
+                parse_enable(layer, &path, value, sink);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn parse_tool(
+    layer: u32,
+    path: &[String],
+    name: &str,
+    table: &DeTable<'_>,
+    sink: &mut Sink,
+) -> RawTool {
+    let mut tool = RawTool {
+        name: name.to_owned(),
+        concurrency: None,
+        fan_out: None,
+        poisoned: false,
+    };
+    let before = sink.len();
+    for (field, value) in table.iter() {
+        let mut path = path.to_vec();
+        path.push(field.get_ref().to_string());
+        match field.get_ref().as_ref() {
+            "concurrency" => tool.concurrency = parse_concurrency(layer, &path, value, sink),
+            "fan_out" => tool.fan_out = parse_fan_out(layer, &path, value, sink),
+            "enable" => parse_enable(layer, &path, value, sink),
+            _ => {}
+        }
+    }
+    tool.poisoned = sink.len() > before;
+    tool
+}
+
+const CONCURRENCY_SHAPES: &str = "a non-negative integer or a { key, limit } table";
+
+fn parse_concurrency(
+    layer: u32,
+    path: &[String],
+    value: &Value<'_>,
+    sink: &mut Sink,
+) -> Option<RawConcurrency> {
+    let loc = Loc::from_span(layer, value.span());
+    match value.get_ref() {
+        DeValue::Integer(_) => {
+            let n = non_negative(layer, path, value, sink, Code::ConcurrencyNegative)?;
+            Some(RawConcurrency::Int { n, loc })
+        }
+        DeValue::Table(table) => {
+            let mut key = None;
+            let mut limit = None;
+            let mut ok = true;
+            for (field, v) in table.iter() {
+                let mut fpath = path.to_vec();
+                fpath.push(field.get_ref().to_string());
+                let vloc = Loc::from_span(layer, v.span());
+                match field.get_ref().as_ref() {
+                    "key" => match v.get_ref() {
+                        DeValue::String(s) if s.is_empty() => {
+                            ok = false;
+                            sink.push(
+                                Code::ConcurrencyKeyEmpty,
+                                &fpath,
+                                "the concurrency key is empty".to_owned(),
+                            )
+                            .label(vloc, "empty key")
+                            .help("name the resource the limit protects, for example key = \"rfd\"");
+                        }
+                        DeValue::String(s) if s.len() > NAME_BYTES_MAX => {
+                            ok = false;
+                            sink.push(
+                                Code::TooLarge,
+                                &fpath,
+                                format!("the concurrency key is longer than {NAME_BYTES_MAX} bytes"),
+                            )
+                            .label(vloc, "this key");
+                        }
+                        DeValue::String(s) => key = Some((s.to_string(), vloc)),
+                        other => {
+                            ok = false;
+                            sink.push(
+                                Code::ConcurrencyType,
+                                &fpath,
+                                format!("expected a string, found {}", found(other)),
+                            )
+                            .label(vloc, "not a string");
+                        }
+                    },
+                    "limit" => match non_negative(layer, &fpath, v, sink, Code::ConcurrencyType) {
+                        Some(n) => limit = Some((n, vloc)),
+                        None => ok = false,
+                    },
+                    other => {
+                        ok = false;
+                        let floc = Loc::from_span(layer, field.span()).to(v.span());
+                        sink.push(
+                            Code::ConcurrencyUnknownField,
+                            &fpath,
+                            format!("unknown field `{other}`; concurrency accepts `key` and `limit`"),
+                        )
+                        .label(floc, "unknown field");
+                    }
+                }
+            }
+            ok.then_some(RawConcurrency::Table { key, limit, loc })
+        }
+        other => {
+            sink.push(
+                Code::ConcurrencyType,
+                path,
+                format!("expected {CONCURRENCY_SHAPES}, found {}", found(other)),
+            )
+            .label(loc, "not an integer or a table")
+            .help("write concurrency = 1, or concurrency = { key = \"name\", limit = 2 }");
+            None
+        }
+    }
+}
+
+/// An integer in `0..=u32::MAX`. Negative values get `negative_code`; everything else that is
+/// not such an integer gets `concurrency-type`.
+fn non_negative(
+    layer: u32,
+    path: &[String],
+    value: &Value<'_>,
+    sink: &mut Sink,
+    negative_code: Code,
+) -> Option<u32> {
+    let loc = Loc::from_span(layer, value.span());
+    let DeValue::Integer(int) = value.get_ref() else {
+        sink.push(
+            Code::ConcurrencyType,
+            path,
+            format!(
+                "expected a non-negative integer, found {}",
+                found(value.get_ref())
+            ),
+        )
+        .label(loc, "not an integer");
+        return None;
+    };
+    let parsed = i128::from_str_radix(int.as_str(), int.radix()).ok();
+    match parsed {
+        Some(n) if n < 0 => {
+            sink.push(
+                negative_code,
+                path,
+                format!("expected a non-negative integer, found {n}"),
+            )
+            .label(loc, "negative")
+            .help("0 means unbounded; a limit is 1 or more");
+            None
+        }
+        Some(n) => match u32::try_from(n) {
+            Ok(n) => Some(n),
+            Err(_) => {
+                sink.push(
+                    Code::ConcurrencyType,
+                    path,
+                    format!("{n} is above the largest limit, {}", u32::MAX),
+                )
+                .label(loc, "too large");
+                None
+            }
+        },
+        None => {
+            sink.push(
+                Code::ConcurrencyType,
+                path,
+                "integer out of range".to_owned(),
+            )
+            .label(loc, "out of range");
+            None
+        }
+    }
+}
+
+fn parse_fan_out(
+    layer: u32,
+    path: &[String],
+    value: &Value<'_>,
+    sink: &mut Sink,
+) -> Option<RawFanOut> {
+    let loc = Loc::from_span(layer, value.span());
+    match value.get_ref() {
+        DeValue::Boolean(on) => Some(RawFanOut::Bool { on: *on, loc }),
+        DeValue::Table(table) => {
+            let mut enabled = None;
+            let mut on_error = None;
+            let mut ok = true;
+            for (field, v) in table.iter() {
+                let mut fpath = path.to_vec();
+                fpath.push(field.get_ref().to_string());
+                let vloc = Loc::from_span(layer, v.span());
+                let floc = Loc::from_span(layer, field.span()).to(v.span());
+                match (field.get_ref().as_ref(), v.get_ref()) {
+                    ("enabled", DeValue::Boolean(b)) => enabled = Some((*b, vloc)),
+                    ("enabled", other) => {
+                        ok = false;
+                        sink.push(
+                            Code::FanOutType,
+                            &fpath,
+                            format!("expected a boolean, found {}", found(other)),
+                        )
+                        .label(vloc, "not a boolean");
+                    }
+                    ("on_error", DeValue::String(s)) if s == "continue" => {
+                        on_error = Some((OnError::Continue, vloc));
+                    }
+                    ("on_error", DeValue::String(s)) if s == "stop" => {
+                        on_error = Some((OnError::Stop, vloc));
+                    }
+                    ("on_error", other) => {
+                        ok = false;
+                        sink.push(
+                            Code::FanOutOnErrorValue,
+                            &fpath,
+                            format!("expected \"continue\" or \"stop\", found {}", found(other)),
+                        )
+                        .label(vloc, "not \"continue\" or \"stop\"");
+                    }
+                    ("concurrency", _) => {
+                        ok = false;
+                        let tool = path.get(2).map_or("<name>", String::as_str);
+                        sink.push(
+                            Code::FanOutConcurrencyRemoved,
+                            &fpath,
+                            format!(
+                                "removed; the limit now lives at conversation.tools.{tool}.concurrency \
+                                 and also orders separate calls"
+                            ),
+                        )
+                        .label(floc, "removed by RFD 129")
+                        .help(format!(
+                            "move it to the tool: [conversation.tools.{tool}] concurrency = N"
+                        ));
+                    }
+                    (other, _) => {
+                        ok = false;
+                        sink.push(
+                            Code::FanOutUnknownField,
+                            &fpath,
+                            format!("unknown field `{other}`; fan_out accepts `enabled` and `on_error`"),
+                        )
+                        .label(floc, "unknown field");
+                    }
+                }
+            }
+            ok.then_some(RawFanOut::Table { enabled, on_error })
+        }
+        other => {
+            sink.push(
+                Code::FanOutType,
+                path,
+                format!(
+                    "expected a boolean or an {{ enabled, on_error }} table, found {}",
+                    found(other)
+                ),
+            )
+            .label(loc, "not a boolean or a table");
+            None
+        }
+    }
+}
+
+const ENABLE_SHAPES: &str = "expected a boolean, one of \"on\", \"off\", \"explicit\", \"always\", \
+                             or a { state, allow_toggle } table";
+
+fn parse_enable(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) {
+    let loc = Loc::from_span(layer, value.span());
+    let bad = |sink: &mut Sink, what: Cow<'_, str>, loc: Loc| {
+        sink.push(
+            Code::EnableValue,
+            path,
+            format!("invalid enable value: {what}, {ENABLE_SHAPES}"),
+        )
+        .label(loc, "not an enable value");
+    };
+    match value.get_ref() {
+        DeValue::Boolean(_) => {}
+        DeValue::String(s) => {
+            if !matches!(
+                s.as_ref(),
+                "on" | "true" | "off" | "false" | "always" | "explicit"
+            ) {
+                bad(sink, Cow::Owned(format!("'{s}'")), loc);
+            }
+        }
+        DeValue::Table(table) => {
+            for (field, v) in table.iter() {
+                let vloc = Loc::from_span(layer, v.span());
+                match (field.get_ref().as_ref(), v.get_ref()) {
+                    ("state", DeValue::Boolean(_)) => {}
+                    ("allow_toggle", DeValue::String(s))
+                        if matches!(
+                            s.as_ref(),
+                            "any" | "never" | "if_named" | "if_named_or_group"
+                        ) => {}
+                    ("state" | "allow_toggle", other) => {
+                        bad(sink, Cow::Owned(found(other)), vloc);
+                    }
+                    (other, _) => {
+                        let floc = Loc::from_span(layer, field.span()).to(v.span());
+                        bad(sink, Cow::Owned(format!("unknown field `{other}`")), floc);
+                    }
+                }
+            }
+        }
+        other => bad(sink, Cow::Owned(found(other)), loc),
+    }
+}
+
+/// Describes a value for "found ..." in messages.
+fn found(value: &DeValue<'_>) -> String {
+    match value {
+        DeValue::String(s) => format!("string {s:?}"),
+        DeValue::Integer(i) => format!("integer {}", i.as_str()),
+        DeValue::Float(f) => format!("float {}", f.as_str()),
+        DeValue::Boolean(b) => format!("boolean {b}"),
+        DeValue::Datetime(_) => "a datetime".to_owned(),
+        DeValue::Array(_) => "an array".to_owned(),
+        DeValue::Table(_) => "a table".to_owned(),
+    }
+}

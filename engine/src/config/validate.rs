@@ -1,0 +1,268 @@
+//! Merges the parsed layers per tool and checks the merged config once, collecting every
+//! problem: V4 a table needs a `key`, V5 one limit per key over every configured tool, V6
+//! `on_error = "stop"` needs a limit of at least 1.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+
+use super::policy::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
+use super::raw::{RawConcurrency, RawFanOut, RawLayer};
+use super::{Loc, Sink};
+use crate::diagnostic::Code;
+use crate::limits::TOOLS_MAX;
+
+/// One tool after every layer is applied.
+#[derive(Debug)]
+struct Merged {
+    name: String,
+    concurrency: Option<RawConcurrency>,
+    fan_out_present: bool,
+    fan_out_enabled: Option<bool>,
+    on_error: OnError,
+    on_error_loc: Option<Loc>,
+    poisoned: bool,
+}
+
+/// What a tool declares: the key it names and the limit it gives it.
+#[derive(Debug)]
+struct Declared {
+    key: String,
+    limit: u32,
+    loc: Loc,
+    integer_form: bool,
+}
+
+pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &mut Sink) -> Policy {
+    let tools = merge(layers);
+    if tools.len() > TOOLS_MAX {
+        sink.push(
+            Code::TooManyTools,
+            &["conversation".to_owned(), "tools".to_owned()],
+            format!(
+                "{} tools configured; at most {TOOLS_MAX} are accepted",
+                tools.len()
+            ),
+        );
+        return Policy::default();
+    }
+    // A layer that is not TOML might have lifted a limit or fixed a key: checks across tools
+    // would only report noise, so they wait until every layer parses.
+    let check = complete;
+    let mut declared_by_key: Vec<(String, Vec<(String, Declared)>)> = Vec::new();
+    let mut key_index: HashMap<String, usize> = HashMap::new();
+    let mut policies = Vec::with_capacity(tools.len());
+    for tool in &tools {
+        let declared = declared(tool, if check { Some(&mut *sink) } else { None });
+        if check && !tool.poisoned {
+            let keyless = matches!(tool.concurrency, Some(RawConcurrency::Table { key: None, .. }));
+            if tool.on_error == OnError::Stop
+                && !keyless
+                && declared.as_ref().is_none_or(|d| d.limit == 0)
+            {
+                stop_without_limit(tool, declared.as_ref(), sink);
+            }
+            if let Some(d) = declared.as_ref() {
+                let slot = *key_index.entry(d.key.clone()).or_insert_with(|| {
+                    declared_by_key.push((d.key.clone(), Vec::new()));
+                    declared_by_key.len() - 1
+                });
+                if let Some((_, list)) = declared_by_key.get_mut(slot) {
+                    list.push((
+                        tool.name.clone(),
+                        Declared {
+                            key: d.key.clone(),
+                            limit: d.limit,
+                            loc: d.loc,
+                            integer_form: d.integer_form,
+                        },
+                    ));
+                }
+            }
+        }
+        let concurrency = declared.and_then(|d| {
+            NonZeroU32::new(d.limit).map(|limit| Concurrency {
+                key: ConcurrencyKey::new(d.key),
+                limit,
+            })
+        });
+        policies.push(ToolPolicy {
+            name: tool.name.clone(),
+            concurrency,
+            fan_out: tool.fan_out_present && tool.fan_out_enabled.unwrap_or(true),
+            on_error: tool.on_error,
+        });
+    }
+    for (key, list) in &declared_by_key {
+        let first = list.first().map(|(_, d)| d.limit);
+        if list.iter().any(|(_, d)| Some(d.limit) != first) {
+            conflict(key, list, sink);
+        }
+    }
+    Policy::new(policies)
+}
+
+fn merge(layers: Vec<RawLayer>) -> Vec<Merged> {
+    let mut tools: Vec<Merged> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for layer in layers {
+        for raw in layer.tools {
+            let slot = *index.entry(raw.name.clone()).or_insert_with(|| {
+                tools.push(Merged {
+                    name: raw.name.clone(),
+                    concurrency: None,
+                    fan_out_present: false,
+                    fan_out_enabled: None,
+                    on_error: OnError::Continue,
+                    on_error_loc: None,
+                    poisoned: false,
+                });
+                tools.len() - 1
+            });
+            let Some(tool) = tools.get_mut(slot) else {
+                continue;
+            };
+            tool.poisoned |= raw.poisoned;
+            if let Some(new) = raw.concurrency {
+                tool.concurrency = Some(merge_concurrency(tool.concurrency.take(), new));
+            }
+            match raw.fan_out {
+                Some(RawFanOut::Bool { on, loc }) => {
+                    tool.fan_out_present = true;
+                    tool.fan_out_enabled = Some(on);
+                    tool.on_error = OnError::Continue;
+                    tool.on_error_loc = Some(loc);
+                }
+                Some(RawFanOut::Table { enabled, on_error }) => {
+                    tool.fan_out_present = true;
+                    if let Some((on, _)) = enabled {
+                        tool.fan_out_enabled = Some(on);
+                    }
+                    if let Some((value, loc)) = on_error {
+                        tool.on_error = value;
+                        tool.on_error_loc = Some(loc);
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+    tools
+}
+
+/// An integer replaces; a table over a table merges per field; a table over an integer
+/// replaces it.
+fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawConcurrency {
+    match (old, new) {
+        (
+            Some(RawConcurrency::Table {
+                key: old_key,
+                limit: old_limit,
+                ..
+            }),
+            RawConcurrency::Table { key, limit, loc },
+        ) => RawConcurrency::Table {
+            key: key.or(old_key),
+            limit: limit.or(old_limit),
+            loc,
+        },
+        (_, new) => new,
+    }
+}
+
+/// What the merged tool declares. Reports V4 (a table without `key`) when `sink` is given.
+fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
+    match tool.concurrency.as_ref()? {
+        RawConcurrency::Int { n: 0, .. } => None,
+        RawConcurrency::Int { n, loc } => Some(Declared {
+            key: tool.name.clone(),
+            limit: *n,
+            loc: *loc,
+            integer_form: true,
+        }),
+        RawConcurrency::Table { key, limit, loc } => {
+            let Some((key, _)) = key else {
+                if let Some(sink) = sink.filter(|_| !tool.poisoned) {
+                    let path = tool_path(&tool.name, Some("concurrency"));
+                    let hint = limit.as_ref().map_or(1, |(n, _)| *n);
+                    sink.push(
+                        Code::ConcurrencyKeyMissing,
+                        &path,
+                        "the concurrency table has no `key`".to_owned(),
+                    )
+                    .label(*loc, "no key in this table or any lower layer")
+                    .help(format!(
+                        "write concurrency = {hint} for a limit on this tool alone, or add \
+                         key = \"name\" to share it"
+                    ));
+                }
+                return None;
+            };
+            Some(Declared {
+                key: key.clone(),
+                limit: limit.as_ref().map_or(1, |(n, _)| *n),
+                loc: *loc,
+                integer_form: false,
+            })
+        }
+    }
+}
+
+fn stop_without_limit(tool: &Merged, declared: Option<&Declared>, sink: &mut Sink) {
+    let path = tool_path(&tool.name, None);
+    let d = sink.push(
+        Code::StopWithoutLimit,
+        &path,
+        "fan_out.on_error = \"stop\" has nothing to stop without a concurrency limit, because \
+         every operation starts at release"
+            .to_owned(),
+    );
+    if let Some(loc) = tool.on_error_loc {
+        d.label(loc, "on_error = \"stop\" set here");
+    }
+    match (&tool.concurrency, declared) {
+        (Some(RawConcurrency::Int { loc, .. }), None) => {
+            d.label(*loc, "the limit is lifted here");
+        }
+        (_, Some(decl)) => {
+            d.label(decl.loc, "a limit of 0 is unbounded");
+        }
+        _ => {}
+    }
+    d.help("set concurrency to 1 or more, or on_error = \"continue\"");
+}
+
+fn conflict(key: &str, list: &[(String, Declared)], sink: &mut Sink) {
+    let describe = |(tool, d): &(String, Declared)| {
+        if d.integer_form {
+            format!(
+                "{tool} = {} (integer form: key is the tool's own name)",
+                d.limit
+            )
+        } else {
+            format!("{tool} = {}", d.limit)
+        }
+    };
+    let listing: Vec<String> = list.iter().map(describe).collect();
+    let d = sink.push(
+        Code::ConcurrencyLimitConflict,
+        &["conversation".to_owned(), "tools".to_owned()],
+        format!(
+            "concurrency key {key:?} has conflicting limits: {}; every tool naming a key must \
+             give it the same limit",
+            listing.join(", ")
+        ),
+    );
+    for (entry, text) in list.iter().zip(&listing) {
+        d.label(entry.1.loc, text.clone());
+    }
+    d.tools(list.iter().map(|(tool, _)| tool.clone()).collect())
+        .help("the check covers every configured tool, enabled or not");
+}
+
+fn tool_path(tool: &str, field: Option<&str>) -> Vec<String> {
+    let mut path = vec!["conversation".to_owned(), "tools".to_owned(), tool.to_owned()];
+    if let Some(field) = field {
+        path.push(field.to_owned());
+    }
+    path
+}

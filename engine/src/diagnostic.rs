@@ -1,0 +1,211 @@
+//! Config diagnostics: a stable code, a message, the key path, the tools involved, spans into the
+//! layers, and a rustc-style rendering.
+
+use annotate_snippets::{Level, Renderer, Snippet};
+
+/// The stable code of a diagnostic. Hosts match on these; the kebab-case spelling from
+/// [`Code::as_str`] is what crosses the component boundary and appears in case files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Code {
+    /// A layer is not valid TOML.
+    TomlSyntax,
+    /// More layers than [`crate::limits::LAYERS_MAX`].
+    TooManyLayers,
+    /// A layer longer than [`crate::limits::LAYER_BYTES_MAX`], or a name longer than
+    /// [`crate::limits::NAME_BYTES_MAX`].
+    TooLarge,
+    /// More tools than [`crate::limits::TOOLS_MAX`].
+    TooManyTools,
+    /// `conversation`, `conversation.tools` or a tool is not a table.
+    TableType,
+    /// `concurrency` (or its `key` or `limit`) has the wrong type or is out of range.
+    ConcurrencyType,
+    /// `concurrency` is a negative integer.
+    ConcurrencyNegative,
+    /// The merged `concurrency` table has no `key`.
+    ConcurrencyKeyMissing,
+    /// `concurrency.key` is the empty string.
+    ConcurrencyKeyEmpty,
+    /// `concurrency` has a field other than `key` and `limit`.
+    ConcurrencyUnknownField,
+    /// `concurrency` on `conversation.tools.'*'`.
+    ConcurrencyOnDefaults,
+    /// `fan_out` (or its `enabled`) has the wrong type.
+    FanOutType,
+    /// `fan_out` on `conversation.tools.'*'`.
+    FanOutOnDefaults,
+    /// `fan_out.concurrency`, which RFD 129 removed.
+    FanOutConcurrencyRemoved,
+    /// `fan_out.on_error` is not `"continue"` or `"stop"`.
+    FanOutOnErrorValue,
+    /// `fan_out` has a field other than `enabled` and `on_error`.
+    FanOutUnknownField,
+    /// Tools naming one concurrency key give it different limits.
+    ConcurrencyLimitConflict,
+    /// `fan_out.on_error = "stop"` on a tool without a limit of at least 1.
+    StopWithoutLimit,
+    /// `enable` is not a JP enable value.
+    EnableValue,
+}
+
+impl Code {
+    /// Every code, in declaration order.
+    pub const ALL: &[Self] = &[
+        Self::TomlSyntax,
+        Self::TooManyLayers,
+        Self::TooLarge,
+        Self::TooManyTools,
+        Self::TableType,
+        Self::ConcurrencyType,
+        Self::ConcurrencyNegative,
+        Self::ConcurrencyKeyMissing,
+        Self::ConcurrencyKeyEmpty,
+        Self::ConcurrencyUnknownField,
+        Self::ConcurrencyOnDefaults,
+        Self::FanOutType,
+        Self::FanOutOnDefaults,
+        Self::FanOutConcurrencyRemoved,
+        Self::FanOutOnErrorValue,
+        Self::FanOutUnknownField,
+        Self::ConcurrencyLimitConflict,
+        Self::StopWithoutLimit,
+        Self::EnableValue,
+    ];
+
+    /// The stable kebab-case spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TomlSyntax => "toml-syntax",
+            Self::TooManyLayers => "too-many-layers",
+            Self::TooLarge => "too-large",
+            Self::TooManyTools => "too-many-tools",
+            Self::TableType => "table-type",
+            Self::ConcurrencyType => "concurrency-type",
+            Self::ConcurrencyNegative => "concurrency-negative",
+            Self::ConcurrencyKeyMissing => "concurrency-key-missing",
+            Self::ConcurrencyKeyEmpty => "concurrency-key-empty",
+            Self::ConcurrencyUnknownField => "concurrency-unknown-field",
+            Self::ConcurrencyOnDefaults => "concurrency-on-defaults",
+            Self::FanOutType => "fan-out-type",
+            Self::FanOutOnDefaults => "fan-out-on-defaults",
+            Self::FanOutConcurrencyRemoved => "fan-out-concurrency-removed",
+            Self::FanOutOnErrorValue => "fan-out-on-error-value",
+            Self::FanOutUnknownField => "fan-out-unknown-field",
+            Self::ConcurrencyLimitConflict => "concurrency-limit-conflict",
+            Self::StopWithoutLimit => "stop-without-limit",
+            Self::EnableValue => "enable-value",
+        }
+    }
+}
+
+/// A place in one layer: the layer's index in the list given to `resolve`, the byte range, and
+/// the one-based line and column of its start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// Index of the layer, lowest precedence first.
+    pub layer: u32,
+    /// Name of the layer, as given to `resolve`.
+    pub layer_name: String,
+    /// Byte offset of the start.
+    pub start: u32,
+    /// Byte offset one past the end.
+    pub end: u32,
+    /// One-based line of `start`.
+    pub line: u32,
+    /// One-based column of `start`, in characters.
+    pub column: u32,
+}
+
+/// A span with what it shows. The first label of a diagnostic is its primary one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    /// Where.
+    pub span: Span,
+    /// What is there, for example `github_pulls = 2`.
+    pub message: String,
+}
+
+/// One problem with a config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// The stable code.
+    pub code: Code,
+    /// Lowercase, no trailing period; starts with the dotted key path.
+    pub message: String,
+    /// The key path, one segment per element (`["conversation", "tools", "t", "concurrency"]`).
+    pub path: Vec<String>,
+    /// The tools involved, in configuration order.
+    pub tools: Vec<String>,
+    /// Spans, primary first. Empty only for problems with no place (too many layers).
+    pub labels: Vec<Label>,
+    /// A hint on how to fix it, if there is one.
+    pub help: Option<String>,
+    /// The rustc-style plain-text rendering of all of the above.
+    pub rendered: String,
+}
+
+/// Renders a path like TOML would write it: `conversation.tools.'*'.concurrency`.
+pub fn dotted(path: &[String]) -> String {
+    let mut out = String::new();
+    for (i, seg) in path.iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        let bare = !seg.is_empty()
+            && seg
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if bare {
+            out.push_str(seg);
+        } else {
+            out.push('\'');
+            out.push_str(seg);
+            out.push('\'');
+        }
+    }
+    out
+}
+
+/// Renders a diagnostic like rustc does, without colour. `sources` are the layers' texts, in
+/// the order their indices refer to.
+pub(crate) fn render(
+    code: Code,
+    message: &str,
+    labels: &[Label],
+    help: Option<&str>,
+    sources: &[&str],
+) -> String {
+    let mut msg = Level::Error.title(message).id(code.as_str());
+    let mut layers: Vec<u32> = labels.iter().map(|l| l.span.layer).collect();
+    layers.dedup();
+    let mut seen = Vec::new();
+    for layer in layers {
+        if seen.contains(&layer) {
+            continue;
+        }
+        seen.push(layer);
+        let Some(source) = sources.get(layer as usize) else {
+            continue;
+        };
+        let Some(first) = labels.iter().find(|l| l.span.layer == layer) else {
+            continue;
+        };
+        let mut snippet = Snippet::source(source)
+            .origin(&first.span.layer_name)
+            .fold(true);
+        for (i, label) in labels.iter().enumerate() {
+            if label.span.layer != layer {
+                continue;
+            }
+            let level = if i == 0 { Level::Error } else { Level::Info };
+            let range = label.span.start as usize..label.span.end as usize;
+            snippet = snippet.annotation(level.span(range).label(&label.message));
+        }
+        msg = msg.snippet(snippet);
+    }
+    if let Some(help) = help {
+        msg = msg.footer(Level::Help.title(help));
+    }
+    Renderer::plain().render(msg).to_string()
+}

@@ -1,0 +1,22 @@
+//! Turnstile's engine: decides *when* each tool call of an agent may start.
+//!
+//! Three parts, none of which performs I/O or reads a clock:
+//!
+//! - [`config`]: layered TOML (`conversation.tools.<name>.concurrency`, `fan_out`) resolved into
+//!   a typed [`config::Policy`], or a list of [`diagnostic::Diagnostic`]s that name the tools
+//!   involved and point at the lines.
+//! - [`schedule`]: the sans-IO scheduler of RFD 129. The host feeds events (`submit_batch`,
+//!   `approve`, `settle`, `end`, ...) and drains [`schedule::Scheduler::next_releases`].
+//! - [`admission`]: per-connection admission control (classes of work under one budget).
+//!
+//! Every mistake a host can make is a typed error that changes nothing; the engine never panics
+//! on host input, because a panic inside the WebAssembly component poisons the instance for
+//! every caller. Sizes are bounded by the constants in [`limits`].
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod admission;
+pub mod config;
+pub mod diagnostic;
+pub mod limits;
+pub mod schedule;

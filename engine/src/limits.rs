@@ -1,0 +1,18 @@
+//! Every size the engine accepts has a limit; exceeding one is a typed error, never a trap.
+
+/// Config layers per [`crate::config::resolve`] call.
+pub const LAYERS_MAX: usize = 64;
+/// Bytes of TOML text in one layer.
+pub const LAYER_BYTES_MAX: usize = 1 << 20;
+/// Bytes of a layer name, a tool name, a concurrency key, a call id or a request id.
+pub const NAME_BYTES_MAX: usize = 256;
+/// Configured tools in a merged config.
+pub const TOOLS_MAX: usize = 10_000;
+/// Calls in one batch.
+pub const CALLS_PER_BATCH_MAX: usize = 100_000;
+/// Operations of one fanned-out call.
+pub const OPERATIONS_PER_CALL_MAX: u32 = 100_000;
+/// Entries (plain calls plus operations) one scheduler holds over its lifetime.
+pub const ENTRIES_MAX: usize = 4_000_000;
+/// Requests an admission controller holds at once, in flight and queued together.
+pub const REQUESTS_MAX: usize = 100_000;
