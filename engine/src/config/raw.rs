@@ -58,9 +58,10 @@ type Value<'i> = Spanned<DeValue<'i>>;
 
 /// Parses one layer. Returns `None` when the text is not TOML; every problem goes to `sink`.
 pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<RawLayer> {
-    let (root, errors) = DeTable::parse_recoverable(text);
-    if !errors.is_empty() {
-        for err in errors.iter().take(16) {
+    let root = DeTable::parse(text);
+    if let Err(err) = &root {
+        // Only the first: recovery after a syntax error mostly reports echoes of it.
+        {
             let span = err.span().unwrap_or(0..0);
             let loc = Loc::new(layer, span.start, span.end);
             let message = err.message().trim_end_matches('\n').to_owned();
@@ -69,6 +70,9 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
         }
         return None;
     }
+    let Ok(root) = root else {
+        return None;
+    };
     let mut out = RawLayer::default();
     let root = root.get_ref();
     let Some(conversation) = find(root, "conversation") else {
