@@ -33,6 +33,22 @@ pub struct Case {
     /// The steps, in order.
     #[serde(default)]
     pub step: Vec<Step>,
+    /// Only read by `host-harness simulate`: how long executions take and which fail.
+    pub simulate: Option<SimulateSpec>,
+}
+
+/// Virtual durations and outcomes for `host-harness simulate`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulateSpec {
+    /// Every execution's duration unless `durations` names it (default 10).
+    pub duration_ms: Option<u64>,
+    /// Durations by entry label.
+    #[serde(default)]
+    pub durations: HashMap<String, u64>,
+    /// Entries whose execution fails.
+    #[serde(default)]
+    pub fail: Vec<String>,
 }
 
 /// One config layer.
@@ -211,7 +227,12 @@ pub enum WaitView<'a> {
 
 /// `LABEL STATE`, then ` waits batch-not-approved`, ` waits key-full KEY LIMIT R1,R2` or
 /// ` waits behind LABEL`. A stopped entry's state is `stopped AFTER`.
-pub fn inspect_line(label: &str, state: &str, after: Option<u32>, wait: Option<WaitView<'_>>) -> String {
+pub fn inspect_line(
+    label: &str,
+    state: &str,
+    after: Option<u32>,
+    wait: Option<WaitView<'_>>,
+) -> String {
     let mut out = settle_line(label, state, after);
     match wait {
         None => {}
@@ -302,7 +323,9 @@ pub fn parse_calls(batch: &BatchSpec) -> Result<Vec<CallSpec>, String> {
             };
             let (tool, operations) = match tool.split_once('*') {
                 Some((tool, n)) => {
-                    let n = n.parse().map_err(|_| format!("bad operation count in {c:?}"))?;
+                    let n = n
+                        .parse()
+                        .map_err(|_| format!("bad operation count in {c:?}"))?;
                     (tool, Some(n))
                 }
                 None => (tool, None),
@@ -331,7 +354,8 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
         let max = u32::try_from(spec.max_concurrent.max(0)).unwrap_or(u32::MAX);
         subject.admission(max, spec.allow_parallel);
         for (i, step) in case.step.iter().enumerate() {
-            admission_step(subject, step).map_err(|e| format!("step {} `{}`: {e}", i + 1, step.event))?;
+            admission_step(subject, step)
+                .map_err(|e| format!("step {} `{}`: {e}", i + 1, step.event))?;
         }
         return Ok(());
     }
@@ -340,7 +364,11 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
             let got_lines: Vec<String> = got.iter().map(Diag::line).collect();
             let matches = got.len() == want.len()
                 && got.iter().zip(want).all(|(g, w)| {
-                    if w.contains(' ') { g.line() == *w } else { g.code == *w }
+                    if w.contains(' ') {
+                        g.line() == *w
+                    } else {
+                        g.code == *w
+                    }
                 });
             let rendered_ok = got.iter().all(|d| d.rendered.contains(&d.code));
             if !matches || !rendered_ok {
@@ -352,7 +380,9 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
             return Ok(());
         }
         (Ok(()), Some(want)) => {
-            return Err(format!("diagnostics: want {want:?}, but the config resolved"));
+            return Err(format!(
+                "diagnostics: want {want:?}, but the config resolved"
+            ));
         }
         (Err(got), None) => {
             return Err(format!("the config failed to resolve:\n{}", rendered(&got)));
@@ -379,7 +409,11 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
 }
 
 fn rendered(diags: &[Diag]) -> String {
-    diags.iter().map(|d| d.rendered.as_str()).collect::<Vec<_>>().join("\n")
+    diags
+        .iter()
+        .map(|d| d.rendered.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 struct Runner {
@@ -450,7 +484,10 @@ impl Runner {
             }
             "inspect" => {
                 let batch = self.batch(args.first().copied())?;
-                let want = step.inspect.as_ref().ok_or("inspect needs `inspect = [...]`")?;
+                let want = step
+                    .inspect
+                    .as_ref()
+                    .ok_or("inspect needs `inspect = [...]`")?;
                 match subject.inspect(batch) {
                     Ok(got) if got != *want => {
                         return Err(format!("inspect: want {want:?}, got {got:?}"));

@@ -227,7 +227,11 @@ fn cases_dir() -> PathBuf {
 #[test]
 fn corpus_runs_natively() {
     let files = corpus::case_files(&cases_dir()).unwrap_or_default();
-    assert!(files.len() >= 60, "expected the whole corpus, found {} cases", files.len());
+    assert!(
+        files.len() >= 60,
+        "expected the whole corpus, found {} cases",
+        files.len()
+    );
     let summary = corpus::run_all(&files, Native::default);
     for (path, why) in &summary.failed {
         eprintln!("FAIL {}: {why}", path.display());

@@ -1,1 +1,230 @@
-//! stub
+//! The Turnstile component: `generate!`, `export!`, and resources that hold engine values.
+//! Every conversion is in [`convert`]; every decision is the engine's. Nothing here panics on
+//! host input: a panic would trap and poison the instance for every caller.
+#![allow(unsafe_code)] // the bindings wit-bindgen generates use `unsafe` for the canonical ABI
+
+mod convert;
+
+use std::cell::RefCell;
+
+use turnstile_engine::admission::Admission;
+use turnstile_engine::config::{self as engine_config, Policy};
+use turnstile_engine::schedule::{BatchId, Scheduler};
+
+wit_bindgen::generate!({ path: "../wit", world: "turnstile" });
+
+use exports::turnstile::scheduler::admission as wit_admission;
+use exports::turnstile::scheduler::config as wit_config;
+use exports::turnstile::scheduler::scheduler as wit_scheduler;
+
+/// The component.
+pub struct Component;
+
+/// The `policy` resource.
+pub struct PolicyResource {
+    policy: Policy,
+}
+
+/// The `scheduler` resource.
+pub struct SchedulerResource {
+    inner: RefCell<Scheduler>,
+}
+
+/// The `admission` resource.
+pub struct AdmissionResource {
+    inner: RefCell<Admission>,
+}
+
+impl wit_config::Guest for Component {
+    type Policy = PolicyResource;
+}
+
+impl wit_config::GuestPolicy for PolicyResource {
+    fn resolve(
+        layers: Vec<wit_config::Layer>,
+    ) -> Result<wit_config::Policy, Vec<wit_config::Diagnostic>> {
+        let layers: Vec<engine_config::Layer> = layers
+            .into_iter()
+            .map(|l| engine_config::Layer {
+                name: l.name,
+                text: l.text,
+            })
+            .collect();
+        match engine_config::resolve(&layers) {
+            Ok(policy) => Ok(wit_config::Policy::new(Self { policy })),
+            Err(diags) => Err(diags.into_iter().map(convert::diagnostic).collect()),
+        }
+    }
+
+    fn tool(&self, name: String) -> wit_config::ToolPolicy {
+        match self.policy.tool(&name) {
+            Some(tool) => convert::tool_policy(tool),
+            None => convert::tool_policy(&engine_config::ToolPolicy::unconfigured(&name)),
+        }
+    }
+
+    fn tools(&self) -> Vec<wit_config::ToolPolicy> {
+        self.policy
+            .tools()
+            .iter()
+            .map(convert::tool_policy)
+            .collect()
+    }
+}
+
+impl wit_scheduler::Guest for Component {
+    type Scheduler = SchedulerResource;
+}
+
+impl wit_scheduler::GuestScheduler for SchedulerResource {
+    fn new(policy: wit_scheduler::PolicyBorrow<'_>) -> Self {
+        let policy = policy.get::<PolicyResource>().policy.clone();
+        Self {
+            inner: RefCell::new(Scheduler::new(policy)),
+        }
+    }
+
+    fn submit_batch(&self, calls: Vec<wit_scheduler::Call>) -> Result<u32, wit_scheduler::Error> {
+        let calls: Vec<_> = calls.into_iter().map(convert::call_in).collect();
+        self.inner
+            .borrow_mut()
+            .submit_batch(&calls)
+            .map(|b| b.0)
+            .map_err(convert::error)
+    }
+
+    fn approve(&self, entry: String) -> Result<(), wit_scheduler::Error> {
+        self.inner
+            .borrow_mut()
+            .approve(&entry)
+            .map_err(convert::error)
+    }
+
+    fn settle(
+        &self,
+        entry: String,
+        how: wit_scheduler::HostSettle,
+    ) -> Result<(), wit_scheduler::Error> {
+        self.inner
+            .borrow_mut()
+            .settle(&entry, convert::host_settle(how))
+            .map_err(convert::error)
+    }
+
+    fn begin_question(&self, entry: String) -> Result<(), wit_scheduler::Error> {
+        self.inner
+            .borrow_mut()
+            .begin_question(&entry)
+            .map_err(convert::error)
+    }
+
+    fn end_question(&self, entry: String) -> Result<(), wit_scheduler::Error> {
+        self.inner
+            .borrow_mut()
+            .end_question(&entry)
+            .map_err(convert::error)
+    }
+
+    fn on_ended(
+        &self,
+        entry: String,
+        outcome: wit_scheduler::Outcome,
+    ) -> Result<(), wit_scheduler::Error> {
+        self.inner
+            .borrow_mut()
+            .on_ended(&entry, convert::outcome(outcome))
+            .map_err(convert::error)
+    }
+
+    fn cancel_batch(&self, batch: u32) -> Result<(), wit_scheduler::Error> {
+        self.inner
+            .borrow_mut()
+            .cancel_batch(BatchId(batch))
+            .map_err(convert::error)
+    }
+
+    fn next_releases(&self) -> wit_scheduler::Releases {
+        let mut scheduler = self.inner.borrow_mut();
+        let releases = scheduler.next_releases();
+        convert::releases(&scheduler, releases)
+    }
+
+    fn inspect(&self, batch: u32) -> Result<Vec<wit_scheduler::EntryStatus>, wit_scheduler::Error> {
+        let statuses = self
+            .inner
+            .borrow()
+            .inspect(BatchId(batch))
+            .map_err(convert::error)?;
+        Ok(statuses.into_iter().map(convert::entry_status).collect())
+    }
+
+    fn unfinished(&self) -> Vec<wit_scheduler::UnfinishedBatch> {
+        self.inner
+            .borrow()
+            .unfinished()
+            .into_iter()
+            .map(|(batch, calls)| wit_scheduler::UnfinishedBatch {
+                batch: batch.0,
+                calls: calls.into_iter().map(convert::call_out).collect(),
+            })
+            .collect()
+    }
+}
+
+impl wit_admission::Guest for Component {
+    type Admission = AdmissionResource;
+}
+
+impl wit_admission::GuestAdmission for AdmissionResource {
+    fn new(config: wit_admission::AdmissionConfig) -> Self {
+        Self {
+            inner: RefCell::new(Admission::new(convert::admission_config(config))),
+        }
+    }
+
+    fn begin(
+        &self,
+        id: String,
+        class: wit_admission::Class,
+        parent: Option<String>,
+    ) -> Result<(), wit_admission::Error> {
+        self.inner
+            .borrow_mut()
+            .begin(&id, convert::class(class), parent.as_deref())
+            .map_err(convert::admission_error)
+    }
+
+    fn end(&self, id: String) -> Result<(), wit_admission::Error> {
+        self.inner
+            .borrow_mut()
+            .end(&id)
+            .map_err(convert::admission_error)
+    }
+
+    fn abandon(&self, id: String) -> Result<(), wit_admission::Error> {
+        self.inner
+            .borrow_mut()
+            .abandon(&id)
+            .map_err(convert::admission_error)
+    }
+
+    fn shutdown(&self) -> wit_admission::ShutdownReport {
+        let report = self.inner.borrow_mut().shutdown();
+        wit_admission::ShutdownReport {
+            cancel: report.cancel,
+            refused: report.refused,
+        }
+    }
+
+    fn next_admissions(&self) -> Vec<String> {
+        self.inner.borrow_mut().next_admissions()
+    }
+
+    fn in_flight(&self) -> u32 {
+        self.inner.borrow().in_flight()
+    }
+}
+
+// Exported only for wasm: the export names break the native linker (TOOLCHAIN.md gotcha 3).
+#[cfg(target_arch = "wasm32")]
+export!(Component);

@@ -332,7 +332,10 @@ impl Admission {
         if class != Class::Reentrant {
             return Err(error(
                 AdmissionErrorCode::InvalidParent,
-                format!("only a re-entrant call has a parent; {id:?} is a {}", class.name()),
+                format!(
+                    "only a re-entrant call has a parent; {id:?} is a {}",
+                    class.name()
+                ),
             ));
         }
         let seq = self.ids.get(parent).copied();

@@ -24,9 +24,11 @@ pub(crate) struct RawTool {
     pub(crate) name: String,
     pub(crate) concurrency: Option<RawConcurrency>,
     pub(crate) fan_out: Option<RawFanOut>,
-    /// A field of this tool failed to parse, so cross-tool checks skip the tool rather than
+    /// `concurrency` failed to parse, so the checks that read it skip this tool rather than
     /// report errors that only follow from the first one.
-    pub(crate) poisoned: bool,
+    pub(crate) bad_concurrency: bool,
+    /// `fan_out` failed to parse; likewise for the stop check.
+    pub(crate) bad_fan_out: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -186,20 +188,25 @@ fn parse_tool(
         name: name.to_owned(),
         concurrency: None,
         fan_out: None,
-        poisoned: false,
+        bad_concurrency: false,
+        bad_fan_out: false,
     };
-    let before = sink.len();
     for (field, value) in table.iter() {
         let mut path = path.to_vec();
         path.push(field.get_ref().to_string());
         match field.get_ref().as_ref() {
-            "concurrency" => tool.concurrency = parse_concurrency(layer, &path, value, sink),
-            "fan_out" => tool.fan_out = parse_fan_out(layer, &path, value, sink),
+            "concurrency" => {
+                tool.concurrency = parse_concurrency(layer, &path, value, sink);
+                tool.bad_concurrency = tool.concurrency.is_none();
+            }
+            "fan_out" => {
+                tool.fan_out = parse_fan_out(layer, &path, value, sink);
+                tool.bad_fan_out = tool.fan_out.is_none();
+            }
             "enable" => parse_enable(layer, &path, value, sink),
             _ => {}
         }
     }
-    tool.poisoned = sink.len() > before;
     tool
 }
 
@@ -226,37 +233,41 @@ fn parse_concurrency(
                 fpath.push(field.get_ref().to_string());
                 let vloc = Loc::from_span(layer, v.span());
                 match field.get_ref().as_ref() {
-                    "key" => match v.get_ref() {
-                        DeValue::String(s) if s.is_empty() => {
-                            ok = false;
-                            sink.push(
+                    "key" => {
+                        match v.get_ref() {
+                            DeValue::String(s) if s.is_empty() => {
+                                ok = false;
+                                sink.push(
                                 Code::ConcurrencyKeyEmpty,
                                 &fpath,
                                 "the concurrency key is empty".to_owned(),
                             )
                             .label(vloc, "empty key")
                             .help("name the resource the limit protects, for example key = \"rfd\"");
+                            }
+                            DeValue::String(s) if s.len() > NAME_BYTES_MAX => {
+                                ok = false;
+                                sink.push(
+                                    Code::TooLarge,
+                                    &fpath,
+                                    format!(
+                                        "the concurrency key is longer than {NAME_BYTES_MAX} bytes"
+                                    ),
+                                )
+                                .label(vloc, "this key");
+                            }
+                            DeValue::String(s) => key = Some((s.to_string(), vloc)),
+                            other => {
+                                ok = false;
+                                sink.push(
+                                    Code::ConcurrencyType,
+                                    &fpath,
+                                    format!("expected a string, found {}", found(other)),
+                                )
+                                .label(vloc, "not a string");
+                            }
                         }
-                        DeValue::String(s) if s.len() > NAME_BYTES_MAX => {
-                            ok = false;
-                            sink.push(
-                                Code::TooLarge,
-                                &fpath,
-                                format!("the concurrency key is longer than {NAME_BYTES_MAX} bytes"),
-                            )
-                            .label(vloc, "this key");
-                        }
-                        DeValue::String(s) => key = Some((s.to_string(), vloc)),
-                        other => {
-                            ok = false;
-                            sink.push(
-                                Code::ConcurrencyType,
-                                &fpath,
-                                format!("expected a string, found {}", found(other)),
-                            )
-                            .label(vloc, "not a string");
-                        }
-                    },
+                    }
                     "limit" => match non_negative(layer, &fpath, v, sink, Code::ConcurrencyType) {
                         Some(n) => limit = Some((n, vloc)),
                         None => ok = false,
@@ -267,7 +278,9 @@ fn parse_concurrency(
                         sink.push(
                             Code::ConcurrencyUnknownField,
                             &fpath,
-                            format!("unknown field `{other}`; concurrency accepts `key` and `limit`"),
+                            format!(
+                                "unknown field `{other}`; concurrency accepts `key` and `limit`"
+                            ),
                         )
                         .label(floc, "unknown field");
                     }
@@ -411,7 +424,9 @@ fn parse_fan_out(
                         sink.push(
                             Code::FanOutUnknownField,
                             &fpath,
-                            format!("unknown field `{other}`; fan_out accepts `enabled` and `on_error`"),
+                            format!(
+                                "unknown field `{other}`; fan_out accepts `enabled` and `on_error`"
+                            ),
                         )
                         .label(floc, "unknown field");
                     }

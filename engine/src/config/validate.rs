@@ -20,7 +20,8 @@ struct Merged {
     fan_out_enabled: Option<bool>,
     on_error: OnError,
     on_error_loc: Option<Loc>,
-    poisoned: bool,
+    bad_concurrency: bool,
+    bad_fan_out: bool,
 }
 
 /// What a tool declares: the key it names and the limit it gives it.
@@ -53,9 +54,13 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
     let mut policies = Vec::with_capacity(tools.len());
     for tool in &tools {
         let declared = declared(tool, if check { Some(&mut *sink) } else { None });
-        if check && !tool.poisoned {
-            let keyless = matches!(tool.concurrency, Some(RawConcurrency::Table { key: None, .. }));
+        if check && !tool.bad_concurrency {
+            let keyless = matches!(
+                tool.concurrency,
+                Some(RawConcurrency::Table { key: None, .. })
+            );
             if tool.on_error == OnError::Stop
+                && !tool.bad_fan_out
                 && !keyless
                 && declared.as_ref().is_none_or(|d| d.limit == 0)
             {
@@ -114,14 +119,16 @@ fn merge(layers: Vec<RawLayer>) -> Vec<Merged> {
                     fan_out_enabled: None,
                     on_error: OnError::Continue,
                     on_error_loc: None,
-                    poisoned: false,
+                    bad_concurrency: false,
+                    bad_fan_out: false,
                 });
                 tools.len() - 1
             });
             let Some(tool) = tools.get_mut(slot) else {
                 continue;
             };
-            tool.poisoned |= raw.poisoned;
+            tool.bad_concurrency |= raw.bad_concurrency;
+            tool.bad_fan_out |= raw.bad_fan_out;
             if let Some(new) = raw.concurrency {
                 tool.concurrency = Some(merge_concurrency(tool.concurrency.take(), new));
             }
@@ -181,7 +188,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
         }),
         RawConcurrency::Table { key, limit, loc } => {
             let Some((key, _)) = key else {
-                if let Some(sink) = sink.filter(|_| !tool.poisoned) {
+                if let Some(sink) = sink.filter(|_| !tool.bad_concurrency) {
                     let path = tool_path(&tool.name, Some("concurrency"));
                     let hint = limit.as_ref().map_or(1, |(n, _)| *n);
                     sink.push(
@@ -260,7 +267,11 @@ fn conflict(key: &str, list: &[(String, Declared)], sink: &mut Sink) {
 }
 
 fn tool_path(tool: &str, field: Option<&str>) -> Vec<String> {
-    let mut path = vec!["conversation".to_owned(), "tools".to_owned(), tool.to_owned()];
+    let mut path = vec![
+        "conversation".to_owned(),
+        "tools".to_owned(),
+        tool.to_owned(),
+    ];
     if let Some(field) = field {
         path.push(field.to_owned());
     }

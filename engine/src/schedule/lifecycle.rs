@@ -177,11 +177,7 @@ pub(crate) fn next(state: State, event: Event, label: &str) -> Result<State, Err
             };
             return Err(Error::new(
                 code,
-                format!(
-                    "cannot {} {label}: it is {}",
-                    event.verb(),
-                    state.name()
-                ),
+                format!("cannot {} {label}: it is {}", event.verb(), state.name()),
             ));
         }
     };

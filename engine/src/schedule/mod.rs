@@ -233,9 +233,10 @@ impl Scheduler {
             let stop = policy.on_error == OnError::Stop;
             let key = key.map(|(name, limit)| self.intern_key(name, limit));
             if let Some(k) = key
-                && !rec.keys.contains(&k) {
-                    rec.keys.push(k);
-                }
+                && !rec.keys.contains(&k)
+            {
+                rec.keys.push(k);
+            }
             let call_no = self.calls.len() as u32;
             let count = call.operations.unwrap_or(1);
             let first = self.entries.len() as u32;
@@ -251,9 +252,10 @@ impl Scheduler {
                     None => {
                         rec.pending += 1;
                         if let Some(k) = key
-                            && let Some(key) = self.keys.get_mut(k as usize) {
-                                key.queue.push_back(first + op);
-                            }
+                            && let Some(key) = self.keys.get_mut(k as usize)
+                        {
+                            key.queue.push_back(first + op);
+                        }
                         State::Pending
                     }
                 };
@@ -662,10 +664,11 @@ impl Scheduler {
 
     fn mark_dirty(&mut self, k: u32) {
         if let Some(key) = self.keys.get_mut(k as usize)
-            && !key.dirty {
-                key.dirty = true;
-                self.dirty.push(k);
-            }
+            && !key.dirty
+        {
+            key.dirty = true;
+            self.dirty.push(k);
+        }
     }
 
     fn touch_key(&mut self, e: u32) {
@@ -757,10 +760,11 @@ impl Scheduler {
     fn release(&mut self, e: u32) {
         self.set_state(e, Event::Release);
         if let Some(k) = self.entry(e).key
-            && let Some(key) = self.keys.get_mut(k as usize) {
-                key.running += 1;
-                debug_assert!(key.running <= key.limit, "limit exceeded on {}", key.name);
-            }
+            && let Some(key) = self.keys.get_mut(k as usize)
+        {
+            key.running += 1;
+            debug_assert!(key.running <= key.limit, "limit exceeded on {}", key.name);
+        }
         self.started.push(e);
     }
 

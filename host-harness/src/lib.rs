@@ -1,0 +1,105 @@
+//! The reference host: loads the built Turnstile component in wasmtime exactly as a TypeScript
+//! (jco) or Python (wasmtime-py) host would, and drives it through its WIT exports only.
+//!
+//! [`Harness`] compiles the component once; [`Instance`] is one store and instance (cheap, one
+//! per case). [`ComponentSubject`] implements the corpus's `Subject`, so the shared case files
+//! run through the component with the same expectations as natively. [`simulate`] is the
+//! one-line-per-step timeline of the `simulate` command.
+
+pub mod simulate;
+mod subject;
+
+use std::path::{Path, PathBuf};
+
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, Store};
+
+pub use subject::ComponentSubject;
+
+/// The bindings `bindgen!` generates from `wit/`.
+pub mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "turnstile",
+        additional_derives: [PartialEq, Clone],
+    });
+}
+
+pub use bindings::exports::turnstile::scheduler::admission as wit_admission;
+pub use bindings::exports::turnstile::scheduler::config as wit_config;
+pub use bindings::exports::turnstile::scheduler::scheduler as wit_scheduler;
+
+/// A compiled component, ready to instantiate many times.
+pub struct Harness {
+    engine: Engine,
+    pre: bindings::TurnstilePre<()>,
+}
+
+/// One store with one instance of the component.
+pub struct Instance {
+    /// The store; every call takes it.
+    pub store: Store<()>,
+    /// The instance's exports.
+    pub exports: bindings::Turnstile,
+}
+
+impl Harness {
+    /// Compiles the component at `path`. It imports nothing, so the linker stays empty.
+    pub fn load(path: &Path) -> wasmtime::Result<Self> {
+        let engine = Engine::new(&Config::new())?;
+        let component = Component::from_file(&engine, path)?;
+        let linker: Linker<()> = Linker::new(&engine);
+        let pre = bindings::TurnstilePre::new(linker.instantiate_pre(&component)?)?;
+        Ok(Self { engine, pre })
+    }
+
+    /// A fresh store and instance.
+    pub fn instance(&self) -> wasmtime::Result<Instance> {
+        let mut store = Store::new(&self.engine, ());
+        let exports = self.pre.instantiate(&mut store)?;
+        Ok(Instance { store, exports })
+    }
+}
+
+/// Where the component is: `$TURNSTILE_WASM`, else `target/turnstile.wasm` in the workspace.
+pub fn default_component_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("TURNSTILE_WASM") {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        PathBuf::from,
+    );
+    target.join("turnstile.wasm")
+}
+
+/// Resolves layers through the component and prints each diagnostic's rendering; returns
+/// whether the config is valid.
+pub fn check(instance: &mut Instance, layers: &[(String, String)]) -> wasmtime::Result<bool> {
+    let layers: Vec<wit_config::Layer> = layers
+        .iter()
+        .map(|(name, text)| wit_config::Layer {
+            name: name.clone(),
+            text: text.clone(),
+        })
+        .collect();
+    let policy = instance.exports.turnstile_scheduler_config().policy();
+    match policy.call_resolve(&mut instance.store, &layers)? {
+        Ok(resource) => {
+            let tools = policy.call_tools(&mut instance.store, resource)?;
+            for t in &tools {
+                println!("{}", subject::tool_line(t));
+            }
+            println!("ok: {} tools configured", tools.len());
+            resource.resource_drop(&mut instance.store)?;
+            Ok(true)
+        }
+        Err(diags) => {
+            for d in &diags {
+                println!("{}\n", d.rendered);
+            }
+            println!("{} error(s)", diags.len());
+            Ok(false)
+        }
+    }
+}
