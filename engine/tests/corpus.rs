@@ -1,5 +1,6 @@
 //! Runs every case in `tests/cases` natively against the engine: the same files, steps and
 //! expected output the wasmtime harness (and every other host) checks through the component.
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
 use std::path::PathBuf;
 

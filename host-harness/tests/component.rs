@@ -1,5 +1,6 @@
 //! The corpus through the built component, and host mistakes that must come back as typed
 //! errors on an instance that keeps working. Needs `cargo xtask build-guest` first.
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -2,10 +2,10 @@
 //!
 //! The pipeline is parse, merge, validate:
 //!
-//! 1. [`raw`] parses each layer into mirrors of `concurrency`, `fan_out` and `enable`, with a
+//! 1. `raw` parses each layer into mirrors of `concurrency`, `fan_out` and `enable`, with a
 //!    location on every value. Shape errors (a string limit, `fan_out.concurrency`, `'*'`
 //!    settings) are reported per layer.
-//! 2. [`validate`] merges the layers per tool (an integer replaces, a table over a table merges
+//! 2. `validate` merges the layers per tool (an integer replaces, a table over a table merges
 //!    per field, a boolean `fan_out` fully specifies it) and checks the merged config once: a
 //!    table needs a `key`, every tool naming a key gives the same limit (enabled or not), and
 //!    `on_error = "stop"` needs a limit of at least 1.
@@ -173,10 +173,6 @@ impl Sink {
             help: None,
         });
         &mut self.items[index]
-    }
-
-    fn len(&self) -> usize {
-        self.items.len()
     }
 
     fn is_empty(&self) -> bool {
