@@ -524,8 +524,8 @@ fn admission_step(subject: &mut impl Subject, step: &Step) -> Result<(), String>
     let mut cancel = Vec::new();
     let mut refused = Vec::new();
     let result = match words.as_slice() {
-        ["begin", id, class] => subject.begin(id, class, None),
-        ["begin", id, class, parent] => subject.begin(id, class, Some(parent)),
+        ["begin", id, class] => subject.begin(id, class_name(class), None),
+        ["begin", id, class, parent] => subject.begin(id, class_name(class), Some(parent)),
         ["end", id] => subject.end_request(id),
         ["abandon", id] => subject.abandon(id),
         ["shutdown"] => {
@@ -544,4 +544,17 @@ fn admission_step(subject: &mut impl Subject, step: &Step) -> Result<(), String>
         ));
     }
     Ok(())
+}
+
+/// The canonical class name for the spellings a case may use (`re-entrant`, `tool-call`, ...).
+pub fn class_name(class: &str) -> &str {
+    match class {
+        "call" | "tool-call" | "tool_call" => "call",
+        "request" | "read" => "request",
+        "control" => "control",
+        "reentrant" | "re-entrant" | "reentrant-call" | "re-entrant-call" | "reentrant_call" => {
+            "reentrant"
+        }
+        other => other,
+    }
 }
