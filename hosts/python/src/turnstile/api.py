@@ -1,0 +1,227 @@
+"""Policy, Scheduler and Admission: the WIT surface in snake_case, with typed values."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Iterable, Optional, Sequence, Union
+
+from ._component import Instance, default_instance
+from .types import (
+    AdmissionClass,
+    Call,
+    ConfigError,
+    Diagnostic,
+    EntryStatus,
+    Finished,
+    HostSettle,
+    KeyFull,
+    Label,
+    Outcome,
+    Reason,
+    Releases,
+    Settlement,
+    ShutdownReport,
+    Span,
+    ToolPolicy,
+    TurnstileError,
+)
+
+
+def _get(record: Any, name: str) -> Any:
+    return getattr(record, name)
+
+
+def _raise_if_error(result: Any) -> Any:
+    """`result<T, error>` comes back untagged: an error is a record with `code` and `message`."""
+    if result is not None and hasattr(result, "code") and hasattr(result, "message") and not isinstance(result, (list, int, str)):
+        raise TurnstileError(result.code, result.message)
+    return result
+
+
+def _diagnostic(d: Any) -> Diagnostic:
+    labels = [
+        Label(
+            span=Span(
+                layer=l.span.layer,
+                layer_name=_get(l.span, "layer-name"),
+                start=l.span.start,
+                end=l.span.end,
+                line=l.span.line,
+                column=l.span.column,
+            ),
+            message=l.message,
+        )
+        for l in d.labels
+    ]
+    return Diagnostic(d.code, d.message, list(d.path), list(d.tools), labels, d.help, d.rendered)
+
+
+def _reason(v: Any) -> Reason:
+    return Reason(v.tag, v.payload if v.tag == "stopped" else None)
+
+
+def _call(c: Call) -> SimpleNamespace:
+    return SimpleNamespace(
+        id=c.id,
+        tool=c.tool,
+        operations=c.operations,
+        finished=[SimpleNamespace(operation=f.operation, failed=f.failed) for f in c.finished],
+    )
+
+
+def entry_labels(call: Call) -> list[str]:
+    """`id` for a plain call, `id#0` .. `id#(n-1)` for a fan-out call."""
+    if call.operations is None:
+        return [call.id]
+    return [f"{call.id}#{i}" for i in range(call.operations)]
+
+
+LayerLike = Union[tuple[str, str], Any]
+
+
+class Policy:
+    """A validated config. Build one with `Policy.resolve`."""
+
+    def __init__(self, instance: Instance, resource: Any) -> None:
+        self.instance = instance
+        self._resource = resource
+
+    @classmethod
+    def resolve(cls, layers: Iterable[LayerLike], instance: Optional[Instance] = None) -> "Policy":
+        """Resolves `(name, text)` layers, lowest precedence first; raises `ConfigError`."""
+        inst = instance or default_instance()
+        wit = []
+        for layer in layers:
+            name, text = layer if isinstance(layer, tuple) else (layer.name, layer.text)
+            wit.append(SimpleNamespace(name=name, text=text))
+        result = inst.func("config", "[static]policy.resolve")(wit)
+        if isinstance(result, list):
+            raise ConfigError([_diagnostic(d) for d in result])
+        return cls(inst, result)
+
+    def tool(self, name: str) -> ToolPolicy:
+        """A tool's policy; an unconfigured tool is unbounded without fan-out."""
+        return _tool(self.instance.func("config", "[method]policy.tool")(self._resource, name))
+
+    def tools(self) -> list[ToolPolicy]:
+        """Every configured tool, in configuration order."""
+        return [_tool(t) for t in self.instance.func("config", "[method]policy.tools")(self._resource)]
+
+    @property
+    def resource(self) -> Any:
+        return self._resource
+
+
+def _tool(t: Any) -> ToolPolicy:
+    c = t.concurrency
+    return ToolPolicy(
+        name=t.name,
+        key=c.key if c is not None else None,
+        limit=c.limit if c is not None else None,
+        fan_out=_get(t, "fan-out"),
+        on_error=_get(t, "on-error"),
+    )
+
+
+class Scheduler:
+    """The RFD 129 scheduler. Inputs raise `TurnstileError` on a host mistake and change
+    nothing; drain `next_releases()` after each input."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.instance = policy.instance
+        self._f = lambda name: self.instance.func("scheduler", f"[method]scheduler.{name}")
+        self._resource = self.instance.func("scheduler", "[constructor]scheduler")(policy.resource)
+
+    def submit_batch(self, calls: Sequence[Call]) -> int:
+        return _raise_if_error(self._f("submit-batch")(self._resource, [_call(c) for c in calls]))
+
+    def approve(self, entry: str) -> None:
+        _raise_if_error(self._f("approve")(self._resource, entry))
+
+    def settle(self, entry: str, how: HostSettle) -> None:
+        _raise_if_error(self._f("settle")(self._resource, entry, how))
+
+    def begin_question(self, entry: str) -> None:
+        _raise_if_error(self._f("begin-question")(self._resource, entry))
+
+    def end_question(self, entry: str) -> None:
+        _raise_if_error(self._f("end-question")(self._resource, entry))
+
+    def on_ended(self, entry: str, outcome: Outcome) -> None:
+        _raise_if_error(self._f("on-ended")(self._resource, entry, outcome))
+
+    def cancel_batch(self, batch: int) -> None:
+        _raise_if_error(self._f("cancel-batch")(self._resource, batch))
+
+    def next_releases(self) -> Releases:
+        r = self._f("next-releases")(self._resource)
+        return Releases(list(r.start), [Settlement(s.entry, _reason(s.reason)) for s in r.settle])
+
+    def inspect(self, batch: int) -> list[EntryStatus]:
+        result = _raise_if_error(self._f("inspect")(self._resource, batch))
+        return [_status(s) for s in result]
+
+    def unfinished(self) -> list[tuple[int, list[Call]]]:
+        out = []
+        for b in self._f("unfinished")(self._resource):
+            calls = [
+                Call(c.id, c.tool, c.operations, [Finished(f.operation, f.failed) for f in c.finished])
+                for c in b.calls
+            ]
+            out.append((b.batch, calls))
+        return out
+
+
+def _status(s: Any) -> EntryStatus:
+    tag, payload = s.state.tag, s.state.payload
+    reason = None
+    if tag == "ended":
+        state = f"ended-{payload}"
+    elif tag == "settled":
+        reason = _reason(payload)
+        state = reason.kind
+    else:
+        state = tag
+    wait: Any = None
+    if s.wait is not None:
+        # wasmtime-py passes a variant whose cases have distinct payload types untagged: the
+        # payload alone (int, str or record) says which case it is.
+        w = s.wait
+        tag, val = (w.tag, w.payload) if hasattr(w, "tag") else (
+            "batch-not-approved" if isinstance(w, int) else "behind" if isinstance(w, str) else "key-full",
+            w,
+        )
+        if tag == "key-full":
+            wait = ("key-full", KeyFull(val.key, val.limit, list(val.running)))
+        else:
+            wait = (tag, val)
+    return EntryStatus(s.entry, s.tool, s.key, state, reason, wait)
+
+
+class Admission:
+    """Admission control for one MCP connection (one binding)."""
+
+    def __init__(self, max_concurrent: int, allow_parallel: bool = False, instance: Optional[Instance] = None) -> None:
+        self.instance = instance or default_instance()
+        self._f = lambda name: self.instance.func("admission", f"[method]admission.{name}")
+        config = SimpleNamespace(**{"max-concurrent": max(0, min(max_concurrent, 2**32 - 1)), "allow-parallel": allow_parallel})
+        self._resource = self.instance.func("admission", "[constructor]admission")(config)
+
+    def begin(self, id: str, cls: AdmissionClass, parent: Optional[str] = None) -> None:
+        _raise_if_error(self._f("begin")(self._resource, id, cls, parent))
+
+    def end(self, id: str) -> None:
+        _raise_if_error(self._f("end")(self._resource, id))
+
+    def abandon(self, id: str) -> None:
+        _raise_if_error(self._f("abandon")(self._resource, id))
+
+    def shutdown(self) -> ShutdownReport:
+        r = self._f("shutdown")(self._resource)
+        return ShutdownReport(list(r.cancel), list(r.refused))
+
+    def next_admissions(self) -> list[str]:
+        return list(self._f("next-admissions")(self._resource))
+
+    def in_flight(self) -> int:
+        return self._f("in-flight")(self._resource)

@@ -1,0 +1,175 @@
+"""The asyncio driver: runs a batch, starting each execution when the scheduler releases it.
+
+`run_batch(scheduler, calls, execute)` submits the calls, decides every entry (approve by
+default), runs `await execute(execution)` for each released entry as its own task, reports each
+end (an exception is a failure), collects what the scheduler settles, and returns every call's
+outcome in written order. Cancelling the task that awaits `run_batch` cancels the batch: parked
+entries are settled as cancelled and running executions are cancelled; their ends are still
+reported to the scheduler before the cancellation propagates. Several `run_batch` calls may share
+one scheduler at once: one pump per scheduler dispatches releases to their batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Literal, Optional, Union
+from weakref import WeakKeyDictionary
+
+from .api import Scheduler, entry_labels
+from .types import Call, Reason
+
+Decision = Literal["approve", "reject", "skip", "fail"]
+
+
+@dataclass
+class Execution:
+    """What `execute` gets: the entry to run, its call, its operation index if any."""
+
+    entry: str
+    call: Call
+    operation: Optional[int]
+    _scheduler: Scheduler
+
+    @contextlib.asynccontextmanager
+    async def question(self):
+        """`async with execution.question():` around waiting for an answer; the slot is kept."""
+        self._scheduler.begin_question(self.entry)
+        try:
+            yield
+        finally:
+            self._scheduler.end_question(self.entry)
+
+
+@dataclass(frozen=True)
+class EntryOutcome:
+    """How one entry ended: `status` is ok, failed (with `error`), settled (with `reason`), or
+    cancelled (its execution was cancelled with the batch)."""
+
+    entry: str
+    status: Literal["ok", "failed", "settled", "cancelled"]
+    value: Any = None
+    error: Optional[BaseException] = None
+    reason: Optional[Reason] = None
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    id: str
+    tool: str
+    entries: list[EntryOutcome]
+
+
+class _Batch:
+    def __init__(self, batch: int, calls: list[Call], execute: Callable[[Execution], Awaitable[Any]]) -> None:
+        self.batch = batch
+        self.calls = calls
+        self.execute = execute
+        self.labels = [label for c in calls for label in entry_labels(c)]
+        self.call_of = {
+            label: (c, None if c.operations is None else i) for c in calls for i, label in enumerate(entry_labels(c))
+        }
+        self.outcomes: dict[str, EntryOutcome] = {}
+        self.tasks: dict[str, asyncio.Task[Any]] = {}
+        self.done = asyncio.get_running_loop().create_future()
+        self.cancelled = False
+
+    def record(self, outcome: EntryOutcome) -> None:
+        self.outcomes[outcome.entry] = outcome
+        if len(self.outcomes) == len(self.labels) and not self.done.done():
+            self.done.set_result(None)
+
+
+class _Pump:
+    """Owns one scheduler's `next_releases` queue and dispatches it to batches."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.by_entry: dict[str, _Batch] = {}
+
+    def pump(self) -> None:
+        r = self.scheduler.next_releases()
+        for s in r.settle:
+            b = self.by_entry.get(s.entry)
+            if b:
+                b.record(EntryOutcome(s.entry, "settled", reason=s.reason))
+        for entry in r.start:
+            b = self.by_entry.get(entry)
+            if b:
+                self.start(b, entry)
+
+    def start(self, b: _Batch, entry: str) -> None:
+        call, operation = b.call_of[entry]
+        execution = Execution(entry, call, operation, self.scheduler)
+        task = asyncio.ensure_future(b.execute(execution))
+        b.tasks[entry] = task
+        task.add_done_callback(lambda t: self.ended(b, entry, t))
+
+    def ended(self, b: _Batch, entry: str, task: asyncio.Task[Any]) -> None:
+        b.tasks.pop(entry, None)
+        if task.cancelled():
+            outcome = EntryOutcome(entry, "cancelled")
+            self.scheduler.on_ended(entry, "failed")
+        elif task.exception() is not None:
+            outcome = EntryOutcome(entry, "failed", error=task.exception())
+            self.scheduler.on_ended(entry, "failed")
+        else:
+            outcome = EntryOutcome(entry, "ok", value=task.result())
+            self.scheduler.on_ended(entry, "ok")
+        b.record(outcome)
+        self.pump()
+
+
+_pumps: "WeakKeyDictionary[Scheduler, _Pump]" = WeakKeyDictionary()
+
+
+async def run_batch(
+    scheduler: Scheduler,
+    calls: list[Call],
+    execute: Callable[[Execution], Awaitable[Any]],
+    decide: Optional[Callable[[str, Call], Union[Decision, Awaitable[Decision]]]] = None,
+) -> list[CallOutcome]:
+    """Runs one batch to the end and returns each call's outcome in written order."""
+    pump = _pumps.get(scheduler)
+    if pump is None:
+        pump = _Pump(scheduler)
+        _pumps[scheduler] = pump
+    batch_id = scheduler.submit_batch(calls)
+    b = _Batch(batch_id, list(calls), execute)
+    for label in b.labels:
+        pump.by_entry[label] = b
+    try:
+        for c in calls:
+            for label in entry_labels(c):
+                decision: Any = decide(label, c) if decide else "approve"
+                if asyncio.iscoroutine(decision) or isinstance(decision, asyncio.Future):
+                    decision = await decision
+                if decision == "approve":
+                    scheduler.approve(label)
+                else:
+                    how = {"reject": "rejected", "skip": "skipped", "fail": "failed"}[decision]
+                    scheduler.settle(label, how)  # type: ignore[arg-type]
+                    b.record(EntryOutcome(label, "settled", reason=Reason(how)))  # type: ignore[arg-type]
+                pump.pump()
+        await asyncio.shield(b.done)
+    except asyncio.CancelledError:
+        _cancel(pump, b)
+        # Let every running execution report its end before the cancellation propagates.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(b.done)
+        raise
+    finally:
+        for label in b.labels:
+            pump.by_entry.pop(label, None)
+    return [CallOutcome(c.id, c.tool, [b.outcomes[l] for l in entry_labels(c)]) for c in calls]
+
+
+def _cancel(pump: _Pump, b: _Batch) -> None:
+    if b.cancelled:
+        return
+    b.cancelled = True
+    pump.scheduler.cancel_batch(b.batch)
+    for task in list(b.tasks.values()):
+        task.cancel()
+    pump.pump()
