@@ -6,8 +6,12 @@
 //! - `pin [--update]`: compares that WIT with `tests/snapshots/component.wit`.
 //! - `simulate [ARGS]`: builds, then runs `host-harness simulate ARGS` (the embedded default
 //!   without arguments).
+//! - `js`: builds the JS/TS package (`npm ci` when needed, jco transpile, tsc) in `hosts/js`.
+//! - `py`: makes `target/py-venv` and installs the Python package (with the component) into it.
+//! - `playground [PORT]`: builds the JS package and serves the playground on 127.0.0.1.
 //! - `test`: every check CI runs: fmt, clippy, docs, the engine's tests, the component build,
-//!   the harness running the corpus through the component, and the import pin.
+//!   the harness running the corpus through the component, the import pin, the Node corpus and
+//!   driver tests, the playground in Chromium, and the Python corpus and driver tests.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -24,6 +28,9 @@ fn main() -> ExitCode {
         }
         Some("pin") => pin(args.iter().any(|a| a == "--update")),
         Some("simulate") => simulate(&args[1..]),
+        Some("js") => build_guest().and_then(|wasm| js(&wasm)),
+        Some("py") => build_guest().and_then(|wasm| py(&wasm).map(|_| ())),
+        Some("playground") => playground(args.get(1).map_or("8080", String::as_str)),
         Some("test") => test(),
         _ => Err(
             "usage: cargo xtask build-guest | wit [PATH] | pin [--update] | simulate [ARGS] | test"
@@ -218,8 +225,100 @@ fn test() -> Result<()> {
         .arg("--component")
         .arg(&wasm)
         .args(["cases", "tests/cases"]))?;
+    js(&wasm)?;
+    let js_dir = root().join("hosts/js");
+    run(Command::new("npm").args(["test"]).current_dir(&js_dir))?;
+    run(Command::new("node")
+        .args(["corpus/run-cases.mjs", "../../tests/cases"])
+        .current_dir(&js_dir))?;
+    ensure_chromium()?;
+    run(Command::new("node")
+        .args(["e2e/playground.mjs"])
+        .current_dir(&js_dir))?;
+    let python = py(&wasm)?;
+    run(Command::new(&python)
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "hosts/python/tests",
+        ])
+        .current_dir(root()))?;
     eprintln!("xtask: all checks passed");
     Ok(())
+}
+
+/// Installs the npm packages when they are missing, then builds `hosts/js/dist`.
+fn js(wasm: &Path) -> Result<()> {
+    let dir = root().join("hosts/js");
+    if !dir.join("node_modules/.bin/jco").exists() {
+        run(Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir))?;
+    }
+    run(Command::new("node")
+        .arg("build.mjs")
+        .env("TURNSTILE_WASM", wasm)
+        .current_dir(&dir))
+}
+
+/// Makes `target/py-venv` when missing and installs the package, with the component inside.
+/// Returns the venv's python.
+fn py(wasm: &Path) -> Result<PathBuf> {
+    let venv = target_dir().join("py-venv");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+    }
+    let package = root().join("hosts/python");
+    let shipped = package.join("src/turnstile/turnstile.wasm");
+    std::fs::copy(wasm, &shipped).map_err(|e| format!("{}: {e}", shipped.display()))?;
+    run(Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .arg(format!("{}[test]", package.display())))?;
+    // Reinstall the package itself every time: the component inside may have changed.
+    run(Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--force-reinstall",
+            "--no-deps",
+        ])
+        .arg(&package))?;
+    Ok(python)
+}
+
+/// The browser test needs Debian's Chromium; `.ci/run` installs it, and so does this when it
+/// can (as root with apt-get).
+fn ensure_chromium() -> Result<()> {
+    let path = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
+    if Path::new(&path).exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: {path} is missing; installing Debian's chromium");
+    run(Command::new("apt-get").arg("update"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "chromium"])
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+fn playground(port: &str) -> Result<()> {
+    let wasm = build_guest()?;
+    js(&wasm)?;
+    run(Command::new("node")
+        .args(["playground/serve.mjs", port])
+        .current_dir(root()))
 }
 
 #[cfg(test)]
