@@ -325,6 +325,42 @@ fn playground(port: &str) -> Result<()> {
 mod tests {
     use super::*;
 
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if path.is_dir() && name != "target" && name != "node_modules" && name != ".git" {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Tidy: every Rust file says what it is for in a `//!` header, and no test expects a panic.
+    #[test]
+    fn tidy() {
+        let mut files = Vec::new();
+        for dir in ["engine", "corpus", "guest", "host-harness", "xtask"] {
+            rust_files(&root().join(dir), &mut files);
+        }
+        assert!(files.len() > 10, "found only {} Rust files", files.len());
+        let mut problems = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            if !text.starts_with("//!") {
+                problems.push(format!("{}: does not start with a //! header", file.display()));
+            }
+            if text.contains(concat!("#[should", "_panic")) {
+                problems.push(format!("{}: uses should_panic", file.display()));
+            }
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
     /// The component imports nothing and exports exactly the pinned interfaces. Needs
     /// `cargo xtask build-guest` first (`cargo xtask test` does that).
     #[test]
