@@ -161,6 +161,10 @@ pub trait Subject {
     fn entry_event(&mut self, verb: &str, label: &str) -> Result<(), String>;
     /// `on-ended`.
     fn end(&mut self, label: &str, ok: bool) -> Result<(), String>;
+    /// `approve-many`.
+    fn approve_many(&mut self, labels: &[&str]) -> Result<(), String>;
+    /// `on-ended-many`, `(label, ok)` in order.
+    fn end_many(&mut self, ends: &[(&str, bool)]) -> Result<(), String>;
     /// `cancel-batch`.
     fn cancel(&mut self, batch: u32) -> Result<(), String>;
     /// `next-releases`, rendered: labels to start, and [`settle_line`]s.
@@ -457,16 +461,22 @@ impl Runner {
                 args.iter()
                     .try_for_each(|label| subject.entry_event(verb, label))
             }
+            "approve-many" => subject.approve_many(&args),
+            "end-many" => {
+                let mut ends = Vec::with_capacity(args.len());
+                for arg in &args {
+                    let Some((label, outcome)) = arg.split_once('=') else {
+                        return Err(format!("expected LABEL=ok|failed, got {arg:?}"));
+                    };
+                    ends.push((label, outcome_ok(outcome)?));
+                }
+                subject.end_many(&ends)
+            }
             "end" => {
                 let [label, outcome] = args.as_slice() else {
                     return Err("expected `end LABEL ok|failed`".to_owned());
                 };
-                let ok = match *outcome {
-                    "ok" => true,
-                    "failed" | "err" | "error" => false,
-                    other => return Err(format!("bad outcome {other:?}")),
-                };
-                subject.end(label, ok)
+                subject.end(label, outcome_ok(outcome)?)
             }
             "cancel" => {
                 let batch = self.batch(args.first().copied())?;
@@ -506,6 +516,14 @@ impl Runner {
             ));
         }
         Ok(())
+    }
+}
+
+fn outcome_ok(word: &str) -> Result<bool, String> {
+    match word {
+        "ok" => Ok(true),
+        "failed" | "err" | "error" => Ok(false),
+        other => Err(format!("bad outcome {other:?}")),
     }
 }
 

@@ -126,6 +126,22 @@ impl Subject for Native {
             .map_err(|e| e.code.as_str().to_owned())
     }
 
+    fn approve_many(&mut self, labels: &[&str]) -> Result<(), String> {
+        self.sched()
+            .approve_many(labels)
+            .map_err(|e| e.code.as_str().to_owned())
+    }
+
+    fn end_many(&mut self, ends: &[(&str, bool)]) -> Result<(), String> {
+        let ends: Vec<(&str, Outcome)> = ends
+            .iter()
+            .map(|&(l, ok)| (l, if ok { Outcome::Ok } else { Outcome::Failed }))
+            .collect();
+        self.sched()
+            .on_ended_many(&ends)
+            .map_err(|e| e.code.as_str().to_owned())
+    }
+
     fn cancel(&mut self, batch: u32) -> Result<(), String> {
         self.sched()
             .cancel_batch(BatchId(batch))

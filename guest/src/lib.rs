@@ -100,6 +100,24 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
             .map_err(convert::error)
     }
 
+    fn approve_many(&self, entries: Vec<String>) -> Result<(), wit_scheduler::Error> {
+        self.inner
+            .borrow_mut()
+            .approve_many(&entries)
+            .map_err(convert::error)
+    }
+
+    fn on_ended_many(&self, ends: Vec<wit_scheduler::Ended>) -> Result<(), wit_scheduler::Error> {
+        let ends: Vec<(String, _)> = ends
+            .into_iter()
+            .map(|e| (e.entry, convert::outcome(e.outcome)))
+            .collect();
+        self.inner
+            .borrow_mut()
+            .on_ended_many(&ends)
+            .map_err(convert::error)
+    }
+
     fn settle(
         &self,
         entry: String,

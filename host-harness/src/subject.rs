@@ -204,6 +204,26 @@ impl Subject for ComponentSubject {
         self.sched_call(|i, st, s| i.call_on_ended(st, s, label, outcome))
     }
 
+    fn approve_many(&mut self, labels: &[&str]) -> Result<(), String> {
+        let labels: Vec<String> = labels.iter().map(|l| (*l).to_owned()).collect();
+        self.sched_call(|i, st, s| i.call_approve_many(st, s, &labels))
+    }
+
+    fn end_many(&mut self, ends: &[(&str, bool)]) -> Result<(), String> {
+        let ends: Vec<ws::Ended> = ends
+            .iter()
+            .map(|&(entry, ok)| ws::Ended {
+                entry: entry.to_owned(),
+                outcome: if ok {
+                    ws::Outcome::Ok
+                } else {
+                    ws::Outcome::Failed
+                },
+            })
+            .collect();
+        self.sched_call(|i, st, s| i.call_on_ended_many(st, s, &ends))
+    }
+
     fn cancel(&mut self, batch: u32) -> Result<(), String> {
         self.sched_call(|i, st, s| i.call_cancel_batch(st, s, batch))
     }

@@ -352,7 +352,10 @@ mod tests {
         for file in &files {
             let text = std::fs::read_to_string(file).unwrap_or_default();
             if !text.starts_with("//!") {
-                problems.push(format!("{}: does not start with a //! header", file.display()));
+                problems.push(format!(
+                    "{}: does not start with a //! header",
+                    file.display()
+                ));
             }
             if text.contains(concat!("#[should", "_panic")) {
                 problems.push(format!("{}: uses should_panic", file.display()));

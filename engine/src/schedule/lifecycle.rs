@@ -150,8 +150,29 @@ impl Event {
     }
 }
 
-/// The transition table. `label` names the entry in the error.
-pub(crate) fn next(state: State, event: Event, label: &str) -> Result<State, Error> {
+/// An event that is illegal in the current state; the caller names the entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Illegal {
+    code: ErrorCode,
+    event: Event,
+    state: State,
+}
+
+impl Illegal {
+    pub(crate) fn error(self, label: &str) -> Error {
+        Error::new(
+            self.code,
+            format!(
+                "cannot {} {label}: it is {}",
+                self.event.verb(),
+                self.state.name()
+            ),
+        )
+    }
+}
+
+/// The transition table.
+pub(crate) fn next(state: State, event: Event) -> Result<State, Illegal> {
     use State as S;
     let next = match (state, event) {
         (S::Pending, Event::Approve) => S::Approved,
@@ -175,10 +196,7 @@ pub(crate) fn next(state: State, event: Event, label: &str) -> Result<State, Err
                 (_, Event::Answer) => ErrorCode::NotAsking,
                 _ => ErrorCode::NotRunning,
             };
-            return Err(Error::new(
-                code,
-                format!("cannot {} {label}: it is {}", event.verb(), state.name()),
-            ));
+            return Err(Illegal { code, event, state });
         }
     };
     Ok(next)

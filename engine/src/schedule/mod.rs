@@ -324,11 +324,46 @@ impl Scheduler {
         self.transition(e, Event::Answer)
     }
 
+    /// Approves several pending entries in order, all or nothing: when one is unknown, not
+    /// pending, or listed twice, nothing changes and the error names its position.
+    pub fn approve_many<S: AsRef<str>>(&mut self, entries: &[S]) -> Result<(), Error> {
+        let ids = self.check_many(entries.iter().map(|s| (s.as_ref(), Event::Approve)))?;
+        let mark = self.mark();
+        for e in ids {
+            self.set_state(e, Event::Approve);
+            self.decided(e);
+        }
+        self.finish_event(mark);
+        Ok(())
+    }
+
+    /// Reports several ends in order, all or nothing, like [`Scheduler::approve_many`].
+    pub fn on_ended_many<S: AsRef<str>>(&mut self, ends: &[(S, Outcome)]) -> Result<(), Error> {
+        let ids = self.check_many(
+            ends.iter()
+                .map(|(s, outcome)| (s.as_ref(), Event::End(*outcome))),
+        )?;
+        let mark = self.mark();
+        for (e, (_, outcome)) in ids.into_iter().zip(ends) {
+            self.set_state(e, Event::End(*outcome));
+            self.ended(e, *outcome);
+        }
+        self.finish_event(mark);
+        Ok(())
+    }
+
     /// A running (or asking) execution ended; its slot is freed.
     pub fn on_ended(&mut self, entry: &str, outcome: Outcome) -> Result<(), Error> {
         let e = self.find(entry)?;
         self.transition(e, Event::End(outcome))?;
         let mark = self.mark();
+        self.ended(e, outcome);
+        self.finish_event(mark);
+        Ok(())
+    }
+
+    /// The effects of an end: the slot is freed and a failure is recorded.
+    fn ended(&mut self, e: u32, outcome: Outcome) {
         if let Some(k) = self.entry(e).key {
             if let Some(key) = self.keys.get_mut(k as usize) {
                 debug_assert!(key.running > 0);
@@ -339,8 +374,26 @@ impl Scheduler {
         if outcome == Outcome::Failed {
             self.record_failure(e);
         }
-        self.finish_event(mark);
-        Ok(())
+    }
+
+    /// Resolves every label and checks that its event is legal, applying them in order on a
+    /// scratch copy of the states, so that a label listed twice fails like its second
+    /// application would. Changes nothing.
+    fn check_many<'a>(
+        &self,
+        events: impl Iterator<Item = (&'a str, Event)>,
+    ) -> Result<Vec<u32>, Error> {
+        let mut scratch: HashMap<u32, State> = HashMap::new();
+        let mut ids = Vec::with_capacity(events.size_hint().0);
+        for (i, (label, event)) in events.enumerate() {
+            let at = |e: Error| Error::new(e.code, format!("item {i}: {}", e.message));
+            let e = self.find(label).map_err(at)?;
+            let state = scratch.get(&e).copied().unwrap_or(self.entry(e).state);
+            let next = lifecycle::next(state, event).map_err(|ill| at(ill.error(label)))?;
+            scratch.insert(e, next);
+            ids.push(e);
+        }
+        Ok(ids)
     }
 
     /// Cancels a batch: its pending and approved entries are settled as cancelled. Running
@@ -626,16 +679,20 @@ impl Scheduler {
 
     /// Applies a host event, or returns the error and changes nothing.
     fn transition(&mut self, e: u32, event: Event) -> Result<(), Error> {
-        let label = self.label(EntryId(e));
-        let entry = &mut self.entries[e as usize];
-        entry.state = lifecycle::next(entry.state, event, &label)?;
-        Ok(())
+        let state = self.entry(e).state;
+        match lifecycle::next(state, event) {
+            Ok(next) => {
+                self.entries[e as usize].state = next;
+                Ok(())
+            }
+            Err(illegal) => Err(illegal.error(&self.label(EntryId(e)))),
+        }
     }
 
     /// Applies an event the scheduler decided; its legality is our invariant.
     fn set_state(&mut self, e: u32, event: Event) {
         let entry = &mut self.entries[e as usize];
-        let next = lifecycle::next(entry.state, event, "");
+        let next = lifecycle::next(entry.state, event);
         debug_assert!(next.is_ok(), "illegal internal transition {event:?}");
         if let Ok(state) = next {
             entry.state = state;

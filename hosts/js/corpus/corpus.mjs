@@ -162,6 +162,16 @@ export async function runCase(caseData, turnstile) {
           error = codeOf(() => verbs[verb](sched, label));
           if (error) break;
         }
+      } else if (verb === 'approve-many') {
+        error = codeOf(() => sched.approveMany(args));
+      } else if (verb === 'end-many') {
+        const ends = args.map((a) => {
+          const [entry, word] = a.split('=');
+          const outcome = word === 'ok' ? 'ok' : ['failed', 'err', 'error'].includes(word) ? 'failed' : null;
+          if (!outcome) throw new Error(`expected LABEL=ok|failed, got ${a}`);
+          return { entry, outcome };
+        });
+        error = codeOf(() => sched.onEndedMany(ends));
       } else if (verb === 'end') {
         if (args.length !== 2) throw new Error('expected `end LABEL ok|failed`');
         const outcome = args[1] === 'ok' ? 'ok' : ['failed', 'err', 'error'].includes(args[1]) ? 'failed' : null;

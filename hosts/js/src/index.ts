@@ -167,6 +167,14 @@ export class Scheduler {
   approve(entry: string): void {
     call(() => this.#raw.approve(entry));
   }
+  /** Approves several entries in one crossing, all or nothing. */
+  approveMany(entries: string[]): void {
+    call(() => this.#raw.approveMany(entries));
+  }
+  /** Reports several ends in one crossing, all or nothing. */
+  onEndedMany(ends: { entry: string; outcome: Outcome }[]): void {
+    call(() => this.#raw.onEndedMany(ends));
+  }
   settle(entry: string, how: HostSettle): void {
     call(() => this.#raw.settle(entry, how));
   }

@@ -152,6 +152,12 @@ def run_case(case: dict, instance: Instance) -> None:
                     err = code_of(lambda: verbs[verb](sched, label))
                     if err:
                         break
+            elif verb == "approve-many":
+                err = code_of(lambda: sched.approve_many(args))
+            elif verb == "end-many":
+                outcomes = {"ok": "ok", "failed": "failed", "err": "failed", "error": "failed"}
+                ends = [(a.split("=")[0], outcomes[a.split("=")[1]]) for a in args]
+                err = code_of(lambda: sched.on_ended_many(ends))
             elif verb == "end":
                 label, outcome = args
                 outcome = {"ok": "ok", "failed": "failed", "err": "failed", "error": "failed"}[outcome]

@@ -138,6 +138,15 @@ class Scheduler:
     def approve(self, entry: str) -> None:
         _raise_if_error(self._f("approve")(self._resource, entry))
 
+    def approve_many(self, entries: Sequence[str]) -> None:
+        """Approves several entries in one crossing, all or nothing."""
+        _raise_if_error(self._f("approve-many")(self._resource, list(entries)))
+
+    def on_ended_many(self, ends: Sequence[tuple[str, Outcome]]) -> None:
+        """Reports several ends in one crossing, all or nothing."""
+        wit = [SimpleNamespace(entry=e, outcome=o) for e, o in ends]
+        _raise_if_error(self._f("on-ended-many")(self._resource, wit))
+
     def settle(self, entry: str, how: HostSettle) -> None:
         _raise_if_error(self._f("settle")(self._resource, entry, how))
 
