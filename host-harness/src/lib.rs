@@ -29,33 +29,112 @@ pub use bindings::exports::turnstile::scheduler::admission as wit_admission;
 pub use bindings::exports::turnstile::scheduler::config as wit_config;
 pub use bindings::exports::turnstile::scheduler::scheduler as wit_scheduler;
 
+/// What a host should cap: the guest's linear memory, and optionally the work one call may do
+/// (wasmtime fuel, roughly one unit per instruction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of linear memory the instance may grow to.
+    pub memory_bytes: usize,
+    /// Fuel each store starts with; `None` turns fuel metering off (it costs some speed).
+    pub fuel: Option<u64>,
+}
+
+impl Default for Limits {
+    /// 256 MiB of memory (enough for `ENTRIES_MAX` entries), no fuel.
+    fn default() -> Self {
+        Self {
+            memory_bytes: 256 << 20,
+            fuel: None,
+        }
+    }
+}
+
+/// The store's data: the resource limiter, which also records the peak memory size.
+#[derive(Debug)]
+pub struct HostState {
+    memory_max: usize,
+    memory_peak: usize,
+}
+
+impl HostState {
+    /// The largest linear memory size the instance reached, in bytes.
+    pub fn memory_peak(&self) -> usize {
+        self.memory_peak
+    }
+}
+
+impl wasmtime::ResourceLimiter for HostState {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_max {
+            return Ok(false);
+        }
+        self.memory_peak = self.memory_peak.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
 /// A compiled component, ready to instantiate many times.
 pub struct Harness {
     engine: Engine,
-    pre: bindings::TurnstilePre<()>,
+    pre: bindings::TurnstilePre<HostState>,
+    limits: Limits,
 }
 
 /// One store with one instance of the component.
 pub struct Instance {
     /// The store; every call takes it.
-    pub store: Store<()>,
+    pub store: Store<HostState>,
     /// The instance's exports.
     pub exports: bindings::Turnstile,
 }
 
 impl Harness {
-    /// Compiles the component at `path`. It imports nothing, so the linker stays empty.
+    /// Compiles the component at `path` with the default [`Limits`]. It imports nothing, so
+    /// the linker stays empty.
     pub fn load(path: &Path) -> wasmtime::Result<Self> {
-        let engine = Engine::new(&Config::new())?;
+        Self::load_with(path, Limits::default())
+    }
+
+    /// Compiles the component at `path` with the given limits.
+    pub fn load_with(path: &Path, limits: Limits) -> wasmtime::Result<Self> {
+        let mut config = Config::new();
+        config.consume_fuel(limits.fuel.is_some());
+        let engine = Engine::new(&config)?;
         let component = Component::from_file(&engine, path)?;
-        let linker: Linker<()> = Linker::new(&engine);
+        let linker: Linker<HostState> = Linker::new(&engine);
         let pre = bindings::TurnstilePre::new(linker.instantiate_pre(&component)?)?;
-        Ok(Self { engine, pre })
+        Ok(Self {
+            engine,
+            pre,
+            limits,
+        })
     }
 
     /// A fresh store and instance.
     pub fn instance(&self) -> wasmtime::Result<Instance> {
-        let mut store = Store::new(&self.engine, ());
+        let state = HostState {
+            memory_max: self.limits.memory_bytes,
+            memory_peak: 0,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| s);
+        if let Some(fuel) = self.limits.fuel {
+            store.set_fuel(fuel)?;
+        }
         let exports = self.pre.instantiate(&mut store)?;
         Ok(Instance { store, exports })
     }

@@ -164,7 +164,7 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
 
 fn key_of(
     iface: &ws::GuestScheduler<'_>,
-    store: &mut wasmtime::Store<()>,
+    store: &mut wasmtime::Store<crate::HostState>,
     sched: ResourceAny,
     batches: &[u32],
     label: &str,

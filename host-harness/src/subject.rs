@@ -62,7 +62,7 @@ impl ComponentSubject {
         &mut self,
         f: impl FnOnce(
             &ws::GuestScheduler<'_>,
-            &mut wasmtime::Store<()>,
+            &mut wasmtime::Store<crate::HostState>,
             ResourceAny,
         ) -> wasmtime::Result<Result<(), ws::Error>>,
     ) -> Result<(), String> {
@@ -81,7 +81,7 @@ impl ComponentSubject {
         &mut self,
         f: impl FnOnce(
             &wa::GuestAdmission<'_>,
-            &mut wasmtime::Store<()>,
+            &mut wasmtime::Store<crate::HostState>,
             ResourceAny,
         ) -> wasmtime::Result<Result<(), wa::Error>>,
     ) -> Result<(), String> {

@@ -28,7 +28,9 @@ fn main() -> ExitCode {
         }
         Some("pin") => pin(args.iter().any(|a| a == "--update")),
         Some("simulate") => simulate(&args[1..]),
-        Some("js") => build_guest().and_then(|wasm| js(&wasm)),
+        Some("js") => js_deps()
+            .and_then(|()| build_guest())
+            .and_then(|wasm| js(&wasm)),
         Some("py") => build_guest().and_then(|wasm| py(&wasm).map(|_| ())),
         Some("playground") => playground(args.get(1).map_or("8080", String::as_str)),
         Some("test") => test(),
@@ -92,7 +94,29 @@ fn build_guest() -> Result<PathBuf> {
         "--target",
         "wasm32-unknown-unknown",
     ]))?;
-    let core = target_dir().join("wasm32-unknown-unknown/wasm/turnstile_guest.wasm");
+    let mut core = target_dir().join("wasm32-unknown-unknown/wasm/turnstile_guest.wasm");
+    // binaryen's wasm-opt (it comes with jco's npm install) shrinks the core module by a sixth;
+    // without it the component is larger but behaves the same.
+    let wasm_opt = root().join("hosts/js/node_modules/.bin/wasm-opt");
+    if wasm_opt.exists() {
+        let optimized = target_dir().join("turnstile.opt.core.wasm");
+        run(Command::new(&wasm_opt)
+            .args(["-Oz", "--enable-bulk-memory", "--enable-sign-ext"])
+            .args([
+                "--enable-nontrapping-float-to-int",
+                "--enable-mutable-globals",
+            ])
+            .args(["--enable-multivalue", "--enable-reference-types"])
+            .arg(&core)
+            .arg("-o")
+            .arg(&optimized))?;
+        core = optimized;
+    } else {
+        eprintln!(
+            "xtask: {} is missing (run `npm ci` in hosts/js); the component is not size-optimized",
+            wasm_opt.display()
+        );
+    }
     let bytes = std::fs::read(&core).map_err(|e| format!("{}: {e}", core.display()))?;
     let component = wit_component::ComponentEncoder::default()
         .module(&bytes)
@@ -176,6 +200,7 @@ fn simulate(args: &[String]) -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    js_deps()?;
     let wasm = build_guest()?;
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args([
@@ -250,14 +275,21 @@ fn test() -> Result<()> {
     Ok(())
 }
 
-/// Installs the npm packages when they are missing, then builds `hosts/js/dist`.
-fn js(wasm: &Path) -> Result<()> {
+/// Installs the npm packages of `hosts/js` when they are missing.
+fn js_deps() -> Result<()> {
     let dir = root().join("hosts/js");
-    if !dir.join("node_modules/.bin/jco").exists() {
-        run(Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&dir))?;
+    if dir.join("node_modules/.bin/jco").exists() {
+        return Ok(());
     }
+    run(Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(&dir))
+}
+
+/// Builds `hosts/js/dist` (installing the npm packages first when they are missing).
+fn js(wasm: &Path) -> Result<()> {
+    js_deps()?;
+    let dir = root().join("hosts/js");
     run(Command::new("node")
         .arg("build.mjs")
         .env("TURNSTILE_WASM", wasm)
@@ -314,6 +346,7 @@ fn ensure_chromium() -> Result<()> {
 }
 
 fn playground(port: &str) -> Result<()> {
+    js_deps()?;
     let wasm = build_guest()?;
     js(&wasm)?;
     run(Command::new("node")

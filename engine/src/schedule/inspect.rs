@@ -83,7 +83,7 @@ impl Scheduler {
             out.push(EntryStatus {
                 entry: EntryId(e),
                 label: self.label(EntryId(e)),
-                tool: call.tool.clone(),
+                tool: self.tool_name(call.tool).to_owned(),
                 key: entry.key.map(|k| self.keys[k as usize].name.clone()),
                 state: entry.state,
                 wait,

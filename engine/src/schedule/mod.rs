@@ -50,6 +50,7 @@
 mod error;
 mod inspect;
 mod lifecycle;
+mod names;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -60,6 +61,7 @@ pub use lifecycle::{HostSettle, Outcome, Reason, State};
 use crate::config::{OnError, Policy, ToolPolicy};
 use crate::limits::{CALLS_PER_BATCH_MAX, ENTRIES_MAX, NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
 use lifecycle::Event;
+use names::{CallIds, FxHashMap};
 
 /// One call of a batch, as the model wrote it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,16 +138,25 @@ struct Entry {
     state: State,
 }
 
+/// A call; its id is in [`CallIds`] under the same number.
 #[derive(Debug)]
 struct CallRec {
-    id: String,
-    tool: String,
     batch: u32,
     first: u32,
     count: u32,
+    tool: u32,
+    first_failed: Option<u32>,
     fan_out: bool,
     stop: bool,
-    first_failed: Option<u32>,
+}
+
+/// A tool as submitted calls name it, with its policy resolved once.
+#[derive(Debug)]
+struct ToolRec {
+    name: String,
+    key: Option<u32>,
+    fan_out: bool,
+    stop: bool,
 }
 
 #[derive(Debug)]
@@ -177,10 +188,12 @@ pub struct Scheduler {
     policy: Policy,
     entries: Vec<Entry>,
     calls: Vec<CallRec>,
-    call_index: HashMap<String, u32>,
+    ids: CallIds,
+    tools: Vec<ToolRec>,
+    tool_index: FxHashMap<String, u32>,
     batches: Vec<BatchRec>,
     keys: Vec<KeyRec>,
-    key_index: HashMap<String, u32>,
+    key_index: FxHashMap<String, u32>,
     dirty: Vec<u32>,
     started: Vec<u32>,
     settled: Vec<u32>,
@@ -193,10 +206,12 @@ impl Scheduler {
             policy,
             entries: Vec::new(),
             calls: Vec::new(),
-            call_index: HashMap::new(),
+            ids: CallIds::default(),
+            tools: Vec::new(),
+            tool_index: FxHashMap::default(),
             batches: Vec::new(),
             keys: Vec::new(),
-            key_index: HashMap::new(),
+            key_index: FxHashMap::default(),
             dirty: Vec::new(),
             started: Vec::new(),
             settled: Vec::new(),
@@ -224,14 +239,14 @@ impl Scheduler {
             keys: Vec::new(),
         };
         self.entries.reserve(total as usize);
+        self.calls.reserve(calls.len());
+        self.ids.reserve(calls.len());
         for call in calls {
-            let policy = self.tool_policy(&call.tool);
-            let key = policy
-                .concurrency
-                .as_ref()
-                .map(|c| (c.key.as_str().to_owned(), c.limit.get()));
-            let stop = policy.on_error == OnError::Stop;
-            let key = key.map(|(name, limit)| self.intern_key(name, limit));
+            let tool = self.intern_tool(&call.tool);
+            let (key, stop) = match self.tools.get(tool as usize) {
+                Some(t) => (t.key, t.stop),
+                None => (None, false),
+            };
             if let Some(k) = key
                 && !rec.keys.contains(&k)
             {
@@ -265,16 +280,16 @@ impl Scheduler {
                     state,
                 });
             }
-            self.call_index.insert(call.id.clone(), call_no);
+            let pushed = self.ids.push(&call.id);
+            debug_assert_eq!(pushed, call_no);
             self.calls.push(CallRec {
-                id: call.id.clone(),
-                tool: call.tool.clone(),
                 batch,
                 first,
                 count,
+                tool,
+                first_failed: if stop { first_failed } else { None },
                 fan_out: call.operations.is_some(),
                 stop,
-                first_failed: if stop { first_failed } else { None },
             });
         }
         let open_now = rec.pending == 0;
@@ -460,10 +475,11 @@ impl Scheduler {
         let Some(call) = self.calls.get(e.call as usize) else {
             return String::new();
         };
+        let id = self.ids.id(e.call);
         if call.fan_out {
-            format!("{}#{}", call.id, entry.0 - call.first)
+            format!("{id}#{}", entry.0 - call.first)
         } else {
-            call.id.clone()
+            id.to_owned()
         }
     }
 
@@ -499,8 +515,8 @@ impl Scheduler {
                     })
                     .collect();
                 calls.push(Call {
-                    id: call.id.clone(),
-                    tool: call.tool.clone(),
+                    id: self.ids.id(c).to_owned(),
+                    tool: self.tool_name(call.tool).to_owned(),
                     operations: call.fan_out.then_some(call.count),
                     finished,
                 });
@@ -514,11 +530,35 @@ impl Scheduler {
 
     // ---- internals -------------------------------------------------------------------------
 
-    fn tool_policy(&self, tool: &str) -> ToolPolicy {
-        self.policy
-            .tool(tool)
+    /// The tool's number, resolving its policy the first time a call names it.
+    fn intern_tool(&mut self, name: &str) -> u32 {
+        if let Some(&t) = self.tool_index.get(name) {
+            return t;
+        }
+        let policy = self
+            .policy
+            .tool(name)
             .cloned()
-            .unwrap_or_else(|| ToolPolicy::unconfigured(tool))
+            .unwrap_or_else(|| ToolPolicy::unconfigured(name));
+        let key = policy
+            .concurrency
+            .as_ref()
+            .map(|c| self.intern_key(c.key.as_str().to_owned(), c.limit.get()));
+        let t = self.tools.len() as u32;
+        self.tools.push(ToolRec {
+            name: name.to_owned(),
+            key,
+            fan_out: policy.fan_out,
+            stop: policy.on_error == OnError::Stop,
+        });
+        self.tool_index.insert(name.to_owned(), t);
+        t
+    }
+
+    fn tool_name(&self, tool: u32) -> &str {
+        self.tools
+            .get(tool as usize)
+            .map_or("", |t| t.name.as_str())
     }
 
     /// Validates a batch completely before anything changes. Returns its entry count.
@@ -538,18 +578,22 @@ impl Scheduler {
                 ),
             ));
         }
-        let mut ids: HashMap<&str, ()> = HashMap::with_capacity(calls.len());
+        let mut ids: FxHashMap<&str, ()> = FxHashMap::default();
+        ids.reserve(calls.len());
         let mut total: u64 = 0;
         for call in calls {
             check_name("call id", &call.id, true)?;
             check_name("tool name", &call.tool, false)?;
-            if self.call_index.contains_key(&call.id) || ids.insert(&call.id, ()).is_some() {
+            if self.ids.get(&call.id).is_some() || ids.insert(&call.id, ()).is_some() {
                 return Err(Error::new(
                     ErrorCode::DuplicateId,
                     format!("call id {:?} is already used", call.id),
                 ));
             }
-            let fan_out = self.policy.tool(&call.tool).is_some_and(|t| t.fan_out);
+            let fan_out = match self.tool_index.get(call.tool.as_str()) {
+                Some(&t) => self.tools.get(t as usize).is_some_and(|t| t.fan_out),
+                None => self.policy.tool(&call.tool).is_some_and(|t| t.fan_out),
+            };
             let count = match call.operations {
                 None => {
                     if !call.finished.is_empty() {
@@ -649,7 +693,7 @@ impl Scheduler {
             Some((id, op)) => (id, Some(op.parse::<u32>().map_err(|_| unknown())?)),
             None => (label, None),
         };
-        let &c = self.call_index.get(id).ok_or_else(unknown)?;
+        let c = self.ids.get(id).ok_or_else(unknown)?;
         let call = self.calls.get(c as usize).ok_or_else(unknown)?;
         match (call.fan_out, op) {
             (false, None) => Ok(call.first),
@@ -711,10 +755,15 @@ impl Scheduler {
             }
             self.walk(k);
         }
-        if let Some(tail) = self.started.get_mut(mark.0..) {
+        // Within one input, output is in (batch, written) order; it usually already is.
+        if let Some(tail) = self.started.get_mut(mark.0..)
+            && !tail.is_sorted()
+        {
             tail.sort_unstable();
         }
-        if let Some(tail) = self.settled.get_mut(mark.1..) {
+        if let Some(tail) = self.settled.get_mut(mark.1..)
+            && !tail.is_sorted()
+        {
             tail.sort_unstable();
         }
     }

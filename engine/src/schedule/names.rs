@@ -1,0 +1,140 @@
+//! Call ids and tool names, each stored once. Call ids live in one text arena, found through a
+//! map from their 64-bit hash (a second map holds the astronomically rare colliding ids), so a
+//! queued plain call costs a few bytes beyond its id, not two heap strings.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// rustc's Fx hash: fast on short keys. Keys here come from the host, which is trusted with its
+/// own scheduler; there is no cross-tenant flooding to defend against.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher(u64);
+
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    /// Fx leaves the low bits weak (they depend only on the low input bits, and short ids
+    /// differ mostly in their high bytes), while hash tables index by the low bits: finish
+    /// with murmur3's avalanche so every bit counts.
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+}
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
+    }
+}
+
+pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
+pub(crate) type FxHashMap<K, V> = HashMap<K, V, FxBuild>;
+
+/// A key that already is a hash: passed through.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct PassHasher(u64);
+
+impl Hasher for PassHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+fn hash(id: &str) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(id.as_bytes());
+    h.finish()
+}
+
+/// Call ids by call number.
+#[derive(Debug, Default)]
+pub(crate) struct CallIds {
+    text: String,
+    spans: Vec<(u32, u32)>,
+    by_hash: HashMap<u64, u32, BuildHasherDefault<PassHasher>>,
+    collisions: HashMap<Box<str>, u32>,
+}
+
+impl CallIds {
+    /// The call number of `id`.
+    pub(crate) fn get(&self, id: &str) -> Option<u32> {
+        let &call = self.by_hash.get(&hash(id))?;
+        if self.id(call) == id {
+            return Some(call);
+        }
+        self.collisions.get(id).copied()
+    }
+
+    /// Adds `id` as the next call number. The caller checked that it is new.
+    pub(crate) fn push(&mut self, id: &str) -> u32 {
+        let call = self.spans.len() as u32;
+        let start = self.text.len() as u32;
+        self.text.push_str(id);
+        self.spans.push((start, id.len() as u32));
+        let h = hash(id);
+        if self.by_hash.contains_key(&h) {
+            self.collisions.insert(id.into(), call);
+        } else {
+            self.by_hash.insert(h, call);
+        }
+        call
+    }
+
+    /// The id of call number `call`.
+    pub(crate) fn id(&self, call: u32) -> &str {
+        let Some(&(start, len)) = self.spans.get(call as usize) else {
+            return "";
+        };
+        self.text
+            .get(start as usize..(start + len) as usize)
+            .unwrap_or("")
+    }
+
+    /// Reserves room for `calls` more ids.
+    pub(crate) fn reserve(&mut self, calls: usize) {
+        self.spans.reserve(calls);
+        self.by_hash.reserve(calls);
+    }
+}
