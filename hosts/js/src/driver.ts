@@ -44,6 +44,8 @@ export interface RunOptions {
 interface BatchRun {
   batch: number;
   calls: CallInput[];
+  /** Each entry's call and operation index. */
+  entries: Map<string, readonly [CallInput, number | undefined]>;
   execute: (execution: Execution) => Promise<unknown>;
   outcomes: Map<string, EntryOutcome>;
   total: number;
@@ -70,6 +72,7 @@ export class Driver {
       const run: BatchRun = {
         batch,
         calls,
+        entries: new Map(calls.flatMap((c) => entryLabels(c).map((label, i) => [label, [c, c.operations === undefined ? undefined : i] as const]))),
         execute,
         outcomes: new Map(),
         total: labels.length,
@@ -88,6 +91,12 @@ export class Driver {
   }
 
   async #decideAll(run: BatchRun, labels: (readonly [string, CallInput])[], options: RunOptions): Promise<void> {
+    if (!options.decide) {
+      // Everything approved: one crossing for the whole batch.
+      this.scheduler.approveMany(labels.map(([label]) => label));
+      this.#pump();
+      return;
+    }
     for (const [label, c] of labels) {
       if (run.cancelled) return;
       const decision = options.decide ? await options.decide(label, c) : 'approve';
@@ -124,10 +133,7 @@ export class Driver {
   }
 
   #start(run: BatchRun, entry: string): void {
-    const hash = entry.lastIndexOf('#');
-    const id = hash >= 0 ? entry.slice(0, hash) : entry;
-    const c = run.calls.find((x) => x.id === id) ?? { id, tool: '' };
-    const operation = c.operations === undefined ? undefined : Number(entry.slice(hash + 1));
+    const [c, operation] = run.entries.get(entry) ?? [{ id: entry, tool: '' }, undefined];
     const scheduler = this.scheduler;
     const execution: Execution = {
       entry,
@@ -155,14 +161,24 @@ export class Driver {
     );
   }
 
+  /** Ends that arrived in this microtask turn, reported together in one crossing. */
+  #ends: { run: BatchRun; outcome: EntryOutcome }[] = [];
+
   #ended(run: BatchRun, entry: string, outcome: EntryOutcome): void {
+    this.#ends.push({ run, outcome });
+    if (this.#ends.length === 1) queueMicrotask(() => this.#flushEnds());
+  }
+
+  #flushEnds(): void {
+    const ends = this.#ends;
+    this.#ends = [];
     try {
-      this.scheduler.onEnded(entry, outcome.status === 'ok' ? 'ok' : 'failed');
+      this.scheduler.onEndedMany(ends.map(({ outcome }) => ({ entry: outcome.entry, outcome: outcome.status === 'ok' ? 'ok' : 'failed' })));
     } catch (error) {
-      run.reject(error);
+      for (const { run } of ends) run.reject(error);
       return;
     }
-    this.#record(run, outcome);
+    for (const { run, outcome } of ends) this.#record(run, outcome);
     this.#pump();
   }
 

@@ -87,6 +87,8 @@ class _Pump:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.by_entry: dict[str, _Batch] = {}
+        # Ends that arrived in this loop iteration, reported together in one crossing.
+        self.ends: list[tuple[_Batch, EntryOutcome, str]] = []
 
     def pump(self) -> None:
         r = self.scheduler.next_releases()
@@ -109,15 +111,20 @@ class _Pump:
     def ended(self, b: _Batch, entry: str, task: asyncio.Task[Any]) -> None:
         b.tasks.pop(entry, None)
         if task.cancelled():
-            outcome = EntryOutcome(entry, "cancelled")
-            self.scheduler.on_ended(entry, "failed")
+            outcome, how = EntryOutcome(entry, "cancelled"), "failed"
         elif task.exception() is not None:
-            outcome = EntryOutcome(entry, "failed", error=task.exception())
-            self.scheduler.on_ended(entry, "failed")
+            outcome, how = EntryOutcome(entry, "failed", error=task.exception()), "failed"
         else:
-            outcome = EntryOutcome(entry, "ok", value=task.result())
-            self.scheduler.on_ended(entry, "ok")
-        b.record(outcome)
+            outcome, how = EntryOutcome(entry, "ok", value=task.result()), "ok"
+        self.ends.append((b, outcome, how))
+        if len(self.ends) == 1:
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        ends, self.ends = self.ends, []
+        self.scheduler.on_ended_many([(o.entry, how) for _, o, how in ends])  # type: ignore[misc]
+        for b, outcome, _ in ends:
+            b.record(outcome)
         self.pump()
 
 
@@ -140,7 +147,11 @@ async def run_batch(
     for label in b.labels:
         pump.by_entry[label] = b
     try:
-        for c in calls:
+        if decide is None:
+            # Everything approved: one crossing for the whole batch.
+            scheduler.approve_many(b.labels)
+            pump.pump()
+        for c in calls if decide is not None else []:
             for label in entry_labels(c):
                 decision: Any = decide(label, c) if decide else "approve"
                 if asyncio.iscoroutine(decision) or isinstance(decision, asyncio.Future):
@@ -155,6 +166,8 @@ async def run_batch(
         await asyncio.shield(b.done)
     except asyncio.CancelledError:
         _cancel(pump, b)
+        if pump.ends:
+            pump.flush()
         # Let every running execution report its end before the cancellation propagates.
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(b.done)
