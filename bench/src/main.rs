@@ -9,6 +9,7 @@
 //!    entry and with the batched calls (`approve-many`, `on-ended-many`).
 //! 3. Footprint: component size, compile and instantiate times, bytes per queued execution.
 //! 4. Config: resolving 1,000 tools over 5 layers; the rendering of 100 errors.
+#![allow(clippy::disallowed_methods)] // a benchmark reads the clock; the engine never does
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
@@ -153,7 +154,7 @@ impl Workload {
             let mut in_batch = 0;
             while in_batch < 1000 && made < executions {
                 let k = id % keys;
-                if id % 2 == 0 || executions - made < 8 {
+                if id.is_multiple_of(2) || executions - made < 8 {
                     calls.push(Call::plain(format!("c{id}"), format!("t{k}")));
                     batch_labels.push(format!("c{id}"));
                     made += 1;
@@ -371,7 +372,7 @@ fn config_bench(harness: &Harness) -> Result<()> {
                 text.push_str(&format!(
                     "[conversation.tools.tool_{t}]\nsource = \"local\"\nrun = \"ask\"\nconcurrency = {{ key = \"k{}\", limit = {} }}\nfan_out = {{ on_error = \"continue\" }}\n",
                     t % 50,
-                    1 + (t % 50) % 3 + l * 0
+                    1 + (t % 50) % 3
                 ));
             }
             Layer::new(format!("layer{l}"), text)

@@ -113,11 +113,13 @@ impl CallIds {
         let start = self.text.len() as u32;
         self.text.push_str(id);
         self.spans.push((start, id.len() as u32));
-        let h = hash(id);
-        if self.by_hash.contains_key(&h) {
-            self.collisions.insert(id.into(), call);
-        } else {
-            self.by_hash.insert(h, call);
+        match self.by_hash.entry(hash(id)) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.collisions.insert(id.into(), call);
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(call);
+            }
         }
         call
     }
