@@ -91,12 +91,14 @@ fn run() -> Result<()> {
     let harness = Harness::load(&path).map_err(|e| format!("{}: {e:#}", path.display()))?;
     let w = Workload::new(100_000, 10);
     let native = best_of(3, || native_drive(&w));
-    let per_call = best_of(3, || {
-        component_drive(&harness, &w, false).unwrap_or(f64::NAN)
-    });
-    let batched = best_of(3, || {
-        component_drive(&harness, &w, true).unwrap_or(f64::NAN)
-    });
+    let drive = |mode| {
+        best_of(3, || {
+            component_drive(&harness, &w, mode).unwrap_or(f64::NAN)
+        })
+    };
+    let per_call = drive(Mode::PerCall);
+    let batched = drive(Mode::Batched);
+    let ids = drive(Mode::Ids);
     let per = |t: f64| t / w.executions as f64;
     println!("| driver | ns/execution | vs native |");
     println!("| --- | ---: | ---: |");
@@ -110,6 +112,11 @@ fn run() -> Result<()> {
         "| component, approve-many + on-ended-many | {:.0} | {:.2}x |",
         per(batched),
         batched / native
+    );
+    println!(
+        "| component, entry ids (approve-ids, next-release-ids, on-ended-ids) | {:.0} | {:.2}x |",
+        per(ids),
+        ids / native
     );
 
     println!("\n## 3. Footprint\n");
@@ -227,9 +234,19 @@ fn wit_calls(calls: &[Call]) -> Vec<ws::Call> {
         .collect()
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `approve` and `on-ended` once per entry.
+    PerCall,
+    /// `approve-many` and `on-ended-many` with labels.
+    Batched,
+    /// `approve-ids`, `next-release-ids` and `on-ended-ids`: no strings after submission.
+    Ids,
+}
+
 /// Drives the workload through the component; returns nanoseconds (instantiation, policy and
 /// the conversion of the workload to WIT values excluded).
-fn component_drive(harness: &Harness, w: &Workload, batched: bool) -> wasmtime::Result<f64> {
+fn component_drive(harness: &Harness, w: &Workload, mode: Mode) -> wasmtime::Result<f64> {
     let mut inst = harness.instance()?;
     let policy = resolve_policy(&mut inst, &w.policy_text)?;
     let wit: Vec<Vec<ws::Call>> = w.batches.iter().map(|c| wit_calls(c)).collect();
@@ -239,8 +256,26 @@ fn component_drive(harness: &Harness, w: &Workload, batched: bool) -> wasmtime::
     let s = iface.call_constructor(&mut *store, policy)?;
     let mut ended = 0usize;
     for (calls, labels) in wit.iter().zip(&w.labels) {
-        let _ = iface.call_submit_batch(&mut *store, s, calls)?;
-        if batched {
+        let batch = iface
+            .call_submit_batch(&mut *store, s, calls)?
+            .map_err(|e| wasmtime::format_err!("{}", e.message))?;
+        if mode == Mode::Ids {
+            let range = iface
+                .call_batch_entries(&mut *store, s, batch)?
+                .map_err(|e| wasmtime::format_err!("{}", e.message))?;
+            let all: Vec<u32> = (range.first..range.first + range.count).collect();
+            let _ = iface.call_approve_ids(&mut *store, s, &all)?;
+            loop {
+                let r = iface.call_next_release_ids(&mut *store, s)?;
+                if r.start.is_empty() {
+                    break;
+                }
+                ended += r.start.len();
+                let _ = iface.call_on_ended_ids(&mut *store, s, &r.start, &[])?;
+            }
+            continue;
+        }
+        if mode == Mode::Batched {
             let _ = iface.call_approve_many(&mut *store, s, labels)?;
         } else {
             for label in labels {
@@ -253,7 +288,7 @@ fn component_drive(harness: &Harness, w: &Workload, batched: bool) -> wasmtime::
                 break;
             }
             ended += r.start.len();
-            if batched {
+            if mode == Mode::Batched {
                 let ends: Vec<ws::Ended> = r
                     .start
                     .into_iter()

@@ -134,7 +134,7 @@ fn outcome_out(o: Outcome) -> ws::Outcome {
     }
 }
 
-fn reason(r: Reason) -> ws::Reason {
+pub(crate) fn reason(r: Reason) -> ws::Reason {
     match r {
         Reason::Rejected => ws::Reason::Rejected,
         Reason::Skipped => ws::Reason::Skipped,

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 
 use turnstile_engine::admission::Admission;
 use turnstile_engine::config::{self as engine_config, Policy};
-use turnstile_engine::schedule::{BatchId, Scheduler};
+use turnstile_engine::schedule::{BatchId, EntryId, Outcome, Scheduler};
 
 wit_bindgen::generate!({ path: "../wit", world: "turnstile" });
 
@@ -165,6 +165,63 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
         let mut scheduler = self.inner.borrow_mut();
         let releases = scheduler.next_releases();
         convert::releases(&scheduler, releases)
+    }
+
+    fn batch_entries(&self, batch: u32) -> Result<wit_scheduler::EntryRange, wit_scheduler::Error> {
+        let (first, count) = self
+            .inner
+            .borrow()
+            .batch_entries(BatchId(batch))
+            .map_err(convert::error)?;
+        Ok(wit_scheduler::EntryRange {
+            first: first.0,
+            count,
+        })
+    }
+
+    fn approve_ids(&self, entries: Vec<u32>) -> Result<(), wit_scheduler::Error> {
+        let ids: Vec<EntryId> = entries.into_iter().map(EntryId).collect();
+        self.inner
+            .borrow_mut()
+            .approve_ids(&ids)
+            .map_err(convert::error)
+    }
+
+    fn on_ended_ids(&self, ok: Vec<u32>, failed: Vec<u32>) -> Result<(), wit_scheduler::Error> {
+        let ends: Vec<(EntryId, Outcome)> = ok
+            .into_iter()
+            .map(|e| (EntryId(e), Outcome::Ok))
+            .chain(failed.into_iter().map(|e| (EntryId(e), Outcome::Failed)))
+            .collect();
+        self.inner
+            .borrow_mut()
+            .on_ended_ids(&ends)
+            .map_err(convert::error)
+    }
+
+    fn next_release_ids(&self) -> wit_scheduler::ReleaseIds {
+        let releases = self.inner.borrow_mut().next_releases();
+        wit_scheduler::ReleaseIds {
+            start: releases.start.into_iter().map(|e| e.0).collect(),
+            settle: releases
+                .settle
+                .into_iter()
+                .map(|(e, why)| wit_scheduler::SettledId {
+                    entry: e.0,
+                    reason: convert::reason(why),
+                })
+                .collect(),
+        }
+    }
+
+    fn label(&self, entry: u32) -> Result<String, wit_scheduler::Error> {
+        let scheduler = self.inner.borrow();
+        match scheduler.state(EntryId(entry)) {
+            Some(_) => Ok(scheduler.label(EntryId(entry))),
+            None => Err(convert::error(
+                turnstile_engine::schedule::Error::unknown_entry_id(entry),
+            )),
+        }
     }
 
     fn inspect(&self, batch: u32) -> Result<Vec<wit_scheduler::EntryStatus>, wit_scheduler::Error> {

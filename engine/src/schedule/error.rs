@@ -68,6 +68,11 @@ impl Error {
     pub(crate) fn new(code: ErrorCode, message: String) -> Self {
         Self { code, message }
     }
+
+    /// The error for an entry id no entry has.
+    pub fn unknown_entry_id(id: u32) -> Self {
+        Self::new(ErrorCode::UnknownEntry, format!("no entry has id {id}"))
+    }
 }
 
 impl fmt::Display for Error {

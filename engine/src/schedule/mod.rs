@@ -52,7 +52,7 @@ mod inspect;
 mod lifecycle;
 mod names;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 pub use error::{Error, ErrorCode};
 pub use inspect::{EntryStatus, Wait};
@@ -342,13 +342,19 @@ impl Scheduler {
     /// Approves several pending entries in order, all or nothing: when one is unknown, not
     /// pending, or listed twice, nothing changes and the error names its position.
     pub fn approve_many<S: AsRef<str>>(&mut self, entries: &[S]) -> Result<(), Error> {
-        let ids = self.check_many(entries.iter().map(|s| (s.as_ref(), Event::Approve)))?;
-        let mark = self.mark();
-        for e in ids {
-            self.set_state(e, Event::Approve);
-            self.decided(e);
-        }
-        self.finish_event(mark);
+        let ids = self.check_many(
+            entries
+                .iter()
+                .map(|s| (Target::Label(s.as_ref()), Event::Approve)),
+        )?;
+        self.apply_approvals(&ids);
+        Ok(())
+    }
+
+    /// [`Scheduler::approve_many`] by entry id (see [`Scheduler::batch_entries`]).
+    pub fn approve_ids(&mut self, entries: &[EntryId]) -> Result<(), Error> {
+        let ids = self.check_many(entries.iter().map(|&e| (Target::Id(e), Event::Approve)))?;
+        self.apply_approvals(&ids);
         Ok(())
     }
 
@@ -356,15 +362,46 @@ impl Scheduler {
     pub fn on_ended_many<S: AsRef<str>>(&mut self, ends: &[(S, Outcome)]) -> Result<(), Error> {
         let ids = self.check_many(
             ends.iter()
-                .map(|(s, outcome)| (s.as_ref(), Event::End(*outcome))),
+                .map(|(s, outcome)| (Target::Label(s.as_ref()), Event::End(*outcome))),
         )?;
+        self.apply_ends(ids.into_iter().zip(ends.iter().map(|(_, o)| *o)));
+        Ok(())
+    }
+
+    /// [`Scheduler::on_ended_many`] by entry id.
+    pub fn on_ended_ids(&mut self, ends: &[(EntryId, Outcome)]) -> Result<(), Error> {
+        let ids = self.check_many(
+            ends.iter()
+                .map(|&(e, outcome)| (Target::Id(e), Event::End(outcome))),
+        )?;
+        self.apply_ends(ids.into_iter().zip(ends.iter().map(|&(_, o)| o)));
+        Ok(())
+    }
+
+    /// The entries of a batch: ids `first .. first + count`, in written order. Hosts that keep
+    /// the labels of a batch in written order can use the `*_ids` methods and skip labels.
+    pub fn batch_entries(&self, batch: BatchId) -> Result<(EntryId, u32), Error> {
+        let b = self.batch_index(batch)?;
+        let rec = &self.batches[b as usize];
+        Ok((EntryId(rec.first_entry), rec.entries))
+    }
+
+    fn apply_approvals(&mut self, ids: &[u32]) {
         let mark = self.mark();
-        for (e, (_, outcome)) in ids.into_iter().zip(ends) {
-            self.set_state(e, Event::End(*outcome));
-            self.ended(e, *outcome);
+        for &e in ids {
+            self.set_state(e, Event::Approve);
+            self.decided(e);
         }
         self.finish_event(mark);
-        Ok(())
+    }
+
+    fn apply_ends(&mut self, ends: impl Iterator<Item = (u32, Outcome)>) {
+        let mark = self.mark();
+        for (e, outcome) in ends {
+            self.set_state(e, Event::End(outcome));
+            self.ended(e, outcome);
+        }
+        self.finish_event(mark);
     }
 
     /// A running (or asking) execution ended; its slot is freed.
@@ -391,20 +428,25 @@ impl Scheduler {
         }
     }
 
-    /// Resolves every label and checks that its event is legal, applying them in order on a
-    /// scratch copy of the states, so that a label listed twice fails like its second
+    /// Resolves every target and checks that its event is legal, applying them in order on a
+    /// scratch copy of the states, so that an entry listed twice fails like its second
     /// application would. Changes nothing.
     fn check_many<'a>(
         &self,
-        events: impl Iterator<Item = (&'a str, Event)>,
+        events: impl Iterator<Item = (Target<'a>, Event)>,
     ) -> Result<Vec<u32>, Error> {
-        let mut scratch: HashMap<u32, State> = HashMap::new();
+        let mut scratch: FxHashMap<u32, State> = FxHashMap::default();
         let mut ids = Vec::with_capacity(events.size_hint().0);
-        for (i, (label, event)) in events.enumerate() {
+        for (i, (target, event)) in events.enumerate() {
             let at = |e: Error| Error::new(e.code, format!("item {i}: {}", e.message));
-            let e = self.find(label).map_err(at)?;
+            let e = match target {
+                Target::Label(label) => self.find(label).map_err(at)?,
+                Target::Id(id) if (id.0 as usize) < self.entries.len() => id.0,
+                Target::Id(id) => return Err(at(Error::unknown_entry_id(id.0))),
+            };
             let state = scratch.get(&e).copied().unwrap_or(self.entry(e).state);
-            let next = lifecycle::next(state, event).map_err(|ill| at(ill.error(label)))?;
+            let next = lifecycle::next(state, event)
+                .map_err(|ill| at(ill.error(&self.label(EntryId(e)))))?;
             scratch.insert(e, next);
             ids.push(e);
         }
@@ -901,6 +943,13 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// An entry named by label or by id.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Label(&'a str),
+    Id(EntryId),
 }
 
 fn unknown_batch(batch: BatchId) -> Error {

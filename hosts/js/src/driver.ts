@@ -43,6 +43,9 @@ export interface RunOptions {
 
 interface BatchRun {
   batch: number;
+  /** The id of the batch's first entry; entry `first + i` is `labels[i]`. */
+  first: number;
+  labels: string[];
   calls: CallInput[];
   /** Each entry's call and operation index. */
   entries: Map<string, readonly [CallInput, number | undefined]>;
@@ -57,7 +60,8 @@ interface BatchRun {
 
 export class Driver {
   readonly scheduler: Scheduler;
-  readonly #byEntry = new Map<string, BatchRun>();
+  /** Every entry id of a running batch, with its batch. */
+  readonly #byId = new Map<number, BatchRun>();
 
   constructor(scheduler: Scheduler) {
     this.scheduler = scheduler;
@@ -67,10 +71,13 @@ export class Driver {
    * every call's outcome in written order. Rejects only on a host mistake (a TurnstileError). */
   async run(calls: CallInput[], execute: (execution: Execution) => Promise<unknown>, options: RunOptions = {}): Promise<CallOutcome[]> {
     const batch = this.scheduler.submitBatch(calls);
+    const { first } = this.scheduler.batchEntries(batch);
     const labels = calls.flatMap((c) => entryLabels(c).map((label) => [label, c] as const));
     const done = new Promise<CallOutcome[]>((resolve, reject) => {
       const run: BatchRun = {
         batch,
+        first,
+        labels: labels.map(([label]) => label),
         calls,
         entries: new Map(calls.flatMap((c) => entryLabels(c).map((label, i) => [label, [c, c.operations === undefined ? undefined : i] as const]))),
         execute,
@@ -81,7 +88,7 @@ export class Driver {
         resolve,
         reject,
       };
-      for (const [label] of labels) this.#byEntry.set(label, run);
+      for (let i = 0; i < labels.length; i++) this.#byId.set(first + i, run);
       const cancel = () => this.#cancel(run);
       if (options.signal?.aborted) queueMicrotask(cancel);
       else options.signal?.addEventListener('abort', cancel, { once: true });
@@ -93,7 +100,7 @@ export class Driver {
   async #decideAll(run: BatchRun, labels: (readonly [string, CallInput])[], options: RunOptions): Promise<void> {
     if (!options.decide) {
       // Everything approved: one crossing for the whole batch.
-      this.scheduler.approveMany(labels.map(([label]) => label));
+      this.scheduler.approveIds(Array.from({ length: labels.length }, (_, i) => run.first + i));
       this.#pump();
       return;
     }
@@ -121,18 +128,18 @@ export class Driver {
 
   /** Drains the scheduler and dispatches every start and settlement to its batch. */
   #pump(): void {
-    const { start, settle } = this.scheduler.nextReleases();
+    const { start, settle } = this.scheduler.nextReleaseIds();
     for (const s of settle) {
-      const run = this.#byEntry.get(s.entry);
-      if (run) this.#record(run, { entry: s.entry, status: 'settled', reason: s.reason });
+      const run = this.#byId.get(s.entry);
+      if (run) this.#record(run, { entry: run.labels[s.entry - run.first], status: 'settled', reason: s.reason });
     }
-    for (const entry of start) {
-      const run = this.#byEntry.get(entry);
-      if (run) this.#start(run, entry);
+    for (const id of start) {
+      const run = this.#byId.get(id);
+      if (run) this.#start(run, run.labels[id - run.first], id);
     }
   }
 
-  #start(run: BatchRun, entry: string): void {
+  #start(run: BatchRun, entry: string, id: number): void {
     const [c, operation] = run.entries.get(entry) ?? [{ id: entry, tool: '' }, undefined];
     const scheduler = this.scheduler;
     const execution: Execution = {
@@ -156,16 +163,16 @@ export class Driver {
       promise = Promise.reject(error);
     }
     promise.then(
-      (value) => this.#ended(run, entry, { entry, status: 'ok', value, cancelled: run.cancelled }),
-      (error) => this.#ended(run, entry, { entry, status: 'failed', error, cancelled: run.cancelled }),
+      (value) => this.#ended(run, id, { entry, status: 'ok', value, cancelled: run.cancelled }),
+      (error) => this.#ended(run, id, { entry, status: 'failed', error, cancelled: run.cancelled }),
     );
   }
 
   /** Ends that arrived in this microtask turn, reported together in one crossing. */
-  #ends: { run: BatchRun; outcome: EntryOutcome }[] = [];
+  #ends: { run: BatchRun; id: number; outcome: EntryOutcome }[] = [];
 
-  #ended(run: BatchRun, entry: string, outcome: EntryOutcome): void {
-    this.#ends.push({ run, outcome });
+  #ended(run: BatchRun, id: number, outcome: EntryOutcome): void {
+    this.#ends.push({ run, id, outcome });
     if (this.#ends.length === 1) queueMicrotask(() => this.#flushEnds());
   }
 
@@ -173,7 +180,10 @@ export class Driver {
     const ends = this.#ends;
     this.#ends = [];
     try {
-      this.scheduler.onEndedMany(ends.map(({ outcome }) => ({ entry: outcome.entry, outcome: outcome.status === 'ok' ? 'ok' : 'failed' })));
+      this.scheduler.onEndedIds(
+        ends.filter((e) => e.outcome.status === 'ok').map((e) => e.id),
+        ends.filter((e) => e.outcome.status !== 'ok').map((e) => e.id),
+      );
     } catch (error) {
       for (const { run } of ends) run.reject(error);
       return;
@@ -185,7 +195,7 @@ export class Driver {
   #record(run: BatchRun, outcome: EntryOutcome): void {
     run.outcomes.set(outcome.entry, outcome);
     if (run.outcomes.size < run.total) return;
-    for (const c of run.calls) for (const label of entryLabels(c)) this.#byEntry.delete(label);
+    for (let i = 0; i < run.labels.length; i++) this.#byId.delete(run.first + i);
     run.resolve(
       run.calls.map((c) => ({
         id: c.id,

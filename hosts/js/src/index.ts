@@ -175,6 +175,26 @@ export class Scheduler {
   onEndedMany(ends: { entry: string; outcome: Outcome }[]): void {
     call(() => this.#raw.onEndedMany(ends));
   }
+  /** The ids of a batch's entries: `first` .. `first + count - 1`, in written order. */
+  batchEntries(batch: number): { first: number; count: number } {
+    return call(() => this.#raw.batchEntries(batch));
+  }
+  /** `approveMany` by entry id: numbers cross the boundary as one typed array. */
+  approveIds(entries: Uint32Array | number[]): void {
+    call(() => this.#raw.approveIds(Uint32Array.from(entries)));
+  }
+  /** `onEndedMany` by entry id: every `ok` entry, then every `failed` one; all or nothing. */
+  onEndedIds(ok: Uint32Array | number[], failed: Uint32Array | number[] = []): void {
+    call(() => this.#raw.onEndedIds(Uint32Array.from(ok), Uint32Array.from(failed)));
+  }
+  /** `nextReleases` by entry id; both drain the same queue. */
+  nextReleaseIds(): ws.ReleaseIds {
+    return this.#raw.nextReleaseIds();
+  }
+  /** The label of an entry id. */
+  label(entry: number): string {
+    return call(() => this.#raw.label(entry));
+  }
   settle(entry: string, how: HostSettle): void {
     call(() => this.#raw.settle(entry, how));
   }
