@@ -665,3 +665,148 @@ fn engine_agrees_with_the_reference_model() {
     }
     eprintln!("simulated {} seeds", seeds.len());
 }
+
+/// Runs a random batch set to the end, ending the first running entry (in written order) each
+/// step, with a fixed outcome per entry. With `restart`, after every end the scheduler is
+/// replaced by a fresh one fed `unfinished()` and everything pending is approved again in
+/// reverse order. Returns the ends and the scheduler's settlements, in order.
+fn run_to_end(seed: u64, restart: bool) -> Vec<String> {
+    let mut rng = Rng(seed);
+    let mut text = String::new();
+    for t in 0..4 {
+        text.push_str(&format!("[conversation.tools.t{t}]\n"));
+        let keyed = match rng.below(4) {
+            0 => false,
+            1 => {
+                text.push_str("concurrency = 1\n");
+                true
+            }
+            k => {
+                text.push_str(&format!("concurrency = {{ key = \"k{}\" }}\n", k - 2));
+                true
+            }
+        };
+        match rng.below(3) {
+            0 => {}
+            1 => text.push_str("fan_out = true\n"),
+            _ if keyed => text.push_str("fan_out = { on_error = \"stop\" }\n"),
+            _ => text.push_str("fan_out = true\n"),
+        }
+    }
+    let policy =
+        config::resolve(&[Layer::new("restart", text)]).unwrap_or_else(|_| panic!("config"));
+    let mut order: HashMap<String, usize> = HashMap::new();
+    let mut s = Scheduler::new(policy.clone());
+    let mut id = 0;
+    for _ in 0..1 + rng.below(3) {
+        let mut calls = Vec::new();
+        for _ in 0..1 + rng.below(5) {
+            let tool = format!("t{}", rng.below(4));
+            let fan_out = policy.tool(&tool).is_some_and(|t| t.fan_out);
+            let ops = (fan_out && rng.below(2) == 0).then(|| 1 + rng.below(3) as u32);
+            let call = Call {
+                id: format!("c{id}"),
+                tool,
+                operations: ops,
+                finished: Vec::new(),
+            };
+            id += 1;
+            match ops {
+                Some(n) => (0..n).for_each(|i| {
+                    let at = order.len();
+                    order.insert(format!("{}#{i}", call.id), at);
+                }),
+                None => {
+                    let at = order.len();
+                    order.insert(call.id.clone(), at);
+                }
+            }
+            calls.push(call);
+        }
+        s.submit_batch(&calls).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let approve_all = |s: &mut Scheduler| {
+        let mut pending = Vec::new();
+        for b in 1.. {
+            let Ok(statuses) = s.inspect(BatchId(b)) else {
+                break;
+            };
+            pending.extend(
+                statuses
+                    .into_iter()
+                    .filter(|st| st.state == State::Pending)
+                    .map(|st| st.label),
+            );
+        }
+        for label in pending.iter().rev() {
+            s.approve(label).unwrap_or_else(|e| panic!("{e}"));
+        }
+    };
+    approve_all(&mut s);
+    let outcome = |label: &str| {
+        let h = label
+            .bytes()
+            .fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        if h % 3 == 0 {
+            Outcome::Failed
+        } else {
+            Outcome::Ok
+        }
+    };
+    let mut log = Vec::new();
+    let mut running: Vec<String> = Vec::new();
+    for _ in 0..1000 {
+        let r = s.next_releases();
+        for (e, reason) in r.settle {
+            log.push(format!("settle {} {}", s.label(e), reason_line(reason)));
+        }
+        running.extend(r.start.iter().map(|&e| s.label(e)));
+        running.sort_by_key(|l| order.get(l).copied().unwrap_or(usize::MAX));
+        running.dedup();
+        if running.is_empty() {
+            return log;
+        }
+        let label = running.remove(0);
+        let o = outcome(&label);
+        s.on_ended(&label, o).unwrap_or_else(|e| panic!("{e}"));
+        log.push(format!("end {label} {o:?}"));
+        if restart {
+            let r = s.next_releases();
+            for (e, reason) in r.settle {
+                log.push(format!("settle {} {}", s.label(e), reason_line(reason)));
+            }
+            let unfinished = s.unfinished();
+            s = Scheduler::new(policy.clone());
+            for (_, calls) in &unfinished {
+                s.submit_batch(calls).unwrap_or_else(|e| panic!("{e}"));
+            }
+            // The host cancelled what was running; it runs again when released again.
+            running.clear();
+            approve_all(&mut s);
+        }
+    }
+    panic!("seed {seed}: did not finish");
+}
+
+/// A restart at every step gives the same executions, in the same order, as no restart: an
+/// ended execution never runs again, and the rest release in written order (the restart-
+/// reorder bug of JP ticket 0ya5qnf cannot happen).
+#[test]
+fn restart_at_every_step_keeps_the_order() {
+    let seeds = seeds();
+    for &seed in &seeds {
+        let plain = run_to_end(seed, false);
+        let restarted = run_to_end(seed, true);
+        let ends: Vec<&String> = plain.iter().filter(|l| l.starts_with("end ")).collect();
+        let unique: HashSet<&String> = ends.iter().copied().collect();
+        assert_eq!(
+            ends.len(),
+            unique.len(),
+            "seed {seed}: an execution ended twice"
+        );
+        assert_eq!(
+            plain, restarted,
+            "seed {seed} (replay: TURNSTILE_SEED={seed})"
+        );
+    }
+}

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use host_harness::{
-    ComponentSubject, Harness, default_component_path, wit_config as wc, wit_scheduler as ws,
+    ComponentSubject, Harness, default_component_path, wit_admission as wa, wit_config as wc,
+    wit_scheduler as ws,
 };
 use turnstile_corpus as corpus;
 
@@ -152,4 +153,402 @@ fn host_mistakes_are_errors_and_the_instance_survives() {
         .call_next_releases(&mut inst.store, s)
         .unwrap_or_else(|e| panic!("{e:#}"));
     assert_eq!(r.start, ["a"]);
+}
+
+#[test]
+fn entry_ids_cross_without_labels() {
+    let mut inst = harness().instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let config = inst.exports.turnstile_scheduler_config().policy();
+    let layers = [wc::Layer {
+        name: "ids".to_owned(),
+        text: "[conversation.tools.w]\nconcurrency = 1\nfan_out = { on_error = \"stop\" }\n"
+            .to_owned(),
+    }];
+    let policy = config
+        .call_resolve(&mut inst.store, &layers)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|_| panic!("config"));
+    let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
+    let s = iface
+        .call_constructor(&mut inst.store, policy)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let calls = [
+        ws::Call {
+            id: "a".to_owned(),
+            tool: "w".to_owned(),
+            operations: Some(3),
+            finished: Vec::new(),
+        },
+        ws::Call {
+            id: "b".to_owned(),
+            tool: "w".to_owned(),
+            operations: None,
+            finished: Vec::new(),
+        },
+    ];
+    let batch = iface
+        .call_submit_batch(&mut inst.store, s, &calls)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let range = iface
+        .call_batch_entries(&mut inst.store, s, batch)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!((range.first, range.count), (0, 4));
+    let labels: Vec<String> = (0..4)
+        .map(|i| {
+            iface
+                .call_label(&mut inst.store, s, range.first + i)
+                .unwrap_or_else(|e| panic!("{e:#}"))
+                .unwrap_or_else(|e| panic!("{e:?}"))
+        })
+        .collect();
+    assert_eq!(labels, ["a#0", "a#1", "a#2", "b"]);
+    // All or nothing: an unknown id (or a duplicate) changes nothing.
+    let bad = iface
+        .call_approve_ids(&mut inst.store, s, &[0, 1, 99])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(bad.map_err(|e| e.code), Err(ws::ErrorCode::UnknownEntry));
+    let dup = iface
+        .call_approve_ids(&mut inst.store, s, &[0, 0])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(dup.map_err(|e| e.code), Err(ws::ErrorCode::AlreadyDecided));
+    let r = iface
+        .call_next_release_ids(&mut inst.store, s)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(r.start.is_empty() && r.settle.is_empty());
+    iface
+        .call_approve_ids(&mut inst.store, s, &[0, 1, 2, 3])
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let r = iface
+        .call_next_release_ids(&mut inst.store, s)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(r.start, [0]);
+    // a#0 fails: a#1 and a#2 are stopped, b starts.
+    iface
+        .call_on_ended_ids(&mut inst.store, s, &[], &[0])
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let r = iface
+        .call_next_release_ids(&mut inst.store, s)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(r.start, [3]);
+    let stopped: Vec<(u32, ws::Reason)> = r.settle.iter().map(|x| (x.entry, x.reason)).collect();
+    assert_eq!(
+        stopped,
+        [(1, ws::Reason::Stopped(1)), (2, ws::Reason::Stopped(1))]
+    );
+    let twice = iface
+        .call_on_ended_ids(&mut inst.store, s, &[3, 3], &[])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(twice.map_err(|e| e.code), Err(ws::ErrorCode::AlreadyEnded));
+    let unknown = iface
+        .call_label(&mut inst.store, s, u32::MAX)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(
+        unknown.map_err(|e| e.code),
+        Err(ws::ErrorCode::UnknownEntry)
+    );
+}
+
+/// Every WIT function, given hostile values a host can construct, returns a result or a typed
+/// error, never a trap; afterwards the same instance still schedules.
+#[test]
+fn every_wit_function_survives_hostile_input() {
+    let mut inst = harness().instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let mut tried = 0usize;
+    let long = "x".repeat(100_000);
+    let strings: Vec<String> = [
+        "",
+        "#",
+        "a#",
+        "#0",
+        "a#-1",
+        "a#4294967296",
+        "a#0#0",
+        "\u{0}",
+        "é#1",
+        "a b",
+        "\n",
+        "*",
+        "'*'",
+        "\u{feff}",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([long.clone()])
+    .collect();
+    let numbers = [0u32, 1, 2, 7, u32::MAX - 1, u32::MAX];
+
+    // config
+    let config = inst.exports.turnstile_scheduler_config().policy();
+    let layer = |text: String| wc::Layer {
+        name: "hostile".to_owned(),
+        text,
+    };
+    let mut hostile_layers: Vec<Vec<wc::Layer>> = vec![
+        (0..65).map(|_| layer(String::new())).collect(),
+        vec![layer("a = ".to_owned() + &"[".repeat(1_000_000))],
+        vec![layer("a = ".to_owned() + &"{a=".repeat(300_000))],
+        vec![layer("[".repeat(1_000_000))],
+        vec![layer("x".repeat(2 << 20))],
+        vec![layer(format!(
+            "[conversation.tools.{long}]\nconcurrency = 1\n"
+        ))],
+        vec![layer(
+            "[conversation.tools.t]\nconcurrency = { key = \"".to_owned() + &long + "\" }\n",
+        )],
+        vec![layer("a = \"\\uD800\"\n".to_owned())],
+        vec![layer("\u{0}\u{1}\u{2}".to_owned())],
+        vec![wc::Layer {
+            name: long.clone(),
+            text: String::new(),
+        }],
+    ];
+    hostile_layers.push(
+        (0..5)
+            .map(|l| {
+                layer(
+                    (0..2000)
+                        .map(|t| format!("[conversation.tools.t{t}]\nconcurrency = {{ key = \"k\", limit = {} }}\n", l + t % 7))
+                        .collect(),
+                )
+            })
+            .collect(),
+    );
+    for layers in &hostile_layers {
+        let result = config
+            .call_resolve(&mut inst.store, layers)
+            .unwrap_or_else(|e| panic!("resolve trapped: {e:#}"));
+        tried += 1;
+        if let Err(diags) = result {
+            assert!(!diags.is_empty());
+        }
+    }
+    let policy = config
+        .call_resolve(
+            &mut inst.store,
+            &[layer(
+                "[conversation.tools.f]\nconcurrency = 2\nfan_out = { on_error = \"stop\" }\n"
+                    .to_owned(),
+            )],
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|_| panic!("config"));
+    for s in &strings {
+        let _ = config
+            .call_tool(&mut inst.store, policy, s)
+            .unwrap_or_else(|e| panic!("tool trapped: {e:#}"));
+        tried += 1;
+    }
+    let _ = config
+        .call_tools(&mut inst.store, policy)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+
+    // scheduler
+    let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
+    let s = iface
+        .call_constructor(&mut inst.store, policy)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let call =
+        |id: &str, tool: &str, operations: Option<u32>, finished: Vec<ws::Finished>| ws::Call {
+            id: id.to_owned(),
+            tool: tool.to_owned(),
+            operations,
+            finished,
+        };
+    let mut batches: Vec<Vec<ws::Call>> = vec![
+        vec![],
+        (0..100_001)
+            .map(|i| call(&format!("c{i}"), "t", None, Vec::new()))
+            .collect(),
+        vec![call("f", "f", Some(u32::MAX), Vec::new())],
+        vec![call(
+            "f",
+            "f",
+            Some(3),
+            vec![ws::Finished {
+                operation: 3,
+                failed: true,
+            }],
+        )],
+        vec![call(
+            "f",
+            "f",
+            Some(3),
+            vec![
+                ws::Finished {
+                    operation: 1,
+                    failed: true
+                };
+                2
+            ],
+        )],
+        vec![call(
+            "p",
+            "t",
+            None,
+            vec![ws::Finished {
+                operation: 0,
+                failed: false,
+            }],
+        )],
+        vec![
+            call("d", "t", None, Vec::new()),
+            call("d", "t", None, Vec::new()),
+        ],
+        vec![call("z", "t", Some(0), Vec::new())],
+    ];
+    for s_ in &strings {
+        batches.push(vec![call(s_, "t", None, Vec::new())]);
+        batches.push(vec![call("ok", s_, None, Vec::new())]);
+    }
+    for b in &batches {
+        let _ = iface
+            .call_submit_batch(&mut inst.store, s, b)
+            .unwrap_or_else(|e| panic!("submit trapped: {e:#}"));
+        tried += 1;
+    }
+    let each = [
+        ws::HostSettle::Rejected,
+        ws::HostSettle::Skipped,
+        ws::HostSettle::Failed,
+    ];
+    for label in &strings {
+        let st = &mut inst.store;
+        let results = [
+            iface.call_approve(&mut *st, s, label),
+            iface.call_settle(&mut *st, s, label, each[label.len() % 3]),
+            iface.call_begin_question(&mut *st, s, label),
+            iface.call_end_question(&mut *st, s, label),
+            iface.call_on_ended(&mut *st, s, label, ws::Outcome::Failed),
+            iface.call_approve_many(&mut *st, s, &[label.clone(), label.clone()]),
+            iface.call_on_ended_many(
+                &mut *st,
+                s,
+                &[ws::Ended {
+                    entry: label.clone(),
+                    outcome: ws::Outcome::Ok,
+                }],
+            ),
+        ];
+        for r in results {
+            let _ = r.unwrap_or_else(|e| panic!("trap on {label:.20}: {e:#}"));
+            tried += 1;
+        }
+    }
+    for &n in &numbers {
+        let st = &mut inst.store;
+        let _ = iface
+            .call_cancel_batch(&mut *st, s, n)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = iface
+            .call_inspect(&mut *st, s, n)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = iface
+            .call_batch_entries(&mut *st, s, n)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = iface
+            .call_label(&mut *st, s, n)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = iface
+            .call_approve_ids(&mut *st, s, &[n, n])
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = iface
+            .call_on_ended_ids(&mut *st, s, &[n], &[n])
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        tried += 6;
+    }
+    let many: Vec<String> = (0..200_000).map(|i| format!("nobody{i}")).collect();
+    let _ = iface
+        .call_approve_many(&mut inst.store, s, &many)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let ids: Vec<u32> = (0..1_000_000).collect();
+    let _ = iface
+        .call_approve_ids(&mut inst.store, s, &ids)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let _ = iface
+        .call_next_releases(&mut inst.store, s)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let _ = iface
+        .call_next_release_ids(&mut inst.store, s)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let _ = iface
+        .call_unfinished(&mut inst.store, s)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    tried += 5;
+
+    // admission
+    let adm = inst.exports.turnstile_scheduler_admission().admission();
+    for max in [0, u32::MAX] {
+        let a = adm
+            .call_constructor(
+                &mut inst.store,
+                wa::AdmissionConfig {
+                    max_concurrent: max,
+                    allow_parallel: max == 0,
+                },
+            )
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        for id in &strings {
+            for class in [
+                wa::Class::Call,
+                wa::Class::Request,
+                wa::Class::Control,
+                wa::Class::Reentrant,
+            ] {
+                let st = &mut inst.store;
+                let _ = adm
+                    .call_begin(&mut *st, a, id, class, Some(id.as_str()))
+                    .unwrap_or_else(|e| panic!("{e:#}"));
+                let _ = adm
+                    .call_begin(&mut *st, a, id, class, None)
+                    .unwrap_or_else(|e| panic!("{e:#}"));
+                tried += 2;
+            }
+            let _ = adm
+                .call_end(&mut inst.store, a, id)
+                .unwrap_or_else(|e| panic!("{e:#}"));
+            let _ = adm
+                .call_abandon(&mut inst.store, a, id)
+                .unwrap_or_else(|e| panic!("{e:#}"));
+            tried += 2;
+        }
+        let _ = adm
+            .call_next_admissions(&mut inst.store, a)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = adm
+            .call_shutdown(&mut inst.store, a)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = adm
+            .call_shutdown(&mut inst.store, a)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = adm
+            .call_begin(&mut inst.store, a, "late", wa::Class::Call, None)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = adm
+            .call_in_flight(&mut inst.store, a)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        tried += 5;
+    }
+
+    // The same instance still works.
+    let fresh = iface
+        .call_constructor(&mut inst.store, policy)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    iface
+        .call_submit_batch(&mut inst.store, fresh, &[call("a", "f", None, Vec::new())])
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    iface
+        .call_approve(&mut inst.store, fresh, "a")
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let r = iface
+        .call_next_releases(&mut inst.store, fresh)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(r.start, ["a"]);
+    eprintln!("hostile calls tried: {tried}");
+    assert!(tried > 300, "only {tried} hostile calls");
 }
