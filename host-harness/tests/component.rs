@@ -552,3 +552,72 @@ fn every_wit_function_survives_hostile_input() {
     eprintln!("hostile calls tried: {tried}");
     assert!(tried > 300, "only {tried} hostile calls");
 }
+
+/// A host caps the guest: past the memory limit or out of fuel, a call fails with an error (a
+/// trap the host sees as `Err`), it does not hang or take the host down, and a fresh instance
+/// works again.
+#[test]
+fn limits_turn_pathological_input_into_errors() {
+    let path = default_component_path();
+    let small = Harness::load_with(
+        &path,
+        host_harness::Limits {
+            memory_bytes: 8 << 20,
+            fuel: None,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut inst = small.instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let config = inst.exports.turnstile_scheduler_config().policy();
+    let policy = config
+        .call_resolve(&mut inst.store, &[])
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|_| panic!("config"));
+    let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
+    let s = iface
+        .call_constructor(&mut inst.store, policy)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let calls: Vec<ws::Call> = (0..100_000)
+        .map(|i| ws::Call {
+            id: format!("a-rather-long-call-id-{i:08}"),
+            tool: format!("tool-{i}"),
+            operations: None,
+            finished: Vec::new(),
+        })
+        .collect();
+    let mut hit = false;
+    for _ in 0..8 {
+        if iface.call_submit_batch(&mut inst.store, s, &calls).is_err() {
+            hit = true;
+            break;
+        }
+    }
+    assert!(hit, "8 MiB of linear memory held 800k calls");
+    assert!(inst.store.data().memory_peak() <= 8 << 20);
+    let mut again = small.instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let config = again.exports.turnstile_scheduler_config().policy();
+    assert!(config.call_resolve(&mut again.store, &[]).is_ok(), "a fresh instance works");
+
+    let fueled = Harness::load_with(
+        &path,
+        host_harness::Limits {
+            memory_bytes: 256 << 20,
+            fuel: Some(5_000_000),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut inst = fueled.instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let big: String = (0..5000)
+        .map(|t| format!("[conversation.tools.t{t}]\nconcurrency = {{ key = \"k{}\", limit = 2 }}\n", t % 9))
+        .collect();
+    let config = inst.exports.turnstile_scheduler_config().policy();
+    let result = config.call_resolve(
+        &mut inst.store,
+        &[wc::Layer {
+            name: "big".to_owned(),
+            text: big,
+        }],
+    );
+    let err = result.err().unwrap_or_else(|| panic!("5M fuel resolved 5,000 tools"));
+    assert_eq!(err.downcast_ref::<wasmtime::Trap>(), Some(&wasmtime::Trap::OutOfFuel));
+}
