@@ -167,6 +167,8 @@ pub fn dotted(path: &[String]) -> String {
     out
 }
 
+const RENDER_WIDTH: usize = 4 * crate::limits::LAYER_BYTES_MAX;
+
 /// Renders a diagnostic like rustc does, without colour. `sources` are the layers' texts, in
 /// the order their indices refer to.
 pub(crate) fn render(
@@ -207,5 +209,11 @@ pub(crate) fn render(
     if let Some(help) = help {
         msg = msg.footer(Level::Help.title(help));
     }
-    Renderer::plain().render(msg).to_string()
+    // A width past any layer's longest line (layers are at most 1 MiB) keeps annotate-snippets
+    // out of its line-trimming arithmetic, which overflows on some whitespace-heavy lines
+    // (found by fuzzing: tests/cases/config-fuzz-*.toml).
+    Renderer::plain()
+        .term_width(RENDER_WIDTH)
+        .render(msg)
+        .to_string()
 }

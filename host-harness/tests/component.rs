@@ -596,7 +596,10 @@ fn limits_turn_pathological_input_into_errors() {
     assert!(inst.store.data().memory_peak() <= 8 << 20);
     let mut again = small.instance().unwrap_or_else(|e| panic!("{e:#}"));
     let config = again.exports.turnstile_scheduler_config().policy();
-    assert!(config.call_resolve(&mut again.store, &[]).is_ok(), "a fresh instance works");
+    assert!(
+        config.call_resolve(&mut again.store, &[]).is_ok(),
+        "a fresh instance works"
+    );
 
     let fueled = Harness::load_with(
         &path,
@@ -608,7 +611,12 @@ fn limits_turn_pathological_input_into_errors() {
     .unwrap_or_else(|e| panic!("{e:#}"));
     let mut inst = fueled.instance().unwrap_or_else(|e| panic!("{e:#}"));
     let big: String = (0..5000)
-        .map(|t| format!("[conversation.tools.t{t}]\nconcurrency = {{ key = \"k{}\", limit = 2 }}\n", t % 9))
+        .map(|t| {
+            format!(
+                "[conversation.tools.t{t}]\nconcurrency = {{ key = \"k{}\", limit = 2 }}\n",
+                t % 9
+            )
+        })
         .collect();
     let config = inst.exports.turnstile_scheduler_config().policy();
     let result = config.call_resolve(
@@ -618,6 +626,11 @@ fn limits_turn_pathological_input_into_errors() {
             text: big,
         }],
     );
-    let err = result.err().unwrap_or_else(|| panic!("5M fuel resolved 5,000 tools"));
-    assert_eq!(err.downcast_ref::<wasmtime::Trap>(), Some(&wasmtime::Trap::OutOfFuel));
+    let err = result
+        .err()
+        .unwrap_or_else(|| panic!("5M fuel resolved 5,000 tools"));
+    assert_eq!(
+        err.downcast_ref::<wasmtime::Trap>(),
+        Some(&wasmtime::Trap::OutOfFuel)
+    );
 }

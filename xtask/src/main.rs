@@ -9,6 +9,8 @@
 //! - `js`: builds the JS/TS package (`npm ci` when needed, jco transpile, tsc) in `hosts/js`.
 //! - `py`: makes `target/py-venv` and installs the Python package (with the component) into it.
 //! - `playground [PORT]`: builds the JS package and serves the playground on 127.0.0.1.
+//! - `fuzz [SECONDS]`: runs each cargo-fuzz target (config, scheduler, admission) for SECONDS
+//!   (default 60); needs `cargo install cargo-fuzz`; runs on stable through RUSTC_BOOTSTRAP.
 //! - `test`: every check CI runs: fmt, clippy, docs, the engine's tests, the component build,
 //!   the harness running the corpus through the component, the import pin, the Node corpus and
 //!   driver tests, the playground in Chromium, and the Python corpus and driver tests.
@@ -33,9 +35,11 @@ fn main() -> ExitCode {
             .and_then(|wasm| js(&wasm)),
         Some("py") => build_guest().and_then(|wasm| py(&wasm).map(|_| ())),
         Some("playground") => playground(args.get(1).map_or("8080", String::as_str)),
+        Some("fuzz") => fuzz(args.get(1).map_or("60", String::as_str)),
         Some("test") => test(),
         _ => Err(
-            "usage: cargo xtask build-guest | wit [PATH] | pin [--update] | simulate [ARGS] | test"
+            "usage: cargo xtask build-guest | wit [PATH] | pin [--update] | simulate [ARGS] | js | py \
+             | playground [PORT] | fuzz [SECONDS] | test"
                 .to_owned(),
         ),
     };
@@ -237,6 +241,15 @@ fn test() -> Result<()> {
     run(cargo()
         .args(["test", "--release", "--workspace"])
         .env("TURNSTILE_WASM", &wasm))?;
+    // Once more in the dev profile: overflow checks on in every dependency (the fuzz-found
+    // renderer overflow only shows there).
+    run(cargo().args([
+        "test",
+        "--package",
+        "turnstile-engine",
+        "--package",
+        "turnstile-corpus",
+    ]))?;
     pin(false)?;
     run(cargo()
         .args([
@@ -343,6 +356,18 @@ fn ensure_chromium() -> Result<()> {
     run(Command::new("apt-get")
         .args(["install", "-y", "chromium"])
         .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+fn fuzz(seconds: &str) -> Result<()> {
+    for target in ["config", "scheduler", "admission"] {
+        run(cargo()
+            .current_dir(root().join("fuzz"))
+            .env("RUSTC_BOOTSTRAP", "1")
+            .args(["fuzz", "run", "-s", "none", "-O", "-a", target, "--"])
+            .arg(format!("-max_total_time={seconds}"))
+            .arg("-print_final_stats=1"))?;
+    }
+    Ok(())
 }
 
 fn playground(port: &str) -> Result<()> {

@@ -172,3 +172,19 @@ test('bad config throws ConfigError with typed diagnostics and rendered text', a
     (e) => e instanceof ConfigError && e.diagnostics[0].code === 'concurrency-type' && e.diagnostics[0].labels[0].span.line === 2 && e.message.includes('bad.toml:2'),
   );
 });
+
+test('hostile strings from JS (lone surrogates, NUL, huge) never trap the instance', async () => {
+  const { t, sched } = await setup();
+  const hostile = ['\ud800', '\udfff#0', '\u0000', 'x'.repeat(1 << 20), '#', ''];
+  for (const s of hostile) {
+    for (const f of [() => sched.approve(s), () => sched.onEnded(s, 'ok'), () => sched.submitBatch([{ id: s, tool: s }])]) {
+      try {
+        f();
+      } catch (e) {
+        assert.ok(e instanceof TurnstileError, `${e}`);
+      }
+    }
+    assert.throws(() => t.resolve([{ name: s, text: '[' + s + '\ud800' }]), (e) => e instanceof ConfigError);
+  }
+  assert.equal(typeof sched.submitBatch([{ id: 'after', tool: 'read' }]), 'number');
+});
