@@ -93,6 +93,19 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
             .map_err(convert::error)
     }
 
+    fn submit_packed(
+        &self,
+        ids: String,
+        tools: String,
+        operations: Vec<u32>,
+    ) -> Result<u32, wit_scheduler::Error> {
+        self.inner
+            .borrow_mut()
+            .submit_packed(&ids, &tools, &operations)
+            .map(|b| b.0)
+            .map_err(convert::error)
+    }
+
     fn approve(&self, entry: String) -> Result<(), wit_scheduler::Error> {
         self.inner
             .borrow_mut()

@@ -634,3 +634,46 @@ fn limits_turn_pathological_input_into_errors() {
         Some(&wasmtime::Trap::OutOfFuel)
     );
 }
+
+#[test]
+fn submit_packed_matches_submit_batch() {
+    let mut inst = harness().instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let config = inst.exports.turnstile_scheduler_config().policy();
+    let layers = [wc::Layer {
+        name: "packed".to_owned(),
+        text: "[conversation.tools.w]\nconcurrency = 1\nfan_out = true\n".to_owned(),
+    }];
+    let policy = config
+        .call_resolve(&mut inst.store, &layers)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|_| panic!("config"));
+    let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
+    let s = iface
+        .call_constructor(&mut inst.store, policy)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut packed = |ids: &str, tools: &str, ops: &[u32]| {
+        iface
+            .call_submit_packed(&mut inst.store, s, ids, tools, ops)
+            .unwrap_or_else(|e| panic!("{e:#}"))
+            .map_err(|e| e.code)
+    };
+    assert_eq!(
+        packed("a\nb", "w", &[0, 0]),
+        Err(ws::ErrorCode::InvalidOperations)
+    );
+    assert_eq!(packed("", "", &[]), Err(ws::ErrorCode::EmptyBatch));
+    assert_eq!(
+        packed("a\na", "w\nw", &[0, 0]),
+        Err(ws::ErrorCode::DuplicateId)
+    );
+    assert_eq!(packed("a", "nobody", &[2]), Err(ws::ErrorCode::NotFanOut));
+    assert_eq!(packed("a\nf\nb", "w\nw\nghost", &[0, 2, 0]), Ok(1));
+    let labels: Vec<String> = iface
+        .call_inspect(&mut inst.store, s, 1)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .into_iter()
+        .map(|st| format!("{}:{}", st.entry, st.tool))
+        .collect();
+    assert_eq!(labels, ["a:w", "f#0:w", "f#1:w", "b:ghost"]);
+}

@@ -302,6 +302,58 @@ impl Scheduler {
         Ok(BatchId(batch + 1))
     }
 
+    /// [`Scheduler::submit_batch`] in a packed form that crosses a component boundary cheaply:
+    /// call ids and tool names one per line (`\n`-separated, so neither may contain one), and
+    /// one operation count per call, `0` for a plain call. No finished operations (a restart
+    /// uses `submit_batch`).
+    pub fn submit_packed(
+        &mut self,
+        ids: &str,
+        tools: &str,
+        operations: &[u32],
+    ) -> Result<BatchId, Error> {
+        if operations.len() > CALLS_PER_BATCH_MAX {
+            return Err(Error::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "{} calls in one batch; at most {CALLS_PER_BATCH_MAX} are accepted",
+                    operations.len()
+                ),
+            ));
+        }
+        let split = |text: &str| -> Vec<String> {
+            if text.is_empty() {
+                Vec::new()
+            } else {
+                text.split('\n').map(str::to_owned).collect()
+            }
+        };
+        let (ids, tools) = (split(ids), split(tools));
+        if ids.len() != operations.len() || tools.len() != operations.len() {
+            return Err(Error::new(
+                ErrorCode::InvalidOperations,
+                format!(
+                    "packed batch: {} ids, {} tools and {} operation counts; they must match",
+                    ids.len(),
+                    tools.len(),
+                    operations.len()
+                ),
+            ));
+        }
+        let calls: Vec<Call> = ids
+            .into_iter()
+            .zip(tools)
+            .zip(operations)
+            .map(|((id, tool), &n)| Call {
+                id,
+                tool,
+                operations: (n > 0).then_some(n),
+                finished: Vec::new(),
+            })
+            .collect();
+        self.submit_batch(&calls)
+    }
+
     /// Approves a pending entry.
     pub fn approve(&mut self, entry: &str) -> Result<(), Error> {
         let e = self.find(entry)?;

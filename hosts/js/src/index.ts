@@ -161,6 +161,13 @@ export class Scheduler {
     this.#raw = raw;
   }
   submitBatch(calls: CallInput[]): number {
+    // The packed form crosses as two strings and one typed array instead of a record per call;
+    // it covers every batch whose ids and tools have no newline and nothing finished.
+    const packable = calls.length > 0 && calls.every((c) => !c.finished?.length && !c.id.includes('\n') && !c.tool.includes('\n') && c.operations !== 0);
+    if (packable) {
+      const ops = Uint32Array.from(calls, (c) => c.operations ?? 0);
+      return call(() => this.#raw.submitPacked(calls.map((c) => c.id).join('\n'), calls.map((c) => c.tool).join('\n'), ops));
+    }
     const wit: Call[] = calls.map((c) => ({ id: c.id, tool: c.tool, operations: c.operations, finished: c.finished ?? [] }));
     return call(() => this.#raw.submitBatch(wit));
   }

@@ -62,8 +62,9 @@ class CallOutcome:
 
 
 class _Batch:
-    def __init__(self, batch: int, calls: list[Call], execute: Callable[[Execution], Awaitable[Any]]) -> None:
+    def __init__(self, batch: int, first: int, calls: list[Call], execute: Callable[[Execution], Awaitable[Any]]) -> None:
         self.batch = batch
+        self.first = first
         self.calls = calls
         self.execute = execute
         self.labels = [label for c in calls for label in entry_labels(c)]
@@ -86,29 +87,29 @@ class _Pump:
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
-        self.by_entry: dict[str, _Batch] = {}
+        self.by_id: dict[int, _Batch] = {}
         # Ends that arrived in this loop iteration, reported together in one crossing.
-        self.ends: list[tuple[_Batch, EntryOutcome, str]] = []
+        self.ends: list[tuple[_Batch, int, EntryOutcome, str]] = []
 
     def pump(self) -> None:
-        r = self.scheduler.next_releases()
-        for s in r.settle:
-            b = self.by_entry.get(s.entry)
+        start, settle = self.scheduler.next_release_ids()
+        for i, reason in settle:
+            b = self.by_id.get(i)
             if b:
-                b.record(EntryOutcome(s.entry, "settled", reason=s.reason))
-        for entry in r.start:
-            b = self.by_entry.get(entry)
+                b.record(EntryOutcome(b.labels[i - b.first], "settled", reason=reason))
+        for i in start:
+            b = self.by_id.get(i)
             if b:
-                self.start(b, entry)
+                self.start(b, b.labels[i - b.first], i)
 
-    def start(self, b: _Batch, entry: str) -> None:
+    def start(self, b: _Batch, entry: str, id: int) -> None:
         call, operation = b.call_of[entry]
         execution = Execution(entry, call, operation, self.scheduler)
         task = asyncio.ensure_future(b.execute(execution))
         b.tasks[entry] = task
-        task.add_done_callback(lambda t: self.ended(b, entry, t))
+        task.add_done_callback(lambda t: self.ended(b, entry, id, t))
 
-    def ended(self, b: _Batch, entry: str, task: asyncio.Task[Any]) -> None:
+    def ended(self, b: _Batch, entry: str, id: int, task: asyncio.Task[Any]) -> None:
         b.tasks.pop(entry, None)
         if task.cancelled():
             outcome, how = EntryOutcome(entry, "cancelled"), "failed"
@@ -116,14 +117,17 @@ class _Pump:
             outcome, how = EntryOutcome(entry, "failed", error=task.exception()), "failed"
         else:
             outcome, how = EntryOutcome(entry, "ok", value=task.result()), "ok"
-        self.ends.append((b, outcome, how))
+        self.ends.append((b, id, outcome, how))
         if len(self.ends) == 1:
             asyncio.get_running_loop().call_soon(self.flush)
 
     def flush(self) -> None:
         ends, self.ends = self.ends, []
-        self.scheduler.on_ended_many([(o.entry, how) for _, o, how in ends])  # type: ignore[misc]
-        for b, outcome, _ in ends:
+        self.scheduler.on_ended_ids(
+            [i for _, i, _, how in ends if how == "ok"],
+            [i for _, i, _, how in ends if how != "ok"],
+        )
+        for b, _, outcome, _ in ends:
             b.record(outcome)
         self.pump()
 
@@ -143,13 +147,14 @@ async def run_batch(
         pump = _Pump(scheduler)
         _pumps[scheduler] = pump
     batch_id = scheduler.submit_batch(calls)
-    b = _Batch(batch_id, list(calls), execute)
-    for label in b.labels:
-        pump.by_entry[label] = b
+    first, _ = scheduler.batch_entries(batch_id)
+    b = _Batch(batch_id, first, list(calls), execute)
+    for i in range(len(b.labels)):
+        pump.by_id[first + i] = b
     try:
         if decide is None:
             # Everything approved: one crossing for the whole batch.
-            scheduler.approve_many(b.labels)
+            scheduler.approve_ids(range(first, first + len(b.labels)))
             pump.pump()
         for c in calls if decide is not None else []:
             for label in entry_labels(c):
@@ -173,8 +178,8 @@ async def run_batch(
             await asyncio.shield(b.done)
         raise
     finally:
-        for label in b.labels:
-            pump.by_entry.pop(label, None)
+        for i in range(len(b.labels)):
+            pump.by_id.pop(first + i, None)
     return [CallOutcome(c.id, c.tool, [b.outcomes[l] for l in entry_labels(c)]) for c in calls]
 
 
