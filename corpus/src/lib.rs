@@ -441,10 +441,10 @@ impl Runner {
         let args: Vec<&str> = words.collect();
         let result: Result<(), String> = match verb {
             "submit" => {
-                let n: u32 = args
-                    .first()
-                    .and_then(|w| w.parse().ok())
-                    .ok_or("expected a batch number")?;
+                let n: u32 = match args.first() {
+                    None => 1,
+                    Some(w) => w.parse().map_err(|_| "expected a batch number")?,
+                };
                 let spec = n
                     .checked_sub(1)
                     .and_then(|i| case.batch.get(i as usize))
@@ -472,12 +472,19 @@ impl Runner {
                 }
                 subject.end_many(&ends)
             }
-            "end" => {
-                let [label, outcome] = args.as_slice() else {
-                    return Err("expected `end LABEL ok|failed`".to_owned());
-                };
-                subject.end(label, outcome_ok(outcome)?)
-            }
+            "end" => match args.as_slice() {
+                [label] => subject.end(label, true),
+                [label, outcome] => subject.end(label, outcome_ok(outcome)?),
+                _ => return Err("expected `end LABEL ok|failed`".to_owned()),
+            },
+            // A declined question ends the execution with an ok result (JP's wording).
+            "decline" => match args.as_slice() {
+                [label] => subject.end(label, true),
+                _ => return Err("expected `decline LABEL`".to_owned()),
+            },
+            // Result review and the host's confirmation that cancelled executions ended have no
+            // scheduling effect: the step only checks that nothing is released.
+            "review" | "ended-all" => Ok(()),
             "cancel" => {
                 let batch = self.batch(args.first().copied())?;
                 subject.cancel(batch)

@@ -150,8 +150,13 @@ export async function runCase(caseData, turnstile) {
     try {
       const [verb, ...args] = step.do.trim().split(/\s+/);
       let error = null;
-      if (verb === 'submit') {
-        const n = Number(args[0]);
+      if (verb === 'review' || verb === 'ended-all') {
+        // No scheduling effect: the step only checks that nothing is released.
+      } else if (verb === 'decline') {
+        if (args.length !== 1) throw new Error('expected `decline LABEL`');
+        error = codeOf(() => sched.onEnded(args[0], 'ok'));
+      } else if (verb === 'submit') {
+        const n = args.length ? Number(args[0]) : 1;
         const spec = (caseData.batch ?? [])[n - 1];
         if (!spec) throw new Error(`the case has no batch ${args[0]}`);
         const calls = parseCalls(spec);
@@ -173,8 +178,9 @@ export async function runCase(caseData, turnstile) {
         });
         error = codeOf(() => sched.onEndedMany(ends));
       } else if (verb === 'end') {
-        if (args.length !== 2) throw new Error('expected `end LABEL ok|failed`');
-        const outcome = args[1] === 'ok' ? 'ok' : ['failed', 'err', 'error'].includes(args[1]) ? 'failed' : null;
+        if (args.length !== 1 && args.length !== 2) throw new Error('expected `end LABEL ok|failed`');
+        const word = args[1] ?? 'ok';
+        const outcome = word === 'ok' ? 'ok' : ['failed', 'err', 'error'].includes(word) ? 'failed' : null;
         if (!outcome) throw new Error(`bad outcome ${args[1]}`);
         error = codeOf(() => sched.onEnded(args[0], outcome));
       } else if (verb === 'cancel') {

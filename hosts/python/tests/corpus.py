@@ -140,8 +140,13 @@ def run_case(case: dict, instance: Instance) -> None:
         try:
             verb, *args = step["do"].split()
             err: Optional[str] = None
-            if verb == "submit":
-                n = int(args[0])
+            if verb in ("review", "ended-all"):
+                pass  # no scheduling effect: the step only checks that nothing is released
+            elif verb == "decline":
+                (label,) = args
+                err = code_of(lambda: sched.on_ended(label, "ok"))
+            elif verb == "submit":
+                n = int(args[0]) if args else 1
                 specs = case.get("batch", [])
                 if not 1 <= n <= len(specs):
                     raise AssertionError(f"the case has no batch {n}")
@@ -159,7 +164,7 @@ def run_case(case: dict, instance: Instance) -> None:
                 ends = [(a.split("=")[0], outcomes[a.split("=")[1]]) for a in args]
                 err = code_of(lambda: sched.on_ended_many(ends))
             elif verb == "end":
-                label, outcome = args
+                label, outcome = (args[0], args[1] if len(args) > 1 else "ok")
                 outcome = {"ok": "ok", "failed": "failed", "err": "failed", "error": "failed"}[outcome]
                 err = code_of(lambda: sched.on_ended(label, outcome))
             elif verb == "cancel":
