@@ -18,6 +18,9 @@ pub struct Case {
     /// What the case shows, for people.
     #[serde(default)]
     pub description: String,
+    /// Other descriptive fields a case may carry; never interpreted.
+    #[serde(default, alias = "title", alias = "notes", alias = "comment", alias = "reference")]
+    pub name: Option<toml::Value>,
     /// Config layers, lowest precedence first.
     #[serde(default)]
     pub layer: Vec<LayerSpec>,
@@ -106,6 +109,9 @@ pub struct Step {
     /// Admission `shutdown`: queued requests refused.
     #[serde(default)]
     pub refused: Vec<String>,
+    /// For people; never interpreted.
+    #[serde(default, alias = "note", alias = "why")]
+    pub comment: Option<toml::Value>,
 }
 
 /// A call as the runner hands it to a subject.
