@@ -8,6 +8,9 @@ pub const LAYER_BYTES_MAX: usize = 1 << 20;
 pub const NAME_BYTES_MAX: usize = 256;
 /// Configured tools in a merged config.
 pub const TOOLS_MAX: usize = 10_000;
+/// Concurrency keys: each configured tool declares at most one, so there are at most as many
+/// keys as tools (calls to unconfigured tools are unkeyed).
+pub const KEYS_MAX: usize = TOOLS_MAX;
 /// Calls in one batch.
 pub const CALLS_PER_BATCH_MAX: usize = 100_000;
 /// Operations of one fanned-out call.

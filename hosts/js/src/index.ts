@@ -171,6 +171,11 @@ export class Scheduler {
     const wit: Call[] = calls.map((c) => ({ id: c.id, tool: c.tool, operations: c.operations, finished: c.finished ?? [] }));
     return call(() => this.#raw.submitBatch(wit));
   }
+  /** The WIT's `submit-packed` (ids and tools joined by newlines, 0 operations for a plain
+   * call); `submitBatch` picks it by itself when it can. */
+  submitPacked(ids: string[], tools: string[], operations: Uint32Array | number[]): number {
+    return call(() => this.#raw.submitPacked(ids.join('\n'), tools.join('\n'), Uint32Array.from(operations)));
+  }
   approve(entry: string): void {
     call(() => this.#raw.approve(entry));
   }
