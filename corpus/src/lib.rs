@@ -19,7 +19,13 @@ pub struct Case {
     #[serde(default)]
     pub description: String,
     /// Other descriptive fields a case may carry; never interpreted.
-    #[serde(default, alias = "title", alias = "notes", alias = "comment", alias = "reference")]
+    #[serde(
+        default,
+        alias = "title",
+        alias = "notes",
+        alias = "comment",
+        alias = "reference"
+    )]
     pub name: Option<toml::Value>,
     /// Config layers, lowest precedence first.
     #[serde(default)]

@@ -212,6 +212,23 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
             .map_err(convert::error)
     }
 
+    fn approve_next(
+        &self,
+        entries: Vec<u32>,
+    ) -> Result<wit_scheduler::ReleaseIds, wit_scheduler::Error> {
+        self.approve_ids(entries)?;
+        Ok(self.next_release_ids())
+    }
+
+    fn on_ended_next(
+        &self,
+        ok: Vec<u32>,
+        failed: Vec<u32>,
+    ) -> Result<wit_scheduler::ReleaseIds, wit_scheduler::Error> {
+        self.on_ended_ids(ok, failed)?;
+        Ok(self.next_release_ids())
+    }
+
     fn next_release_ids(&self) -> wit_scheduler::ReleaseIds {
         let releases = self.inner.borrow_mut().next_releases();
         wit_scheduler::ReleaseIds {

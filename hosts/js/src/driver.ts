@@ -100,8 +100,7 @@ export class Driver {
   async #decideAll(run: BatchRun, labels: (readonly [string, CallInput])[], options: RunOptions): Promise<void> {
     if (!options.decide) {
       // Everything approved: one crossing for the whole batch.
-      this.scheduler.approveIds(Array.from({ length: labels.length }, (_, i) => run.first + i));
-      this.#pump();
+      this.#dispatch(this.scheduler.approveNext(Array.from({ length: labels.length }, (_, i) => run.first + i)));
       return;
     }
     for (const [label, c] of labels) {
@@ -128,7 +127,10 @@ export class Driver {
 
   /** Drains the scheduler and dispatches every start and settlement to its batch. */
   #pump(): void {
-    const { start, settle } = this.scheduler.nextReleaseIds();
+    this.#dispatch(this.scheduler.nextReleaseIds());
+  }
+
+  #dispatch({ start, settle }: { start: Uint32Array; settle: { entry: number; reason: Reason }[] }): void {
     for (const s of settle) {
       const run = this.#byId.get(s.entry);
       if (run) this.#record(run, { entry: run.labels[s.entry - run.first], status: 'settled', reason: s.reason });
@@ -179,8 +181,9 @@ export class Driver {
   #flushEnds(): void {
     const ends = this.#ends;
     this.#ends = [];
+    let releases;
     try {
-      this.scheduler.onEndedIds(
+      releases = this.scheduler.onEndedNext(
         ends.filter((e) => e.outcome.status === 'ok').map((e) => e.id),
         ends.filter((e) => e.outcome.status !== 'ok').map((e) => e.id),
       );
@@ -189,7 +192,7 @@ export class Driver {
       return;
     }
     for (const { run, outcome } of ends) this.#record(run, outcome);
-    this.#pump();
+    this.#dispatch(releases);
   }
 
   #record(run: BatchRun, outcome: EntryOutcome): void {

@@ -203,6 +203,14 @@ export class Scheduler {
   nextReleaseIds(): ws.ReleaseIds {
     return this.#raw.nextReleaseIds();
   }
+  /** `approveIds` then `nextReleaseIds`, in one crossing. */
+  approveNext(entries: Uint32Array | number[]): ws.ReleaseIds {
+    return call(() => this.#raw.approveNext(Uint32Array.from(entries)));
+  }
+  /** `onEndedIds` then `nextReleaseIds`, in one crossing: a driver's whole round. */
+  onEndedNext(ok: Uint32Array | number[], failed: Uint32Array | number[] = []): ws.ReleaseIds {
+    return call(() => this.#raw.onEndedNext(Uint32Array.from(ok), Uint32Array.from(failed)));
+  }
   /** The label of an entry id. */
   label(entry: number): string {
     return call(() => this.#raw.label(entry));

@@ -189,7 +189,18 @@ class Scheduler:
 
     def next_release_ids(self) -> tuple[list[int], list[tuple[int, Reason]]]:
         """`next_releases` by entry id; both drain the same queue."""
-        r = self._f("next-release-ids")(self._resource)
+        return self._ids(self._f("next-release-ids")(self._resource))
+
+    def approve_next(self, entries: Sequence[int]) -> tuple[list[int], list[tuple[int, Reason]]]:
+        """`approve_ids` then `next_release_ids`, in one crossing."""
+        return self._ids(_raise_if_error(self._f("approve-next")(self._resource, list(entries))))
+
+    def on_ended_next(self, ok: Sequence[int], failed: Sequence[int] = ()) -> tuple[list[int], list[tuple[int, Reason]]]:
+        """`on_ended_ids` then `next_release_ids`, in one crossing: a driver's whole round."""
+        return self._ids(_raise_if_error(self._f("on-ended-next")(self._resource, list(ok), list(failed))))
+
+    @staticmethod
+    def _ids(r: Any) -> tuple[list[int], list[tuple[int, Reason]]]:
         return list(r.start), [(x.entry, _reason(x.reason)) for x in r.settle]
 
     def label(self, entry: int) -> str:

@@ -92,7 +92,10 @@ class _Pump:
         self.ends: list[tuple[_Batch, int, EntryOutcome, str]] = []
 
     def pump(self) -> None:
-        start, settle = self.scheduler.next_release_ids()
+        self.dispatch(self.scheduler.next_release_ids())
+
+    def dispatch(self, releases: tuple[list[int], list[tuple[int, Reason]]]) -> None:
+        start, settle = releases
         for i, reason in settle:
             b = self.by_id.get(i)
             if b:
@@ -123,13 +126,13 @@ class _Pump:
 
     def flush(self) -> None:
         ends, self.ends = self.ends, []
-        self.scheduler.on_ended_ids(
+        releases = self.scheduler.on_ended_next(
             [i for _, i, _, how in ends if how == "ok"],
             [i for _, i, _, how in ends if how != "ok"],
         )
         for b, _, outcome, _ in ends:
             b.record(outcome)
-        self.pump()
+        self.dispatch(releases)
 
 
 _pumps: "WeakKeyDictionary[Scheduler, _Pump]" = WeakKeyDictionary()
@@ -154,8 +157,7 @@ async def run_batch(
     try:
         if decide is None:
             # Everything approved: one crossing for the whole batch.
-            scheduler.approve_ids(range(first, first + len(b.labels)))
-            pump.pump()
+            pump.dispatch(scheduler.approve_next(range(first, first + len(b.labels))))
         for c in calls if decide is not None else []:
             for label in entry_labels(c):
                 decision: Any = decide(label, c) if decide else "approve"
