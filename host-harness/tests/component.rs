@@ -239,6 +239,12 @@ fn entry_ids_cross_without_labels() {
         stopped,
         [(1, ws::Reason::Stopped(1)), (2, ws::Reason::Stopped(1))]
     );
+    // The one-crossing forms: ends, then what to start.
+    let none = iface
+        .call_on_ended_next(&mut inst.store, s, &[3], &[])
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert!(none.start.is_empty() && none.settle.is_empty());
     let twice = iface
         .call_on_ended_ids(&mut inst.store, s, &[3, 3], &[])
         .unwrap_or_else(|e| panic!("{e:#}"));
@@ -458,7 +464,13 @@ fn every_wit_function_survives_hostile_input() {
         let _ = iface
             .call_on_ended_ids(&mut *st, s, &[n], &[n])
             .unwrap_or_else(|e| panic!("{e:#}"));
-        tried += 6;
+        let _ = iface
+            .call_approve_next(&mut *st, s, &[n, n])
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = iface
+            .call_on_ended_next(&mut *st, s, &[n], &[n])
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        tried += 8;
     }
     let many: Vec<String> = (0..200_000).map(|i| format!("nobody{i}")).collect();
     let _ = iface
