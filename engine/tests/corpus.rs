@@ -188,12 +188,12 @@ impl Subject for Native {
     }
 
     fn restart(&mut self) -> Vec<(u32, u32)> {
-        let unfinished = self.sched().unfinished();
-        self.new_scheduler();
-        let s = self.sched();
-        unfinished
-            .into_iter()
-            .filter_map(|(old, calls)| s.submit_batch(&calls).ok().map(|new| (old.0, new.0)))
+        let state = self.sched().unfinished();
+        self.scheduler = Scheduler::resume(self.policy.clone(), &state).ok();
+        state
+            .iter()
+            .enumerate()
+            .map(|(i, (old, _))| (old.0, i as u32 + 1))
             .collect()
     }
 

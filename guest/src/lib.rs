@@ -84,6 +84,29 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
         }
     }
 
+    fn resume(
+        policy: wit_scheduler::PolicyBorrow<'_>,
+        state: Vec<wit_scheduler::UnfinishedBatch>,
+    ) -> Result<wit_scheduler::Scheduler, wit_scheduler::Error> {
+        let policy = policy.get::<PolicyResource>().policy.clone();
+        let state: Vec<_> = state
+            .into_iter()
+            .map(|b| {
+                (
+                    BatchId(b.batch),
+                    b.calls
+                        .into_iter()
+                        .map(convert::call_in)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        let scheduler = Scheduler::resume(policy, &state).map_err(convert::error)?;
+        Ok(wit_scheduler::Scheduler::new(Self {
+            inner: RefCell::new(scheduler),
+        }))
+    }
+
     fn submit_batch(&self, calls: Vec<wit_scheduler::Call>) -> Result<u32, wit_scheduler::Error> {
         let calls: Vec<_> = calls.into_iter().map(convert::call_in).collect();
         self.inner

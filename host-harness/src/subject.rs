@@ -268,7 +268,8 @@ impl Subject for ComponentSubject {
     }
 
     fn restart(&mut self) -> Vec<(u32, u32)> {
-        let Ok(s) = self.scheduler() else {
+        // Export with `unfinished`, import with `resume`: what a host does after a crash.
+        let (Ok(s), Ok(p)) = (self.scheduler(), self.policy()) else {
             return Vec::new();
         };
         let iface = self
@@ -276,27 +277,18 @@ impl Subject for ComponentSubject {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        let Ok(unfinished) = iface.call_unfinished(&mut self.instance.store, s) else {
+        let Ok(state) = iface.call_unfinished(&mut self.instance.store, s) else {
             return Vec::new();
         };
-        self.new_scheduler();
-        let Ok(s) = self.scheduler() else {
+        let Ok(Ok(resumed)) = iface.call_resume(&mut self.instance.store, p, &state) else {
             return Vec::new();
         };
-        let iface = self
-            .instance
-            .exports
-            .turnstile_scheduler_scheduler()
-            .scheduler();
-        unfinished
+        let _ = s.resource_drop(&mut self.instance.store);
+        self.scheduler = Some(resumed);
+        state
             .iter()
-            .filter_map(|b| {
-                let id = iface
-                    .call_submit_batch(&mut self.instance.store, s, &b.calls)
-                    .ok()?
-                    .ok()?;
-                Some((b.batch, id))
-            })
+            .enumerate()
+            .map(|(i, b)| (b.batch, i as u32 + 1))
             .collect()
     }
 

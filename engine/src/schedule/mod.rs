@@ -218,6 +218,17 @@ impl Scheduler {
         }
     }
 
+    /// Imports what [`Scheduler::unfinished`] exported (after a crash or a restart): a fresh
+    /// scheduler with each batch submitted again, in order. What ended is kept as finished and
+    /// never runs again; the rest starts pending.
+    pub fn resume(policy: Policy, state: &[(BatchId, Vec<Call>)]) -> Result<Self, Error> {
+        let mut scheduler = Self::new(policy);
+        for (_, calls) in state {
+            scheduler.submit_batch(calls)?;
+        }
+        Ok(scheduler)
+    }
+
     /// The policy this scheduler was built from.
     pub fn policy(&self) -> &Policy {
         &self.policy

@@ -187,8 +187,8 @@ export async function runCase(caseData, turnstile) {
         error = codeOf(() => sched.cancelBatch(batchOf(args[0])));
       } else if (verb === 'restart') {
         const unfinished = sched.unfinished();
-        sched = turnstile.scheduler(policy);
-        const map = new Map(unfinished.map((b) => [b.batch, sched.submitBatch(b.calls)]));
+        sched = turnstile.resume(policy, unfinished);
+        const map = new Map(unfinished.map((b, i) => [b.batch, i + 1]));
         const old = batches;
         batches = new Map();
         for (const [n, id] of old) if (map.has(id)) batches.set(n, map.get(id));

@@ -104,6 +104,12 @@ export class Turnstile {
     return new Scheduler(new this.#root.scheduler.Scheduler(policy.raw));
   }
 
+  /** Imports what `Scheduler.unfinished()` exported: a fresh scheduler with each batch
+   * submitted again (after a crash or a restart); batches are renumbered from 1. */
+  resume(policy: Policy, state: UnfinishedBatch[]): Scheduler {
+    return new Scheduler(call(() => this.#root.scheduler.Scheduler.resume(policy.raw, state)));
+  }
+
   /** An admission controller for one binding. */
   admission(config: AdmissionConfig): Admission {
     return new Admission(new this.#root.admission.Admission(config));

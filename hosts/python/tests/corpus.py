@@ -172,8 +172,8 @@ def run_case(case: dict, instance: Instance) -> None:
                 err = code_of(lambda: sched.cancel_batch(batches.get(n, n)))
             elif verb == "restart":
                 unfinished = sched.unfinished()
-                sched = Scheduler(policy)
-                mapping = {old: sched.submit_batch(calls) for old, calls in unfinished}
+                sched = Scheduler.resume(policy, unfinished)
+                mapping = {old: i + 1 for i, (old, _) in enumerate(unfinished)}
                 batches = {n: mapping[b] for n, b in batches.items() if b in mapping}
             elif verb == "inspect":
                 n = int(args[0])

@@ -137,6 +137,17 @@ class Scheduler:
         self._f = lambda name: self.instance.func("scheduler", f"[method]scheduler.{name}")
         self._resource = self.instance.func("scheduler", "[constructor]scheduler")(policy.resource)
 
+    @classmethod
+    def resume(cls, policy: Policy, state: Sequence[tuple[int, Sequence[Call]]]) -> "Scheduler":
+        """Imports what `unfinished()` exported: a fresh scheduler with each batch submitted
+        again (after a crash or a restart); batches are renumbered from 1."""
+        self = cls.__new__(cls)
+        self.instance = policy.instance
+        self._f = lambda name: self.instance.func("scheduler", f"[method]scheduler.{name}")
+        wit = [SimpleNamespace(batch=b, calls=[_call(c) for c in calls]) for b, calls in state]
+        self._resource = _raise_if_error(self.instance.func("scheduler", "[static]scheduler.resume")(policy.resource, wit))
+        return self
+
     def submit_batch(self, calls: Sequence[Call]) -> int:
         """Submits a batch; returns its id. Batches without finished operations and without
         newlines in ids or tools cross in the packed form (two strings and a list of ints), which
