@@ -13,24 +13,9 @@ use turnstile_engine::schedule::{
     BatchId, Call, EntryId, HostSettle, Outcome, Reason, Scheduler, State,
 };
 
-/// SplitMix64: small, seedable, good enough to explore.
-struct Rng(u64);
+mod common;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
+use common::Rng;
 
 /// A random valid config: keys shared across tools, limits 0 to 5, fan-out with and without
 /// stop. Returns the TOML and the tool names (plus one unconfigured tool).
