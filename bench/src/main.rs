@@ -62,6 +62,24 @@ fn main() {
 
 fn run() -> Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `bench --drive N KEYS`: one native drive and nothing else, for counting instructions
+    // under `valgrind --tool=callgrind` (repeatable where timings are not).
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--drive") {
+        let n: usize = args
+            .get(i + 1)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(100_000);
+        let keys: usize = args.get(i + 2).and_then(|a| a.parse().ok()).unwrap_or(10);
+        let w = Workload::new(n, keys);
+        let ns = native_drive(&w);
+        println!(
+            "{} executions over {keys} keys: {:.0} ns each",
+            w.executions,
+            ns / n as f64
+        );
+        return Ok(());
+    }
     let path = std::env::args()
         .skip_while(|a| a != "--component")
         .nth(1)
@@ -78,7 +96,7 @@ fn run() -> Result<()> {
         let mut previous: Option<f64> = None;
         for &n in sizes {
             let w = Workload::new(n, keys);
-            let ns = best_of(3, || native_drive(&w)) / n as f64;
+            let ns = best_of(5, || native_drive(&w)) / n as f64;
             let ratio = previous.map_or(String::from("-"), |p| {
                 format!("{:.2}x time for 10x work", ns * 10.0 / p)
             });
