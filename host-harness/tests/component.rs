@@ -37,7 +37,7 @@ fn corpus_runs_through_the_component() {
         files.len()
     );
     let summary = corpus::run_all(&files, || {
-        ComponentSubject::new(harness().instance().unwrap_or_else(|e| panic!("{e:#}")))
+        ComponentSubject::new(harness().instance().expect("no trap"))
     });
     for (path, why) in &summary.failed {
         eprintln!("FAIL {}: {why}", path.display());
@@ -47,7 +47,7 @@ fn corpus_runs_through_the_component() {
 
 #[test]
 fn host_mistakes_are_errors_and_the_instance_survives() {
-    let mut inst = harness().instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let mut inst = harness().instance().expect("no trap");
     let config = inst.exports.turnstile_scheduler_config().policy();
     let hostile = [
         wc::Layer {
@@ -70,12 +70,12 @@ fn host_mistakes_are_errors_and_the_instance_survives() {
     }
     let policy = config
         .call_resolve(&mut inst.store, &[])
-        .unwrap_or_else(|e| panic!("{e:#}"))
+        .expect("no trap")
         .unwrap_or_else(|_| panic!("empty config"));
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
     let s = iface
         .call_constructor(&mut inst.store, policy)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     let call = |id: &str| ws::Call {
         id: id.to_owned(),
         tool: "t".to_owned(),
@@ -142,22 +142,22 @@ fn host_mistakes_are_errors_and_the_instance_survives() {
     // The same instance still schedules.
     let id = iface
         .call_submit_batch(&mut inst.store, s, &[call("a")])
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .expect("no trap")
+        .expect("no error");
     assert_eq!(id, 1);
     iface
         .call_approve(&mut inst.store, s, "a")
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .expect("no trap")
+        .expect("no error");
     let r = iface
         .call_next_releases(&mut inst.store, s)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     assert_eq!(r.start, ["a"]);
 }
 
 #[test]
 fn entry_ids_cross_without_labels() {
-    let mut inst = harness().instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let mut inst = harness().instance().expect("no trap");
     let config = inst.exports.turnstile_scheduler_config().policy();
     let layers = [wc::Layer {
         name: "ids".to_owned(),
@@ -166,12 +166,12 @@ fn entry_ids_cross_without_labels() {
     }];
     let policy = config
         .call_resolve(&mut inst.store, &layers)
-        .unwrap_or_else(|e| panic!("{e:#}"))
+        .expect("no trap")
         .unwrap_or_else(|_| panic!("config"));
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
     let s = iface
         .call_constructor(&mut inst.store, policy)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     let calls = [
         ws::Call {
             id: "a".to_owned(),
@@ -188,51 +188,51 @@ fn entry_ids_cross_without_labels() {
     ];
     let batch = iface
         .call_submit_batch(&mut inst.store, s, &calls)
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .expect("no trap")
+        .expect("no error");
     let range = iface
         .call_batch_entries(&mut inst.store, s, batch)
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .expect("no trap")
+        .expect("no error");
     assert_eq!((range.first, range.count), (0, 4));
     let labels: Vec<String> = (0..4)
         .map(|i| {
             iface
                 .call_label(&mut inst.store, s, range.first + i)
-                .unwrap_or_else(|e| panic!("{e:#}"))
-                .unwrap_or_else(|e| panic!("{e:?}"))
+                .expect("no trap")
+                .expect("no error")
         })
         .collect();
     assert_eq!(labels, ["a#0", "a#1", "a#2", "b"]);
     // All or nothing: an unknown id (or a duplicate) changes nothing.
     let bad = iface
         .call_approve_ids(&mut inst.store, s, &[0, 1, 99])
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     assert_eq!(bad.map_err(|e| e.code), Err(ws::ErrorCode::UnknownEntry));
     let dup = iface
         .call_approve_ids(&mut inst.store, s, &[0, 0])
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     assert_eq!(dup.map_err(|e| e.code), Err(ws::ErrorCode::AlreadyDecided));
     let r = iface
         .call_next_release_ids(&mut inst.store, s)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     assert!(r.start.is_empty() && r.settle.is_empty());
     iface
         .call_approve_ids(&mut inst.store, s, &[0, 1, 2, 3])
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .expect("no trap")
+        .expect("no error");
     let r = iface
         .call_next_release_ids(&mut inst.store, s)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     assert_eq!(r.start, [0]);
     // a#0 fails: a#1 and a#2 are stopped, b starts.
     iface
         .call_on_ended_ids(&mut inst.store, s, &[], &[0])
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .expect("no trap")
+        .expect("no error");
     let r = iface
         .call_next_release_ids(&mut inst.store, s)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     assert_eq!(r.start, [3]);
     let stopped: Vec<(u32, ws::Reason)> = r.settle.iter().map(|x| (x.entry, x.reason)).collect();
     assert_eq!(
@@ -242,16 +242,16 @@ fn entry_ids_cross_without_labels() {
     // The one-crossing forms: ends, then what to start.
     let none = iface
         .call_on_ended_next(&mut inst.store, s, &[3], &[])
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .expect("no trap")
+        .expect("no error");
     assert!(none.start.is_empty() && none.settle.is_empty());
     let twice = iface
         .call_on_ended_ids(&mut inst.store, s, &[3, 3], &[])
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     assert_eq!(twice.map_err(|e| e.code), Err(ws::ErrorCode::AlreadyEnded));
     let unknown = iface
         .call_label(&mut inst.store, s, u32::MAX)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     assert_eq!(
         unknown.map_err(|e| e.code),
         Err(ws::ErrorCode::UnknownEntry)
@@ -262,7 +262,7 @@ fn entry_ids_cross_without_labels() {
 /// error, never a trap; afterwards the same instance still schedules.
 #[test]
 fn every_wit_function_survives_hostile_input() {
-    let mut inst = harness().instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let mut inst = harness().instance().expect("no trap");
     let mut tried = 0usize;
     let long = "x".repeat(100_000);
     let strings: Vec<String> = [
@@ -340,7 +340,7 @@ fn every_wit_function_survives_hostile_input() {
                     .to_owned(),
             )],
         )
-        .unwrap_or_else(|e| panic!("{e:#}"))
+        .expect("no trap")
         .unwrap_or_else(|_| panic!("config"));
     for s in &strings {
         let _ = config
@@ -348,15 +348,13 @@ fn every_wit_function_survives_hostile_input() {
             .unwrap_or_else(|e| panic!("tool trapped: {e:#}"));
         tried += 1;
     }
-    let _ = config
-        .call_tools(&mut inst.store, policy)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+    let _ = config.call_tools(&mut inst.store, policy).expect("no trap");
 
     // scheduler
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
     let s = iface
         .call_constructor(&mut inst.store, policy)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     let call =
         |id: &str, tool: &str, operations: Option<u32>, finished: Vec<ws::Finished>| ws::Call {
             id: id.to_owned(),
@@ -446,49 +444,39 @@ fn every_wit_function_survives_hostile_input() {
     }
     for &n in &numbers {
         let st = &mut inst.store;
-        let _ = iface
-            .call_cancel_batch(&mut *st, s, n)
-            .unwrap_or_else(|e| panic!("{e:#}"));
-        let _ = iface
-            .call_inspect(&mut *st, s, n)
-            .unwrap_or_else(|e| panic!("{e:#}"));
-        let _ = iface
-            .call_batch_entries(&mut *st, s, n)
-            .unwrap_or_else(|e| panic!("{e:#}"));
-        let _ = iface
-            .call_label(&mut *st, s, n)
-            .unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = iface.call_cancel_batch(&mut *st, s, n).expect("no trap");
+        let _ = iface.call_inspect(&mut *st, s, n).expect("no trap");
+        let _ = iface.call_batch_entries(&mut *st, s, n).expect("no trap");
+        let _ = iface.call_label(&mut *st, s, n).expect("no trap");
         let _ = iface
             .call_approve_ids(&mut *st, s, &[n, n])
-            .unwrap_or_else(|e| panic!("{e:#}"));
+            .expect("no trap");
         let _ = iface
             .call_on_ended_ids(&mut *st, s, &[n], &[n])
-            .unwrap_or_else(|e| panic!("{e:#}"));
+            .expect("no trap");
         let _ = iface
             .call_approve_next(&mut *st, s, &[n, n])
-            .unwrap_or_else(|e| panic!("{e:#}"));
+            .expect("no trap");
         let _ = iface
             .call_on_ended_next(&mut *st, s, &[n], &[n])
-            .unwrap_or_else(|e| panic!("{e:#}"));
+            .expect("no trap");
         tried += 8;
     }
     let many: Vec<String> = (0..200_000).map(|i| format!("nobody{i}")).collect();
     let _ = iface
         .call_approve_many(&mut inst.store, s, &many)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     let ids: Vec<u32> = (0..1_000_000).collect();
     let _ = iface
         .call_approve_ids(&mut inst.store, s, &ids)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     let _ = iface
         .call_next_releases(&mut inst.store, s)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     let _ = iface
         .call_next_release_ids(&mut inst.store, s)
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    let _ = iface
-        .call_unfinished(&mut inst.store, s)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
+    let _ = iface.call_unfinished(&mut inst.store, s).expect("no trap");
     tried += 5;
 
     // admission
@@ -502,7 +490,7 @@ fn every_wit_function_survives_hostile_input() {
                     allow_parallel: max == 0,
                 },
             )
-            .unwrap_or_else(|e| panic!("{e:#}"));
+            .expect("no trap");
         for id in &strings {
             for class in [
                 wa::Class::Call,
@@ -513,53 +501,43 @@ fn every_wit_function_survives_hostile_input() {
                 let st = &mut inst.store;
                 let _ = adm
                     .call_begin(&mut *st, a, id, class, Some(id.as_str()))
-                    .unwrap_or_else(|e| panic!("{e:#}"));
+                    .expect("no trap");
                 let _ = adm
                     .call_begin(&mut *st, a, id, class, None)
-                    .unwrap_or_else(|e| panic!("{e:#}"));
+                    .expect("no trap");
                 tried += 2;
             }
-            let _ = adm
-                .call_end(&mut inst.store, a, id)
-                .unwrap_or_else(|e| panic!("{e:#}"));
-            let _ = adm
-                .call_abandon(&mut inst.store, a, id)
-                .unwrap_or_else(|e| panic!("{e:#}"));
+            let _ = adm.call_end(&mut inst.store, a, id).expect("no trap");
+            let _ = adm.call_abandon(&mut inst.store, a, id).expect("no trap");
             tried += 2;
         }
         let _ = adm
             .call_next_admissions(&mut inst.store, a)
-            .unwrap_or_else(|e| panic!("{e:#}"));
-        let _ = adm
-            .call_shutdown(&mut inst.store, a)
-            .unwrap_or_else(|e| panic!("{e:#}"));
-        let _ = adm
-            .call_shutdown(&mut inst.store, a)
-            .unwrap_or_else(|e| panic!("{e:#}"));
+            .expect("no trap");
+        let _ = adm.call_shutdown(&mut inst.store, a).expect("no trap");
+        let _ = adm.call_shutdown(&mut inst.store, a).expect("no trap");
         let _ = adm
             .call_begin(&mut inst.store, a, "late", wa::Class::Call, None)
-            .unwrap_or_else(|e| panic!("{e:#}"));
-        let _ = adm
-            .call_in_flight(&mut inst.store, a)
-            .unwrap_or_else(|e| panic!("{e:#}"));
+            .expect("no trap");
+        let _ = adm.call_in_flight(&mut inst.store, a).expect("no trap");
         tried += 5;
     }
 
     // The same instance still works.
     let fresh = iface
         .call_constructor(&mut inst.store, policy)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     iface
         .call_submit_batch(&mut inst.store, fresh, &[call("a", "f", None, Vec::new())])
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .expect("no trap")
+        .expect("no error");
     iface
         .call_approve(&mut inst.store, fresh, "a")
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .expect("no trap")
+        .expect("no error");
     let r = iface
         .call_next_releases(&mut inst.store, fresh)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     assert_eq!(r.start, ["a"]);
     eprintln!("hostile calls tried: {tried}");
     assert!(tried > 300, "only {tried} hostile calls");
@@ -578,17 +556,17 @@ fn limits_turn_pathological_input_into_errors() {
             fuel: None,
         },
     )
-    .unwrap_or_else(|e| panic!("{e:#}"));
-    let mut inst = small.instance().unwrap_or_else(|e| panic!("{e:#}"));
+    .expect("no trap");
+    let mut inst = small.instance().expect("no trap");
     let config = inst.exports.turnstile_scheduler_config().policy();
     let policy = config
         .call_resolve(&mut inst.store, &[])
-        .unwrap_or_else(|e| panic!("{e:#}"))
+        .expect("no trap")
         .unwrap_or_else(|_| panic!("config"));
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
     let s = iface
         .call_constructor(&mut inst.store, policy)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     let calls: Vec<ws::Call> = (0..100_000)
         .map(|i| ws::Call {
             id: format!("a-rather-long-call-id-{i:08}"),
@@ -606,7 +584,7 @@ fn limits_turn_pathological_input_into_errors() {
     }
     assert!(hit, "8 MiB of linear memory held 800k calls");
     assert!(inst.store.data().memory_peak() <= 8 << 20);
-    let mut again = small.instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let mut again = small.instance().expect("no trap");
     let config = again.exports.turnstile_scheduler_config().policy();
     assert!(
         config.call_resolve(&mut again.store, &[]).is_ok(),
@@ -620,8 +598,8 @@ fn limits_turn_pathological_input_into_errors() {
             fuel: Some(5_000_000),
         },
     )
-    .unwrap_or_else(|e| panic!("{e:#}"));
-    let mut inst = fueled.instance().unwrap_or_else(|e| panic!("{e:#}"));
+    .expect("no trap");
+    let mut inst = fueled.instance().expect("no trap");
     let big: String = (0..5000)
         .map(|t| {
             format!(
@@ -649,7 +627,7 @@ fn limits_turn_pathological_input_into_errors() {
 
 #[test]
 fn submit_packed_matches_submit_batch() {
-    let mut inst = harness().instance().unwrap_or_else(|e| panic!("{e:#}"));
+    let mut inst = harness().instance().expect("no trap");
     let config = inst.exports.turnstile_scheduler_config().policy();
     let layers = [wc::Layer {
         name: "packed".to_owned(),
@@ -657,16 +635,16 @@ fn submit_packed_matches_submit_batch() {
     }];
     let policy = config
         .call_resolve(&mut inst.store, &layers)
-        .unwrap_or_else(|e| panic!("{e:#}"))
+        .expect("no trap")
         .unwrap_or_else(|_| panic!("config"));
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
     let s = iface
         .call_constructor(&mut inst.store, policy)
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        .expect("no trap");
     let mut packed = |ids: &str, tools: &str, ops: &[u32]| {
         iface
             .call_submit_packed(&mut inst.store, s, ids, tools, ops)
-            .unwrap_or_else(|e| panic!("{e:#}"))
+            .expect("no trap")
             .map_err(|e| e.code)
     };
     assert_eq!(
@@ -682,8 +660,8 @@ fn submit_packed_matches_submit_batch() {
     assert_eq!(packed("a\nf\nb", "w\nw\nghost", &[0, 2, 0]), Ok(1));
     let labels: Vec<String> = iface
         .call_inspect(&mut inst.store, s, 1)
-        .unwrap_or_else(|e| panic!("{e:#}"))
-        .unwrap_or_else(|e| panic!("{e:?}"))
+        .expect("no trap")
+        .expect("no error")
         .into_iter()
         .map(|st| format!("{}:{}", st.entry, st.tool))
         .collect();

@@ -186,21 +186,25 @@ fn pin(update: bool) -> Result<()> {
     }
 }
 
+/// `host-harness` on the given component, ready for its subcommand.
+fn harness(wasm: &Path) -> Command {
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--quiet",
+        "--release",
+        "--package",
+        "host-harness",
+        "--",
+    ])
+    .arg("--component")
+    .arg(wasm);
+    cmd
+}
+
 fn simulate(args: &[String]) -> Result<()> {
     let wasm = build_guest()?;
-    run(cargo()
-        .args([
-            "run",
-            "--quiet",
-            "--release",
-            "--package",
-            "host-harness",
-            "--",
-        ])
-        .arg("--component")
-        .arg(&wasm)
-        .arg("simulate")
-        .args(args))
+    run(harness(&wasm).arg("simulate").args(args))
 }
 
 fn test() -> Result<()> {
@@ -251,18 +255,7 @@ fn test() -> Result<()> {
         "turnstile-corpus",
     ]))?;
     pin(false)?;
-    run(cargo()
-        .args([
-            "run",
-            "--quiet",
-            "--release",
-            "--package",
-            "host-harness",
-            "--",
-        ])
-        .arg("--component")
-        .arg(&wasm)
-        .args(["cases", "tests/cases"]))?;
+    run(harness(&wasm).args(["cases", "tests/cases"]))?;
     js(&wasm)?;
     let js_dir = root().join("hosts/js");
     run(Command::new("npm").args(["test"]).current_dir(&js_dir))?;
