@@ -9,7 +9,7 @@
 //! - `js`: builds the JS/TS package (`npm ci` when needed, jco transpile, tsc) in `hosts/js`.
 //! - `py`: makes `target/py-venv` and installs the Python package (with the component) into it.
 //! - `playground [PORT]`: builds the JS package and serves the playground on 127.0.0.1.
-//! - `fuzz [SECONDS]`: runs each cargo-fuzz target (config, scheduler, admission) for SECONDS
+//! - `fuzz [SECONDS]`: runs each cargo-fuzz target (config, config_shaped, scheduler, admission) for SECONDS
 //!   (default 60); needs `cargo install cargo-fuzz`; runs on stable through RUSTC_BOOTSTRAP.
 //! - `test`: every check CI runs: fmt, clippy, docs, the engine's tests, the component build,
 //!   the harness running the corpus through the component, the import pin, the Node corpus and
@@ -352,7 +352,7 @@ fn ensure_chromium() -> Result<()> {
 }
 
 fn fuzz(seconds: &str) -> Result<()> {
-    for target in ["config", "scheduler", "admission"] {
+    for target in ["config", "config_shaped", "scheduler", "admission"] {
         run(cargo()
             .current_dir(root().join("fuzz"))
             .env("RUSTC_BOOTSTRAP", "1")
