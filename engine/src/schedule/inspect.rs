@@ -84,7 +84,7 @@ impl Scheduler {
                 entry: EntryId(e),
                 label: self.label(EntryId(e)),
                 tool: self.tool_name(call.tool).to_owned(),
-                key: entry.key.map(|k| self.keys[k as usize].name.clone()),
+                key: entry.key.get().map(|k| self.keys[k as usize].name.clone()),
                 state: entry.state,
                 wait,
             });
@@ -96,7 +96,7 @@ impl Scheduler {
         self.entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.key == Some(k) && e.state.is_started_unended())
+            .filter(|(_, e)| e.key.get() == Some(k) && e.state.is_started_unended())
             .map(|(i, _)| self.label(EntryId(i as u32)))
             .collect()
     }

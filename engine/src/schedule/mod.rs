@@ -131,11 +131,31 @@ impl Releases {
     }
 }
 
+/// 16 bytes: an entry is most of what a queued execution costs.
 #[derive(Debug)]
 struct Entry {
     call: u32,
-    key: Option<u32>,
+    key: OptU32,
     state: State,
+}
+
+/// An `Option<u32>` in four bytes (`u32::MAX` is none; no count or index reaches it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct OptU32(u32);
+
+impl OptU32 {
+    const NONE: Self = Self(u32::MAX);
+
+    fn new(value: Option<u32>) -> Self {
+        value.map_or(Self::NONE, |v| {
+            debug_assert!(v != u32::MAX);
+            Self(v)
+        })
+    }
+
+    fn get(self) -> Option<u32> {
+        (self != Self::NONE).then_some(self.0)
+    }
 }
 
 /// A call; its id is in [`CallIds`] under the same number.
@@ -145,7 +165,7 @@ struct CallRec {
     first: u32,
     count: u32,
     tool: u32,
-    first_failed: Option<u32>,
+    first_failed: OptU32,
     fan_out: bool,
     stop: bool,
 }
@@ -249,8 +269,8 @@ impl Scheduler {
             cancelled: false,
             keys: Vec::new(),
         };
-        self.entries.reserve(total as usize);
-        self.calls.reserve(calls.len());
+        names::grow(&mut self.entries, total as usize);
+        names::grow(&mut self.calls, calls.len());
         self.ids.reserve(calls.len());
         for call in calls {
             let tool = self.intern_tool(&call.tool);
@@ -287,7 +307,7 @@ impl Scheduler {
                 };
                 self.entries.push(Entry {
                     call: call_no,
-                    key,
+                    key: OptU32::new(key),
                     state,
                 });
             }
@@ -298,7 +318,7 @@ impl Scheduler {
                 first,
                 count,
                 tool,
-                first_failed: if stop { first_failed } else { None },
+                first_failed: OptU32::new(if stop { first_failed } else { None }),
                 fan_out: call.operations.is_some(),
                 stop,
             });
@@ -479,7 +499,7 @@ impl Scheduler {
 
     /// The effects of an end: the slot is freed and a failure is recorded.
     fn ended(&mut self, e: u32, outcome: Outcome) {
-        if let Some(k) = self.entry(e).key {
+        if let Some(k) = self.entry(e).key.get() {
             if let Some(key) = self.keys.get_mut(k as usize) {
                 debug_assert!(key.running > 0);
                 key.running = key.running.saturating_sub(1);
@@ -883,7 +903,7 @@ impl Scheduler {
     }
 
     fn touch_key(&mut self, e: u32) {
-        if let Some(k) = self.entry(e).key {
+        if let Some(k) = self.entry(e).key.get() {
             self.mark_dirty(k);
         }
     }
@@ -915,7 +935,7 @@ impl Scheduler {
             if let Some(after) = self.stopped_by(e) {
                 self.set_state(e, Event::Stop { after });
                 self.settled.push(e);
-            } else if self.entry(e).key.is_none() {
+            } else if self.entry(e).key.get().is_none() {
                 self.release(e);
             }
         }
@@ -927,7 +947,7 @@ impl Scheduler {
     /// The one-based position of the failure that stops this entry, if one does.
     fn stopped_by(&self, e: u32) -> Option<u32> {
         let call = &self.calls[self.entry(e).call as usize];
-        let failed = call.first_failed?;
+        let failed = call.first_failed.get()?;
         (call.stop && e - call.first > failed).then_some(failed + 1)
     }
 
@@ -942,7 +962,7 @@ impl Scheduler {
             }
             (
                 e - call.first,
-                call.first_failed,
+                call.first_failed.get(),
                 call.first,
                 call.count,
                 call.batch,
@@ -951,7 +971,7 @@ impl Scheduler {
         if prev.is_some_and(|p| p <= pos) {
             return;
         }
-        self.calls[c].first_failed = Some(pos);
+        self.calls[c].first_failed = OptU32::new(Some(pos));
         let rec = &self.batches[batch as usize];
         if !rec.open || rec.cancelled {
             return;
@@ -970,7 +990,7 @@ impl Scheduler {
 
     fn release(&mut self, e: u32) {
         self.set_state(e, Event::Release);
-        if let Some(k) = self.entry(e).key
+        if let Some(k) = self.entry(e).key.get()
             && let Some(key) = self.keys.get_mut(k as usize)
         {
             key.running += 1;
