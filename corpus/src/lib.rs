@@ -442,9 +442,9 @@ impl Runner {
         let n: u32 = word
             .and_then(|w| w.parse().ok())
             .ok_or("expected a batch number")?;
-        // A batch never submitted (or with nothing left after a restart) is passed through, so
-        // that cases can check the subject's unknown-batch error.
-        Ok(self.batches.get(&n).copied().unwrap_or(n))
+        // A batch never submitted, or with nothing left after a restart, has no id: pass one
+        // no scheduler hands out, so that cases can check the unknown-batch error.
+        Ok(self.batches.get(&n).copied().unwrap_or(u32::MAX))
     }
 
     fn step(&mut self, case: &Case, subject: &mut impl Subject, step: &Step) -> Result<(), String> {

@@ -169,7 +169,7 @@ def run_case(case: dict, instance: Instance) -> None:
                 err = code_of(lambda: sched.on_ended(label, outcome))
             elif verb == "cancel":
                 n = int(args[0])
-                err = code_of(lambda: sched.cancel_batch(batches.get(n, n)))
+                err = code_of(lambda: sched.cancel_batch(batches.get(n, 2**32 - 1)))
             elif verb == "restart":
                 unfinished = sched.unfinished()
                 sched = Scheduler.resume(policy, unfinished)
@@ -178,7 +178,7 @@ def run_case(case: dict, instance: Instance) -> None:
             elif verb == "inspect":
                 n = int(args[0])
                 got: list[str] = []
-                err = code_of(lambda: got.extend(inspect_line(s) for s in sched.inspect(batches.get(n, n))))
+                err = code_of(lambda: got.extend(inspect_line(s) for s in sched.inspect(batches.get(n, 2**32 - 1))))
                 if not err and got != step["inspect"]:
                     raise AssertionError(f"inspect: want {step['inspect']}, got {got}")
             else:
