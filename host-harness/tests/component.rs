@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use host_harness::{
-    ComponentSubject, Harness, default_component_path, wit_admission as wa, wit_config as wc,
-    wit_scheduler as ws,
+    ComponentSubject, Harness, Instance, default_component_path, wit_admission as wa,
+    wit_config as wc, wit_scheduler as ws,
 };
 use turnstile_corpus as corpus;
+use wasmtime::component::ResourceAny;
 
 fn harness() -> &'static Harness {
     static HARNESS: OnceLock<Harness> = OnceLock::new();
@@ -22,6 +23,28 @@ fn harness() -> &'static Harness {
             )
         })
     })
+}
+
+/// Resolves `toml` as one layer and builds a scheduler on it; returns (policy, scheduler).
+fn scheduler_on(inst: &mut Instance, toml: &str) -> (ResourceAny, ResourceAny) {
+    let layers = [wc::Layer {
+        name: "test".to_owned(),
+        text: toml.to_owned(),
+    }];
+    let policy = inst
+        .exports
+        .turnstile_scheduler_config()
+        .policy()
+        .call_resolve(&mut inst.store, &layers)
+        .expect("no trap")
+        .unwrap_or_else(|d| panic!("the test config does not resolve: {}", d[0].rendered));
+    let scheduler = inst
+        .exports
+        .turnstile_scheduler_scheduler()
+        .scheduler()
+        .call_constructor(&mut inst.store, policy)
+        .expect("no trap");
+    (policy, scheduler)
 }
 
 fn cases_dir() -> PathBuf {
@@ -68,14 +91,8 @@ fn host_mistakes_are_errors_and_the_instance_survives() {
         let diags = result.unwrap_or_else(|e| panic!("trap on {:?}: {e:#}", layer.name));
         assert!(diags.is_err(), "{:?} resolved", layer.name);
     }
-    let policy = config
-        .call_resolve(&mut inst.store, &[])
-        .expect("no trap")
-        .unwrap_or_else(|_| panic!("empty config"));
+    let (_, s) = scheduler_on(&mut inst, "");
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
-    let s = iface
-        .call_constructor(&mut inst.store, policy)
-        .expect("no trap");
     let call = |id: &str| ws::Call {
         id: id.to_owned(),
         tool: "t".to_owned(),
@@ -158,20 +175,11 @@ fn host_mistakes_are_errors_and_the_instance_survives() {
 #[test]
 fn entry_ids_cross_without_labels() {
     let mut inst = harness().instance().expect("no trap");
-    let config = inst.exports.turnstile_scheduler_config().policy();
-    let layers = [wc::Layer {
-        name: "ids".to_owned(),
-        text: "[conversation.tools.w]\nconcurrency = 1\nfan_out = { on_error = \"stop\" }\n"
-            .to_owned(),
-    }];
-    let policy = config
-        .call_resolve(&mut inst.store, &layers)
-        .expect("no trap")
-        .unwrap_or_else(|_| panic!("config"));
+    let (_, s) = scheduler_on(
+        &mut inst,
+        "[conversation.tools.w]\nconcurrency = 1\nfan_out = { on_error = \"stop\" }\n",
+    );
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
-    let s = iface
-        .call_constructor(&mut inst.store, policy)
-        .expect("no trap");
     let calls = [
         ws::Call {
             id: "a".to_owned(),
@@ -558,15 +566,8 @@ fn limits_turn_pathological_input_into_errors() {
     )
     .expect("no trap");
     let mut inst = small.instance().expect("no trap");
-    let config = inst.exports.turnstile_scheduler_config().policy();
-    let policy = config
-        .call_resolve(&mut inst.store, &[])
-        .expect("no trap")
-        .unwrap_or_else(|_| panic!("config"));
+    let (_, s) = scheduler_on(&mut inst, "");
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
-    let s = iface
-        .call_constructor(&mut inst.store, policy)
-        .expect("no trap");
     let calls: Vec<ws::Call> = (0..100_000)
         .map(|i| ws::Call {
             id: format!("a-rather-long-call-id-{i:08}"),
@@ -628,19 +629,11 @@ fn limits_turn_pathological_input_into_errors() {
 #[test]
 fn submit_packed_matches_submit_batch() {
     let mut inst = harness().instance().expect("no trap");
-    let config = inst.exports.turnstile_scheduler_config().policy();
-    let layers = [wc::Layer {
-        name: "packed".to_owned(),
-        text: "[conversation.tools.w]\nconcurrency = 1\nfan_out = true\n".to_owned(),
-    }];
-    let policy = config
-        .call_resolve(&mut inst.store, &layers)
-        .expect("no trap")
-        .unwrap_or_else(|_| panic!("config"));
+    let (_, s) = scheduler_on(
+        &mut inst,
+        "[conversation.tools.w]\nconcurrency = 1\nfan_out = true\n",
+    );
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
-    let s = iface
-        .call_constructor(&mut inst.store, policy)
-        .expect("no trap");
     let mut packed = |ids: &str, tools: &str, ops: &[u32]| {
         iface
             .call_submit_packed(&mut inst.store, s, ids, tools, ops)
