@@ -102,8 +102,20 @@ pub struct Step {
     /// Entries `next-releases` must say were settled, `LABEL REASON` (`LABEL stopped AFTER`).
     #[serde(default)]
     pub settle: Vec<String>,
-    /// The error code the event must fail with; nothing may change.
+    /// The error code the event must fail with; for a single-input event nothing may change.
     pub error: Option<String>,
+    /// For `approve-many` and `end-many`: every refused input, `INDEX CODE`.
+    #[serde(default)]
+    pub errors: Vec<String>,
+    /// File batch numbers that retired in this step, in order (checked only when given).
+    pub retired: Option<Vec<u32>>,
+    /// For `restart`: layers to resume under instead of the file's.
+    pub layers: Option<Vec<LayerSpec>>,
+    /// For `restart`: calls `resume` left out, `CALL CODE`.
+    #[serde(default)]
+    pub unrestored: Vec<String>,
+    /// Admission: `false` leaves this step's admissions for the next step's drain.
+    pub drain: Option<bool>,
     /// For `inspect N`: every entry of the batch, rendered.
     pub inspect: Option<Vec<String>>,
     /// Admission: requests `next-admissions` must report, in order.
@@ -158,8 +170,40 @@ impl Diag {
     }
 }
 
+/// The inputs of one `step`, by number. `settle` carries `rejected`, `skipped` or `failed`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepInputs {
+    /// Entries to approve.
+    pub approve: Vec<u64>,
+    /// Entries the host settles, with how.
+    pub settle: Vec<(u64, &'static str)>,
+    /// Questions asked.
+    pub ask: Vec<u64>,
+    /// Questions answered.
+    pub answer: Vec<u64>,
+    /// Ends with a result.
+    pub ok: Vec<u64>,
+    /// Ends with an error.
+    pub failed: Vec<u64>,
+    /// Batches to cancel.
+    pub cancel: Vec<u64>,
+}
+
+/// What one `step` returned, by number.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepOutput {
+    /// Entries to start.
+    pub start: Vec<u64>,
+    /// `(entry, reason, stopped-after)` of each entry the scheduler settled.
+    pub settle: Vec<(u64, String, Option<u32>)>,
+    /// `(list, index, code)` of each refused input; `list` is the WIT's `input-kind`.
+    pub errors: Vec<(String, u32, String)>,
+    /// Batches that retired.
+    pub retired: Vec<u64>,
+}
+
 /// A host of the component (or the engine itself) as the runner drives it. Errors are the
-/// stable error codes. Every method maps onto one WIT function or a short sequence of them.
+/// stable error codes. Every method maps onto one WIT function (`restart` onto two).
 pub trait Subject {
     /// Resolves layers `(name, text)` and keeps the policy for the schedulers that follow.
     fn resolve(&mut self, layers: &[(String, String)]) -> Result<(), Vec<Diag>>;
@@ -167,38 +211,39 @@ pub trait Subject {
     fn tool_line(&mut self, name: &str) -> String;
     /// Makes a fresh scheduler from the kept policy.
     fn new_scheduler(&mut self);
-    /// Submits a batch; returns its id.
-    fn submit(&mut self, calls: &[CallSpec]) -> Result<u32, String>;
-    /// `approve`, `reject`, `skip`, `fail`, `ask`, `answer`: one entry.
-    fn entry_event(&mut self, verb: &str, label: &str) -> Result<(), String>;
-    /// `on-ended`.
-    fn end(&mut self, label: &str, ok: bool) -> Result<(), String>;
-    /// `approve-many`.
-    fn approve_many(&mut self, labels: &[&str]) -> Result<(), String>;
-    /// `on-ended-many`, `(label, ok)` in order.
-    fn end_many(&mut self, ends: &[(&str, bool)]) -> Result<(), String>;
-    /// `cancel-batch`.
-    fn cancel(&mut self, batch: u32) -> Result<(), String>;
-    /// `next-releases`, rendered: labels to start, and [`settle_line`]s.
-    fn releases(&mut self) -> (Vec<String>, Vec<String>);
-    /// `inspect`, rendered with [`inspect_line`].
-    fn inspect(&mut self, batch: u32) -> Result<Vec<String>, String>;
-    /// Restart: a fresh scheduler, `unfinished` of the old one submitted again. Returns
-    /// `(old batch id, new batch id)` for each batch submitted again.
-    fn restart(&mut self) -> Vec<(u32, u32)>;
+    /// `submit`: `(batch, first entry, entry count)`.
+    fn submit(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String>;
+    /// `step`.
+    fn step(&mut self, inputs: &StepInputs) -> StepOutput;
+    /// `label`.
+    fn label(&mut self, entry: u64) -> Option<String>;
+    /// `inspect`, rendered with [`inspect_line`]; `None` for a batch that is not live.
+    fn inspect(&mut self, batch: u64) -> Option<Vec<String>>;
+    /// `unfinished`, then `resume` into a fresh scheduler that replaces the old one, under the
+    /// kept policy or, when `layers` are given, one resolved from them (which is then kept).
+    /// Returns the unrestored calls as `CALL CODE`, or `resume`'s error code.
+    fn restart(
+        &mut self,
+        interrupt: bool,
+        layers: Option<&[(String, String)]>,
+    ) -> Result<Vec<String>, String>;
     /// A fresh admission controller.
     fn admission(&mut self, max_concurrent: u32, allow_parallel: bool);
-    /// `begin` with a class name (`call`, `request`, `control`, `reentrant`).
-    fn begin(&mut self, id: &str, class: &str, parent: Option<&str>) -> Result<(), String>;
+    /// `begin` with a class name (`call`, `request`, `control`, `reentrant`); the ticket.
+    fn begin(&mut self, id: &str, class: &str, parent: Option<u64>) -> Result<u64, String>;
     /// `end` of a request.
-    fn end_request(&mut self, id: &str) -> Result<(), String>;
+    fn end_request(&mut self, ticket: u64) -> Result<(), String>;
     /// `abandon`.
-    fn abandon(&mut self, id: &str) -> Result<(), String>;
+    fn abandon(&mut self, ticket: u64) -> Result<(), String>;
     /// `shutdown`: (cancel, refused).
-    fn shutdown(&mut self) -> (Vec<String>, Vec<String>);
+    fn shutdown(&mut self) -> (Vec<u64>, Vec<u64>);
     /// `next-admissions`.
-    fn admissions(&mut self) -> Vec<String>;
+    fn admissions(&mut self) -> Vec<u64>;
 }
+
+/// A number no scheduler or controller hands out: what unknown labels, batches and request ids
+/// become, so that the subject itself reports them.
+pub const UNKNOWN: u64 = u64::MAX;
 
 /// `NAME unbounded` or `NAME KEY/LIMIT`, then ` fan-out` and ` stop` when they apply.
 pub fn tool_line(name: &str, key: Option<(&str, u32)>, fan_out: bool, stop: bool) -> String {
@@ -369,8 +414,9 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
     if let Some(spec) = &case.admission {
         let max = u32::try_from(spec.max_concurrent.max(0)).unwrap_or(u32::MAX);
         subject.admission(max, spec.allow_parallel);
+        let mut tickets = Tickets::default();
         for (i, step) in case.step.iter().enumerate() {
-            admission_step(subject, step)
+            admission_step(subject, &mut tickets, step)
                 .map_err(|e| format!("step {} `{}`: {e}", i + 1, step.event))?;
         }
         return Ok(());
@@ -413,9 +459,7 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
         }
     }
     subject.new_scheduler();
-    let mut runner = Runner {
-        batches: HashMap::new(),
-    };
+    let mut runner = Runner::default();
     for (i, step) in case.step.iter().enumerate() {
         runner
             .step(case, subject, step)
@@ -432,26 +476,55 @@ fn rendered(diags: &[Diag]) -> String {
         .join("\n")
 }
 
+#[derive(Default)]
 struct Runner {
-    /// File batch number to the current scheduler's batch id.
-    batches: HashMap<u32, u32>,
+    /// File batch number to the scheduler's batch number.
+    batches: HashMap<u32, u64>,
+    /// Label to the entry number of its call's most recent submission.
+    entries: HashMap<String, u64>,
+    /// Entry number to label, for every submitted entry.
+    labels: HashMap<u64, String>,
+}
+
+fn layer_pairs(layers: &[LayerSpec]) -> Vec<(String, String)> {
+    layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let name = l.name.clone().unwrap_or_else(|| format!("L{}", i + 1));
+            (name, l.text.clone())
+        })
+        .collect()
 }
 
 impl Runner {
-    fn batch(&self, word: Option<&str>) -> Result<u32, String> {
+    fn batch(&self, word: Option<&str>) -> Result<u64, String> {
         let n: u32 = word
             .and_then(|w| w.parse().ok())
             .ok_or("expected a batch number")?;
-        // A batch never submitted, or with nothing left after a restart, has no id: pass one
-        // no scheduler hands out, so that cases can check the unknown-batch error.
-        Ok(self.batches.get(&n).copied().unwrap_or(u32::MAX))
+        Ok(self.batches.get(&n).copied().unwrap_or(UNKNOWN))
+    }
+
+    fn entry(&self, label: &str) -> u64 {
+        self.entries.get(label).copied().unwrap_or(UNKNOWN)
+    }
+
+    fn label_of(&self, entry: u64) -> String {
+        self.labels
+            .get(&entry)
+            .cloned()
+            .unwrap_or_else(|| format!("#{entry}"))
     }
 
     fn step(&mut self, case: &Case, subject: &mut impl Subject, step: &Step) -> Result<(), String> {
         let mut words = step.event.split_whitespace();
         let verb = words.next().ok_or("empty step")?;
         let args: Vec<&str> = words.collect();
-        let result: Result<(), String> = match verb {
+        let mut out = StepOutput::default();
+        let mut refused: Vec<String> = Vec::new();
+        let mut unrestored: Vec<String> = Vec::new();
+        let mut single = true;
+        match verb {
             "submit" => {
                 let n: u32 = match args.first() {
                     None => 1,
@@ -462,79 +535,228 @@ impl Runner {
                     .and_then(|i| case.batch.get(i as usize))
                     .ok_or_else(|| format!("the case has no batch {n}"))?;
                 let calls = parse_calls(spec)?;
-                subject.submit(&calls).map(|id| {
-                    self.batches.insert(n, id);
-                })
+                                match subject.submit(&calls) {
+                    Ok((batch, first, count)) => {
+                        self.batches.insert(n, batch);
+                        let mut e = first;
+                        for c in &calls {
+                            let labels: Vec<String> = match c.operations {
+                                None => vec![c.id.clone()],
+                                Some(k) => (0..k).map(|i| format!("{}#{i}", c.id)).collect(),
+                            };
+                            for label in labels {
+                                self.entries.insert(label.clone(), e);
+                                self.labels.insert(e, label);
+                                e += 1;
+                            }
+                        }
+                        if e != first + u64::from(count) {
+                            return Err(format!(
+                                "submit numbered {count} entries from {first}; the calls have {}",
+                                e - first
+                            ));
+                        }
+                    }
+                    Err(code) => refused.push(code),
+                }
+                step_once(subject, StepInputs::default(), &mut out, &mut refused, false);
             }
             "approve" | "reject" | "skip" | "fail" | "ask" | "answer" => {
-                if args.is_empty() {
+                                if args.is_empty() {
                     return Err("expected at least one entry".to_owned());
                 }
-                args.iter()
-                    .try_for_each(|label| subject.entry_event(verb, label))
+                for label in &args {
+                    let e = self.entry(label);
+                    let mut inputs = StepInputs::default();
+                    match verb {
+                        "approve" => inputs.approve.push(e),
+                        "reject" => inputs.settle.push((e, "rejected")),
+                        "skip" => inputs.settle.push((e, "skipped")),
+                        "fail" => inputs.settle.push((e, "failed")),
+                        "ask" => inputs.ask.push(e),
+                        _ => inputs.answer.push(e),
+                    }
+                    step_once(subject, inputs, &mut out, &mut refused, false);
+                    if !refused.is_empty() {
+                        break;
+                    }
+                }
             }
-            "approve-many" => subject.approve_many(&args),
+            "approve-many" => {
+                                single = false;
+                let inputs = StepInputs {
+                    approve: args.iter().map(|l| self.entry(l)).collect(),
+                    ..StepInputs::default()
+                };
+                step_once(subject, inputs, &mut out, &mut refused, true);
+            }
             "end-many" => {
-                let mut ends = Vec::with_capacity(args.len());
+                                single = false;
+                let mut inputs = StepInputs::default();
+                let mut order = Vec::new();
                 for arg in &args {
                     let Some((label, outcome)) = arg.split_once('=') else {
                         return Err(format!("expected LABEL=ok|failed, got {arg:?}"));
                     };
-                    ends.push((label, outcome_ok(outcome)?));
-                }
-                subject.end_many(&ends)
-            }
-            "end" => match args.as_slice() {
-                [label] => subject.end(label, true),
-                [label, outcome] => subject.end(label, outcome_ok(outcome)?),
-                _ => return Err("expected `end LABEL ok|failed`".to_owned()),
-            },
-            // A declined question ends the execution with an ok result (JP's wording).
-            "decline" => match args.as_slice() {
-                [label] => subject.end(label, true),
-                _ => return Err("expected `decline LABEL`".to_owned()),
-            },
-            // Result review and the host's confirmation that cancelled executions ended have no
-            // scheduling effect: the step only checks that nothing is released.
-            "review" | "ended-all" => Ok(()),
-            "cancel" => {
-                let batch = self.batch(args.first().copied())?;
-                subject.cancel(batch)
-            }
-            "restart" => {
-                let map = subject.restart();
-                let old = std::mem::take(&mut self.batches);
-                for (n, id) in old {
-                    if let Some((_, new)) = map.iter().find(|(o, _)| *o == id) {
-                        self.batches.insert(n, *new);
+                    let ok = outcome_ok(outcome)?;
+                    order.push(ok);
+                    if ok {
+                        inputs.ok.push(self.entry(label));
+                    } else {
+                        inputs.failed.push(self.entry(label));
                     }
                 }
-                Ok(())
+                // Positions in the step are ok-first; map them back to the written order.
+                let ok_positions: Vec<usize> =
+                    (0..order.len()).filter(|&i| order[i]).collect();
+                let failed_positions: Vec<usize> =
+                    (0..order.len()).filter(|&i| !order[i]).collect();
+                let n_ok = inputs.ok.len();
+                let mut raw = Vec::new();
+                step_once(subject, inputs, &mut out, &mut raw, true);
+                for r in raw {
+                    let (pos, code) = r.split_once(' ').unwrap_or(("0", &r));
+                    let pos: usize = pos.parse().unwrap_or(0);
+                    let written = if pos < n_ok {
+                        ok_positions.get(pos)
+                    } else {
+                        failed_positions.get(pos - n_ok)
+                    };
+                    refused.push(format!("{} {code}", written.copied().unwrap_or(pos)));
+                }
+                refused.sort_by_key(|r| {
+                    r.split_once(' ')
+                        .and_then(|(p, _)| p.parse::<usize>().ok())
+                        .unwrap_or(0)
+                });
+            }
+            "end" | "decline" => {
+                                let (label, ok) = match (verb, args.as_slice()) {
+                    ("end", [label]) | ("decline", [label]) => (*label, true),
+                    ("end", [label, outcome]) => (*label, outcome_ok(outcome)?),
+                    _ => return Err("expected `end LABEL ok|failed` or `decline LABEL`".to_owned()),
+                };
+                let e = self.entry(label);
+                let inputs = StepInputs {
+                    ok: if ok { vec![e] } else { Vec::new() },
+                    failed: if ok { Vec::new() } else { vec![e] },
+                    ..StepInputs::default()
+                };
+                step_once(subject, inputs, &mut out, &mut refused, false);
+            }
+            "cancel" => {
+                                let batch = self.batch(args.first().copied())?;
+                let inputs = StepInputs {
+                    cancel: vec![batch],
+                    ..StepInputs::default()
+                };
+                step_once(subject, inputs, &mut out, &mut refused, false);
+            }
+            "restart" => {
+                                let interrupt = match args.as_slice() {
+                    [] => false,
+                    ["interrupt"] => true,
+                    _ => return Err("expected `restart` or `restart interrupt`".to_owned()),
+                };
+                let layers = step.layers.as_deref().map(layer_pairs);
+                match subject.restart(interrupt, layers.as_deref()) {
+                    Ok(lines) => unrestored = lines,
+                    Err(code) => refused.push(code),
+                }
+                step_once(subject, StepInputs::default(), &mut out, &mut refused, false);
             }
             "inspect" => {
-                let batch = self.batch(args.first().copied())?;
+                                let batch = self.batch(args.first().copied())?;
                 let want = step
                     .inspect
                     .as_ref()
                     .ok_or("inspect needs `inspect = [...]`")?;
                 match subject.inspect(batch) {
-                    Ok(got) if got != *want => {
+                    Some(got) if got != *want => {
                         return Err(format!("inspect: want {want:?}, got {got:?}"));
                     }
-                    other => other.map(|_| ()),
+                    Some(_) => {}
+                    None => refused.push("unknown-batch".to_owned()),
                 }
+                step_once(subject, StepInputs::default(), &mut out, &mut refused, false);
             }
             other => return Err(format!("unknown event {other:?}")),
-        };
-        check_error(&step.error, result)?;
-        let (start, settle) = subject.releases();
+        }
+        if single {
+            check_error(&step.error, &refused)?;
+        } else if refused != step.errors {
+            return Err(format!("want errors {:?}, got {refused:?}", step.errors));
+        }
+        if unrestored != step.unrestored {
+            return Err(format!(
+                "want unrestored {:?}, got {unrestored:?}",
+                step.unrestored
+            ));
+        }
+        let start: Vec<String> = out.start.iter().map(|&e| self.label_of(e)).collect();
+        let settle: Vec<String> = out
+            .settle
+            .iter()
+            .map(|(e, reason, after)| settle_line(&self.label_of(*e), reason, *after))
+            .collect();
         if start != step.start || settle != step.settle {
             return Err(format!(
                 "want start {:?} settle {:?}, got start {start:?} settle {settle:?}",
                 step.start, step.settle
             ));
         }
+        // The subject's own labels must agree with the runner's.
+        for &e in &out.start {
+            let got = subject.label(e);
+            if got.as_deref() != Some(self.label_of(e).as_str()) {
+                return Err(format!(
+                    "label({e}): want {:?}, got {got:?}",
+                    self.label_of(e)
+                ));
+            }
+        }
+        if let Some(want) = &step.retired {
+            let got: Vec<u32> = out
+                .retired
+                .iter()
+                .map(|b| {
+                    self.batches
+                        .iter()
+                        .find(|(_, id)| *id == b)
+                        .map_or(0, |(n, _)| *n)
+                })
+                .collect();
+            if got != *want {
+                return Err(format!("want retired {want:?}, got {got:?}"));
+            }
+        }
         Ok(())
+    }
+}
+
+/// One `step` call, its output gathered into `out`; refusals are rendered `CODE`, or
+/// `INDEX CODE` (the index within the input's own list) when `indexed`.
+fn step_once(
+    subject: &mut impl Subject,
+    inputs: StepInputs,
+    out: &mut StepOutput,
+    refused: &mut Vec<String>,
+    indexed: bool,
+) {
+    let got = subject.step(&inputs);
+    out.start.extend(got.start);
+    out.settle.extend(got.settle);
+    out.retired.extend(got.retired);
+    for (list, index, code) in got.errors {
+        let position = match list.as_str() {
+            "failed" => index as usize + inputs.ok.len(),
+            _ => index as usize,
+        };
+        refused.push(if indexed {
+            format!("{position} {code}")
+        } else {
+            code
+        });
     }
 }
 
@@ -546,33 +768,90 @@ fn outcome_ok(word: &str) -> Result<bool, String> {
     }
 }
 
-fn check_error(want: &Option<String>, got: Result<(), String>) -> Result<(), String> {
+/// A single-input event is refused with at most one code.
+fn check_error(want: &Option<String>, got: &[String]) -> Result<(), String> {
     match (want, got) {
-        (None, Ok(())) => Ok(()),
-        (Some(w), Err(g)) if *w == g => Ok(()),
-        (Some(w), Err(g)) => Err(format!("want error {w}, got error {g}")),
-        (Some(w), Ok(())) => Err(format!("want error {w}, but it succeeded")),
-        (None, Err(g)) => Err(format!("unexpected error {g}")),
+        (None, []) => Ok(()),
+        (Some(w), [g]) if w == g => Ok(()),
+        (Some(w), []) => Err(format!("want error {w}, but it succeeded")),
+        (Some(w), g) => Err(format!("want error {w}, got {g:?}")),
+        (None, g) => Err(format!("unexpected error {g:?}")),
     }
 }
 
-fn admission_step(subject: &mut impl Subject, step: &Step) -> Result<(), String> {
+/// Request ids to their tickets, in `begin` order, and back.
+#[derive(Default)]
+struct Tickets {
+    by_id: HashMap<String, Vec<u64>>,
+    ids: HashMap<u64, String>,
+}
+
+impl Tickets {
+    /// `ID` is the most recent ticket of `ID`, `ID@N` its N-th (from 1).
+    fn ticket(&self, word: &str) -> u64 {
+        let (id, nth) = match word.rsplit_once('@') {
+            Some((id, n)) => (id, n.parse::<usize>().ok()),
+            None => (word, None),
+        };
+        let Some(tickets) = self.by_id.get(id) else {
+            return UNKNOWN;
+        };
+        let found = match nth {
+            Some(n) => n.checked_sub(1).and_then(|i| tickets.get(i)),
+            None => tickets.last(),
+        };
+        found.copied().unwrap_or(UNKNOWN)
+    }
+
+    fn began(&mut self, result: Result<u64, String>, id: &str) -> Result<(), String> {
+        result.map(|t| {
+            self.by_id.entry(id.to_owned()).or_default().push(t);
+            self.ids.insert(t, id.to_owned());
+        })
+    }
+
+    fn names(&self, tickets: &[u64]) -> Vec<String> {
+        tickets
+            .iter()
+            .map(|t| self.ids.get(t).cloned().unwrap_or_else(|| format!("ticket {t}")))
+            .collect()
+    }
+}
+
+fn admission_step(
+    subject: &mut impl Subject,
+    tickets: &mut Tickets,
+    step: &Step,
+) -> Result<(), String> {
     let words: Vec<&str> = step.event.split_whitespace().collect();
     let mut cancel = Vec::new();
     let mut refused = Vec::new();
     let result = match words.as_slice() {
-        ["begin", id, class] => subject.begin(id, class_name(class), None),
-        ["begin", id, class, parent] => subject.begin(id, class_name(class), Some(parent)),
-        ["end", id] => subject.end_request(id),
-        ["abandon", id] => subject.abandon(id),
+        ["begin", id, class] => {
+            let r = subject.begin(id, class_name(class), None);
+            tickets.began(r, id)
+        }
+        ["begin", id, class, parent] => {
+            let parent = tickets.ticket(parent);
+            let r = subject.begin(id, class_name(class), Some(parent));
+            tickets.began(r, id)
+        }
+        ["end", id] => subject.end_request(tickets.ticket(id)),
+        ["abandon", id] => subject.abandon(tickets.ticket(id)),
         ["shutdown"] => {
-            (cancel, refused) = subject.shutdown();
+            let (c, r) = subject.shutdown();
+            (cancel, refused) = (tickets.names(&c), tickets.names(&r));
             Ok(())
         }
         _ => return Err("unknown admission event".to_owned()),
     };
-    check_error(&step.error, result)?;
-    let admit = subject.admissions();
+    let refusal: Vec<String> = result.err().into_iter().collect();
+    check_error(&step.error, &refusal)?;
+    let admit = if step.drain == Some(false) {
+        Vec::new()
+    } else {
+        tickets.names(&subject.admissions())
+    };
     if admit != step.admit || cancel != step.cancel || refused != step.refused {
         return Err(format!(
             "want admit {:?} cancel {:?} refused {:?}, got admit {admit:?} cancel {cancel:?} \

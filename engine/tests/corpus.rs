@@ -4,11 +4,12 @@
 
 use std::path::PathBuf;
 
-use turnstile_corpus::{self as corpus, CallSpec, Diag, Subject, WaitView};
-use turnstile_engine::admission::{Admission, AdmissionConfig, Class};
+use turnstile_corpus::{self as corpus, CallSpec, Diag, StepInputs, StepOutput, Subject, WaitView};
+use turnstile_engine::admission::{Admission, AdmissionConfig, Class, Ticket};
 use turnstile_engine::config::{self, Layer, Policy};
 use turnstile_engine::schedule::{
-    BatchId, Call, HostSettle, Outcome, Reason, Scheduler, State, Wait,
+    BatchId, Call, EntryId, HostSettle, InputKind, Inputs, Outputs, Reason, Scheduler, Started,
+    State, Wait,
 };
 
 #[derive(Default)]
@@ -90,111 +91,124 @@ impl Subject for Native {
         self.scheduler = Some(Scheduler::new(self.policy.clone()));
     }
 
-    fn submit(&mut self, calls: &[CallSpec]) -> Result<u32, String> {
-        let calls: Vec<Call> = calls
+    fn submit(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String> {
+        let calls: Vec<Call<'_>> = calls
             .iter()
             .map(|c| Call {
-                id: c.id.clone(),
-                tool: c.tool.clone(),
+                id: &c.id,
+                tool: &c.tool,
                 operations: c.operations,
-                finished: Vec::new(),
             })
             .collect();
         self.sched()
-            .submit_batch(&calls)
-            .map(|b| b.0)
+            .submit(&calls)
+            .map(|s| (s.batch.0, s.first.0, s.count))
             .map_err(|e| e.code.as_str().to_owned())
     }
 
-    fn entry_event(&mut self, verb: &str, label: &str) -> Result<(), String> {
-        let s = self.sched();
-        let result = match verb {
-            "approve" => s.approve(label),
-            "reject" => s.settle(label, HostSettle::Rejected),
-            "skip" => s.settle(label, HostSettle::Skipped),
-            "fail" => s.settle(label, HostSettle::Failed),
-            "ask" => s.begin_question(label),
-            _ => s.end_question(label),
-        };
-        result.map_err(|e| e.code.as_str().to_owned())
-    }
-
-    fn end(&mut self, label: &str, ok: bool) -> Result<(), String> {
-        let outcome = if ok { Outcome::Ok } else { Outcome::Failed };
-        self.sched()
-            .on_ended(label, outcome)
-            .map_err(|e| e.code.as_str().to_owned())
-    }
-
-    fn approve_many(&mut self, labels: &[&str]) -> Result<(), String> {
-        self.sched()
-            .approve_many(labels)
-            .map_err(|e| e.code.as_str().to_owned())
-    }
-
-    fn end_many(&mut self, ends: &[(&str, bool)]) -> Result<(), String> {
-        let ends: Vec<(&str, Outcome)> = ends
-            .iter()
-            .map(|&(l, ok)| (l, if ok { Outcome::Ok } else { Outcome::Failed }))
-            .collect();
-        self.sched()
-            .on_ended_many(&ends)
-            .map_err(|e| e.code.as_str().to_owned())
-    }
-
-    fn cancel(&mut self, batch: u32) -> Result<(), String> {
-        self.sched()
-            .cancel_batch(BatchId(batch))
-            .map_err(|e| e.code.as_str().to_owned())
-    }
-
-    fn releases(&mut self) -> (Vec<String>, Vec<String>) {
-        let s = self.sched();
-        let r = s.next_releases();
-        let start = r.start.iter().map(|&e| s.label(e)).collect();
-        let settle = r
+    fn step(&mut self, inputs: &StepInputs) -> StepOutput {
+        let ids = |v: &[u64]| -> Vec<EntryId> { v.iter().map(|&e| EntryId(e)).collect() };
+        let settle: Vec<(EntryId, HostSettle)> = inputs
             .settle
             .iter()
-            .map(|&(e, reason)| corpus::settle_line(&s.label(e), reason.name(), after(reason)))
-            .collect();
-        (start, settle)
-    }
-
-    fn inspect(&mut self, batch: u32) -> Result<Vec<String>, String> {
-        let statuses = self
-            .sched()
-            .inspect(BatchId(batch))
-            .map_err(|e| e.code.as_str().to_owned())?;
-        Ok(statuses
-            .iter()
-            .map(|st| {
-                let (state, after) = state_parts(st.state);
-                let wait = st.wait.as_ref().map(|w| match w {
-                    Wait::BatchNotApproved { .. } => WaitView::BatchNotApproved,
-                    Wait::KeyFull {
-                        key,
-                        limit,
-                        running,
-                    } => WaitView::KeyFull {
-                        key,
-                        limit: *limit,
-                        running,
-                    },
-                    Wait::Behind(label) => WaitView::Behind(label),
-                });
-                corpus::inspect_line(&st.label, state, after, wait)
+            .map(|&(e, how)| {
+                let how = match how {
+                    "rejected" => HostSettle::Rejected,
+                    "skipped" => HostSettle::Skipped,
+                    _ => HostSettle::Failed,
+                };
+                (EntryId(e), how)
             })
-            .collect())
+            .collect();
+        let (approve, ask, answer, ok, failed) = (
+            ids(&inputs.approve),
+            ids(&inputs.ask),
+            ids(&inputs.answer),
+            ids(&inputs.ok),
+            ids(&inputs.failed),
+        );
+        let cancel: Vec<BatchId> = inputs.cancel.iter().map(|&b| BatchId(b)).collect();
+        let mut out = Outputs::default();
+        self.sched().step(
+            &Inputs {
+                approve: &approve,
+                settle: &settle,
+                ask: &ask,
+                answer: &answer,
+                ok: &ok,
+                failed: &failed,
+                cancel: &cancel,
+            },
+            &mut out,
+        );
+        StepOutput {
+            start: out.start.iter().map(|e| e.0).collect(),
+            settle: out
+                .settle
+                .iter()
+                .map(|&(e, reason)| (e.0, reason.name().to_owned(), after(reason)))
+                .collect(),
+            errors: out
+                .errors
+                .iter()
+                .map(|e| (kind(e.input).to_owned(), e.index, e.code.as_str().to_owned()))
+                .collect(),
+            retired: out.retired.iter().map(|b| b.0).collect(),
+        }
     }
 
-    fn restart(&mut self) -> Vec<(u32, u32)> {
+    fn label(&mut self, entry: u64) -> Option<String> {
+        self.sched().label(EntryId(entry))
+    }
+
+    fn inspect(&mut self, batch: u64) -> Option<Vec<String>> {
+        let statuses = self.sched().inspect(BatchId(batch))?;
+        Some(
+            statuses
+                .iter()
+                .map(|st| {
+                    let (state, after) = state_parts(st.state);
+                    let wait = st.wait.as_ref().map(|w| match w {
+                        Wait::BatchNotApproved { .. } => WaitView::BatchNotApproved,
+                        Wait::KeyFull {
+                            key,
+                            limit,
+                            running,
+                        } => WaitView::KeyFull {
+                            key,
+                            limit: *limit,
+                            running,
+                        },
+                        Wait::Behind(label) => WaitView::Behind(label),
+                    });
+                    corpus::inspect_line(&st.label, state, after, wait)
+                })
+                .collect(),
+        )
+    }
+
+    fn restart(
+        &mut self,
+        interrupt: bool,
+        layers: Option<&[(String, String)]>,
+    ) -> Result<Vec<String>, String> {
         let state = self.sched().unfinished();
-        self.scheduler = Scheduler::resume(self.policy.clone(), &state).ok();
-        state
+        if let Some(layers) = layers {
+            let layers: Vec<Layer> = layers.iter().map(|(n, t)| Layer::new(n, t)).collect();
+            self.policy = config::resolve(&layers).map_err(|_| "layers do not resolve".to_owned())?;
+        }
+        let started = if interrupt {
+            Started::Interrupt
+        } else {
+            Started::RunAgain
+        };
+        let (scheduler, unrestored) = Scheduler::resume(self.policy.clone(), &state, started)
+            .map_err(|e| e.code.as_str().to_owned())?;
+        self.scheduler = Some(scheduler);
+        Ok(unrestored
             .iter()
-            .enumerate()
-            .map(|(i, (old, _))| (old.0, i as u32 + 1))
-            .collect()
+            .map(|u| format!("{} {}", u.call, u.code.as_str()))
+            .collect())
     }
 
     fn admission(&mut self, max_concurrent: u32, allow_parallel: bool) {
@@ -204,7 +218,7 @@ impl Subject for Native {
         }));
     }
 
-    fn begin(&mut self, id: &str, class: &str, parent: Option<&str>) -> Result<(), String> {
+    fn begin(&mut self, id: &str, class: &str, parent: Option<u64>) -> Result<u64, String> {
         let class = match class {
             "call" => Class::Call,
             "request" => Class::Request,
@@ -213,27 +227,45 @@ impl Subject for Native {
             other => return Err(format!("unknown class {other}")),
         };
         self.adm()
-            .begin(id, class, parent)
+            .begin(id, class, parent.map(Ticket))
+            .map(|t| t.0)
             .map_err(|e| e.code.as_str().to_owned())
     }
 
-    fn end_request(&mut self, id: &str) -> Result<(), String> {
-        self.adm().end(id).map_err(|e| e.code.as_str().to_owned())
-    }
-
-    fn abandon(&mut self, id: &str) -> Result<(), String> {
+    fn end_request(&mut self, ticket: u64) -> Result<(), String> {
         self.adm()
-            .abandon(id)
+            .end(Ticket(ticket))
             .map_err(|e| e.code.as_str().to_owned())
     }
 
-    fn shutdown(&mut self) -> (Vec<String>, Vec<String>) {
-        let report = self.adm().shutdown();
-        (report.cancel, report.refused)
+    fn abandon(&mut self, ticket: u64) -> Result<(), String> {
+        self.adm()
+            .abandon(Ticket(ticket))
+            .map_err(|e| e.code.as_str().to_owned())
     }
 
-    fn admissions(&mut self) -> Vec<String> {
-        self.adm().next_admissions()
+    fn shutdown(&mut self) -> (Vec<u64>, Vec<u64>) {
+        let report = self.adm().shutdown();
+        (
+            report.cancel.iter().map(|t| t.0).collect(),
+            report.refused.iter().map(|t| t.0).collect(),
+        )
+    }
+
+    fn admissions(&mut self) -> Vec<u64> {
+        self.adm().next_admissions().iter().map(|t| t.0).collect()
+    }
+}
+
+fn kind(input: InputKind) -> &'static str {
+    match input {
+        InputKind::Approve => "approve",
+        InputKind::Settle => "settle",
+        InputKind::Ask => "ask",
+        InputKind::Answer => "answer",
+        InputKind::Ok => "ok",
+        InputKind::Failed => "failed",
+        InputKind::Cancel => "cancel",
     }
 }
 

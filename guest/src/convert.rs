@@ -1,11 +1,15 @@
 //! WIT types to engine types and back, by hand. Engine types know nothing of the boundary.
 
-use turnstile_engine::admission::{self as engine_admission, AdmissionConfig, AdmissionError};
+use turnstile_engine::admission::{
+    self as engine_admission, AbandonErrorCode, AdmissionConfig, BeginErrorCode, EndErrorCode,
+};
 use turnstile_engine::config::{OnError, ToolPolicy};
 use turnstile_engine::diagnostic::{self, Code, Diagnostic};
+use turnstile_engine::limits::CALLS_PER_BATCH_MAX;
 use turnstile_engine::schedule::{
-    self as engine, Call, EntryStatus, Finished, HostSettle, Outcome, Reason, Releases, Scheduler,
-    State, Wait,
+    BatchId, Call, EntryId, EntryStatus, HostSettle, InputError, InputErrorCode, InputKind,
+    Outcome, Outputs, Reason, ResumeError, ResumeErrorCode, Saved, SavedBatch, SavedCall,
+    SavedState, Started, State, SubmitError, SubmitErrorCode, Unrestored, UnrestoredCode, Wait,
 };
 
 use crate::wit_admission as wa;
@@ -80,38 +84,6 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
     }
 }
 
-pub(crate) fn call_in(c: ws::Call) -> Call {
-    Call {
-        id: c.id,
-        tool: c.tool,
-        operations: c.operations,
-        finished: c
-            .finished
-            .into_iter()
-            .map(|f| Finished {
-                operation: f.operation,
-                failed: f.failed,
-            })
-            .collect(),
-    }
-}
-
-pub(crate) fn call_out(c: Call) -> ws::Call {
-    ws::Call {
-        id: c.id,
-        tool: c.tool,
-        operations: c.operations,
-        finished: c
-            .finished
-            .into_iter()
-            .map(|f| ws::Finished {
-                operation: f.operation,
-                failed: f.failed,
-            })
-            .collect(),
-    }
-}
-
 pub(crate) fn host_settle(how: ws::HostSettle) -> HostSettle {
     match how {
         ws::HostSettle::Rejected => HostSettle::Rejected,
@@ -120,7 +92,7 @@ pub(crate) fn host_settle(how: ws::HostSettle) -> HostSettle {
     }
 }
 
-pub(crate) fn outcome(o: ws::Outcome) -> Outcome {
+fn outcome_in(o: ws::Outcome) -> Outcome {
     match o {
         ws::Outcome::Ok => Outcome::Ok,
         ws::Outcome::Failed => Outcome::Failed,
@@ -134,43 +106,155 @@ fn outcome_out(o: Outcome) -> ws::Outcome {
     }
 }
 
-pub(crate) fn reason(r: Reason) -> ws::Reason {
+fn reason_out(r: Reason) -> ws::Reason {
     match r {
         Reason::Rejected => ws::Reason::Rejected,
         Reason::Skipped => ws::Reason::Skipped,
         Reason::Failed => ws::Reason::Failed,
         Reason::Cancelled => ws::Reason::Cancelled,
         Reason::Stopped { after } => ws::Reason::Stopped(after),
+        Reason::Interrupted => ws::Reason::Interrupted,
     }
 }
 
-pub(crate) fn releases(s: &Scheduler, r: Releases) -> ws::Releases {
-    ws::Releases {
-        start: r.start.into_iter().map(|e| s.label(e)).collect(),
-        settle: r
+fn reason_in(r: ws::Reason) -> Reason {
+    match r {
+        ws::Reason::Rejected => Reason::Rejected,
+        ws::Reason::Skipped => Reason::Skipped,
+        ws::Reason::Failed => Reason::Failed,
+        ws::Reason::Cancelled => Reason::Cancelled,
+        ws::Reason::Stopped(after) => Reason::Stopped { after },
+        ws::Reason::Interrupted => Reason::Interrupted,
+    }
+}
+
+/// `submit`'s packed lists as calls borrowing from them.
+pub(crate) fn unpack<'a>(
+    ids: &'a str,
+    tools: &'a str,
+    operations: &[u32],
+) -> Result<Vec<Call<'a>>, SubmitError> {
+    let split = |text: &'a str| -> Vec<&'a str> {
+        if text.is_empty() {
+            Vec::new()
+        } else {
+            text.split('\n').collect()
+        }
+    };
+    if operations.len() > CALLS_PER_BATCH_MAX {
+        return Err(SubmitError {
+            code: SubmitErrorCode::TooLarge,
+            message: format!(
+                "{} calls in one batch; at most {CALLS_PER_BATCH_MAX} are accepted",
+                operations.len()
+            ),
+        });
+    }
+    let (ids, tools) = (split(ids), split(tools));
+    if ids.len() != operations.len() || tools.len() != operations.len() {
+        return Err(SubmitError {
+            code: SubmitErrorCode::InvalidOperations,
+            message: format!(
+                "packed batch: {} ids, {} tools and {} operation counts; they must match",
+                ids.len(),
+                tools.len(),
+                operations.len()
+            ),
+        });
+    }
+    Ok(ids
+        .into_iter()
+        .zip(tools)
+        .zip(operations)
+        .map(|((id, tool), &n)| Call {
+            id,
+            tool,
+            operations: (n > 0).then_some(n),
+        })
+        .collect())
+}
+
+pub(crate) fn submit_error(e: SubmitError) -> ws::SubmitError {
+    use SubmitErrorCode as E;
+    use ws::SubmitErrorCode as W;
+    ws::SubmitError {
+        code: match e.code {
+            E::EmptyBatch => W::EmptyBatch,
+            E::InvalidId => W::InvalidId,
+            E::DuplicateId => W::DuplicateId,
+            E::NotFanOut => W::NotFanOut,
+            E::InvalidOperations => W::InvalidOperations,
+            E::TooLarge => W::TooLarge,
+        },
+        message: e.message,
+    }
+}
+
+fn input_kind(k: InputKind) -> ws::InputKind {
+    match k {
+        InputKind::Approve => ws::InputKind::Approve,
+        InputKind::Settle => ws::InputKind::Settle,
+        InputKind::Ask => ws::InputKind::Ask,
+        InputKind::Answer => ws::InputKind::Answer,
+        InputKind::Ok => ws::InputKind::Ok,
+        InputKind::Failed => ws::InputKind::Failed,
+        InputKind::Cancel => ws::InputKind::Cancel,
+    }
+}
+
+fn input_error(e: &InputError) -> ws::InputError {
+    use InputErrorCode as E;
+    use ws::InputErrorCode as W;
+    ws::InputError {
+        input: input_kind(e.input),
+        index: e.index,
+        code: match e.code {
+            E::UnknownEntry => W::UnknownEntry,
+            E::UnknownBatch => W::UnknownBatch,
+            E::AlreadyDecided => W::AlreadyDecided,
+            E::NotRunning => W::NotRunning,
+            E::NotAsking => W::NotAsking,
+            E::AlreadyEnded => W::AlreadyEnded,
+            E::BatchCancelled => W::BatchCancelled,
+        },
+        message: e.message.clone(),
+    }
+}
+
+pub(crate) fn outputs(out: &Outputs) -> ws::Outputs {
+    ws::Outputs {
+        start: out.start.iter().map(|e| e.0).collect(),
+        settle: out
             .settle
-            .into_iter()
-            .map(|(e, why)| ws::Settlement {
-                entry: s.label(e),
-                reason: reason(why),
+            .iter()
+            .map(|&(e, why)| ws::Settled {
+                entry: e.0,
+                reason: reason_out(why),
             })
             .collect(),
+        errors: out.errors.iter().map(input_error).collect(),
+        retired: out.retired.iter().map(|b| b.0).collect(),
+    }
+}
+
+fn state_out(s: State) -> ws::State {
+    match s {
+        State::Pending => ws::State::Pending,
+        State::Approved => ws::State::Approved,
+        State::Running => ws::State::Running,
+        State::Asking => ws::State::Asking,
+        State::Ended(o) => ws::State::Ended(outcome_out(o)),
+        State::Settled(r) => ws::State::Settled(reason_out(r)),
     }
 }
 
 pub(crate) fn entry_status(st: EntryStatus) -> ws::EntryStatus {
     ws::EntryStatus {
-        entry: st.label,
+        entry: st.entry.0,
+        label: st.label,
         tool: st.tool,
         key: st.key,
-        state: match st.state {
-            State::Pending => ws::State::Pending,
-            State::Approved => ws::State::Approved,
-            State::Running => ws::State::Running,
-            State::Asking => ws::State::Asking,
-            State::Ended(o) => ws::State::Ended(outcome_out(o)),
-            State::Settled(r) => ws::State::Settled(reason(r)),
-        },
+        state: state_out(st.state),
         wait: st.wait.map(|w| match w {
             Wait::BatchNotApproved { pending } => ws::Wait::BatchNotApproved(pending),
             Wait::KeyFull {
@@ -187,27 +271,118 @@ pub(crate) fn entry_status(st: EntryStatus) -> ws::EntryStatus {
     }
 }
 
-pub(crate) fn error(e: engine::Error) -> ws::Error {
-    use engine::ErrorCode as E;
-    use ws::ErrorCode as W;
-    let code = match e.code {
-        E::UnknownEntry => W::UnknownEntry,
-        E::UnknownBatch => W::UnknownBatch,
-        E::DuplicateId => W::DuplicateId,
-        E::InvalidId => W::InvalidId,
-        E::EmptyBatch => W::EmptyBatch,
-        E::TooLarge => W::TooLarge,
-        E::NotFanOut => W::NotFanOut,
-        E::InvalidOperations => W::InvalidOperations,
-        E::AlreadyDecided => W::AlreadyDecided,
-        E::NotRunning => W::NotRunning,
-        E::NotAsking => W::NotAsking,
-        E::AlreadyEnded => W::AlreadyEnded,
-        E::BatchCancelled => W::BatchCancelled,
-        _ => W::InvalidId,
-    };
-    ws::Error {
-        code,
+fn saved_out(s: Saved) -> ws::Saved {
+    match s {
+        Saved::Started => ws::Saved::Started,
+        Saved::Ended(o) => ws::Saved::Ended(outcome_out(o)),
+        Saved::Settled(r) => ws::Saved::Settled(reason_out(r)),
+    }
+}
+
+fn saved_in(s: ws::Saved) -> Saved {
+    match s {
+        ws::Saved::Started => Saved::Started,
+        ws::Saved::Ended(o) => Saved::Ended(outcome_in(o)),
+        ws::Saved::Settled(r) => Saved::Settled(reason_in(r)),
+    }
+}
+
+pub(crate) fn saved_state_out(s: SavedState) -> ws::SavedState {
+    ws::SavedState {
+        version: s.version,
+        policy: s.policy,
+        next_batch: s.next_batch,
+        next_entry: s.next_entry,
+        batches: s
+            .batches
+            .into_iter()
+            .map(|b| ws::SavedBatch {
+                batch: b.batch.0,
+                first: b.first.0,
+                cancelled: b.cancelled,
+                calls: b
+                    .calls
+                    .into_iter()
+                    .map(|c| ws::SavedCall {
+                        id: c.id,
+                        tool: c.tool,
+                        operations: c.operations,
+                        entries: c
+                            .entries
+                            .into_iter()
+                            .map(|(operation, state)| ws::SavedEntry {
+                                operation,
+                                state: saved_out(state),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+pub(crate) fn saved_state_in(s: ws::SavedState) -> SavedState {
+    SavedState {
+        version: s.version,
+        policy: s.policy,
+        next_batch: s.next_batch,
+        next_entry: s.next_entry,
+        batches: s
+            .batches
+            .into_iter()
+            .map(|b| SavedBatch {
+                batch: BatchId(b.batch),
+                first: EntryId(b.first),
+                cancelled: b.cancelled,
+                calls: b
+                    .calls
+                    .into_iter()
+                    .map(|c| SavedCall {
+                        id: c.id,
+                        tool: c.tool,
+                        operations: c.operations,
+                        entries: c
+                            .entries
+                            .into_iter()
+                            .map(|e| (e.operation, saved_in(e.state)))
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+pub(crate) fn started(s: ws::Started) -> Started {
+    match s {
+        ws::Started::RunAgain => Started::RunAgain,
+        ws::Started::Interrupt => Started::Interrupt,
+    }
+}
+
+pub(crate) fn unrestored(u: Unrestored) -> ws::Unrestored {
+    use UnrestoredCode as E;
+    use ws::UnrestoredCode as W;
+    ws::Unrestored {
+        batch: u.batch,
+        call: u.call,
+        code: match u.code {
+            E::InvalidOperations => W::InvalidOperations,
+            E::InvalidId => W::InvalidId,
+            E::DuplicateId => W::DuplicateId,
+            E::InvalidNumbers => W::InvalidNumbers,
+        },
+        message: u.message,
+    }
+}
+
+pub(crate) fn resume_error(e: ResumeError) -> ws::ResumeError {
+    ws::ResumeError {
+        code: match e.code {
+            ResumeErrorCode::UnsupportedVersion => ws::ResumeErrorCode::UnsupportedVersion,
+            ResumeErrorCode::TooLarge => ws::ResumeErrorCode::TooLarge,
+        },
         message: e.message,
     }
 }
@@ -229,23 +404,33 @@ pub(crate) fn class(c: wa::Class) -> engine_admission::Class {
     }
 }
 
-pub(crate) fn admission_error(e: AdmissionError) -> wa::Error {
-    use engine_admission::AdmissionErrorCode as E;
+pub(crate) fn begin_code(c: BeginErrorCode) -> wa::ErrorCode {
+    use BeginErrorCode as E;
     use wa::ErrorCode as W;
-    let code = match e.code {
+    match c {
         E::Shutdown => W::Shutdown,
         E::DuplicateRequest => W::DuplicateRequest,
-        E::UnknownRequest => W::UnknownRequest,
         E::InvalidId => W::InvalidId,
         E::InvalidParent => W::InvalidParent,
         E::WouldDeadlock => W::WouldDeadlock,
-        E::NotAdmitted => W::NotAdmitted,
-        E::NotQueued => W::NotQueued,
         E::TooMany => W::TooMany,
-        _ => W::InvalidId,
-    };
-    wa::Error {
-        code,
-        message: e.message,
     }
+}
+
+pub(crate) fn end_code(c: EndErrorCode) -> wa::ErrorCode {
+    match c {
+        EndErrorCode::UnknownRequest => wa::ErrorCode::UnknownRequest,
+        EndErrorCode::NotAdmitted => wa::ErrorCode::NotAdmitted,
+    }
+}
+
+pub(crate) fn abandon_code(c: AbandonErrorCode) -> wa::ErrorCode {
+    match c {
+        AbandonErrorCode::UnknownRequest => wa::ErrorCode::UnknownRequest,
+        AbandonErrorCode::NotQueued => wa::ErrorCode::NotQueued,
+    }
+}
+
+pub(crate) fn admission_error(code: wa::ErrorCode, message: String) -> wa::Error {
+    wa::Error { code, message }
 }

@@ -7,9 +7,9 @@ mod convert;
 
 use std::cell::RefCell;
 
-use turnstile_engine::admission::Admission;
+use turnstile_engine::admission::{Admission, Ticket};
 use turnstile_engine::config::{self as engine_config, Policy};
-use turnstile_engine::schedule::{BatchId, EntryId, Outcome, Scheduler};
+use turnstile_engine::schedule::{BatchId, EntryId, HostSettle, Inputs, Outputs, Scheduler};
 
 wit_bindgen::generate!({ path: "../wit", world: "turnstile" });
 
@@ -28,6 +28,24 @@ pub struct PolicyResource {
 /// The `scheduler` resource.
 pub struct SchedulerResource {
     inner: RefCell<Scheduler>,
+    /// Buffers `step` reuses, so that a round allocates only what crosses the boundary.
+    scratch: RefCell<Scratch>,
+}
+
+#[derive(Default)]
+struct Scratch {
+    settle: Vec<(EntryId, HostSettle)>,
+    cancel: Vec<BatchId>,
+    out: Outputs,
+}
+
+impl SchedulerResource {
+    fn wrap(scheduler: Scheduler) -> Self {
+        Self {
+            inner: RefCell::new(scheduler),
+            scratch: RefCell::new(Scratch::default()),
+        }
+    }
 }
 
 /// The `admission` resource.
@@ -79,223 +97,94 @@ impl wit_scheduler::Guest for Component {
 impl wit_scheduler::GuestScheduler for SchedulerResource {
     fn new(policy: wit_scheduler::PolicyBorrow<'_>) -> Self {
         let policy = policy.get::<PolicyResource>().policy.clone();
-        Self {
-            inner: RefCell::new(Scheduler::new(policy)),
-        }
+        Self::wrap(Scheduler::new(policy))
     }
 
     fn resume(
         policy: wit_scheduler::PolicyBorrow<'_>,
-        state: Vec<wit_scheduler::UnfinishedBatch>,
-    ) -> Result<wit_scheduler::Scheduler, wit_scheduler::Error> {
+        state: wit_scheduler::SavedState,
+        started: wit_scheduler::Started,
+    ) -> Result<(wit_scheduler::Scheduler, Vec<wit_scheduler::Unrestored>), wit_scheduler::ResumeError>
+    {
         let policy = policy.get::<PolicyResource>().policy.clone();
-        let state: Vec<_> = state
-            .into_iter()
-            .map(|b| {
-                (
-                    BatchId(b.batch),
-                    b.calls
-                        .into_iter()
-                        .map(convert::call_in)
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .collect();
-        let scheduler = Scheduler::resume(policy, &state).map_err(convert::error)?;
-        Ok(wit_scheduler::Scheduler::new(Self {
-            inner: RefCell::new(scheduler),
-        }))
+        let state = convert::saved_state_in(state);
+        let (scheduler, unrestored) =
+            Scheduler::resume(policy, &state, convert::started(started))
+                .map_err(convert::resume_error)?;
+        Ok((
+            wit_scheduler::Scheduler::new(Self::wrap(scheduler)),
+            unrestored.into_iter().map(convert::unrestored).collect(),
+        ))
     }
 
-    fn submit_batch(&self, calls: Vec<wit_scheduler::Call>) -> Result<u32, wit_scheduler::Error> {
-        let calls: Vec<_> = calls.into_iter().map(convert::call_in).collect();
-        self.inner
-            .borrow_mut()
-            .submit_batch(&calls)
-            .map(|b| b.0)
-            .map_err(convert::error)
-    }
-
-    fn submit_packed(
+    fn submit(
         &self,
         ids: String,
         tools: String,
         operations: Vec<u32>,
-    ) -> Result<u32, wit_scheduler::Error> {
+    ) -> Result<wit_scheduler::Submitted, wit_scheduler::SubmitError> {
+        let calls = convert::unpack(&ids, &tools, &operations).map_err(convert::submit_error)?;
         self.inner
             .borrow_mut()
-            .submit_packed(&ids, &tools, &operations)
-            .map(|b| b.0)
-            .map_err(convert::error)
-    }
-
-    fn approve(&self, entry: String) -> Result<(), wit_scheduler::Error> {
-        self.inner
-            .borrow_mut()
-            .approve(&entry)
-            .map_err(convert::error)
-    }
-
-    fn approve_many(&self, entries: Vec<String>) -> Result<(), wit_scheduler::Error> {
-        self.inner
-            .borrow_mut()
-            .approve_many(&entries)
-            .map_err(convert::error)
-    }
-
-    fn on_ended_many(&self, ends: Vec<wit_scheduler::Ended>) -> Result<(), wit_scheduler::Error> {
-        let ends: Vec<(String, _)> = ends
-            .into_iter()
-            .map(|e| (e.entry, convert::outcome(e.outcome)))
-            .collect();
-        self.inner
-            .borrow_mut()
-            .on_ended_many(&ends)
-            .map_err(convert::error)
-    }
-
-    fn settle(
-        &self,
-        entry: String,
-        how: wit_scheduler::HostSettle,
-    ) -> Result<(), wit_scheduler::Error> {
-        self.inner
-            .borrow_mut()
-            .settle(&entry, convert::host_settle(how))
-            .map_err(convert::error)
-    }
-
-    fn begin_question(&self, entry: String) -> Result<(), wit_scheduler::Error> {
-        self.inner
-            .borrow_mut()
-            .begin_question(&entry)
-            .map_err(convert::error)
-    }
-
-    fn end_question(&self, entry: String) -> Result<(), wit_scheduler::Error> {
-        self.inner
-            .borrow_mut()
-            .end_question(&entry)
-            .map_err(convert::error)
-    }
-
-    fn on_ended(
-        &self,
-        entry: String,
-        outcome: wit_scheduler::Outcome,
-    ) -> Result<(), wit_scheduler::Error> {
-        self.inner
-            .borrow_mut()
-            .on_ended(&entry, convert::outcome(outcome))
-            .map_err(convert::error)
-    }
-
-    fn cancel_batch(&self, batch: u32) -> Result<(), wit_scheduler::Error> {
-        self.inner
-            .borrow_mut()
-            .cancel_batch(BatchId(batch))
-            .map_err(convert::error)
-    }
-
-    fn next_releases(&self) -> wit_scheduler::Releases {
-        let mut scheduler = self.inner.borrow_mut();
-        let releases = scheduler.next_releases();
-        convert::releases(&scheduler, releases)
-    }
-
-    fn batch_entries(&self, batch: u32) -> Result<wit_scheduler::EntryRange, wit_scheduler::Error> {
-        let (first, count) = self
-            .inner
-            .borrow()
-            .batch_entries(BatchId(batch))
-            .map_err(convert::error)?;
-        Ok(wit_scheduler::EntryRange {
-            first: first.0,
-            count,
-        })
-    }
-
-    fn approve_ids(&self, entries: Vec<u32>) -> Result<(), wit_scheduler::Error> {
-        let ids: Vec<EntryId> = entries.into_iter().map(EntryId).collect();
-        self.inner
-            .borrow_mut()
-            .approve_ids(&ids)
-            .map_err(convert::error)
-    }
-
-    fn on_ended_ids(&self, ok: Vec<u32>, failed: Vec<u32>) -> Result<(), wit_scheduler::Error> {
-        let ends: Vec<(EntryId, Outcome)> = ok
-            .into_iter()
-            .map(|e| (EntryId(e), Outcome::Ok))
-            .chain(failed.into_iter().map(|e| (EntryId(e), Outcome::Failed)))
-            .collect();
-        self.inner
-            .borrow_mut()
-            .on_ended_ids(&ends)
-            .map_err(convert::error)
-    }
-
-    fn approve_next(
-        &self,
-        entries: Vec<u32>,
-    ) -> Result<wit_scheduler::ReleaseIds, wit_scheduler::Error> {
-        self.approve_ids(entries)?;
-        Ok(self.next_release_ids())
-    }
-
-    fn on_ended_next(
-        &self,
-        ok: Vec<u32>,
-        failed: Vec<u32>,
-    ) -> Result<wit_scheduler::ReleaseIds, wit_scheduler::Error> {
-        self.on_ended_ids(ok, failed)?;
-        Ok(self.next_release_ids())
-    }
-
-    fn next_release_ids(&self) -> wit_scheduler::ReleaseIds {
-        let releases = self.inner.borrow_mut().next_releases();
-        wit_scheduler::ReleaseIds {
-            start: releases.start.into_iter().map(|e| e.0).collect(),
-            settle: releases
-                .settle
-                .into_iter()
-                .map(|(e, why)| wit_scheduler::SettledId {
-                    entry: e.0,
-                    reason: convert::reason(why),
-                })
-                .collect(),
-        }
-    }
-
-    fn label(&self, entry: u32) -> Result<String, wit_scheduler::Error> {
-        let scheduler = self.inner.borrow();
-        match scheduler.state(EntryId(entry)) {
-            Some(_) => Ok(scheduler.label(EntryId(entry))),
-            None => Err(convert::error(
-                turnstile_engine::schedule::Error::unknown_entry_id(entry),
-            )),
-        }
-    }
-
-    fn inspect(&self, batch: u32) -> Result<Vec<wit_scheduler::EntryStatus>, wit_scheduler::Error> {
-        let statuses = self
-            .inner
-            .borrow()
-            .inspect(BatchId(batch))
-            .map_err(convert::error)?;
-        Ok(statuses.into_iter().map(convert::entry_status).collect())
-    }
-
-    fn unfinished(&self) -> Vec<wit_scheduler::UnfinishedBatch> {
-        self.inner
-            .borrow()
-            .unfinished()
-            .into_iter()
-            .map(|(batch, calls)| wit_scheduler::UnfinishedBatch {
-                batch: batch.0,
-                calls: calls.into_iter().map(convert::call_out).collect(),
+            .submit(&calls)
+            .map(|s| wit_scheduler::Submitted {
+                batch: s.batch.0,
+                first: s.first.0,
+                count: s.count,
             })
-            .collect()
+            .map_err(convert::submit_error)
+    }
+
+    fn step(&self, inputs: wit_scheduler::Inputs) -> wit_scheduler::Outputs {
+        let mut scratch = self.scratch.borrow_mut();
+        let Scratch {
+            settle,
+            cancel,
+            out,
+        } = &mut *scratch;
+        settle.clear();
+        settle.extend(
+            inputs
+                .settle
+                .iter()
+                .map(|s| (EntryId(s.entry), convert::host_settle(s.how))),
+        );
+        cancel.clear();
+        cancel.extend(inputs.cancel.iter().map(|&b| BatchId(b)));
+        let ids = |v: Vec<u64>| -> Vec<EntryId> { v.into_iter().map(EntryId).collect() };
+        let (approve, ask, answer, ok, failed) = (
+            ids(inputs.approve),
+            ids(inputs.ask),
+            ids(inputs.answer),
+            ids(inputs.ok),
+            ids(inputs.failed),
+        );
+        self.inner.borrow_mut().step(
+            &Inputs {
+                approve: &approve,
+                settle,
+                ask: &ask,
+                answer: &answer,
+                ok: &ok,
+                failed: &failed,
+                cancel,
+            },
+            out,
+        );
+        convert::outputs(out)
+    }
+
+    fn label(&self, entry: u64) -> Option<String> {
+        self.inner.borrow().label(EntryId(entry))
+    }
+
+    fn inspect(&self, batch: u64) -> Option<Vec<wit_scheduler::EntryStatus>> {
+        let statuses = self.inner.borrow().inspect(BatchId(batch))?;
+        Some(statuses.into_iter().map(convert::entry_status).collect())
+    }
+
+    fn unfinished(&self) -> wit_scheduler::SavedState {
+        convert::saved_state_out(self.inner.borrow().unfinished())
     }
 }
 
@@ -314,38 +203,44 @@ impl wit_admission::GuestAdmission for AdmissionResource {
         &self,
         id: String,
         class: wit_admission::Class,
-        parent: Option<String>,
-    ) -> Result<(), wit_admission::Error> {
+        parent: Option<u64>,
+    ) -> Result<u64, wit_admission::Error> {
         self.inner
             .borrow_mut()
-            .begin(&id, convert::class(class), parent.as_deref())
-            .map_err(convert::admission_error)
+            .begin(&id, convert::class(class), parent.map(Ticket))
+            .map(|t| t.0)
+            .map_err(|e| convert::admission_error(convert::begin_code(e.code), e.message))
     }
 
-    fn end(&self, id: String) -> Result<(), wit_admission::Error> {
+    fn end(&self, ticket: u64) -> Result<(), wit_admission::Error> {
         self.inner
             .borrow_mut()
-            .end(&id)
-            .map_err(convert::admission_error)
+            .end(Ticket(ticket))
+            .map_err(|e| convert::admission_error(convert::end_code(e.code), e.message))
     }
 
-    fn abandon(&self, id: String) -> Result<(), wit_admission::Error> {
+    fn abandon(&self, ticket: u64) -> Result<(), wit_admission::Error> {
         self.inner
             .borrow_mut()
-            .abandon(&id)
-            .map_err(convert::admission_error)
+            .abandon(Ticket(ticket))
+            .map_err(|e| convert::admission_error(convert::abandon_code(e.code), e.message))
     }
 
     fn shutdown(&self) -> wit_admission::ShutdownReport {
         let report = self.inner.borrow_mut().shutdown();
         wit_admission::ShutdownReport {
-            cancel: report.cancel,
-            refused: report.refused,
+            cancel: report.cancel.into_iter().map(|t| t.0).collect(),
+            refused: report.refused.into_iter().map(|t| t.0).collect(),
         }
     }
 
-    fn next_admissions(&self) -> Vec<String> {
-        self.inner.borrow_mut().next_admissions()
+    fn next_admissions(&self) -> Vec<u64> {
+        self.inner
+            .borrow_mut()
+            .next_admissions()
+            .into_iter()
+            .map(|t| t.0)
+            .collect()
     }
 
     fn in_flight(&self) -> u32 {

@@ -2,10 +2,10 @@
 //! virtual clock (no sleeps), printing one line per step: what started, what ended, what was
 //! settled, and why each waiting entry waits.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use turnstile_corpus::{Case, parse_calls};
-use wasmtime::component::ResourceAny;
 
 use crate::subject::inspect_line;
 use crate::{Instance, wit_config as wc, wit_scheduler as ws};
@@ -14,7 +14,7 @@ use crate::{Instance, wit_config as wc, wit_scheduler as ws};
 pub const DEFAULT_CASE: &str = include_str!("../../tests/cases/sched-default-embedded.toml");
 
 struct Running {
-    label: String,
+    entry: u64,
     ends_at_ms: u64,
     seq: u64,
 }
@@ -52,18 +52,17 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
     let mut out = String::new();
     let _ = writeln!(out, "{:>6}  {:<7} {:<10} detail", "t(ms)", "event", "entry");
     let mut batches = Vec::new();
+    // Entry number to (label, "tool key K" / "tool unkeyed"), read once after submit.
+    let mut entries: HashMap<u64, (String, String)> = HashMap::new();
+    let mut approve = Vec::new();
     for (n, batch) in case.batch.iter().enumerate() {
-        let calls: Vec<ws::Call> = parse_calls(batch)?
-            .into_iter()
-            .map(|c| ws::Call {
-                id: c.id,
-                tool: c.tool,
-                operations: c.operations,
-                finished: Vec::new(),
-            })
-            .collect();
-        let id = iface
-            .call_submit_batch(&mut *store, sched, &calls)
+        let calls = parse_calls(batch)?;
+        let join = |f: fn(&turnstile_corpus::CallSpec) -> &str| {
+            calls.iter().map(f).collect::<Vec<_>>().join("\n")
+        };
+        let operations: Vec<u32> = calls.iter().map(|c| c.operations.unwrap_or(0)).collect();
+        let submitted = iface
+            .call_submit(&mut *store, sched, &join(|c| &c.id), &join(|c| &c.tool), &operations)
             .map_err(trap)?
             .map_err(|e| format!("batch {}: {}", n + 1, e.message))?;
         let _ = writeln!(
@@ -71,59 +70,75 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
             "{:>6}  {:<7} {:<10} {} calls",
             0,
             "submit",
-            format!("batch {id}"),
+            format!("batch {}", submitted.batch),
             calls.len()
         );
-        for call in &calls {
-            let labels: Vec<String> = match call.operations {
-                Some(n) => (0..n).map(|i| format!("{}#{i}", call.id)).collect(),
-                None => vec![call.id.clone()],
+        let statuses = iface
+            .call_inspect(&mut *store, sched, submitted.batch)
+            .map_err(trap)?
+            .unwrap_or_default();
+        for st in statuses {
+            let key = match &st.key {
+                Some(k) => format!("{} key {k}", st.tool),
+                None => format!("{} unkeyed", st.tool),
             };
-            for label in labels {
-                iface
-                    .call_approve(&mut *store, sched, &label)
-                    .map_err(trap)?
-                    .map_err(|e| e.message)?;
-            }
+            entries.insert(st.entry, (st.label, key));
         }
-        batches.push(id);
+        approve.extend(submitted.first..submitted.first + u64::from(submitted.count));
+        batches.push(submitted.batch);
     }
+    let label = |e: u64| entries.get(&e).map_or_else(|| format!("#{e}"), |(l, _)| l.clone());
     let mut now_ms = 0u64;
     let mut seq = 0u64;
     let mut running: Vec<Running> = Vec::new();
-    let mut shown: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut shown: HashMap<String, String> = HashMap::new();
+    let mut inputs = ws::Inputs {
+        approve,
+        settle: Vec::new(),
+        ask: Vec::new(),
+        answer: Vec::new(),
+        ok: Vec::new(),
+        failed: Vec::new(),
+        cancel: Vec::new(),
+    };
     loop {
-        let releases = iface.call_next_releases(&mut *store, sched).map_err(trap)?;
-        for st in &releases.settle {
+        let step = iface.call_step(&mut *store, sched, &inputs).map_err(trap)?;
+        if let Some(e) = step.errors.first() {
+            return Err(format!("the scheduler refused an input: {}", e.message));
+        }
+        for st in &step.settle {
             let _ = writeln!(
                 out,
                 "{now_ms:>6}  {:<7} {:<10} {:?}",
-                "settle", st.entry, st.reason
+                "settle",
+                label(st.entry),
+                st.reason
             );
         }
-        for label in &releases.start {
-            let key = key_of(&iface, store, sched, &batches, label)?;
-            let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {key}", "start", label);
+        for &e in &step.start {
+            let key = entries.get(&e).map_or("", |(_, k)| k.as_str());
+            let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {key}", "start", label(e));
             running.push(Running {
-                label: label.clone(),
-                ends_at_ms: now_ms + duration_of(label),
+                entry: e,
+                ends_at_ms: now_ms + duration_of(&label(e)),
                 seq,
             });
             seq += 1;
         }
+        batches.retain(|b| !step.retired.contains(b));
         for &b in &batches {
             let statuses = iface
                 .call_inspect(&mut *store, sched, b)
                 .map_err(trap)?
-                .map_err(|e| e.message)?;
+                .unwrap_or_default();
             for st in statuses.iter().filter(|s| s.wait.is_some()) {
                 let line = inspect_line(st);
                 let why = line.split_once(" waits ").map_or("", |(_, w)| w);
-                if shown.get(&st.entry).is_some_and(|w| w == why) {
+                if shown.get(&st.label).is_some_and(|w| w == why) {
                     continue;
                 }
-                shown.insert(st.entry.clone(), why.to_owned());
-                let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {why}", "wait", st.entry);
+                shown.insert(st.label.clone(), why.to_owned());
+                let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {why}", "wait", st.label);
             }
         }
         let Some(next) = running
@@ -136,21 +151,19 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
         };
         let done = running.swap_remove(next);
         now_ms = done.ends_at_ms;
-        let outcome = if fails(&done.label) {
-            ws::Outcome::Failed
-        } else {
-            ws::Outcome::Ok
+        let done_label = label(done.entry);
+        let failed = fails(&done_label);
+        inputs = ws::Inputs {
+            approve: Vec::new(),
+            settle: Vec::new(),
+            ask: Vec::new(),
+            answer: Vec::new(),
+            ok: if failed { Vec::new() } else { vec![done.entry] },
+            failed: if failed { vec![done.entry] } else { Vec::new() },
+            cancel: Vec::new(),
         };
-        iface
-            .call_on_ended(&mut *store, sched, &done.label, outcome)
-            .map_err(trap)?
-            .map_err(|e| e.message)?;
-        let word = if outcome == ws::Outcome::Ok {
-            "ok"
-        } else {
-            "failed"
-        };
-        let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {word}", "end", done.label);
+        let word = if failed { "failed" } else { "ok" };
+        let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {word}", "end", done_label);
     }
     let _ = writeln!(
         out,
@@ -160,26 +173,4 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
     sched.resource_drop(&mut *store).map_err(trap)?;
     policy.resource_drop(&mut *store).map_err(trap)?;
     Ok(out)
-}
-
-fn key_of(
-    iface: &ws::GuestScheduler<'_>,
-    store: &mut wasmtime::Store<crate::HostState>,
-    sched: ResourceAny,
-    batches: &[u32],
-    label: &str,
-) -> Result<String, String> {
-    for &b in batches {
-        let statuses = iface
-            .call_inspect(&mut *store, sched, b)
-            .map_err(|e| format!("trap: {e:#}"))?
-            .map_err(|e| e.message)?;
-        if let Some(st) = statuses.iter().find(|s| s.entry == label) {
-            return Ok(match &st.key {
-                Some(k) => format!("{} key {k}", st.tool),
-                None => format!("{} unkeyed", st.tool),
-            });
-        }
-    }
-    Ok(String::new())
 }

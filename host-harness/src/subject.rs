@@ -1,7 +1,7 @@
 //! The corpus's `Subject` over the component: every method is one or a few WIT calls. A trap is
 //! reported as an error string starting with `trap:`, which no case expects, so it fails.
 
-use turnstile_corpus::{self as corpus, CallSpec, Diag, Subject, WaitView};
+use turnstile_corpus::{self as corpus, CallSpec, Diag, StepInputs, StepOutput, Subject, WaitView};
 use wasmtime::component::ResourceAny;
 
 use crate::{Instance, wit_admission as wa, wit_config as wc, wit_scheduler as ws};
@@ -57,34 +57,14 @@ impl ComponentSubject {
         self.admission.ok_or_else(|| "no admission".to_owned())
     }
 
-    /// Calls a scheduler method that returns `result<_, error>`.
-    fn sched_call(
-        &mut self,
-        f: impl FnOnce(
-            &ws::GuestScheduler<'_>,
-            &mut wasmtime::Store<crate::HostState>,
-            ResourceAny,
-        ) -> wasmtime::Result<Result<(), ws::Error>>,
-    ) -> Result<(), String> {
-        let s = self.scheduler()?;
-        let iface = self
-            .instance
-            .exports
-            .turnstile_scheduler_scheduler()
-            .scheduler();
-        f(&iface, &mut self.instance.store, s)
-            .map_err(trap)?
-            .map_err(|e| error_code(e.code).to_owned())
-    }
-
-    fn adm_call(
+    fn adm_call<T>(
         &mut self,
         f: impl FnOnce(
             &wa::GuestAdmission<'_>,
             &mut wasmtime::Store<crate::HostState>,
             ResourceAny,
-        ) -> wasmtime::Result<Result<(), wa::Error>>,
-    ) -> Result<(), String> {
+        ) -> wasmtime::Result<Result<T, wa::Error>>,
+    ) -> Result<T, String> {
         let a = self.admission_resource()?;
         let iface = self
             .instance
@@ -161,135 +141,125 @@ impl Subject for ComponentSubject {
         self.scheduler = iface.call_constructor(&mut self.instance.store, p).ok();
     }
 
-    fn submit(&mut self, calls: &[CallSpec]) -> Result<u32, String> {
-        let calls: Vec<ws::Call> = calls
-            .iter()
-            .map(|c| ws::Call {
-                id: c.id.clone(),
-                tool: c.tool.clone(),
-                operations: c.operations,
-                finished: Vec::new(),
-            })
-            .collect();
+    fn submit(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String> {
+        // The packed form spells a plain call as 0 operations, so an empty envelope has no
+        // spelling: a typed host API refuses it before crossing, with the engine's code.
+        if calls.iter().any(|c| c.operations == Some(0)) {
+            return Err("invalid-operations".to_owned());
+        }
+        let join = |f: fn(&CallSpec) -> &str| calls.iter().map(f).collect::<Vec<_>>().join("\n");
+        let ids = join(|c| &c.id);
+        let tools = join(|c| &c.tool);
+        let operations: Vec<u32> = calls.iter().map(|c| c.operations.unwrap_or(0)).collect();
         let s = self.scheduler()?;
-        let iface = self
-            .instance
-            .exports
-            .turnstile_scheduler_scheduler()
-            .scheduler();
+        let iface = self.instance.exports.turnstile_scheduler_scheduler().scheduler();
         iface
-            .call_submit_batch(&mut self.instance.store, s, &calls)
+            .call_submit(&mut self.instance.store, s, &ids, &tools, &operations)
             .map_err(trap)?
-            .map_err(|e| error_code(e.code).to_owned())
+            .map(|b| (b.batch, b.first, b.count))
+            .map_err(|e| submit_code(e.code).to_owned())
     }
 
-    fn entry_event(&mut self, verb: &str, label: &str) -> Result<(), String> {
-        let verb = verb.to_owned();
-        self.sched_call(|i, st, s| match verb.as_str() {
-            "approve" => i.call_approve(st, s, label),
-            "reject" => i.call_settle(st, s, label, ws::HostSettle::Rejected),
-            "skip" => i.call_settle(st, s, label, ws::HostSettle::Skipped),
-            "fail" => i.call_settle(st, s, label, ws::HostSettle::Failed),
-            "ask" => i.call_begin_question(st, s, label),
-            _ => i.call_end_question(st, s, label),
-        })
-    }
-
-    fn end(&mut self, label: &str, ok: bool) -> Result<(), String> {
-        let outcome = if ok {
-            ws::Outcome::Ok
-        } else {
-            ws::Outcome::Failed
-        };
-        self.sched_call(|i, st, s| i.call_on_ended(st, s, label, outcome))
-    }
-
-    fn approve_many(&mut self, labels: &[&str]) -> Result<(), String> {
-        let labels: Vec<String> = labels.iter().map(|l| (*l).to_owned()).collect();
-        self.sched_call(|i, st, s| i.call_approve_many(st, s, &labels))
-    }
-
-    fn end_many(&mut self, ends: &[(&str, bool)]) -> Result<(), String> {
-        let ends: Vec<ws::Ended> = ends
-            .iter()
-            .map(|&(entry, ok)| ws::Ended {
-                entry: entry.to_owned(),
-                outcome: if ok {
-                    ws::Outcome::Ok
-                } else {
-                    ws::Outcome::Failed
-                },
-            })
-            .collect();
-        self.sched_call(|i, st, s| i.call_on_ended_many(st, s, &ends))
-    }
-
-    fn cancel(&mut self, batch: u32) -> Result<(), String> {
-        self.sched_call(|i, st, s| i.call_cancel_batch(st, s, batch))
-    }
-
-    fn releases(&mut self) -> (Vec<String>, Vec<String>) {
+    fn step(&mut self, inputs: &StepInputs) -> StepOutput {
         let s = match self.scheduler() {
             Ok(s) => s,
-            Err(e) => return (vec![e], Vec::new()),
+            Err(e) => return trapped(e),
         };
-        let iface = self
-            .instance
-            .exports
-            .turnstile_scheduler_scheduler()
-            .scheduler();
-        match iface.call_next_releases(&mut self.instance.store, s) {
-            Ok(r) => (
-                r.start,
-                r.settle
+        let wit = ws::Inputs {
+            approve: inputs.approve.clone(),
+            settle: inputs
+                .settle
+                .iter()
+                .map(|&(entry, how)| ws::HostSettlement {
+                    entry,
+                    how: match how {
+                        "rejected" => ws::HostSettle::Rejected,
+                        "skipped" => ws::HostSettle::Skipped,
+                        _ => ws::HostSettle::Failed,
+                    },
+                })
+                .collect(),
+            ask: inputs.ask.clone(),
+            answer: inputs.answer.clone(),
+            ok: inputs.ok.clone(),
+            failed: inputs.failed.clone(),
+            cancel: inputs.cancel.clone(),
+        };
+        let iface = self.instance.exports.turnstile_scheduler_scheduler().scheduler();
+        match iface.call_step(&mut self.instance.store, s, &wit) {
+            Ok(out) => StepOutput {
+                start: out.start,
+                settle: out
+                    .settle
                     .iter()
                     .map(|st| {
                         let (name, after) = reason(&st.reason);
-                        corpus::settle_line(&st.entry, name, after)
+                        (st.entry, name.to_owned(), after)
                     })
                     .collect(),
-            ),
-            Err(e) => (vec![trap(e)], Vec::new()),
+                errors: out
+                    .errors
+                    .iter()
+                    .map(|e| (input_kind(e.input).to_owned(), e.index, input_code(e.code).to_owned()))
+                    .collect(),
+                retired: out.retired,
+            },
+            Err(e) => trapped(trap(e)),
         }
     }
 
-    fn inspect(&mut self, batch: u32) -> Result<Vec<String>, String> {
-        let s = self.scheduler()?;
-        let iface = self
-            .instance
-            .exports
-            .turnstile_scheduler_scheduler()
-            .scheduler();
-        let statuses = iface
-            .call_inspect(&mut self.instance.store, s, batch)
-            .map_err(trap)?
-            .map_err(|e| error_code(e.code).to_owned())?;
-        Ok(statuses.iter().map(inspect_line).collect())
+    fn label(&mut self, entry: u64) -> Option<String> {
+        let s = self.scheduler().ok()?;
+        let iface = self.instance.exports.turnstile_scheduler_scheduler().scheduler();
+        match iface.call_label(&mut self.instance.store, s, entry) {
+            Ok(label) => label,
+            Err(e) => Some(trap(e)),
+        }
     }
 
-    fn restart(&mut self) -> Vec<(u32, u32)> {
+    fn inspect(&mut self, batch: u64) -> Option<Vec<String>> {
+        let s = match self.scheduler() {
+            Ok(s) => s,
+            Err(e) => return Some(vec![e]),
+        };
+        let iface = self.instance.exports.turnstile_scheduler_scheduler().scheduler();
+        match iface.call_inspect(&mut self.instance.store, s, batch) {
+            Ok(statuses) => statuses.map(|st| st.iter().map(inspect_line).collect()),
+            Err(e) => Some(vec![trap(e)]),
+        }
+    }
+
+    fn restart(
+        &mut self,
+        interrupt: bool,
+        layers: Option<&[(String, String)]>,
+    ) -> Result<Vec<String>, String> {
         // Export with `unfinished`, import with `resume`: what a host does after a crash.
-        let (Ok(s), Ok(p)) = (self.scheduler(), self.policy()) else {
-            return Vec::new();
+        let s = self.scheduler()?;
+        if let Some(layers) = layers {
+            self.resolve(layers)
+                .map_err(|_| "the restart's layers do not resolve".to_owned())?;
+        }
+        let p = self.policy()?;
+        let iface = self.instance.exports.turnstile_scheduler_scheduler().scheduler();
+        let state = iface
+            .call_unfinished(&mut self.instance.store, s)
+            .map_err(trap)?;
+        let started = if interrupt {
+            ws::Started::Interrupt
+        } else {
+            ws::Started::RunAgain
         };
-        let iface = self
-            .instance
-            .exports
-            .turnstile_scheduler_scheduler()
-            .scheduler();
-        let Ok(state) = iface.call_unfinished(&mut self.instance.store, s) else {
-            return Vec::new();
-        };
-        let Ok(Ok(resumed)) = iface.call_resume(&mut self.instance.store, p, &state) else {
-            return Vec::new();
-        };
+        let (resumed, unrestored) = iface
+            .call_resume(&mut self.instance.store, p, &state, started)
+            .map_err(trap)?
+            .map_err(|e| resume_code(e.code).to_owned())?;
         let _ = s.resource_drop(&mut self.instance.store);
         self.scheduler = Some(resumed);
-        state
+        Ok(unrestored
             .iter()
-            .enumerate()
-            .map(|(i, b)| (b.batch, i as u32 + 1))
-            .collect()
+            .map(|u| format!("{} {}", u.call, unrestored_code(u.code)))
+            .collect())
     }
 
     fn admission(&mut self, max_concurrent: u32, allow_parallel: bool) {
@@ -310,7 +280,7 @@ impl Subject for ComponentSubject {
             .ok();
     }
 
-    fn begin(&mut self, id: &str, class: &str, parent: Option<&str>) -> Result<(), String> {
+    fn begin(&mut self, id: &str, class: &str, parent: Option<u64>) -> Result<u64, String> {
         let class = match class {
             "call" => wa::Class::Call,
             "request" => wa::Class::Request,
@@ -321,15 +291,15 @@ impl Subject for ComponentSubject {
         self.adm_call(|i, st, a| i.call_begin(st, a, id, class, parent))
     }
 
-    fn end_request(&mut self, id: &str) -> Result<(), String> {
-        self.adm_call(|i, st, a| i.call_end(st, a, id))
+    fn end_request(&mut self, ticket: u64) -> Result<(), String> {
+        self.adm_call(|i, st, a| i.call_end(st, a, ticket))
     }
 
-    fn abandon(&mut self, id: &str) -> Result<(), String> {
-        self.adm_call(|i, st, a| i.call_abandon(st, a, id))
+    fn abandon(&mut self, ticket: u64) -> Result<(), String> {
+        self.adm_call(|i, st, a| i.call_abandon(st, a, ticket))
     }
 
-    fn shutdown(&mut self) -> (Vec<String>, Vec<String>) {
+    fn shutdown(&mut self) -> (Vec<u64>, Vec<u64>) {
         let Ok(a) = self.admission_resource() else {
             return (Vec::new(), Vec::new());
         };
@@ -340,11 +310,11 @@ impl Subject for ComponentSubject {
             .admission();
         match iface.call_shutdown(&mut self.instance.store, a) {
             Ok(r) => (r.cancel, r.refused),
-            Err(e) => (vec![trap(e)], Vec::new()),
+            Err(_) => (vec![corpus::UNKNOWN], Vec::new()),
         }
     }
 
-    fn admissions(&mut self) -> Vec<String> {
+    fn admissions(&mut self) -> Vec<u64> {
         let Ok(a) = self.admission_resource() else {
             return Vec::new();
         };
@@ -355,7 +325,7 @@ impl Subject for ComponentSubject {
             .admission();
         iface
             .call_next_admissions(&mut self.instance.store, a)
-            .unwrap_or_else(|e| vec![trap(e)])
+            .unwrap_or_else(|_| vec![corpus::UNKNOWN])
     }
 }
 
@@ -376,6 +346,28 @@ fn reason(r: &ws::Reason) -> (&'static str, Option<u32>) {
         ws::Reason::Failed => ("failed", None),
         ws::Reason::Cancelled => ("cancelled", None),
         ws::Reason::Stopped(after) => ("stopped", Some(*after)),
+        ws::Reason::Interrupted => ("interrupted", None),
+    }
+}
+
+/// A step that could not run: an error no case expects, so the case fails.
+fn trapped(why: String) -> StepOutput {
+    StepOutput {
+        errors: vec![("trap".to_owned(), 0, why)],
+        ..StepOutput::default()
+    }
+}
+
+fn input_kind(k: ws::InputKind) -> &'static str {
+    use ws::InputKind as K;
+    match k {
+        K::Approve => "approve",
+        K::Settle => "settle",
+        K::Ask => "ask",
+        K::Answer => "answer",
+        K::Ok => "ok",
+        K::Failed => "failed",
+        K::Cancel => "cancel",
     }
 }
 
@@ -398,25 +390,48 @@ pub(crate) fn inspect_line(st: &ws::EntryStatus) -> String {
         },
         ws::Wait::Behind(label) => WaitView::Behind(label),
     });
-    corpus::inspect_line(&st.entry, state, after, wait)
+    corpus::inspect_line(&st.label, state, after, wait)
 }
 
-pub(crate) fn error_code(code: ws::ErrorCode) -> &'static str {
-    use ws::ErrorCode as E;
+pub(crate) fn submit_code(code: ws::SubmitErrorCode) -> &'static str {
+    use ws::SubmitErrorCode as E;
+    match code {
+        E::EmptyBatch => "empty-batch",
+        E::InvalidId => "invalid-id",
+        E::DuplicateId => "duplicate-id",
+        E::NotFanOut => "not-fan-out",
+        E::InvalidOperations => "invalid-operations",
+        E::TooLarge => "too-large",
+    }
+}
+
+pub(crate) fn input_code(code: ws::InputErrorCode) -> &'static str {
+    use ws::InputErrorCode as E;
     match code {
         E::UnknownEntry => "unknown-entry",
         E::UnknownBatch => "unknown-batch",
-        E::DuplicateId => "duplicate-id",
-        E::InvalidId => "invalid-id",
-        E::EmptyBatch => "empty-batch",
-        E::TooLarge => "too-large",
-        E::NotFanOut => "not-fan-out",
-        E::InvalidOperations => "invalid-operations",
         E::AlreadyDecided => "already-decided",
         E::NotRunning => "not-running",
         E::NotAsking => "not-asking",
         E::AlreadyEnded => "already-ended",
         E::BatchCancelled => "batch-cancelled",
+    }
+}
+
+fn resume_code(code: ws::ResumeErrorCode) -> &'static str {
+    match code {
+        ws::ResumeErrorCode::UnsupportedVersion => "unsupported-version",
+        ws::ResumeErrorCode::TooLarge => "too-large",
+    }
+}
+
+fn unrestored_code(code: ws::UnrestoredCode) -> &'static str {
+    use ws::UnrestoredCode as E;
+    match code {
+        E::InvalidOperations => "invalid-operations",
+        E::InvalidId => "invalid-id",
+        E::DuplicateId => "duplicate-id",
+        E::InvalidNumbers => "invalid-numbers",
     }
 }
 

@@ -1,84 +1,183 @@
-//! The scheduler's typed errors. Every one means "the host made a mistake and nothing changed".
+//! The scheduler's typed errors, one small type per operation. Every one means "the host made a
+//! mistake and nothing changed" (for `step`, nothing changed for that one input).
 
 use std::fmt;
 
-/// What went wrong; the kebab-case spelling from [`ErrorCode::as_str`] crosses the boundary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorCode {
-    /// No entry has this label.
-    UnknownEntry,
-    /// No batch has this id.
-    UnknownBatch,
-    /// A call id is already used in this batch or an earlier one.
-    DuplicateId,
-    /// A call id or tool name is empty, too long, or (call ids) contains `#`.
-    InvalidId,
-    /// A batch with no calls.
-    EmptyBatch,
-    /// A size above a limit in [`crate::limits`].
-    TooLarge,
-    /// Operations given for a tool whose policy does not fan out.
-    NotFanOut,
-    /// Zero operations, or a finished operation outside the call or listed twice.
-    InvalidOperations,
-    /// Approve or settle on an entry that is no longer pending.
-    AlreadyDecided,
-    /// A question or an end for an entry that is not running.
-    NotRunning,
-    /// A question ended on an entry that has none outstanding.
-    NotAsking,
-    /// An end, or a question, for an execution that already ended.
-    AlreadyEnded,
-    /// The batch was already cancelled.
-    BatchCancelled,
+macro_rules! codes {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)*
+        }
+
+        impl $name {
+            /// The stable kebab-case spelling that crosses the boundary.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)*
+                }
+            }
+        }
+    };
 }
 
-impl ErrorCode {
-    /// The stable kebab-case spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::UnknownEntry => "unknown-entry",
-            Self::UnknownBatch => "unknown-batch",
-            Self::DuplicateId => "duplicate-id",
-            Self::InvalidId => "invalid-id",
-            Self::EmptyBatch => "empty-batch",
-            Self::TooLarge => "too-large",
-            Self::NotFanOut => "not-fan-out",
-            Self::InvalidOperations => "invalid-operations",
-            Self::AlreadyDecided => "already-decided",
-            Self::NotRunning => "not-running",
-            Self::NotAsking => "not-asking",
-            Self::AlreadyEnded => "already-ended",
-            Self::BatchCancelled => "batch-cancelled",
-        }
+codes! {
+    /// Why [`Scheduler::submit`](super::Scheduler::submit) refused a batch.
+    SubmitErrorCode {
+        /// A batch with no calls.
+        EmptyBatch => "empty-batch",
+        /// A call id or tool name is empty, too long, or (call ids) contains `#` or a newline.
+        InvalidId => "invalid-id",
+        /// A call id is used twice in the batch, or by a live batch.
+        DuplicateId => "duplicate-id",
+        /// Operations given for a tool whose policy does not fan out.
+        NotFanOut => "not-fan-out",
+        /// Zero operations, or packed lists of different lengths.
+        InvalidOperations => "invalid-operations",
+        /// A size above a limit in [`crate::limits`].
+        TooLarge => "too-large",
     }
 }
 
-/// A rejected call: the code to match on and a message for people.
+codes! {
+    /// Why one input of [`Scheduler::step`](super::Scheduler::step) was refused.
+    InputErrorCode {
+        /// No live entry has this number (never handed out, or its batch retired).
+        UnknownEntry => "unknown-entry",
+        /// No live batch has this number.
+        UnknownBatch => "unknown-batch",
+        /// Approve or settle on an entry that is no longer pending.
+        AlreadyDecided => "already-decided",
+        /// A question or an end for an entry that is not running.
+        NotRunning => "not-running",
+        /// A question ended on an entry that has none outstanding.
+        NotAsking => "not-asking",
+        /// An end, or a question, for an execution that already ended.
+        AlreadyEnded => "already-ended",
+        /// The batch was already cancelled.
+        BatchCancelled => "batch-cancelled",
+    }
+}
+
+codes! {
+    /// Why [`Scheduler::resume`](super::Scheduler::resume) refused a state as a whole.
+    ResumeErrorCode {
+        /// Not a version this engine reads.
+        UnsupportedVersion => "unsupported-version",
+        /// More live entries than [`crate::limits::ENTRIES_MAX`].
+        TooLarge => "too-large",
+    }
+}
+
+codes! {
+    /// Why `resume` left one call out.
+    UnrestoredCode {
+        /// Its tool no longer fans out, or its saved operations are out of range.
+        InvalidOperations => "invalid-operations",
+        /// Its id or tool name is not valid.
+        InvalidId => "invalid-id",
+        /// An earlier call of the state has its id.
+        DuplicateId => "duplicate-id",
+        /// Its numbers overlap another batch's, or lie beyond the state's next numbers.
+        InvalidNumbers => "invalid-numbers",
+    }
+}
+
+/// Which list of [`Inputs`](super::Inputs) an input was in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InputKind {
+    /// [`Inputs::approve`](super::Inputs::approve).
+    Approve,
+    /// [`Inputs::settle`](super::Inputs::settle).
+    Settle,
+    /// [`Inputs::ask`](super::Inputs::ask).
+    Ask,
+    /// [`Inputs::answer`](super::Inputs::answer).
+    Answer,
+    /// [`Inputs::ok`](super::Inputs::ok).
+    Ok,
+    /// [`Inputs::failed`](super::Inputs::failed).
+    Failed,
+    /// [`Inputs::cancel`](super::Inputs::cancel).
+    Cancel,
+}
+
+macro_rules! error_type {
+    ($(#[$meta:meta])* $name:ident, $code:ident) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub struct $name {
+            /// What went wrong.
+            pub code: $code,
+            /// For people: lowercase, no trailing period.
+            pub message: String,
+        }
+
+        impl $name {
+            pub(crate) fn new(code: $code, message: String) -> Self {
+                Self { code, message }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}: {}", self.code.as_str(), self.message)
+            }
+        }
+
+        impl std::error::Error for $name {}
+    };
+}
+
+error_type!(
+    /// A refused batch; nothing changed.
+    SubmitError,
+    SubmitErrorCode
+);
+error_type!(
+    /// A refused state; no scheduler was made.
+    ResumeError,
+    ResumeErrorCode
+);
+
+/// A refused input of a `step`: its list, its position there, and why. Nothing of it applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Error {
+pub struct InputError {
+    /// Its list.
+    pub input: InputKind,
+    /// Its zero-based position in that list.
+    pub index: u32,
     /// What went wrong.
-    pub code: ErrorCode,
-    /// Lowercase, no trailing period, names the entry and its state where there is one.
+    pub code: InputErrorCode,
+    /// For people: lowercase, no trailing period, names the entry and its state.
     pub message: String,
 }
 
-impl Error {
-    pub(crate) fn new(code: ErrorCode, message: String) -> Self {
-        Self { code, message }
-    }
-
-    /// The error for an entry id no entry has.
-    pub fn unknown_entry_id(id: u32) -> Self {
-        Self::new(ErrorCode::UnknownEntry, format!("no entry has id {id}"))
-    }
-}
-
-impl fmt::Display for Error {
+impl fmt::Display for InputError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code.as_str(), self.message)
+        write!(
+            f,
+            "{:?} input {}: {}: {}",
+            self.input,
+            self.index,
+            self.code.as_str(),
+            self.message
+        )
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for InputError {}
+
+/// A call `resume` left out; the host answers it itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unrestored {
+    /// Its batch.
+    pub batch: u64,
+    /// Its call id.
+    pub call: String,
+    /// Why.
+    pub code: UnrestoredCode,
+    /// For people.
+    pub message: String,
+}

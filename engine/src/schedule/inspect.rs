@@ -2,12 +2,12 @@
 
 use std::collections::HashMap;
 
-use super::{BatchId, EntryId, Error, Scheduler, State};
+use super::{BatchId, EntryId, Scheduler, State};
 
 /// One entry as [`Scheduler::inspect`] sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EntryStatus {
-    /// The entry's id.
+    /// The entry's number.
     pub entry: EntryId,
     /// Its label (`call` or `call#i`).
     pub label: String,
@@ -43,21 +43,22 @@ pub enum Wait {
 }
 
 impl Scheduler {
-    /// Every entry of a batch in written order, with its state and why it waits.
-    pub fn inspect(&self, batch: BatchId) -> Result<Vec<EntryStatus>, Error> {
-        let b = self.batch_index(batch)?;
-        let rec = &self.batches[b as usize];
-        let mut waits: HashMap<u32, Wait> = HashMap::new();
+    /// Every entry of a live batch in written order, with its state and why it waits; `None`
+    /// for a batch number that is not live.
+    pub fn inspect(&self, batch: BatchId) -> Option<Vec<EntryStatus>> {
+        let slot = self.batches.find(batch.0)?;
+        let rec = self.batches.slot(slot);
+        let mut waits: HashMap<u64, Wait> = HashMap::new();
         if rec.open {
             for &k in &rec.keys {
-                let key = &self.keys[k as usize];
-                let mut previous: Option<u32> = None;
+                let key = self.keys.key(k);
+                let mut previous: Option<u64> = None;
                 for &e in &key.queue {
-                    if !matches!(self.entry(e).state, State::Pending | State::Approved) {
+                    if !matches!(self.state(EntryId(e)), Some(State::Pending | State::Approved)) {
                         continue;
                     }
                     let wait = match previous {
-                        Some(p) => Wait::Behind(self.label(EntryId(p))),
+                        Some(p) => Wait::Behind(self.label(EntryId(p)).unwrap_or_default()),
                         None => Wait::KeyFull {
                             key: key.name.clone(),
                             limit: key.limit,
@@ -69,35 +70,45 @@ impl Scheduler {
                 }
             }
         }
-        let mut out = Vec::with_capacity(rec.entries as usize);
-        for e in rec.first_entry..rec.first_entry + rec.entries {
-            let entry = self.entry(e);
-            let call = &self.calls[entry.call as usize];
-            let wait = match entry.state {
-                State::Approved if !rec.open => Some(Wait::BatchNotApproved {
-                    pending: rec.pending,
-                }),
-                State::Approved => waits.remove(&e),
-                _ => None,
-            };
-            out.push(EntryStatus {
-                entry: EntryId(e),
-                label: self.label(EntryId(e)),
-                tool: self.tool_name(call.tool).to_owned(),
-                key: entry.key.get().map(|k| self.keys[k as usize].name.clone()),
-                state: entry.state,
-                wait,
-            });
-        }
-        Ok(out)
-    }
-
-    fn running_labels(&self, k: u32) -> Vec<String> {
-        self.entries
+        let out = rec
+            .entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.key.get() == Some(k) && e.state.is_started_unended())
-            .map(|(i, _)| self.label(EntryId(i as u32)))
-            .collect()
+            .map(|(i, entry)| {
+                let e = rec.first + i as u64;
+                let call = &rec.calls[entry.call as usize];
+                let state = entry.life.get();
+                let wait = match state {
+                    State::Approved if !rec.open => Some(Wait::BatchNotApproved {
+                        pending: rec.pending,
+                    }),
+                    State::Approved => waits.remove(&e),
+                    _ => None,
+                };
+                EntryStatus {
+                    entry: EntryId(e),
+                    label: rec.label(i as u32),
+                    tool: self.keys.tool(call.tool).name.clone(),
+                    key: entry.key.get().map(|k| self.keys.key(k).name.clone()),
+                    state,
+                    wait,
+                }
+            })
+            .collect();
+        Some(out)
+    }
+
+    /// The labels of the executions holding a key's slots, in entry order.
+    fn running_labels(&self, k: u32) -> Vec<String> {
+        let mut out = Vec::new();
+        for slot in self.batches.live() {
+            let b = self.batches.slot(slot);
+            for (i, e) in b.entries.iter().enumerate() {
+                if e.key.get() == Some(k) && e.life.get().is_started_unended() {
+                    out.push(b.label(i as u32));
+                }
+            }
+        }
+        out
     }
 }

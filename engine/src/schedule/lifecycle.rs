@@ -1,6 +1,6 @@
-//! The entry lifecycle. This file is the only place an entry's state changes: [`next`] is the
-//! whole transition table, and an event that is illegal in the current state is an error naming
-//! both.
+//! The entry lifecycle. This file is the only place an entry's state changes: [`Lifecycle`]
+//! holds it in a private field, [`next`] is the whole transition table, and an event that is
+//! illegal in the current state is an error naming both.
 //!
 //! ```text
 //!            approve              (release)           ask
@@ -12,8 +12,12 @@
 //!    ▲ cancel
 //! pending
 //! ```
+//!
+//! A restart (`resume`) is not an event: it builds entries anew from a saved state with
+//! [`Lifecycle::restored`], where what had started comes back `pending` or settled
+//! `interrupted`.
 
-use super::error::{Error, ErrorCode};
+use super::error::InputErrorCode;
 
 /// Where one entry (a plain call, or one operation of a fanned-out call) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +100,9 @@ pub enum Reason {
         /// One-based position of the failed operation.
         after: u32,
     },
+    /// It had started and had no response when the state was exported; the host chose, on
+    /// resume, not to run it again (scheduler).
+    Interrupted,
 }
 
 impl Reason {
@@ -107,6 +114,7 @@ impl Reason {
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
             Self::Stopped { .. } => "stopped",
+            Self::Interrupted => "interrupted",
         }
     }
 }
@@ -153,26 +161,89 @@ impl Event {
 /// An event that is illegal in the current state; the caller names the entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Illegal {
-    code: ErrorCode,
+    pub(crate) code: InputErrorCode,
     event: Event,
     state: State,
 }
 
 impl Illegal {
-    pub(crate) fn error(self, label: &str) -> Error {
-        Error::new(
-            self.code,
-            format!(
-                "cannot {} {label}: it is {}",
-                self.event.verb(),
-                self.state.name()
-            ),
+    pub(crate) fn message(self, label: &str) -> String {
+        format!(
+            "cannot {} {label}: it is {}",
+            self.event.verb(),
+            self.state.name()
         )
     }
 }
 
+/// One entry's state, writable only through the transition table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lifecycle(State);
+
+impl Lifecycle {
+    /// A newly submitted entry.
+    pub(crate) const PENDING: Self = Self(State::Pending);
+
+    /// An entry rebuilt by a restart: what had a response keeps it; what had started is
+    /// pending again or settled interrupted; the rest is pending.
+    /// In a cancelled batch nothing starts again: what has no response is settled.
+    pub(crate) fn restored(saved: Option<Saved>, rerun_started: bool, cancelled: bool) -> Self {
+        Self(match saved {
+            None if cancelled => State::Settled(Reason::Cancelled),
+            None => State::Pending,
+            Some(Saved::Started) if rerun_started => State::Pending,
+            Some(Saved::Started) => State::Settled(Reason::Interrupted),
+            Some(Saved::Ended(outcome)) => State::Ended(outcome),
+            Some(Saved::Settled(reason)) => State::Settled(reason),
+        })
+    }
+
+    /// An entry of a call a restart could not restore: it keeps a saved response; without
+    /// one it is interrupted (the host answers it). Never released.
+    pub(crate) fn unrestored(saved: Option<Saved>) -> Self {
+        Self(match saved {
+            Some(Saved::Ended(outcome)) => State::Ended(outcome),
+            Some(Saved::Settled(reason)) => State::Settled(reason),
+            Some(Saved::Started) | None => State::Settled(Reason::Interrupted),
+        })
+    }
+
+    pub(crate) fn get(self) -> State {
+        self.0
+    }
+
+    /// Applies `event`, or says why it is illegal and changes nothing.
+    pub(crate) fn apply(&mut self, event: Event) -> Result<State, Illegal> {
+        self.0 = next(self.0, event)?;
+        Ok(self.0)
+    }
+}
+
+/// An entry's state in an exported state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Saved {
+    /// Running or asking at export: it started and has no response.
+    Started,
+    /// Its execution ended.
+    Ended(Outcome),
+    /// It was settled.
+    Settled(Reason),
+}
+
+impl Saved {
+    /// How `state` is saved; `None` for pending and approved entries (decided again).
+    pub fn of(state: State) -> Option<Self> {
+        match state {
+            State::Pending | State::Approved => None,
+            State::Running | State::Asking => Some(Self::Started),
+            State::Ended(outcome) => Some(Self::Ended(outcome)),
+            State::Settled(reason) => Some(Self::Settled(reason)),
+        }
+    }
+}
+
 /// The transition table.
-pub(crate) fn next(state: State, event: Event) -> Result<State, Illegal> {
+fn next(state: State, event: Event) -> Result<State, Illegal> {
     use State as S;
     let next = match (state, event) {
         (S::Pending, Event::Approve) => S::Approved,
@@ -189,12 +260,12 @@ pub(crate) fn next(state: State, event: Event) -> Result<State, Illegal> {
         (S::Approved, Event::Stop { after }) => S::Settled(Reason::Stopped { after }),
         (_, event) => {
             let code = match (state, event) {
-                (_, Event::Approve | Event::Settle(_)) => ErrorCode::AlreadyDecided,
+                (_, Event::Approve | Event::Settle(_)) => InputErrorCode::AlreadyDecided,
                 (S::Ended(_), Event::Ask | Event::Answer | Event::End(_)) => {
-                    ErrorCode::AlreadyEnded
+                    InputErrorCode::AlreadyEnded
                 }
-                (_, Event::Answer) => ErrorCode::NotAsking,
-                _ => ErrorCode::NotRunning,
+                (_, Event::Answer) => InputErrorCode::NotAsking,
+                _ => InputErrorCode::NotRunning,
             };
             return Err(Illegal { code, event, state });
         }

@@ -13,7 +13,7 @@
 //! 3. A slot is held from release until the execution ends, through any question it asks.
 //! 4. Under `on_error = "stop"`, once an operation fails (ended failed, or settled failed before
 //!    running) the approved operations behind it in the same call are settled as stopped.
-//!    Other calls are never stopped.
+//!    Other calls are never stopped (`stop.rs`).
 //!
 //! # Semantics, answered
 //!
@@ -21,202 +21,139 @@
 //!   order approvals or ends arrive in. An earlier approved entry blocks every later one.
 //! - *Can one saturated key block another?* No. Keys are independent of each other and of
 //!   unkeyed entries.
-//! - *What does cancelling do?* [`Scheduler::cancel_batch`] settles every pending or approved
-//!   entry of the batch as cancelled. Running ones keep their slot until the host reports their
-//!   end; nothing of that batch is released again.
-//! - *Restart?* The host makes a fresh scheduler and submits [`Scheduler::unfinished`] again:
-//!   entries whose execution ended or that were settled are carried as finished operations (or
-//!   left out), the rest start over as pending and are released in written order again. No mark
-//!   of an earlier release survives, which is what makes the restart-reorder bug (JP ticket
-//!   0ya5qnf) impossible.
+//! - *What does cancelling do?* A cancellation settles every pending or approved entry of the
+//!   batch as cancelled. Running ones keep their slot until the host reports their end; nothing
+//!   of that batch is released again.
+//! - *When is a batch forgotten?* In the [`step`](Scheduler::step) that gives its last entry a
+//!   response: it is listed in [`Outputs::retired`], its entry and batch numbers are unknown
+//!   from then on (numbers are never handed out twice), its call ids may be used again, and its
+//!   memory is reused by later batches.
+//! - *Restart?* [`Scheduler::unfinished`] exports every live batch; [`Scheduler::resume`]
+//!   rebuilds them with the same numbers in a fresh scheduler (`restart.rs`). No mark of an
+//!   earlier release survives, which is what makes the restart-reorder bug (JP ticket 0ya5qnf)
+//!   impossible.
 //! - *Maximums?* See [`crate::limits`]: `CALLS_PER_BATCH_MAX`, `OPERATIONS_PER_CALL_MAX`,
-//!   `ENTRIES_MAX`, `NAME_BYTES_MAX`.
+//!   `ENTRIES_MAX` (live entries), `NAME_BYTES_MAX`.
 //!
 //! # Call order
 //!
-//! Methods come in three kinds:
-//!
-//! - **inputs**: [`submit_batch`](Scheduler::submit_batch), [`approve`](Scheduler::approve),
-//!   [`settle`](Scheduler::settle), [`begin_question`](Scheduler::begin_question),
-//!   [`end_question`](Scheduler::end_question), [`on_ended`](Scheduler::on_ended),
-//!   [`cancel_batch`](Scheduler::cancel_batch). Each either changes state and returns `Ok`, or
-//!   returns an [`Error`] and changes nothing.
-//! - **output**: [`next_releases`](Scheduler::next_releases) drains what to start and what was
-//!   settled, each exactly once. Call it after every input (or after a group of inputs); within
-//!   one input's output, entries are in (batch, written) order.
-//! - **queries**: [`inspect`](Scheduler::inspect), [`unfinished`](Scheduler::unfinished),
-//!   [`label`](Scheduler::label); they change nothing.
+//! - [`submit`](Scheduler::submit) adds a batch and numbers it; nothing of it can start yet.
+//! - [`step`](Scheduler::step) takes every input of one driver round ([`Inputs`]) and fills
+//!   [`Outputs`]: what to start, what the scheduler settled, which inputs were refused, which
+//!   batches retired. Each input is judged on its own: a refused one changes nothing, and the
+//!   others still apply. Inputs apply in the order of `Inputs`' fields.
+//! - Queries change nothing: [`label`](Scheduler::label), [`inspect`](Scheduler::inspect),
+//!   [`unfinished`](Scheduler::unfinished).
 
+mod batch;
 mod error;
 mod inspect;
+mod keys;
 mod lifecycle;
 mod names;
+mod restart;
+mod stop;
 
-use std::collections::VecDeque;
-
-pub use error::{Error, ErrorCode};
+pub use batch::Call;
+pub use error::{
+    InputError, InputErrorCode, InputKind, ResumeError, ResumeErrorCode, SubmitError,
+    SubmitErrorCode, Unrestored, UnrestoredCode,
+};
 pub use inspect::{EntryStatus, Wait};
-pub use lifecycle::{HostSettle, Outcome, Reason, State};
+pub use lifecycle::{HostSettle, Outcome, Reason, Saved, State};
+pub use restart::{SAVED_VERSION, SavedBatch, SavedCall, SavedState, Started, fingerprint};
 
-use crate::config::{OnError, Policy, ToolPolicy};
-use crate::limits::{CALLS_PER_BATCH_MAX, ENTRIES_MAX, NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
-use lifecycle::Event;
-use names::{CallIds, FxHashMap};
+use crate::config::Policy;
+use crate::limits::ENTRIES_MAX;
+use batch::{Batches, Entry, OptU32};
+use keys::Keys;
+use lifecycle::{Event, Lifecycle};
+use names::{CallRef, FxHashMap, id_hash};
 
-/// One call of a batch, as the model wrote it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Call {
-    /// Unique within the scheduler; non-empty, at most `NAME_BYTES_MAX` bytes, no `#`.
-    pub id: String,
-    /// The configured tool name. A tool no layer configures is unbounded.
-    pub tool: String,
-    /// `None`: a plain call, one entry labelled `id`. `Some(n)`: a fan-out envelope of `n`
-    /// operations, entries `id#0` .. `id#(n-1)`; the tool must fan out.
-    pub operations: Option<u32>,
-    /// Operations that already have a response from an earlier run (a restart). They are never
-    /// released; a failed one still stops the operations behind it under `on_error = "stop"`.
-    pub finished: Vec<Finished>,
-}
+/// A batch's number: never handed out twice by one scheduler (nor by one resumed from it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BatchId(pub u64);
 
-impl Call {
-    /// A plain call.
-    pub fn plain(id: impl Into<String>, tool: impl Into<String>) -> Self {
-        Self {
-            id: id.into(),
-            tool: tool.into(),
-            operations: None,
-            finished: Vec::new(),
-        }
-    }
+/// An entry's number, in (batch, written) order; never handed out twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EntryId(pub u64);
 
-    /// A fan-out call of `n` operations.
-    pub fn fan_out(id: impl Into<String>, tool: impl Into<String>, n: u32) -> Self {
-        Self {
-            operations: Some(n),
-            ..Self::plain(id, tool)
-        }
-    }
-}
-
-/// An operation that already has a response.
+/// A batch as [`Scheduler::submit`] numbered it: entries `first .. first + count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Finished {
-    /// Zero-based operation index.
-    pub operation: u32,
-    /// Its response was an error (it counts as a failure for `on_error = "stop"`).
-    pub failed: bool,
+pub struct Submitted {
+    /// The batch.
+    pub batch: BatchId,
+    /// Its first entry.
+    pub first: EntryId,
+    /// How many entries it has.
+    pub count: u32,
 }
 
-/// A batch, numbered from 1 in submission order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct BatchId(pub u32);
+/// Everything that happened since the last [`Scheduler::step`], applied in field order.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Inputs<'a> {
+    /// Pending entries the user approved.
+    pub approve: &'a [EntryId],
+    /// Pending entries the host settles without running them.
+    pub settle: &'a [(EntryId, HostSettle)],
+    /// Running executions that asked a question; they keep their slot.
+    pub ask: &'a [EntryId],
+    /// Questions answered; the tool runs on. A declined question is an end.
+    pub answer: &'a [EntryId],
+    /// Executions that ended with a result.
+    pub ok: &'a [EntryId],
+    /// Executions that ended with an error.
+    pub failed: &'a [EntryId],
+    /// Batches to cancel.
+    pub cancel: &'a [BatchId],
+}
 
-/// An entry, numbered from 0 in (batch, written) order over the scheduler's lifetime.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct EntryId(pub u32);
-
-/// What [`Scheduler::next_releases`] hands the host.
+/// What one [`Scheduler::step`] decided. Reuse one value across steps to keep its capacity.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Releases {
-    /// Entries to start now.
+pub struct Outputs {
+    /// Entries to start now, in (batch, written) order.
     pub start: Vec<EntryId>,
-    /// Entries the scheduler settled (cancelled, stopped), with why.
+    /// Entries the scheduler settled (cancelled, stopped, interrupted), in (batch, written)
+    /// order; each needs its response.
     pub settle: Vec<(EntryId, Reason)>,
+    /// Refused inputs, in input order. Every other input applied.
+    pub errors: Vec<InputError>,
+    /// Batches whose every entry now has a response; their numbers are retired.
+    pub retired: Vec<BatchId>,
 }
 
-impl Releases {
-    /// Nothing to do.
+impl Outputs {
+    /// Nothing to do and nothing refused.
     pub fn is_empty(&self) -> bool {
-        self.start.is_empty() && self.settle.is_empty()
-    }
-}
-
-/// 16 bytes: an entry is most of what a queued execution costs.
-#[derive(Debug)]
-struct Entry {
-    call: u32,
-    key: OptU32,
-    state: State,
-}
-
-/// An `Option<u32>` in four bytes (`u32::MAX` is none; no count or index reaches it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct OptU32(u32);
-
-impl OptU32 {
-    const NONE: Self = Self(u32::MAX);
-
-    fn new(value: Option<u32>) -> Self {
-        value.map_or(Self::NONE, |v| {
-            debug_assert!(v != u32::MAX);
-            Self(v)
-        })
+        self.start.is_empty()
+            && self.settle.is_empty()
+            && self.errors.is_empty()
+            && self.retired.is_empty()
     }
 
-    fn get(self) -> Option<u32> {
-        (self != Self::NONE).then_some(self.0)
+    fn clear(&mut self) {
+        self.start.clear();
+        self.settle.clear();
+        self.errors.clear();
+        self.retired.clear();
     }
-}
-
-/// A call; its id is in [`CallIds`] under the same number.
-#[derive(Debug)]
-struct CallRec {
-    batch: u32,
-    first: u32,
-    count: u32,
-    tool: u32,
-    first_failed: OptU32,
-    fan_out: bool,
-    stop: bool,
-}
-
-/// A tool as submitted calls name it, with its policy resolved once.
-#[derive(Debug)]
-struct ToolRec {
-    name: String,
-    key: Option<u32>,
-    fan_out: bool,
-    stop: bool,
-}
-
-#[derive(Debug)]
-struct BatchRec {
-    first_call: u32,
-    calls: u32,
-    first_entry: u32,
-    entries: u32,
-    pending: u32,
-    open: bool,
-    cancelled: bool,
-    keys: Vec<u32>,
-}
-
-#[derive(Debug)]
-struct KeyRec {
-    name: String,
-    limit: u32,
-    running: u32,
-    /// Entries with this key that were not yet released or settled when last looked at, in
-    /// (batch, written) order. Settled entries are dropped lazily when they reach the front.
-    queue: VecDeque<u32>,
-    dirty: bool,
 }
 
 /// The scheduler. See the [module docs](self) for the rules and the call order.
 #[derive(Debug)]
 pub struct Scheduler {
     policy: Policy,
-    entries: Vec<Entry>,
-    calls: Vec<CallRec>,
-    ids: CallIds,
-    tools: Vec<ToolRec>,
-    tool_index: FxHashMap<String, u32>,
-    batches: Vec<BatchRec>,
-    keys: Vec<KeyRec>,
-    key_index: FxHashMap<String, u32>,
-    dirty: Vec<u32>,
-    started: Vec<u32>,
-    settled: Vec<u32>,
+    keys: Keys,
+    batches: Batches,
+    next_batch: u64,
+    next_entry: u64,
+    /// Batches that reached zero unanswered entries during this step.
+    retiring: Vec<u32>,
+    /// This step's output, moved into the caller's [`Outputs`] at its end.
+    out: Outputs,
+    /// Scratch for `submit`: each call's id hash and entry count.
+    scratch: Vec<(u64, u32)>,
+    scratch_ids: FxHashMap<u64, u32>,
 }
 
 impl Scheduler {
@@ -224,29 +161,15 @@ impl Scheduler {
     pub fn new(policy: Policy) -> Self {
         Self {
             policy,
-            entries: Vec::new(),
-            calls: Vec::new(),
-            ids: CallIds::default(),
-            tools: Vec::new(),
-            tool_index: FxHashMap::default(),
-            batches: Vec::new(),
-            keys: Vec::new(),
-            key_index: FxHashMap::default(),
-            dirty: Vec::new(),
-            started: Vec::new(),
-            settled: Vec::new(),
+            keys: Keys::default(),
+            batches: Batches::default(),
+            next_batch: 1,
+            next_entry: 0,
+            retiring: Vec::new(),
+            out: Outputs::default(),
+            scratch: Vec::new(),
+            scratch_ids: FxHashMap::default(),
         }
-    }
-
-    /// Imports what [`Scheduler::unfinished`] exported (after a crash or a restart): a fresh
-    /// scheduler with each batch submitted again, in order. What ended is kept as finished and
-    /// never runs again; the rest starts pending.
-    pub fn resume(policy: Policy, state: &[(BatchId, Vec<Call>)]) -> Result<Self, Error> {
-        let mut scheduler = Self::new(policy);
-        for (_, calls) in state {
-            scheduler.submit_batch(calls)?;
-        }
-        Ok(scheduler)
     }
 
     /// The policy this scheduler was built from.
@@ -254,812 +177,350 @@ impl Scheduler {
         &self.policy
     }
 
-    /// Adds a batch. Its entries start pending (finished operations excepted). Nothing of it is
-    /// released until every entry is approved or settled.
-    pub fn submit_batch(&mut self, calls: &[Call]) -> Result<BatchId, Error> {
-        let total = self.check_batch(calls)?;
-        let batch = u32::try_from(self.batches.len()).unwrap_or(u32::MAX);
-        let mut rec = BatchRec {
-            first_call: self.calls.len() as u32,
-            calls: calls.len() as u32,
-            first_entry: self.entries.len() as u32,
-            entries: total,
-            pending: 0,
-            open: false,
-            cancelled: false,
-            keys: Vec::new(),
-        };
-        names::grow(&mut self.entries, total as usize);
-        names::grow(&mut self.calls, calls.len());
-        self.ids.reserve(calls.len());
-        for call in calls {
-            let tool = self.intern_tool(&call.tool);
-            let (key, stop) = match self.tools.get(tool as usize) {
-                Some(t) => (t.key, t.stop),
-                None => (None, false),
-            };
-            if let Some(k) = key
-                && !rec.keys.contains(&k)
-            {
-                rec.keys.push(k);
-            }
-            let call_no = self.calls.len() as u32;
-            let count = call.operations.unwrap_or(1);
-            let first = self.entries.len() as u32;
-            let mut first_failed = None;
-            for op in 0..count {
-                let finished = call.finished.iter().find(|f| f.operation == op);
-                let state = match finished {
-                    Some(f) if f.failed => {
-                        first_failed = first_failed.or(Some(op));
-                        State::Ended(Outcome::Failed)
-                    }
-                    Some(_) => State::Ended(Outcome::Ok),
-                    None => {
-                        rec.pending += 1;
-                        if let Some(k) = key
-                            && let Some(key) = self.keys.get_mut(k as usize)
-                        {
-                            key.queue.push_back(first + op);
-                        }
-                        State::Pending
-                    }
-                };
-                self.entries.push(Entry {
-                    call: call_no,
-                    key: OptU32::new(key),
-                    state,
-                });
-            }
-            let pushed = self.ids.push(&call.id);
-            debug_assert_eq!(pushed, call_no);
-            self.calls.push(CallRec {
-                batch,
-                first,
-                count,
-                tool,
-                first_failed: OptU32::new(if stop { first_failed } else { None }),
-                fan_out: call.operations.is_some(),
-                stop,
-            });
-        }
-        let open_now = rec.pending == 0;
-        self.batches.push(rec);
-        let mark = self.mark();
-        if open_now {
-            self.open_batch(batch);
-        }
-        self.finish_event(mark);
-        Ok(BatchId(batch + 1))
+    /// Entries of live batches.
+    pub fn live_entries(&self) -> usize {
+        self.batches.live_entries()
     }
 
-    /// [`Scheduler::submit_batch`] in a packed form that crosses a component boundary cheaply:
-    /// call ids and tool names one per line (`\n`-separated, so neither may contain one), and
-    /// one operation count per call, `0` for a plain call. No finished operations (a restart
-    /// uses `submit_batch`).
-    pub fn submit_packed(
-        &mut self,
-        ids: &str,
-        tools: &str,
-        operations: &[u32],
-    ) -> Result<BatchId, Error> {
-        if operations.len() > CALLS_PER_BATCH_MAX {
-            return Err(Error::new(
-                ErrorCode::TooLarge,
-                format!(
-                    "{} calls in one batch; at most {CALLS_PER_BATCH_MAX} are accepted",
-                    operations.len()
-                ),
-            ));
-        }
-        let split = |text: &str| -> Vec<String> {
-            if text.is_empty() {
-                Vec::new()
-            } else {
-                text.split('\n').map(str::to_owned).collect()
-            }
-        };
-        let (ids, tools) = (split(ids), split(tools));
-        if ids.len() != operations.len() || tools.len() != operations.len() {
-            return Err(Error::new(
-                ErrorCode::InvalidOperations,
-                format!(
-                    "packed batch: {} ids, {} tools and {} operation counts; they must match",
-                    ids.len(),
-                    tools.len(),
-                    operations.len()
-                ),
-            ));
-        }
-        let calls: Vec<Call> = ids
-            .into_iter()
-            .zip(tools)
-            .zip(operations)
-            .map(|((id, tool), &n)| Call {
-                id,
-                tool,
-                operations: (n > 0).then_some(n),
-                finished: Vec::new(),
-            })
-            .collect();
-        self.submit_batch(&calls)
+    /// Adds a batch in written order, all or nothing. Its entries start pending; nothing of it
+    /// is released until every entry is approved or settled.
+    pub fn submit(&mut self, calls: &[Call<'_>]) -> Result<Submitted, SubmitError> {
+        self.check_submit(calls)?;
+        let (id, first) = (self.next_batch, self.next_entry);
+        let slot = self.batches.open_slot(id, first);
+        self.fill(slot, calls);
+        let count = self.batches.slot(slot).entries.len() as u32;
+        self.next_batch += 1;
+        self.next_entry += u64::from(count);
+        Ok(Submitted {
+            batch: BatchId(id),
+            first: EntryId(first),
+            count,
+        })
     }
 
-    /// Approves a pending entry.
-    pub fn approve(&mut self, entry: &str) -> Result<(), Error> {
-        let e = self.find(entry)?;
-        self.transition(e, Event::Approve)?;
-        let mark = self.mark();
-        self.decided(e);
-        self.finish_event(mark);
-        Ok(())
-    }
-
-    /// Settles a pending entry without running it: rejected, skipped, or failed before running.
-    pub fn settle(&mut self, entry: &str, how: HostSettle) -> Result<(), Error> {
-        let e = self.find(entry)?;
-        self.transition(e, Event::Settle(how))?;
-        let mark = self.mark();
-        if how == HostSettle::Failed {
-            self.record_failure(e);
-        }
-        self.touch_key(e);
-        self.decided(e);
-        self.finish_event(mark);
-        Ok(())
-    }
-
-    /// A running execution asks a question; it keeps its slot.
-    pub fn begin_question(&mut self, entry: &str) -> Result<(), Error> {
-        let e = self.find(entry)?;
-        self.transition(e, Event::Ask)
-    }
-
-    /// The question is answered and the tool runs on; it still holds its slot. A declined
-    /// question ends the execution instead: report that with [`Scheduler::on_ended`].
-    pub fn end_question(&mut self, entry: &str) -> Result<(), Error> {
-        let e = self.find(entry)?;
-        self.transition(e, Event::Answer)
-    }
-
-    /// Approves several pending entries in order, all or nothing: when one is unknown, not
-    /// pending, or listed twice, nothing changes and the error names its position.
-    pub fn approve_many<S: AsRef<str>>(&mut self, entries: &[S]) -> Result<(), Error> {
-        let ids = self.check_many(
-            entries
-                .iter()
-                .map(|s| (Target::Label(s.as_ref()), Event::Approve)),
-        )?;
-        self.apply_approvals(&ids);
-        Ok(())
-    }
-
-    /// [`Scheduler::approve_many`] by entry id (see [`Scheduler::batch_entries`]).
-    pub fn approve_ids(&mut self, entries: &[EntryId]) -> Result<(), Error> {
-        let ids = self.check_many(entries.iter().map(|&e| (Target::Id(e), Event::Approve)))?;
-        self.apply_approvals(&ids);
-        Ok(())
-    }
-
-    /// Reports several ends in order, all or nothing, like [`Scheduler::approve_many`].
-    pub fn on_ended_many<S: AsRef<str>>(&mut self, ends: &[(S, Outcome)]) -> Result<(), Error> {
-        let ids = self.check_many(
-            ends.iter()
-                .map(|(s, outcome)| (Target::Label(s.as_ref()), Event::End(*outcome))),
-        )?;
-        self.apply_ends(ids.into_iter().zip(ends.iter().map(|(_, o)| *o)));
-        Ok(())
-    }
-
-    /// [`Scheduler::on_ended_many`] by entry id.
-    pub fn on_ended_ids(&mut self, ends: &[(EntryId, Outcome)]) -> Result<(), Error> {
-        let ids = self.check_many(
-            ends.iter()
-                .map(|&(e, outcome)| (Target::Id(e), Event::End(outcome))),
-        )?;
-        self.apply_ends(ids.into_iter().zip(ends.iter().map(|&(_, o)| o)));
-        Ok(())
-    }
-
-    /// The entries of a batch: ids `first .. first + count`, in written order. Hosts that keep
-    /// the labels of a batch in written order can use the `*_ids` methods and skip labels.
-    pub fn batch_entries(&self, batch: BatchId) -> Result<(EntryId, u32), Error> {
-        let b = self.batch_index(batch)?;
-        let rec = &self.batches[b as usize];
-        Ok((EntryId(rec.first_entry), rec.entries))
-    }
-
-    fn apply_approvals(&mut self, ids: &[u32]) {
-        let mark = self.mark();
-        for &e in ids {
-            self.set_state(e, Event::Approve);
-            self.decided(e);
-        }
-        self.finish_event(mark);
-    }
-
-    fn apply_ends(&mut self, ends: impl Iterator<Item = (u32, Outcome)>) {
-        let mark = self.mark();
-        for (e, outcome) in ends {
-            self.set_state(e, Event::End(outcome));
-            self.ended(e, outcome);
-        }
-        self.finish_event(mark);
-    }
-
-    /// A running (or asking) execution ended; its slot is freed.
-    pub fn on_ended(&mut self, entry: &str, outcome: Outcome) -> Result<(), Error> {
-        let e = self.find(entry)?;
-        self.transition(e, Event::End(outcome))?;
-        let mark = self.mark();
-        self.ended(e, outcome);
-        self.finish_event(mark);
-        Ok(())
-    }
-
-    /// The effects of an end: the slot is freed and a failure is recorded.
-    fn ended(&mut self, e: u32, outcome: Outcome) {
-        if let Some(k) = self.entry(e).key.get() {
-            if let Some(key) = self.keys.get_mut(k as usize) {
-                debug_assert!(key.running > 0);
-                key.running = key.running.saturating_sub(1);
-            }
-            self.mark_dirty(k);
-        }
-        if outcome == Outcome::Failed {
-            self.record_failure(e);
-        }
-    }
-
-    /// Resolves every target and checks that its event is legal, applying them in order on a
-    /// scratch copy of the states, so that an entry listed twice fails like its second
-    /// application would. Changes nothing.
-    fn check_many<'a>(
-        &self,
-        events: impl Iterator<Item = (Target<'a>, Event)>,
-    ) -> Result<Vec<u32>, Error> {
-        let mut scratch: FxHashMap<u32, State> = FxHashMap::default();
-        let mut ids = Vec::with_capacity(events.size_hint().0);
-        for (i, (target, event)) in events.enumerate() {
-            let at = |e: Error| Error::new(e.code, format!("item {i}: {}", e.message));
-            let e = match target {
-                Target::Label(label) => self.find(label).map_err(at)?,
-                Target::Id(id) if (id.0 as usize) < self.entries.len() => id.0,
-                Target::Id(id) => return Err(at(Error::unknown_entry_id(id.0))),
-            };
-            let state = scratch.get(&e).copied().unwrap_or(self.entry(e).state);
-            let next = lifecycle::next(state, event)
-                .map_err(|ill| at(ill.error(&self.label(EntryId(e)))))?;
-            scratch.insert(e, next);
-            ids.push(e);
-        }
-        Ok(ids)
-    }
-
-    /// Cancels a batch: its pending and approved entries are settled as cancelled. Running
-    /// entries still report their end, which frees their slots for other batches.
-    pub fn cancel_batch(&mut self, batch: BatchId) -> Result<(), Error> {
-        let b = self.batch_index(batch)?;
-        let (first, count, cancelled) = match self.batches.get(b as usize) {
-            Some(rec) => (rec.first_entry, rec.entries, rec.cancelled),
-            None => return Err(unknown_batch(batch)),
-        };
-        if cancelled {
-            return Err(Error::new(
-                ErrorCode::BatchCancelled,
-                format!("batch {} is already cancelled", batch.0),
-            ));
-        }
-        let mark = self.mark();
-        for e in first..first + count {
-            if matches!(self.entry(e).state, State::Pending | State::Approved) {
-                self.set_state(e, Event::Cancel);
-                self.settled.push(e);
-            }
-        }
-        let keys = match self.batches.get_mut(b as usize) {
-            Some(rec) => {
-                rec.cancelled = true;
-                rec.pending = 0;
-                rec.keys.clone()
-            }
-            None => Vec::new(),
-        };
-        for k in keys {
-            self.mark_dirty(k);
-        }
-        self.finish_event(mark);
-        Ok(())
-    }
-
-    /// Drains what to start and what was settled since the last call. Each entry appears at most
-    /// once over the scheduler's lifetime.
-    pub fn next_releases(&mut self) -> Releases {
-        let start = std::mem::take(&mut self.started)
-            .into_iter()
-            .map(EntryId)
-            .collect();
-        let settle = std::mem::take(&mut self.settled)
-            .into_iter()
-            .map(|e| {
-                let reason = match self.entry(e).state {
-                    State::Settled(reason) => reason,
-                    _ => Reason::Cancelled,
-                };
-                (EntryId(e), reason)
-            })
-            .collect();
-        Releases { start, settle }
-    }
-
-    /// The label of an entry: `call` for a plain call, `call#i` for an operation.
-    pub fn label(&self, entry: EntryId) -> String {
-        let Some(e) = self.entries.get(entry.0 as usize) else {
-            return String::new();
-        };
-        let Some(call) = self.calls.get(e.call as usize) else {
-            return String::new();
-        };
-        let id = self.ids.id(e.call);
-        if call.fan_out {
-            format!("{id}#{}", entry.0 - call.first)
-        } else {
-            id.to_owned()
-        }
-    }
-
-    /// The current state of an entry.
-    pub fn state(&self, entry: EntryId) -> Option<State> {
-        self.entries.get(entry.0 as usize).map(|e| e.state)
-    }
-
-    /// Every batch that still has calls without a response, with those calls as they should be
-    /// submitted to a fresh scheduler after a restart (cancelled batches are left out: every
-    /// call of theirs gets the cancellation response).
-    pub fn unfinished(&self) -> Vec<(BatchId, Vec<Call>)> {
-        let mut out = Vec::new();
-        for (b, batch) in self.batches.iter().enumerate() {
-            if batch.cancelled {
-                continue;
-            }
-            let mut calls = Vec::new();
-            for c in batch.first_call..batch.first_call + batch.calls {
-                let Some(call) = self.calls.get(c as usize) else {
-                    continue;
-                };
-                let states = (call.first..call.first + call.count).map(|e| self.entry(e).state);
-                if !states.clone().any(State::lacks_response) {
-                    continue;
-                }
-                let finished = states
-                    .enumerate()
-                    .filter(|(_, s)| !s.lacks_response())
-                    .map(|(op, s)| Finished {
-                        operation: op as u32,
-                        failed: s.is_failure(),
-                    })
-                    .collect();
-                calls.push(Call {
-                    id: self.ids.id(c).to_owned(),
-                    tool: self.tool_name(call.tool).to_owned(),
-                    operations: call.fan_out.then_some(call.count),
-                    finished,
-                });
-            }
-            if !calls.is_empty() {
-                out.push((BatchId(b as u32 + 1), calls));
-            }
-        }
-        out
-    }
-
-    // ---- internals -------------------------------------------------------------------------
-
-    /// The tool's number, resolving its policy the first time a call names it.
-    fn intern_tool(&mut self, name: &str) -> u32 {
-        if let Some(&t) = self.tool_index.get(name) {
-            return t;
-        }
-        let policy = self
-            .policy
-            .tool(name)
-            .cloned()
-            .unwrap_or_else(|| ToolPolicy::unconfigured(name));
-        let key = policy
-            .concurrency
-            .as_ref()
-            .map(|c| self.intern_key(c.key.as_str().to_owned(), c.limit.get()));
-        let t = self.tools.len() as u32;
-        self.tools.push(ToolRec {
-            name: name.to_owned(),
-            key,
-            fan_out: policy.fan_out,
-            stop: policy.on_error == OnError::Stop,
-        });
-        self.tool_index.insert(name.to_owned(), t);
-        t
-    }
-
-    fn tool_name(&self, tool: u32) -> &str {
-        self.tools
-            .get(tool as usize)
-            .map_or("", |t| t.name.as_str())
-    }
-
-    /// Validates a batch completely before anything changes. Returns its entry count.
-    fn check_batch(&self, calls: &[Call]) -> Result<u32, Error> {
-        if calls.is_empty() {
-            return Err(Error::new(
-                ErrorCode::EmptyBatch,
-                "a batch needs at least one call".to_owned(),
-            ));
-        }
-        if calls.len() > CALLS_PER_BATCH_MAX {
-            return Err(Error::new(
-                ErrorCode::TooLarge,
-                format!(
-                    "{} calls in one batch; at most {CALLS_PER_BATCH_MAX} are accepted",
-                    calls.len()
-                ),
-            ));
-        }
-        let mut ids: FxHashMap<&str, ()> = FxHashMap::default();
-        ids.reserve(calls.len());
+    /// Checks a batch completely before anything changes; leaves each call's id hash and entry
+    /// count in `scratch`.
+    fn check_submit(&mut self, calls: &[Call<'_>]) -> Result<(), SubmitError> {
+        batch::check_batch_size(calls.len())?;
+        self.scratch.clear();
+        self.scratch_ids.clear();
         let mut total: u64 = 0;
-        for call in calls {
-            check_name("call id", &call.id, true)?;
-            check_name("tool name", &call.tool, false)?;
-            if self.ids.get(&call.id).is_some() || ids.insert(&call.id, ()).is_some() {
-                return Err(Error::new(
-                    ErrorCode::DuplicateId,
-                    format!("call id {:?} is already used", call.id),
+        for (i, call) in calls.iter().enumerate() {
+            batch::check_name("call id", call.id, true)
+                .and_then(|()| batch::check_name("tool name", call.tool, false))
+                .map_err(|m| SubmitError::new(SubmitErrorCode::InvalidId, m))?;
+            let hash = id_hash(call.id);
+            let batches = &self.batches;
+            let live = batches.ids.find(hash, call.id, |c| {
+                batches.slot(c.slot).call_id(c.call)
+            });
+            // A hash seen earlier in the batch is a duplicate, or (astronomically rarely) a
+            // collision that a scan tells apart.
+            let earlier = self.scratch_ids.contains_key(&hash)
+                && calls[..i].iter().any(|c| c.id == call.id);
+            if live.is_some() || earlier {
+                return Err(SubmitError::new(
+                    SubmitErrorCode::DuplicateId,
+                    format!("call id {:?} is already used by a live call", call.id),
                 ));
             }
-            let fan_out = match self.tool_index.get(call.tool.as_str()) {
-                Some(&t) => self.tools.get(t as usize).is_some_and(|t| t.fan_out),
-                None => self.policy.tool(&call.tool).is_some_and(|t| t.fan_out),
-            };
-            let count = match call.operations {
-                None => {
-                    if !call.finished.is_empty() {
-                        return Err(Error::new(
-                            ErrorCode::InvalidOperations,
-                            format!(
-                                "call {:?} is a plain call; only operations can be finished",
-                                call.id
-                            ),
-                        ));
-                    }
-                    1
-                }
-                Some(_) if !fan_out => {
-                    return Err(Error::new(
-                        ErrorCode::NotFanOut,
-                        format!(
-                            "call {:?} has operations, but tool {:?} does not fan out",
-                            call.id, call.tool
-                        ),
-                    ));
-                }
-                Some(0) => {
-                    return Err(Error::new(
-                        ErrorCode::InvalidOperations,
-                        format!(
-                            "call {:?} has zero operations; submit an envelope the tool cannot \
-                             split as a plain call and settle it as failed",
-                            call.id
-                        ),
-                    ));
-                }
-                Some(n) if n > OPERATIONS_PER_CALL_MAX => {
-                    return Err(Error::new(
-                        ErrorCode::TooLarge,
-                        format!(
-                            "call {:?} has {n} operations; at most {OPERATIONS_PER_CALL_MAX} are \
-                             accepted",
-                            call.id
-                        ),
-                    ));
-                }
-                Some(n) => {
-                    let mut seen = Vec::with_capacity(call.finished.len());
-                    for f in &call.finished {
-                        if f.operation >= n || seen.contains(&f.operation) {
-                            return Err(Error::new(
-                                ErrorCode::InvalidOperations,
-                                format!(
-                                    "call {:?}: finished operation {} is outside 0..{n} or \
-                                     listed twice",
-                                    call.id, f.operation
-                                ),
-                            ));
-                        }
-                        seen.push(f.operation);
-                    }
-                    n
-                }
-            };
+            self.scratch_ids.entry(hash).or_insert(i as u32);
+            let fan_out = self.keys.fans_out(&self.policy, call.tool);
+            let count = batch::entry_count(call, fan_out)?;
             total += u64::from(count);
+            self.scratch.push((hash, count));
         }
-        if self.entries.len() as u64 + total > ENTRIES_MAX as u64 {
-            return Err(Error::new(
-                ErrorCode::TooLarge,
-                format!("this scheduler would hold more than {ENTRIES_MAX} entries"),
+        if self.batches.live_entries() as u64 + total > ENTRIES_MAX as u64 {
+            return Err(SubmitError::new(
+                SubmitErrorCode::TooLarge,
+                format!("this scheduler would hold more than {ENTRIES_MAX} live entries"),
             ));
         }
-        Ok(total as u32)
+        Ok(())
     }
 
-    fn intern_key(&mut self, name: String, limit: u32) -> u32 {
-        if let Some(&k) = self.key_index.get(&name) {
-            return k;
+    /// Builds a checked batch's records into its slot.
+    fn fill(&mut self, slot: u32, calls: &[Call<'_>]) {
+        let total: usize = self.scratch.iter().map(|&(_, n)| n as usize).sum();
+        {
+            let b = self.batches.slot_mut(slot);
+            b.entries.reserve(total);
+            b.calls.reserve(calls.len());
         }
-        let k = self.keys.len() as u32;
-        self.key_index.insert(name.clone(), k);
-        self.keys.push(KeyRec {
-            name,
-            limit,
-            running: 0,
-            queue: VecDeque::new(),
-            dirty: false,
-        });
-        k
-    }
-
-    /// Finds an entry by label. Labels are `call` or `call#i`.
-    fn find(&self, label: &str) -> Result<u32, Error> {
-        let unknown = || {
-            Error::new(
-                ErrorCode::UnknownEntry,
-                format!("no entry is labelled {label:?}"),
-            )
-        };
-        let (id, op) = match label.rsplit_once('#') {
-            Some((id, op)) => (id, Some(op.parse::<u32>().map_err(|_| unknown())?)),
-            None => (label, None),
-        };
-        let c = self.ids.get(id).ok_or_else(unknown)?;
-        let call = self.calls.get(c as usize).ok_or_else(unknown)?;
-        match (call.fan_out, op) {
-            (false, None) => Ok(call.first),
-            (true, Some(op)) if op < call.count => Ok(call.first + op),
-            (true, None) => Err(Error::new(
-                ErrorCode::UnknownEntry,
-                format!(
-                    "{label:?} is a fan-out call; name an operation, {label}#0 to {label}#{}",
-                    call.count - 1
-                ),
-            )),
-            _ => Err(unknown()),
-        }
-    }
-
-    fn batch_index(&self, batch: BatchId) -> Result<u32, Error> {
-        match batch.0.checked_sub(1) {
-            Some(b) if (b as usize) < self.batches.len() => Ok(b),
-            _ => Err(unknown_batch(batch)),
-        }
-    }
-
-    fn entry(&self, e: u32) -> &Entry {
-        // `e` always comes from `find` or from our own records.
-        &self.entries[e as usize]
-    }
-
-    /// Applies a host event, or returns the error and changes nothing.
-    fn transition(&mut self, e: u32, event: Event) -> Result<(), Error> {
-        let state = self.entry(e).state;
-        match lifecycle::next(state, event) {
-            Ok(next) => {
-                self.entries[e as usize].state = next;
-                Ok(())
+        self.batches.ids.reserve(calls.len());
+        for (c, call) in calls.iter().enumerate() {
+            let (hash, count) = self.scratch[c];
+            let tool = self.keys.intern_tool(&self.policy, call.tool);
+            let rec = self.keys.tool(tool);
+            let (key, stop) = (rec.key, rec.stop);
+            let b = self.batches.slot_mut(slot);
+            batch::push_call(b, call.id, tool, count, call.operations.is_some(), stop);
+            let first = b.first + b.entries.len() as u64;
+            for _ in 0..count {
+                b.entries.push(Entry {
+                    call: c as u32,
+                    key: OptU32::new(key),
+                    life: Lifecycle::PENDING,
+                });
             }
-            Err(illegal) => Err(illegal.error(&self.label(EntryId(e)))),
-        }
-    }
-
-    /// Applies an event the scheduler decided; its legality is our invariant.
-    fn set_state(&mut self, e: u32, event: Event) {
-        let entry = &mut self.entries[e as usize];
-        let next = lifecycle::next(entry.state, event);
-        debug_assert!(next.is_ok(), "illegal internal transition {event:?}");
-        if let Ok(state) = next {
-            entry.state = state;
-        }
-    }
-
-    fn mark(&self) -> (usize, usize) {
-        (self.started.len(), self.settled.len())
-    }
-
-    /// Runs the key walks an event made necessary and orders this event's output.
-    fn finish_event(&mut self, mark: (usize, usize)) {
-        while let Some(k) = self.dirty.pop() {
-            if let Some(key) = self.keys.get_mut(k as usize) {
-                key.dirty = false;
+            b.pending += count;
+            b.unanswered += count;
+            if let Some(k) = key {
+                if !b.keys.contains(&k) {
+                    b.keys.push(k);
+                }
+                self.keys.enqueue(k, first, first + u64::from(count));
             }
-            self.walk(k);
+            self.batches.ids.insert(
+                hash,
+                CallRef {
+                    slot,
+                    call: c as u32,
+                },
+            );
         }
-        // Within one input, output is in (batch, written) order; it usually already is.
-        if let Some(tail) = self.started.get_mut(mark.0..)
-            && !tail.is_sorted()
-        {
-            tail.sort_unstable();
+        self.batches.sealed(slot);
+    }
+
+    /// One driver round: applies every input on its own, runs the keys' walks, and fills `out`
+    /// (cleared first) with what to do.
+    pub fn step(&mut self, inputs: &Inputs<'_>, out: &mut Outputs) {
+        // `self.out` is empty here, or holds what `resume` settled.
+        for (i, &e) in inputs.approve.iter().enumerate() {
+            self.judged(InputKind::Approve, i, e, Event::Approve);
         }
-        if let Some(tail) = self.settled.get_mut(mark.1..)
-            && !tail.is_sorted()
-        {
-            tail.sort_unstable();
+        for (i, &(e, how)) in inputs.settle.iter().enumerate() {
+            self.judged(InputKind::Settle, i, e, Event::Settle(how));
+        }
+        for (i, &e) in inputs.ask.iter().enumerate() {
+            self.judged(InputKind::Ask, i, e, Event::Ask);
+        }
+        for (i, &e) in inputs.answer.iter().enumerate() {
+            self.judged(InputKind::Answer, i, e, Event::Answer);
+        }
+        for (i, &e) in inputs.ok.iter().enumerate() {
+            self.judged(InputKind::Ok, i, e, Event::End(Outcome::Ok));
+        }
+        for (i, &e) in inputs.failed.iter().enumerate() {
+            self.judged(InputKind::Failed, i, e, Event::End(Outcome::Failed));
+        }
+        for (i, &b) in inputs.cancel.iter().enumerate() {
+            if let Err((code, message)) = self.cancel(b) {
+                self.out.errors.push(InputError {
+                    input: InputKind::Cancel,
+                    index: i as u32,
+                    code,
+                    message,
+                });
+            }
+        }
+        self.finish_step(out);
+    }
+
+    /// Applies one entry input, or records why it was refused.
+    fn judged(&mut self, input: InputKind, index: usize, e: EntryId, event: Event) {
+        if let Err((code, message)) = self.apply(e, event) {
+            self.out.errors.push(InputError {
+                input,
+                index: index as u32,
+                code,
+                message,
+            });
         }
     }
 
-    fn mark_dirty(&mut self, k: u32) {
-        if let Some(key) = self.keys.get_mut(k as usize)
-            && !key.dirty
-        {
-            key.dirty = true;
-            self.dirty.push(k);
+    fn apply(&mut self, e: EntryId, event: Event) -> Result<(), (InputErrorCode, String)> {
+        let Some((slot, index)) = self.batches.locate(e.0) else {
+            return Err((
+                InputErrorCode::UnknownEntry,
+                format!("no live entry has number {}", e.0),
+            ));
+        };
+        let entry = &mut self.batches.slot_mut(slot).entries[index as usize];
+        if let Err(illegal) = entry.life.apply(event) {
+            let label = self.batches.slot(slot).label(index);
+            return Err((illegal.code, illegal.message(&label)));
         }
+        let key = entry.key.get();
+        match event {
+            Event::Approve => self.decided(slot),
+            Event::Settle(how) => {
+                self.answered(slot);
+                if how == HostSettle::Failed {
+                    self.record_failure(slot, index);
+                }
+                if let Some(k) = key {
+                    self.keys.mark_dirty(k);
+                }
+                self.decided(slot);
+            }
+            Event::End(outcome) => {
+                self.answered(slot);
+                if let Some(k) = key {
+                    self.keys.free_slot(k);
+                }
+                if outcome == Outcome::Failed {
+                    self.record_failure(slot, index);
+                }
+            }
+            Event::Ask | Event::Answer => {}
+            Event::Release | Event::Cancel | Event::Stop { .. } => {
+                debug_assert!(false, "{event:?} is the scheduler's, not an input");
+            }
+        }
+        Ok(())
     }
 
-    fn touch_key(&mut self, e: u32) {
-        if let Some(k) = self.entry(e).key.get() {
-            self.mark_dirty(k);
+    /// Cancels a live batch: its pending and approved entries are settled as cancelled.
+    fn cancel(&mut self, b: BatchId) -> Result<(), (InputErrorCode, String)> {
+        let Some(slot) = self.batches.find(b.0) else {
+            return Err((
+                InputErrorCode::UnknownBatch,
+                format!("no live batch has number {}", b.0),
+            ));
+        };
+        let batch = self.batches.slot_mut(slot);
+        if batch.cancelled {
+            return Err((
+                InputErrorCode::BatchCancelled,
+                format!("batch {} is already cancelled", b.0),
+            ));
+        }
+        batch.cancelled = true;
+        batch.pending = 0;
+        let first = batch.first;
+        let mut settled = 0;
+        for (i, entry) in batch.entries.iter_mut().enumerate() {
+            if matches!(entry.life.get(), State::Pending | State::Approved) {
+                let _ = entry.life.apply(Event::Cancel);
+                self.out
+                    .settle
+                    .push((EntryId(first + i as u64), Reason::Cancelled));
+                settled += 1;
+            }
+        }
+        for &k in &batch.keys {
+            self.keys.mark_dirty(k);
+        }
+        for _ in 0..settled {
+            self.answered(slot);
+        }
+        Ok(())
+    }
+
+    /// An entry got a response; at zero unanswered the batch retires at the end of the step.
+    fn answered(&mut self, slot: u32) {
+        let batch = self.batches.slot_mut(slot);
+        debug_assert!(batch.unanswered > 0);
+        batch.unanswered -= 1;
+        if batch.unanswered == 0 {
+            self.retiring.push(slot);
         }
     }
 
     /// An entry left `pending`: count it against the barrier and open the batch at zero.
-    fn decided(&mut self, e: u32) {
-        let b = self.calls[self.entry(e).call as usize].batch;
-        let rec = &mut self.batches[b as usize];
-        debug_assert!(rec.pending > 0);
-        rec.pending = rec.pending.saturating_sub(1);
-        if rec.pending == 0 && !rec.cancelled {
-            self.open_batch(b);
+    fn decided(&mut self, slot: u32) {
+        let batch = self.batches.slot_mut(slot);
+        debug_assert!(batch.pending > 0 && !batch.cancelled);
+        batch.pending -= 1;
+        if batch.pending == 0 {
+            self.open_batch(slot);
         }
     }
 
     /// The barrier fell: stop what is behind a failure, release every unkeyed approved entry,
     /// and let each key walk.
-    fn open_batch(&mut self, b: u32) {
-        let (first, count, keys) = {
-            let rec = &mut self.batches[b as usize];
-            debug_assert!(!rec.open && rec.pending == 0);
-            rec.open = true;
-            (rec.first_entry, rec.entries, rec.keys.clone())
-        };
-        for e in first..first + count {
-            if self.entry(e).state != State::Approved {
+    fn open_batch(&mut self, slot: u32) {
+        let batch = self.batches.slot_mut(slot);
+        debug_assert!(!batch.open && batch.pending == 0 && !batch.cancelled);
+        batch.open = true;
+        for i in 0..batch.entries.len() as u32 {
+            let batch = self.batches.slot(slot);
+            let entry = &batch.entries[i as usize];
+            if entry.life.get() != State::Approved {
                 continue;
             }
-            if let Some(after) = self.stopped_by(e) {
-                self.set_state(e, Event::Stop { after });
-                self.settled.push(e);
-            } else if self.entry(e).key.get().is_none() {
-                self.release(e);
+            if let Some(after) = self.stopped_by(slot, i) {
+                self.settle_stopped(slot, i, after);
+            } else if entry.key.get().is_none() {
+                self.release(slot, i);
             }
         }
-        for k in keys {
-            self.mark_dirty(k);
+        let batch = self.batches.slot(slot);
+        for &k in &batch.keys {
+            self.keys.mark_dirty(k);
         }
     }
 
-    /// The one-based position of the failure that stops this entry, if one does.
-    fn stopped_by(&self, e: u32) -> Option<u32> {
-        let call = &self.calls[self.entry(e).call as usize];
-        let failed = call.first_failed.get()?;
-        (call.stop && e - call.first > failed).then_some(failed + 1)
+    fn release(&mut self, slot: u32, index: u32) {
+        let batch = self.batches.slot_mut(slot);
+        let entry = &mut batch.entries[index as usize];
+        let released = entry.life.apply(Event::Release);
+        debug_assert!(released.is_ok(), "released an entry that was not approved");
+        if let Some(k) = entry.key.get() {
+            self.keys.take_slot(k);
+        }
+        self.out.start.push(EntryId(batch.first + u64::from(index)));
     }
 
-    /// Records a failure for `on_error = "stop"` and, once the batch is open, settles the
-    /// approved operations behind it.
-    fn record_failure(&mut self, e: u32) {
-        let c = self.entry(e).call as usize;
-        let (pos, prev, first, count, batch) = {
-            let call = &self.calls[c];
-            if !call.stop {
-                return;
-            }
-            (
-                e - call.first,
-                call.first_failed.get(),
-                call.first,
-                call.count,
-                call.batch,
-            )
-        };
-        if prev.is_some_and(|p| p <= pos) {
-            return;
+    /// Runs the key walks this step made necessary, orders its output, retires batches, and
+    /// hands the output over.
+    fn finish_step(&mut self, out: &mut Outputs) {
+        while let Some(k) = self.keys.pop_dirty() {
+            self.walk(k);
         }
-        self.calls[c].first_failed = OptU32::new(Some(pos));
-        let rec = &self.batches[batch as usize];
-        if !rec.open || rec.cancelled {
-            return;
+        // Output is in (batch, written) order; it usually already is.
+        if !self.out.start.is_sorted() {
+            self.out.start.sort_unstable();
         }
-        // Behind the previous failure everything approved was already stopped.
-        let end = prev.map_or(count, |p| p + 1).min(count);
-        for op in pos + 1..end {
-            let e = first + op;
-            if self.entry(e).state == State::Approved {
-                self.set_state(e, Event::Stop { after: pos + 1 });
-                self.settled.push(e);
-            }
+        if !self.out.settle.is_sorted_by_key(|s| s.0) {
+            self.out.settle.sort_unstable_by_key(|s| s.0);
         }
-        self.touch_key(e);
+        self.retiring.sort_unstable_by_key(|&slot| self.batches.slot(slot).first);
+        for slot in std::mem::take(&mut self.retiring) {
+            self.out.retired.push(BatchId(self.batches.slot(slot).id));
+            self.batches.retire(slot);
+        }
+        out.clear();
+        std::mem::swap(out, &mut self.out);
     }
 
-    fn release(&mut self, e: u32) {
-        self.set_state(e, Event::Release);
-        if let Some(k) = self.entry(e).key.get()
-            && let Some(key) = self.keys.get_mut(k as usize)
-        {
-            key.running += 1;
-            debug_assert!(key.running <= key.limit, "limit exceeded on {}", key.name);
-        }
-        self.started.push(e);
-    }
-
-    /// Releases from the front of a key's queue while there is room (rule 2).
+    /// Releases from the front of a key's queue while there is room (rule 2). Each entry is
+    /// pushed once and popped once.
     fn walk(&mut self, k: u32) {
         loop {
-            let Some(key) = self.keys.get(k as usize) else {
-                return;
-            };
+            let key = self.keys.key(k);
             let Some(&e) = key.queue.front() else {
                 return;
             };
             let room = key.running < key.limit;
-            let entry = self.entry(e);
-            match entry.state {
-                State::Pending => return,
-                State::Approved => {
-                    let batch = self.calls[entry.call as usize].batch;
-                    if !self.batches[batch as usize].open || !room {
-                        return;
+            if let Some((slot, index)) = self.batches.locate(e) {
+                let batch = self.batches.slot(slot);
+                match batch.entries[index as usize].life.get() {
+                    State::Pending => return,
+                    State::Approved if !batch.open || !room => return,
+                    State::Approved => {
+                        self.keys.released_in_order(k, e);
+                        self.release(slot, index);
                     }
-                    self.release(e);
+                    _ => {}
                 }
-                _ => {}
             }
-            if let Some(key) = self.keys.get_mut(k as usize) {
-                key.queue.pop_front();
-            }
+            self.keys.key_mut(k).queue.pop_front();
         }
     }
-}
 
-/// An entry named by label or by id.
-#[derive(Clone, Copy)]
-enum Target<'a> {
-    Label(&'a str),
-    Id(EntryId),
-}
-
-fn unknown_batch(batch: BatchId) -> Error {
-    Error::new(
-        ErrorCode::UnknownBatch,
-        format!("no batch has id {}", batch.0),
-    )
-}
-
-fn check_name(what: &str, name: &str, call_id: bool) -> Result<(), Error> {
-    if name.is_empty() || name.len() > NAME_BYTES_MAX || (call_id && name.contains('#')) {
-        return Err(Error::new(
-            ErrorCode::InvalidId,
-            format!(
-                "{what} {:?} must be 1 to {NAME_BYTES_MAX} bytes{}",
-                truncate(name),
-                if call_id { " without '#'" } else { "" }
-            ),
-        ));
+    /// The label of a live entry: `call` for a plain call, `call#i` for an operation.
+    pub fn label(&self, entry: EntryId) -> Option<String> {
+        let (slot, index) = self.batches.locate(entry.0)?;
+        Some(self.batches.slot(slot).label(index))
     }
-    Ok(())
-}
 
-fn truncate(s: &str) -> &str {
-    let mut end = s.len().min(64);
-    while !s.is_char_boundary(end) {
-        end -= 1;
+    /// The current state of a live entry.
+    pub fn state(&self, entry: EntryId) -> Option<State> {
+        let (slot, index) = self.batches.locate(entry.0)?;
+        Some(self.batches.slot(slot).entries[index as usize].life.get())
     }
-    &s[..end]
+
 }

@@ -1,6 +1,6 @@
-//! Call ids and tool names, each stored once. Call ids live in one text arena, found through a
-//! map from their 64-bit hash (a second map holds the astronomically rare colliding ids), so a
-//! queued plain call costs a few bytes beyond its id, not two heap strings.
+//! Hashing, and the set of call ids in use by live batches. A call id is stored once, in its
+//! batch; the set maps its 64-bit hash to the call, and a second list holds the astronomically
+//! rare ids whose hash another live id already has.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -62,39 +62,6 @@ impl FxHasher {
 pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 pub(crate) type FxHashMap<K, V> = HashMap<K, V, FxBuild>;
 
-/// A key that already is a hash: passed through.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct PassHasher(u64);
-
-impl Hasher for PassHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-
-    /// The table takes its index from the low bits and its tag from the top seven: a 32-bit
-    /// hash goes in both halves.
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (u64::from(n) << 32) | u64::from(n);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-fn hash(id: &str) -> u32 {
-    let mut h = FxHasher::default();
-    h.write(id.as_bytes());
-    let h = h.finish();
-    (h ^ (h >> 32)) as u32
-}
-
 /// Makes room for `additional` more elements, growing by half rather than doubling: still
 /// amortized O(1) per element, with a quarter of the slack on average. Entries, calls and ids
 /// are most of a queued execution's memory, and a wasm memory never shrinks.
@@ -106,58 +73,73 @@ pub(crate) fn grow<T>(v: &mut Vec<T>, additional: usize) {
     }
 }
 
-/// Call ids by call number: the ids end to end in one string, the end of each, and a map from
-/// a 32-bit hash to the call number (8 bytes a slot). Ids whose hash is taken, about one in
-/// 8,000 at a million calls, go to a second map keyed by the id itself.
-#[derive(Debug, Default)]
-pub(crate) struct CallIds {
-    text: String,
-    ends: Vec<u32>,
-    by_hash: HashMap<u32, u32, BuildHasherDefault<PassHasher>>,
-    collisions: HashMap<Box<str>, u32>,
+/// Where a live call is: its batch's slot and its index in that batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CallRef {
+    pub(crate) slot: u32,
+    pub(crate) call: u32,
 }
 
-impl CallIds {
-    /// The call number of `id`.
-    pub(crate) fn get(&self, id: &str) -> Option<u32> {
-        let &call = self.by_hash.get(&hash(id))?;
-        if self.id(call) == id {
-            return Some(call);
+/// The call ids of live batches, each unique among them.
+#[derive(Debug, Default)]
+pub(crate) struct LiveIds {
+    by_hash: FxHashMap<u64, CallRef>,
+    /// Ids whose hash another live id holds in `by_hash`, with that hash.
+    collided: Vec<(u64, CallRef)>,
+}
+
+/// The hash `LiveIds` files an id under.
+pub(crate) fn id_hash(id: &str) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(id.as_bytes());
+    h.finish()
+}
+
+impl LiveIds {
+    /// The live call with this id, given its hash; `id_of` reads a live call's id.
+    pub(crate) fn find<'a>(
+        &self,
+        hash: u64,
+        id: &str,
+        id_of: impl Fn(CallRef) -> &'a str,
+    ) -> Option<CallRef> {
+        let &first = self.by_hash.get(&hash)?;
+        if id_of(first) == id {
+            return Some(first);
         }
-        self.collisions.get(id).copied()
+        self.collided
+            .iter()
+            .find(|&&(h, c)| h == hash && id_of(c) == id)
+            .map(|&(_, c)| c)
     }
 
-    /// Adds `id` as the next call number. The caller checked that it is new.
-    pub(crate) fn push(&mut self, id: &str) -> u32 {
-        let call = self.ends.len() as u32;
-        self.text.push_str(id);
-        self.ends.push(self.text.len() as u32);
-        match self.by_hash.entry(hash(id)) {
-            std::collections::hash_map::Entry::Occupied(_) => {
-                self.collisions.insert(id.into(), call);
-            }
+    /// Files a call whose id the caller checked is not live.
+    pub(crate) fn insert(&mut self, hash: u64, call: CallRef) {
+        match self.by_hash.entry(hash) {
+            std::collections::hash_map::Entry::Occupied(_) => self.collided.push((hash, call)),
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert(call);
             }
         }
-        call
     }
 
-    /// The id of call number `call`.
-    pub(crate) fn id(&self, call: u32) -> &str {
-        let Some(&end) = self.ends.get(call as usize) else {
-            return "";
-        };
-        let start = match call.checked_sub(1) {
-            Some(previous) => self.ends.get(previous as usize).copied().unwrap_or(0),
-            None => 0,
-        };
-        self.text.get(start as usize..end as usize).unwrap_or("")
+    /// Forgets a retiring call.
+    pub(crate) fn remove(&mut self, hash: u64, call: CallRef) {
+        if self.by_hash.get(&hash) == Some(&call) {
+            self.by_hash.remove(&hash);
+            if let Some(i) = self.collided.iter().position(|&(h, _)| h == hash) {
+                let (_, promoted) = self.collided.swap_remove(i);
+                self.by_hash.insert(hash, promoted);
+            }
+        } else if let Some(i) = self.collided.iter().position(|&(h, c)| h == hash && c == call) {
+            self.collided.swap_remove(i);
+        } else {
+            debug_assert!(false, "a retiring call id was not live");
+        }
     }
 
-    /// Reserves room for `calls` more ids.
+    /// Room for `calls` more ids.
     pub(crate) fn reserve(&mut self, calls: usize) {
-        grow(&mut self.ends, calls);
         self.by_hash.reserve(calls);
     }
 }

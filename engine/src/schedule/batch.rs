@@ -1,0 +1,335 @@
+//! Batches: their storage, how an entry number finds its batch, the checks on a new batch, and
+//! retirement. Retired slots keep their vectors' capacity and are reused, so a scheduler's
+//! memory follows its live work, not its history.
+
+use std::collections::VecDeque;
+
+use super::error::{SubmitError, SubmitErrorCode};
+use super::lifecycle::Lifecycle;
+use super::names::{CallRef, FxHashMap, LiveIds, grow, id_hash};
+use crate::limits::{CALLS_PER_BATCH_MAX, NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
+
+/// An `Option<u32>` in four bytes (`u32::MAX` is none; no count or index reaches it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OptU32(u32);
+
+impl OptU32 {
+    pub(crate) const NONE: Self = Self(u32::MAX);
+
+    pub(crate) fn new(value: Option<u32>) -> Self {
+        value.map_or(Self::NONE, |v| {
+            debug_assert!(v != u32::MAX);
+            Self(v)
+        })
+    }
+
+    pub(crate) fn get(self) -> Option<u32> {
+        (self != Self::NONE).then_some(self.0)
+    }
+}
+
+/// An entry: 12 bytes, most of what a queued execution costs.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    /// Its call's index in the batch.
+    pub(crate) call: u32,
+    pub(crate) key: OptU32,
+    pub(crate) life: Lifecycle,
+}
+
+/// A call; its id is `ids[id_start..id_end]` of its batch.
+#[derive(Debug)]
+pub(crate) struct CallRec {
+    /// Its first entry's index in the batch.
+    pub(crate) first: u32,
+    pub(crate) count: u32,
+    pub(crate) tool: u32,
+    pub(crate) id_start: u32,
+    pub(crate) id_end: u32,
+    /// The lowest failed operation, under `on_error = "stop"`.
+    pub(crate) first_failed: OptU32,
+    pub(crate) fan_out: bool,
+    pub(crate) stop: bool,
+}
+
+/// A live batch (or a free slot, whose vectors are kept for reuse).
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    pub(crate) id: u64,
+    /// The number of its first entry.
+    pub(crate) first: u64,
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) calls: Vec<CallRec>,
+    /// Call ids end to end.
+    pub(crate) ids: String,
+    /// Keys its entries use, each once.
+    pub(crate) keys: Vec<u32>,
+    /// Entries still pending (the approval barrier).
+    pub(crate) pending: u32,
+    /// Entries without a response (pending, approved, running, asking); at zero it retires.
+    pub(crate) unanswered: u32,
+    pub(crate) open: bool,
+    pub(crate) cancelled: bool,
+}
+
+impl Batch {
+    pub(crate) fn call_id(&self, call: u32) -> &str {
+        let Some(c) = self.calls.get(call as usize) else {
+            return "";
+        };
+        self.ids
+            .get(c.id_start as usize..c.id_end as usize)
+            .unwrap_or("")
+    }
+
+    /// The label of entry `index`: `call` or `call#i`.
+    pub(crate) fn label(&self, index: u32) -> String {
+        let Some(entry) = self.entries.get(index as usize) else {
+            return String::new();
+        };
+        let Some(call) = self.calls.get(entry.call as usize) else {
+            return String::new();
+        };
+        let id = self.call_id(entry.call);
+        if call.fan_out {
+            format!("{id}#{}", index - call.first)
+        } else {
+            id.to_owned()
+        }
+    }
+
+    pub(crate) fn end(&self) -> u64 {
+        self.first + self.entries.len() as u64
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.calls.clear();
+        self.ids.clear();
+        self.keys.clear();
+        self.pending = 0;
+        self.unanswered = 0;
+        self.open = false;
+        self.cancelled = false;
+    }
+}
+
+/// Every live batch, by slot; live slots in entry order; batch numbers; live call ids.
+#[derive(Debug, Default)]
+pub(crate) struct Batches {
+    slots: Vec<Batch>,
+    free: Vec<u32>,
+    /// `(first entry, slot)` of every live batch in entry order; `u32::MAX` marks a retired one,
+    /// dropped from the front at once and compacted away when they are half the list.
+    order: VecDeque<(u64, u32)>,
+    retired_in_order: usize,
+    by_id: FxHashMap<u64, u32>,
+    pub(crate) ids: LiveIds,
+    live_entries: usize,
+}
+
+const RETIRED: u32 = u32::MAX;
+
+impl Batches {
+    pub(crate) fn slot(&self, slot: u32) -> &Batch {
+        &self.slots[slot as usize]
+    }
+
+    pub(crate) fn slot_mut(&mut self, slot: u32) -> &mut Batch {
+        &mut self.slots[slot as usize]
+    }
+
+    pub(crate) fn live_entries(&self) -> usize {
+        self.live_entries
+    }
+
+    /// The slot of a live batch.
+    pub(crate) fn find(&self, id: u64) -> Option<u32> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// The slot and index of a live entry.
+    pub(crate) fn locate(&self, entry: u64) -> Option<(u32, u32)> {
+        // Batches are numbered in entry order; the newest is the usual target.
+        let i = match self.order.back() {
+            Some(&(first, _)) if first <= entry => self.order.len() - 1,
+            _ => self.order.partition_point(|&(first, _)| first <= entry).checked_sub(1)?,
+        };
+        let (first, slot) = self.order[i];
+        if slot == RETIRED {
+            return None;
+        }
+        let index = entry - first;
+        (index < self.slots[slot as usize].entries.len() as u64).then_some((slot, index as u32))
+    }
+
+    /// Live slots in entry order.
+    pub(crate) fn live(&self) -> impl Iterator<Item = u32> + '_ {
+        self.order
+            .iter()
+            .map(|&(_, slot)| slot)
+            .filter(|&slot| slot != RETIRED)
+    }
+
+    /// A cleared slot for a new batch numbered `id` from entry `first`; `first` is past every
+    /// live batch's entries.
+    pub(crate) fn open_slot(&mut self, id: u64, first: u64) -> u32 {
+        debug_assert!(self.order.back().is_none_or(|&(f, s)| {
+            f <= first && (s == RETIRED || self.slots[s as usize].end() <= first)
+        }));
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                grow(&mut self.slots, 1);
+                self.slots.push(Batch::default());
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let batch = &mut self.slots[slot as usize];
+        batch.clear();
+        batch.id = id;
+        batch.first = first;
+        self.order.push_back((first, slot));
+        self.by_id.insert(id, slot);
+        slot
+    }
+
+    /// Counts a sealed batch's entries as live.
+    pub(crate) fn sealed(&mut self, slot: u32) {
+        self.live_entries += self.slots[slot as usize].entries.len();
+    }
+
+    /// Forgets a batch whose every entry has a response: its numbers and call ids are retired.
+    pub(crate) fn retire(&mut self, slot: u32) {
+        let batch = &self.slots[slot as usize];
+        debug_assert_eq!(batch.unanswered, 0);
+        for (c, _) in batch.calls.iter().enumerate() {
+            let id = batch.call_id(c as u32);
+            self.ids.remove(
+                id_hash(id),
+                CallRef {
+                    slot,
+                    call: c as u32,
+                },
+            );
+        }
+        let (id, first) = (batch.id, batch.first);
+        self.live_entries -= batch.entries.len();
+        self.by_id.remove(&id);
+        let i = self.order.partition_point(|&(f, _)| f < first);
+        debug_assert!(self.order.get(i).is_some_and(|&(f, s)| f == first && s == slot));
+        if let Some(place) = self.order.get_mut(i) {
+            place.1 = RETIRED;
+            self.retired_in_order += 1;
+        }
+        while self.order.front().is_some_and(|&(_, s)| s == RETIRED) {
+            self.order.pop_front();
+            self.retired_in_order -= 1;
+        }
+        if self.retired_in_order > 16 && self.retired_in_order * 2 > self.order.len() {
+            self.order.retain(|&(_, s)| s != RETIRED);
+            self.retired_in_order = 0;
+        }
+        self.free.push(slot);
+    }
+}
+
+/// One call of a new batch, as the model wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call<'a> {
+    /// Unique among live calls; 1 to `NAME_BYTES_MAX` bytes, no `#` or newline.
+    pub id: &'a str,
+    /// The configured tool name. A tool no layer configures is unbounded.
+    pub tool: &'a str,
+    /// `None`: a plain call, one entry labelled `id`. `Some(n)`: a fan-out envelope of `n`
+    /// operations, entries `id#0` .. `id#(n-1)`; the tool must fan out.
+    pub operations: Option<u32>,
+}
+
+pub(crate) fn check_name(what: &str, name: &str, call_id: bool) -> Result<(), String> {
+    if name.is_empty()
+        || name.len() > NAME_BYTES_MAX
+        || (call_id && (name.contains('#') || name.contains('\n')))
+    {
+        return Err(format!(
+            "{what} {:?} must be 1 to {NAME_BYTES_MAX} bytes{}",
+            truncate(name),
+            if call_id {
+                " without '#' or a newline"
+            } else {
+                ""
+            }
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn truncate(s: &str) -> &str {
+    let mut end = s.len().min(64);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The entry count of a call, or why it cannot be one.
+pub(crate) fn entry_count(call: &Call<'_>, fan_out: bool) -> Result<u32, SubmitError> {
+    match call.operations {
+        None => Ok(1),
+        Some(_) if !fan_out => Err(SubmitError::new(
+            SubmitErrorCode::NotFanOut,
+            format!(
+                "call {:?} has operations, but tool {:?} does not fan out",
+                call.id, call.tool
+            ),
+        )),
+        Some(0) => Err(SubmitError::new(
+            SubmitErrorCode::InvalidOperations,
+            format!(
+                "call {:?} has zero operations; submit an envelope the tool cannot split as a \
+                 plain call and settle it as failed",
+                call.id
+            ),
+        )),
+        Some(n) if n > OPERATIONS_PER_CALL_MAX => Err(SubmitError::new(
+            SubmitErrorCode::TooLarge,
+            format!(
+                "call {:?} has {n} operations; at most {OPERATIONS_PER_CALL_MAX} are accepted",
+                call.id
+            ),
+        )),
+        Some(n) => Ok(n),
+    }
+}
+
+pub(crate) fn check_batch_size(calls: usize) -> Result<(), SubmitError> {
+    if calls == 0 {
+        return Err(SubmitError::new(
+            SubmitErrorCode::EmptyBatch,
+            "a batch needs at least one call".to_owned(),
+        ));
+    }
+    if calls > CALLS_PER_BATCH_MAX {
+        return Err(SubmitError::new(
+            SubmitErrorCode::TooLarge,
+            format!("{calls} calls in one batch; at most {CALLS_PER_BATCH_MAX} are accepted"),
+        ));
+    }
+    Ok(())
+}
+
+/// Adds a call's records to a batch being built; the caller checked it.
+pub(crate) fn push_call(batch: &mut Batch, id: &str, tool: u32, count: u32, fan_out: bool, stop: bool) {
+    let id_start = batch.ids.len() as u32;
+    batch.ids.push_str(id);
+    batch.calls.push(CallRec {
+        first: batch.entries.len() as u32,
+        count,
+        tool,
+        id_start,
+        id_end: batch.ids.len() as u32,
+        first_failed: OptU32::NONE,
+        fan_out,
+        stop,
+    });
+}

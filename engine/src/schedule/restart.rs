@@ -1,0 +1,348 @@
+//! Restart: [`Scheduler::unfinished`] exports every live batch as a versioned [`SavedState`],
+//! and [`Scheduler::resume`] rebuilds them, with the same numbers, in a fresh scheduler under
+//! the same or a changed policy.
+//!
+//! Format, version 2: the policy's fingerprint, the next batch and entry numbers, and per live
+//! batch its number, first entry, whether it was cancelled, and every call in written order
+//! with the state of each entry that is not pending or approved ([`Saved`]). Pending and
+//! approved entries are decided again after a restart (JP re-asks for permission).
+
+use super::batch::{self, Call, Entry, OptU32};
+use super::error::{ResumeError, ResumeErrorCode, Unrestored, UnrestoredCode};
+use super::lifecycle::{Lifecycle, Saved};
+use super::names::{CallRef, id_hash};
+use super::{BatchId, EntryId, Reason, Scheduler, State};
+use crate::config::{OnError, Policy};
+use crate::limits::{ENTRIES_MAX, OPERATIONS_PER_CALL_MAX};
+
+/// The version of [`SavedState`] this engine writes and reads.
+pub const SAVED_VERSION: u32 = 2;
+
+/// A scheduler's state, for [`Scheduler::resume`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedState {
+    /// [`SAVED_VERSION`].
+    pub version: u32,
+    /// A fingerprint of the policy the state was made under ([`fingerprint`]).
+    pub policy: u64,
+    /// The batch number the scheduler would have handed out next.
+    pub next_batch: u64,
+    /// The entry number it would have handed out next.
+    pub next_entry: u64,
+    /// Every live batch, in entry order.
+    pub batches: Vec<SavedBatch>,
+}
+
+/// A live batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedBatch {
+    /// Its number.
+    pub batch: BatchId,
+    /// Its first entry.
+    pub first: EntryId,
+    /// It was cancelled: nothing of it starts again.
+    pub cancelled: bool,
+    /// Every call, in written order.
+    pub calls: Vec<SavedCall>,
+}
+
+/// A call of a live batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedCall {
+    /// Its id.
+    pub id: String,
+    /// Its tool.
+    pub tool: String,
+    /// `None` for a plain call, else its operation count.
+    pub operations: Option<u32>,
+    /// `(operation, state)` of each entry that was neither pending nor approved (operation 0
+    /// for a plain call).
+    pub entries: Vec<(u32, Saved)>,
+}
+
+/// What [`Scheduler::resume`] does with entries that had started and have no response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Started {
+    /// Pending again; they run again once approved (RFD 129).
+    #[default]
+    RunAgain,
+    /// Settled as [`Reason::Interrupted`], reported by the first `step`.
+    Interrupt,
+}
+
+/// A fingerprint of what a policy means to the scheduler: every configured tool's key, limit,
+/// fan-out and stop, in configuration order (FNV-1a, 64 bits).
+pub fn fingerprint(policy: &Policy) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for tool in policy.tools() {
+        eat(tool.name.as_bytes());
+        eat(&[0]);
+        if let Some(c) = &tool.concurrency {
+            eat(c.key.as_str().as_bytes());
+            eat(&c.limit.get().to_le_bytes());
+        }
+        eat(&[1, u8::from(tool.fan_out), u8::from(tool.on_error == OnError::Stop)]);
+    }
+    h
+}
+
+impl Scheduler {
+    /// Exports every live batch, for [`Scheduler::resume`]. Costs time proportional to live
+    /// work.
+    pub fn unfinished(&self) -> SavedState {
+        let batches = self
+            .batches
+            .live()
+            .map(|slot| {
+                let b = self.batches.slot(slot);
+                let calls = b
+                    .calls
+                    .iter()
+                    .enumerate()
+                    .map(|(c, call)| SavedCall {
+                        id: b.call_id(c as u32).to_owned(),
+                        tool: self.keys.tool(call.tool).name.clone(),
+                        operations: call.fan_out.then_some(call.count),
+                        entries: (0..call.count)
+                            .filter_map(|op| {
+                                let state = b.entries[(call.first + op) as usize].life.get();
+                                Saved::of(state).map(|s| (op, s))
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                SavedBatch {
+                    batch: BatchId(b.id),
+                    first: EntryId(b.first),
+                    cancelled: b.cancelled,
+                    calls,
+                }
+            })
+            .collect();
+        SavedState {
+            version: SAVED_VERSION,
+            policy: fingerprint(&self.policy),
+            next_batch: self.next_batch,
+            next_entry: self.next_entry,
+            batches,
+        }
+    }
+
+    /// Imports what [`Scheduler::unfinished`] exported, under `policy`: every batch keeps its
+    /// numbers; what ended or was settled keeps its response and never runs again; pending and
+    /// approved entries are pending; started ones are pending or interrupted as `started`
+    /// says (always interrupted in a cancelled batch). A call that cannot be restored (its
+    /// tool no longer fans out, its id is taken, its numbers are wrong) is left out and
+    /// listed; its entries are never released, and the host answers it. Interrupted entries
+    /// are reported by the first [`Scheduler::step`].
+    pub fn resume(
+        policy: Policy,
+        state: &SavedState,
+        started: Started,
+    ) -> Result<(Self, Vec<Unrestored>), ResumeError> {
+        if state.version != SAVED_VERSION {
+            return Err(ResumeError::new(
+                ResumeErrorCode::UnsupportedVersion,
+                format!(
+                    "saved state version {} is not {SAVED_VERSION}, the version this engine reads",
+                    state.version
+                ),
+            ));
+        }
+        let total: u64 = state
+            .batches
+            .iter()
+            .flat_map(|b| &b.calls)
+            .map(|c| u64::from(c.operations.unwrap_or(1)))
+            .sum();
+        if total > ENTRIES_MAX as u64 {
+            return Err(ResumeError::new(
+                ResumeErrorCode::TooLarge,
+                format!("the state holds more than {ENTRIES_MAX} live entries"),
+            ));
+        }
+        let mut s = Self::new(policy);
+        s.next_batch = state.next_batch;
+        s.next_entry = state.next_entry;
+        let mut unrestored = Vec::new();
+        let mut end = 0u64;
+        for saved in &state.batches {
+            let count: u64 = saved
+                .calls
+                .iter()
+                .map(|c| u64::from(c.operations.unwrap_or(1)))
+                .sum();
+            let numbers_ok = saved.first.0 >= end
+                && saved.first.0.checked_add(count).is_some_and(|e| e <= state.next_entry)
+                && saved.batch.0 < state.next_batch
+                && s.batches.find(saved.batch.0).is_none()
+                && !saved.calls.is_empty()
+                && saved.calls.iter().all(|c| {
+                    c.operations
+                        .is_none_or(|n| (1..=OPERATIONS_PER_CALL_MAX).contains(&n))
+                });
+            if !numbers_ok {
+                unrestored.extend(saved.calls.iter().map(|c| Unrestored {
+                    batch: saved.batch.0,
+                    call: c.id.clone(),
+                    code: UnrestoredCode::InvalidNumbers,
+                    message: format!(
+                        "batch {} (entries from {}) overlaps another batch, lies beyond the \
+                         state's next numbers, or has an impossible operation count",
+                        saved.batch.0, saved.first.0
+                    ),
+                }));
+                continue;
+            }
+            end = saved.first.0 + count;
+            s.restore_batch(saved, started, &mut unrestored);
+        }
+        Ok((s, unrestored))
+    }
+
+    fn restore_batch(&mut self, saved: &SavedBatch, started: Started, unrestored: &mut Vec<Unrestored>) {
+        let slot = self.batches.open_slot(saved.batch.0, saved.first.0);
+        self.batches.slot_mut(slot).cancelled = saved.cancelled;
+        let rerun = started == Started::RunAgain && !saved.cancelled;
+        for (c, call) in saved.calls.iter().enumerate() {
+            let problem = self.restorable(call);
+            let count = call.operations.unwrap_or(1);
+            let (tool, key, stop) = match problem {
+                None => {
+                    let t = self.keys.intern_tool(&self.policy, &call.tool);
+                    let rec = self.keys.tool(t);
+                    (t, rec.key, rec.stop)
+                }
+                Some(_) => (self.keys.intern_tool(&self.policy, &call.tool), None, false),
+            };
+            let b = self.batches.slot_mut(slot);
+            batch::push_call(b, &call.id, tool, count, call.operations.is_some(), stop);
+            let first = b.first + b.entries.len() as u64;
+            let mut first_failed = None;
+            for op in 0..count {
+                let saved_state = call.entries.iter().find(|(o, _)| *o == op).map(|&(_, s)| s);
+                let life = match problem {
+                    Some(_) => Lifecycle::unrestored(saved_state),
+                    None => Lifecycle::restored(saved_state, rerun, saved.cancelled),
+                };
+                let state = life.get();
+                if state.is_failure() && first_failed.is_none() {
+                    first_failed = Some(op);
+                }
+                match state {
+                    State::Pending => {
+                        b.pending += 1;
+                        b.unanswered += 1;
+                    }
+                    State::Settled(reason @ (Reason::Interrupted | Reason::Cancelled))
+                        if problem.is_none()
+                            && !call.entries.iter().any(|&(o, s)| o == op && s == Saved::Settled(reason)) =>
+                    {
+                        self.out.settle.push((EntryId(first + u64::from(op)), reason));
+                    }
+                    _ => {}
+                }
+                b.entries.push(Entry {
+                    call: c as u32,
+                    key: OptU32::new(if problem.is_none() { key } else { None }),
+                    life,
+                });
+            }
+            if let Some(call_rec) = b.calls.last_mut()
+                && stop
+            {
+                call_rec.first_failed = OptU32::new(first_failed);
+            }
+            if let Some(k) = key
+                && problem.is_none()
+            {
+                if !b.keys.contains(&k) {
+                    b.keys.push(k);
+                }
+                let pending: Vec<u64> = (0..count)
+                    .filter(|&op| b.entries[(first - b.first) as usize + op as usize].life.get() == State::Pending)
+                    .map(|op| first + u64::from(op))
+                    .collect();
+                for e in pending {
+                    self.keys.enqueue(k, e, e + 1);
+                }
+            }
+            match problem {
+                None => self.batches.ids.insert(id_hash(&call.id), CallRef { slot, call: c as u32 }),
+                Some((code, message)) => unrestored.push(Unrestored {
+                    batch: saved.batch.0,
+                    call: call.id.clone(),
+                    code,
+                    message,
+                }),
+            }
+        }
+        self.batches.sealed(slot);
+        let b = self.batches.slot_mut(slot);
+        if b.cancelled {
+            b.pending = 0;
+        } else if b.pending == 0 {
+            self.open_restored(slot);
+        }
+        if self.batches.slot(slot).unanswered == 0 {
+            self.retiring.push(slot);
+        }
+    }
+
+    /// A restored batch with nothing pending is open at once; nothing of it is approved, so
+    /// nothing is released.
+    fn open_restored(&mut self, slot: u32) {
+        let b = self.batches.slot_mut(slot);
+        b.open = true;
+    }
+
+    /// Why a saved call cannot be restored under this scheduler's policy, if it cannot.
+    fn restorable(&self, call: &SavedCall) -> Option<(UnrestoredCode, String)> {
+        let named = batch::check_name("call id", &call.id, true)
+            .and_then(|()| batch::check_name("tool name", &call.tool, false));
+        if let Err(message) = named {
+            return Some((UnrestoredCode::InvalidId, message));
+        }
+        let batches = &self.batches;
+        if batches
+            .ids
+            .find(id_hash(&call.id), &call.id, |c| batches.slot(c.slot).call_id(c.call))
+            .is_some()
+        {
+            return Some((
+                UnrestoredCode::DuplicateId,
+                format!("call id {:?} is used by an earlier call of the state", call.id),
+            ));
+        }
+        let probe = Call {
+            id: &call.id,
+            tool: &call.tool,
+            operations: call.operations,
+        };
+        let fan_out = self.keys.fans_out(&self.policy, &call.tool);
+        let count = match batch::entry_count(&probe, fan_out) {
+            Ok(count) => count,
+            Err(e) => return Some((UnrestoredCode::InvalidOperations, e.message)),
+        };
+        let mut seen = Vec::with_capacity(call.entries.len());
+        for &(op, _) in &call.entries {
+            if op >= count || seen.contains(&op) {
+                return Some((
+                    UnrestoredCode::InvalidOperations,
+                    format!(
+                        "call {:?}: saved operation {op} is outside 0..{count} or listed twice",
+                        call.id
+                    ),
+                ));
+            }
+            seen.push(op);
+        }
+        None
+    }
+}
