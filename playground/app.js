@@ -1,8 +1,9 @@
 // The playground: config layers and a batch in, the schedule out. It drives the same component
-// as every host (through the JS package in /hosts/js/dist), approving every call and ending
-// executions on a virtual clock, so a step is deterministic: the running execution that ends
-// first ends next.
-import { ConfigError, Turnstile, TurnstileError, entryLabels } from '../hosts/js/dist/index.js';
+// as every host (through the JS package in /hosts/js/dist): it submits the batch, approves every
+// entry in one `step`, and ends executions on a virtual clock, one `step` per end, so a step is
+// deterministic: the running execution that ends first ends next. `inspect` says why each
+// approved entry waits.
+import { ConfigError, Scheduler, SubmitError, Turnstile } from '../hosts/js/dist/index.js';
 
 const DEFAULT_LAYERS = [
   {
@@ -34,7 +35,7 @@ d3 rfd_draft
 r fs_read_file*2 15`;
 
 const $ = (id) => document.getElementById(id);
-const state = { turnstile: null, sched: null, batch: 0, now: 0, running: [], bars: [], keys: new Map(), done: false, timer: null };
+const state = { turnstile: null, sched: null, submitted: null, now: 0, running: [], bars: [], keys: new Map(), done: false, timer: null, resetTimer: null };
 // For tests and the curious: the current schedule as data.
 window.__playground = { ready: false, bars: state.bars, diagnostics: [], waiting: [], error: null, events: [] };
 
@@ -58,17 +59,16 @@ function layerElement(layer) {
     div.remove();
     reset();
   });
-  div.querySelector('.layer-text').addEventListener('input', debounce(reset, 400));
-  div.querySelector('.layer-name').addEventListener('input', debounce(reset, 400));
+  div.querySelector('.layer-text').addEventListener('input', resetSoon);
+  div.querySelector('.layer-name').addEventListener('input', resetSoon);
   return div;
 }
 
-function debounce(f, ms) {
-  let t;
-  return () => {
-    clearTimeout(t);
-    t = setTimeout(f, ms);
-  };
+/** Resets once typing pauses; one timer for every input, and a reset (the button) cancels it,
+ * so an edit never resets a schedule that was stepped after the edit was applied. */
+function resetSoon() {
+  clearTimeout(state.resetTimer);
+  state.resetTimer = setTimeout(reset, 400);
 }
 
 function layers() {
@@ -157,6 +157,7 @@ function log(text) {
 }
 
 function reset() {
+  clearTimeout(state.resetTimer);
   stopAuto();
   $('batch-error').hidden = true;
   $('diagnostics').replaceChildren();
@@ -167,6 +168,7 @@ function reset() {
   state.now = 0;
   state.done = false;
   state.sched = null;
+  state.submitted = null;
   window.__playground.events = [];
   window.__playground.diagnostics = [];
   window.__playground.error = null;
@@ -194,16 +196,16 @@ function reset() {
     const { calls, extra } = parseBatch($('batch').value);
     state.extra = extra;
     state.calls = calls;
-    state.sched = state.turnstile.scheduler(policy);
+    state.sched = new Scheduler(policy);
     for (const c of calls) state.keys.set(c.id, policy.tool(c.tool).concurrency?.key ?? null);
-    state.batch = state.sched.submitBatch(calls);
-    log(`submit batch ${state.batch}: ${calls.length} calls`);
-    for (const c of calls) for (const label of entryLabels(c)) state.sched.approve(label);
+    state.submitted = state.sched.submit(calls);
+    const { batch, first, count } = state.submitted;
+    log(`submit: batch ${batch}, entries ${first} to ${first + BigInt(count) - 1n}`);
     log('approve every entry');
-    drain();
+    apply(state.sched.step({ approve: state.submitted.entries() }));
   } catch (e) {
     state.sched = null;
-    const message = e instanceof TurnstileError ? `the batch was refused: ${e.message}` : e.message;
+    const message = e instanceof SubmitError ? `the batch was refused: ${e.message}` : e.message;
     $('batch-error').hidden = false;
     $('batch-error').textContent = message;
     window.__playground.error = message;
@@ -211,24 +213,22 @@ function reset() {
   render();
 }
 
-function callOf(label) {
-  const hash = label.lastIndexOf('#');
-  return hash >= 0 && state.extra.has(label.slice(0, hash)) ? label.slice(0, hash) : label;
-}
-
-function drain() {
-  const r = state.sched.nextReleases();
-  for (const s of r.settle) {
-    log(`settle ${s.entry} ${s.reason.tag}${s.reason.tag === 'stopped' ? ` after ${s.reason.val}` : ''}`);
+/** Shows what one `step` decided: settlements, refused inputs, starts, retired batches. */
+function apply(out) {
+  const label = (entry) => state.submitted.label(entry) ?? `entry ${entry}`;
+  for (const s of out.settle) {
+    log(`settle ${label(s.entry)} ${s.reason.tag}${s.reason.tag === 'stopped' ? ` after ${s.reason.val}` : ''}`);
   }
-  for (const label of r.start) {
-    const id = callOf(label);
+  for (const e of out.errors) log(`refused: ${e.input} #${e.index}: ${e.code}: ${e.message}`);
+  for (const entry of out.start) {
+    const { id } = state.submitted.locate(entry).call;
     const { duration, fail } = state.extra.get(id) ?? { duration: 10, fail: false };
-    const bar = { entry: label, lane: state.keys.get(id) ?? 'unkeyed', start: state.now, end: null, failed: fail };
+    const bar = { label: label(entry), lane: state.keys.get(id) ?? 'unkeyed', start: state.now, end: null, failed: fail };
     state.bars.push(bar);
-    state.running.push({ label, endsAt: state.now + duration, bar, fail });
-    log(`start ${label}`);
+    state.running.push({ entry, endsAt: state.now + duration, bar, fail });
+    log(`start ${bar.label}`);
   }
+  for (const batch of out.retired) log(`batch ${batch} retired: every entry has its response`);
 }
 
 /** Advances to the next end; returns false when nothing is left to do. */
@@ -243,10 +243,9 @@ function step() {
   state.running.sort((a, b) => a.endsAt - b.endsAt);
   const next = state.running.shift();
   state.now = next.endsAt;
-  state.sched.onEnded(next.label, next.fail ? 'failed' : 'ok');
   next.bar.end = state.now;
-  log(`end ${next.label} ${next.fail ? 'failed' : 'ok'}`);
-  drain();
+  log(`end ${next.bar.label} ${next.fail ? 'failed' : 'ok'}`);
+  apply(state.sched.step(next.fail ? { failed: [next.entry] } : { ok: [next.entry] }));
   if (!state.running.length) {
     state.done = true;
     log('done: every entry ended or settled');
@@ -283,12 +282,12 @@ function render() {
       slots[slot] = bar.end ?? Infinity;
       const div = document.createElement('div');
       div.className = `bar${bar.end === null ? ' running' : ''}${bar.failed ? ' failed' : ''}`;
-      div.dataset.entry = bar.entry;
+      div.dataset.entry = bar.label;
       div.style.left = `${(bar.start / horizon) * 100}%`;
       div.style.width = `${Math.max(((end - bar.start) / horizon) * 100, 2)}%`;
       div.style.top = `${3 + slot * 22}px`;
-      div.textContent = bar.entry;
-      div.title = `${bar.entry}: ${bar.start} to ${bar.end ?? 'running'}`;
+      div.textContent = bar.label;
+      div.title = `${bar.label}: ${bar.start} to ${bar.end ?? 'running'}`;
       track.append(div);
     }
     track.style.height = `${Math.max(1, slots.length) * 22 + 4}px`;
@@ -298,17 +297,17 @@ function render() {
   const waiting = $('waiting');
   waiting.replaceChildren();
   window.__playground.waiting = [];
-  if (state.sched) {
-    for (const st of state.sched.inspect(state.batch)) {
-      if (!st.wait) continue;
-      const why = st.wait.tag === 'batch-not-approved' ? `the batch is not approved yet (${st.wait.val} pending)`
-        : st.wait.tag === 'key-full' ? `key ${st.wait.val.key} is full (${st.wait.val.running.length}/${st.wait.val.limit}: ${st.wait.val.running.join(', ')})`
-          : `behind ${st.wait.val}, which has not started`;
-      const li = document.createElement('li');
-      li.textContent = `${st.entry} (${st.tool}): ${why}`;
-      waiting.append(li);
-      window.__playground.waiting.push({ entry: st.entry, wait: st.wait.tag });
-    }
+  // A retired batch is unknown to `inspect`: nothing of it waits any more.
+  const statuses = state.sched && state.submitted ? state.sched.inspect(state.submitted.batch) ?? [] : [];
+  for (const st of statuses) {
+    if (!st.wait) continue;
+    const why = st.wait.tag === 'batch-not-approved' ? `the batch is not approved yet (${st.wait.val} pending)`
+      : st.wait.tag === 'key-full' ? `key ${st.wait.val.key} is full (${st.wait.val.running.length}/${st.wait.val.limit}: ${st.wait.val.running.join(', ')})`
+        : `behind ${st.wait.val}, which has not started`;
+    const li = document.createElement('li');
+    li.textContent = `${st.label} (${st.tool}): ${why}`;
+    waiting.append(li);
+    window.__playground.waiting.push({ label: st.label, wait: st.wait.tag });
   }
   if (!waiting.children.length) waiting.innerHTML = '<li>nothing waits</li>';
 }
@@ -323,7 +322,7 @@ async function main() {
   state.turnstile = await Turnstile.load();
   for (const layer of DEFAULT_LAYERS) $('layers').append(layerElement(layer));
   $('batch').value = DEFAULT_BATCH;
-  $('batch').addEventListener('input', debounce(reset, 400));
+  $('batch').addEventListener('input', resetSoon);
   $('add-layer').addEventListener('click', () => {
     $('layers').append(layerElement({ name: `layer ${document.querySelectorAll('.layer').length + 1}`, text: '[conversation.tools.my_tool]\nconcurrency = 1\n' }));
     reset();

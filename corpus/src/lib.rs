@@ -484,6 +484,8 @@ struct Runner {
     entries: HashMap<String, u64>,
     /// Entry number to label, for every submitted entry.
     labels: HashMap<u64, String>,
+    /// Call id to the labels of its most recent submission.
+    calls: HashMap<String, Vec<String>>,
 }
 
 fn layer_pairs(layers: &[LayerSpec]) -> Vec<(String, String)> {
@@ -520,6 +522,24 @@ impl Runner {
         let mut words = step.event.split_whitespace();
         let verb = words.next().ok_or("empty step")?;
         let args: Vec<&str> = words.collect();
+        let many = matches!(verb, "approve-many" | "end-many");
+        let stray = [
+            ("error", step.error.is_some() && many),
+            ("errors", !step.errors.is_empty() && !many),
+            ("layers", step.layers.is_some() && verb != "restart"),
+            ("unrestored", !step.unrestored.is_empty() && verb != "restart"),
+            ("inspect", step.inspect.is_some() && verb != "inspect"),
+            (
+                "admit, cancel, refused or drain",
+                !step.admit.is_empty()
+                    || !step.cancel.is_empty()
+                    || !step.refused.is_empty()
+                    || step.drain.is_some(),
+            ),
+        ];
+        if let Some((field, _)) = stray.iter().find(|(_, bad)| *bad) {
+            return Err(format!("`{field}` does not apply to `{verb}`"));
+        }
         let mut out = StepOutput::default();
         let mut refused: Vec<String> = Vec::new();
         let mut unrestored: Vec<String> = Vec::new();
@@ -544,11 +564,16 @@ impl Runner {
                                 None => vec![c.id.clone()],
                                 Some(k) => (0..k).map(|i| format!("{}#{i}", c.id)).collect(),
                             };
-                            for label in labels {
+                            // A reused call id names only its newest entries.
+                            for old in self.calls.remove(&c.id).unwrap_or_default() {
+                                self.entries.remove(&old);
+                            }
+                            for label in &labels {
                                 self.entries.insert(label.clone(), e);
-                                self.labels.insert(e, label);
+                                self.labels.insert(e, label.clone());
                                 e += 1;
                             }
+                            self.calls.insert(c.id.clone(), labels);
                         }
                         if e != first + u64::from(count) {
                             return Err(format!(
@@ -810,10 +835,20 @@ impl Tickets {
         })
     }
 
+    /// `ID` for an id's most recent ticket, `ID@N` for an earlier one.
     fn names(&self, tickets: &[u64]) -> Vec<String> {
         tickets
             .iter()
-            .map(|t| self.ids.get(t).cloned().unwrap_or_else(|| format!("ticket {t}")))
+            .map(|t| {
+                let Some(id) = self.ids.get(t) else {
+                    return format!("ticket {t}");
+                };
+                let all = self.by_id.get(id).map(Vec::as_slice).unwrap_or_default();
+                match all.iter().position(|x| x == t) {
+                    Some(i) if i + 1 < all.len() => format!("{id}@{}", i + 1),
+                    _ => id.clone(),
+                }
+            })
             .collect()
     }
 }

@@ -134,8 +134,10 @@ pub(crate) fn unpack<'a>(
     tools: &'a str,
     operations: &[u32],
 ) -> Result<Vec<Call<'a>>, SubmitError> {
+    // With no calls both strings are empty; otherwise an empty string is one empty name
+    // (refused as `invalid-id`), not zero names.
     let split = |text: &'a str| -> Vec<&'a str> {
-        if text.is_empty() {
+        if operations.is_empty() && text.is_empty() {
             Vec::new()
         } else {
             text.split('\n').collect()

@@ -4,33 +4,93 @@
 //!
 //! - Four classes: [`Class::Call`] (a tool call, may have effects), [`Class::Request`] (reads),
 //!   [`Class::Control`] (lifecycle, auth, catalog refresh) and [`Class::Reentrant`] (a tool call
-//!   issued from a sampling handler while its ancestor call is still in flight).
-//! - `max_concurrent` bounds the requests in flight over every class; below 1 it is clamped to
-//!   1 (a budget of zero would block forever).
-//! - Tool calls run one at a time unless `allow_parallel`; control operations always run one at
-//!   a time; requests are bounded only by the budget.
-//! - A re-entrant call skips the call serializer (its ancestor holds it) but counts against the
-//!   budget. When its own in-flight ancestors hold the whole budget it can never be admitted,
-//!   so [`Admission::begin`] returns [`AdmissionErrorCode::WouldDeadlock`] at once.
-//! - A queued request that gives up ([`Admission::abandon`]) consumes nothing.
-//! - [`Admission::shutdown`] refuses new work first, then reports everything in flight for the
-//!   host to cancel, and every queued request as refused.
+//!   issued from a sampling handler while the call it descends from is in flight). Calls and
+//!   re-entrant calls are the *tool calls*.
+//! - *In flight* means admitted, whether or not the host has drained the admission yet; in-flight
+//!   requests hold a place in the budget and their class's lock until they end.
+//! - `max_concurrent` bounds the requests in flight over every class; below 1 it is clamped to 1
+//!   (a budget of zero would block forever). Requests are bounded by the budget only; control
+//!   operations run one at a time.
+//! - Without `allow_parallel`, two tool calls are in flight together only when one descends from
+//!   the other (through its parents, ended ones included). A call is admitted only when no tool
+//!   call is in flight; a re-entrant call only when every tool call in flight is one of its
+//!   ancestors. So a re-entrant call whose ancestors have all ended is serialized like a call,
+//!   and two re-entrant calls of one parent run one after the other. With `allow_parallel`, tool
+//!   calls are bounded by the budget only.
+//! - A re-entrant call names its parent: a tool call in flight. Its parent, the parent's parent
+//!   while that is in flight, and so on up to the first ended link, are waiting for it (each
+//!   waits for its sampling round-trip). When they hold the whole budget it could never be
+//!   admitted, so [`Admission::begin`] fails at once with [`BeginErrorCode::WouldDeadlock`]. A
+//!   call above an ended link no longer waits on this one and does not count. (Under
+//!   `allow_parallel`, unrelated calls that wait on each other's nested calls can still fill the
+//!   budget; as in the Go original, only the host's deadlines break that.)
+//! - [`Admission::begin`] returns a [`Ticket`] no other request of the controller ever gets; the
+//!   request id only has to be unique among live requests, and names the request in messages.
+//!   [`end`](Admission::end) and [`abandon`](Admission::abandon) take the ticket, so a stale or
+//!   repeated ticket is [`EndErrorCode::UnknownRequest`] and touches no other request.
+//! - A request that gives up before the host learned it was admitted
+//!   ([`abandon`](Admission::abandon): queued, or admitted but not drained) consumes nothing: an
+//!   admitted one is taken back out of [`next_admissions`](Admission::next_admissions) and
+//!   returns its place and lock, as if never admitted. A drained one must be ended instead.
+//! - [`Admission::shutdown`] refuses new work first, then reports every drained request in flight
+//!   for the host to cancel (each still needs its `end`), and as refused every queued request and
+//!   every admission not yet drained (the host never started those; their tickets retire).
+//!   Nothing it reports is admitted or drained afterwards. A second shutdown reports nothing.
+//! - Every error changes nothing. At most [`REQUESTS_MAX`] requests are live (queued or in
+//!   flight); ids are 1 to [`NAME_BYTES_MAX`] bytes.
 //!
-//! Unlike the Go original, waiting requests are admitted first-come first-served within what
-//! their class allows, and a blocked class never blocks another: a request queued behind a
-//! waiting tool call is admitted as soon as the budget has room.
+//! # Order
+//!
+//! Whenever the budget has room, the earliest-arrived waiter whose class allows it is admitted,
+//! then the next, until the budget is full or no waiter is allowed: first-come first-served
+//! within what each class allows. A blocked class never blocks another. Nor does a blocked
+//! re-entrant call block another one: with nested sampling, call `c` may have re-entrant call
+//! `a` in flight and `b` waiting (siblings are serialized); `a`'s own sampling then issues
+//! `a1`. `b` waits for `a` to end, `a` waits for `a1`, so a strict FIFO that kept `a1` behind
+//! `b` would deadlock. `a1` is admitted as soon as the budget allows, and `b` after `a` ends.
+//!
+//! Unlike the Go original, which made no ordering promise, the order is deterministic: the same
+//! inputs always admit the same requests in the same order.
 //!
 //! # Call order
 //!
 //! Inputs are [`begin`](Admission::begin), [`end`](Admission::end),
 //! [`abandon`](Admission::abandon) and [`shutdown`](Admission::shutdown); each returns an error
 //! and changes nothing, or changes state. Every admission, including one that happens inside
-//! `begin`, is drained from [`next_admissions`](Admission::next_admissions) in order.
+//! `begin`, is then drained from [`next_admissions`](Admission::next_admissions) in admission
+//! order; drain after every input (or group of inputs) and start what it returns. A ticket that
+//! was ended or abandoned before the drain is not reported. [`id`](Admission::id),
+//! [`in_flight`](Admission::in_flight) and [`budget`](Admission::budget) are queries.
+//!
+//! # Cost
+//!
+//! `begin`, `end` and `abandon` cost O(log n) for n live requests, plus O(log n) for each
+//! request they admit: waiters sit in ordered sets per class, and only the head of each is
+//! looked at. `would-deadlock` is answered from counters in O(1). When a tool call ends while
+//! re-entrant calls wait below it, they join the group below its nearest in-flight ancestor,
+//! the smaller group moved into the larger (see `serial.rs`). `shutdown` sorts what it reports.
 
-use std::collections::{HashMap, VecDeque};
-use std::fmt;
+mod error;
+mod fx;
+mod lifecycle;
+mod serial;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use error::{
+    AbandonError, AbandonErrorCode, BeginError, BeginErrorCode, EndError, EndErrorCode,
+};
 
 use crate::limits::{NAME_BYTES_MAX, REQUESTS_MAX};
+use fx::FxHashMap;
+use lifecycle::{Request, State};
+use serial::Serializer;
+
+/// A request's ticket: unique over the controller's whole life, never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket(pub u64);
 
 /// The kind of work a request is, which decides its serialization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,7 +101,8 @@ pub enum Class {
     Request,
     /// Lifecycle, auth, catalog refresh: one at a time.
     Control,
-    /// A tool call from within a sampling handler; needs the in-flight request it descends from.
+    /// A tool call from within a sampling handler; names the in-flight tool call it descends
+    /// from.
     Reentrant,
 }
 
@@ -66,85 +127,14 @@ pub struct AdmissionConfig {
     pub allow_parallel: bool,
 }
 
-/// What [`Admission::begin`] and friends can refuse.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AdmissionErrorCode {
-    /// The controller is shut down; nothing is admitted.
-    Shutdown,
-    /// The id is already in flight or queued.
-    DuplicateRequest,
-    /// No request in flight or queued has this id.
-    UnknownRequest,
-    /// The id is empty or longer than `NAME_BYTES_MAX` bytes.
-    InvalidId,
-    /// A re-entrant call without a parent, a parent that is not an in-flight call, or a parent
-    /// given for another class.
-    InvalidParent,
-    /// The re-entrant call's own ancestors hold the whole budget: waiting would never end.
-    WouldDeadlock,
-    /// `end` on a request that is still queued (use `abandon`).
-    NotAdmitted,
-    /// `abandon` on a request that is already in flight (use `end`).
-    NotQueued,
-    /// More than `REQUESTS_MAX` requests at once.
-    TooMany,
-}
-
-impl AdmissionErrorCode {
-    /// The stable kebab-case spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Shutdown => "shutdown",
-            Self::DuplicateRequest => "duplicate-request",
-            Self::UnknownRequest => "unknown-request",
-            Self::InvalidId => "invalid-id",
-            Self::InvalidParent => "invalid-parent",
-            Self::WouldDeadlock => "would-deadlock",
-            Self::NotAdmitted => "not-admitted",
-            Self::NotQueued => "not-queued",
-            Self::TooMany => "too-many",
-        }
-    }
-}
-
-/// A refused admission call.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AdmissionError {
-    /// What went wrong.
-    pub code: AdmissionErrorCode,
-    /// For people.
-    pub message: String,
-}
-
-impl fmt::Display for AdmissionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code.as_str(), self.message)
-    }
-}
-
-impl std::error::Error for AdmissionError {}
-
-fn error(code: AdmissionErrorCode, message: String) -> AdmissionError {
-    AdmissionError { code, message }
-}
-
-/// What shutdown hands the host.
+/// What [`Admission::shutdown`] hands the host.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShutdownReport {
-    /// In-flight requests to cancel, in admission order. Each still needs its `end`.
-    pub cancel: Vec<String>,
-    /// Queued requests that will never be admitted, in arrival order.
-    pub refused: Vec<String>,
-}
-
-#[derive(Debug)]
-struct Request {
-    id: String,
-    class: Class,
-    /// Sequence number of the parent request, for re-entrant calls.
-    parent: Option<u64>,
-    admitted: bool,
+    /// Drained requests in flight, to cancel, in admission order. Each still needs its `end`.
+    pub cancel: Vec<Ticket>,
+    /// Queued requests and undrained admissions, in arrival order: they never run, and their
+    /// tickets are retired.
+    pub refused: Vec<Ticket>,
 }
 
 /// The admission controller of one binding. See the [module docs](self).
@@ -152,16 +142,30 @@ struct Request {
 pub struct Admission {
     budget: u32,
     allow_parallel: bool,
-    requests: HashMap<u64, Request>,
-    ids: HashMap<String, u64>,
-    queue: VecDeque<u64>,
-    in_flight: u32,
-    calls_in_flight: u32,
-    control_in_flight: bool,
     shut_down: bool,
+    /// Every live request by ticket.
+    requests: FxHashMap<Ticket, Request>,
+    /// Every live request's ticket by id.
+    ids: FxHashMap<Box<str>, Ticket>,
+    next_ticket: u64,
+    /// The next admission number.
     next_seq: u64,
-    admitted: Vec<u64>,
-    out: Vec<String>,
+    /// Waiting calls (and, with `allow_parallel`, re-entrant calls), by arrival.
+    calls: BTreeSet<Ticket>,
+    /// Waiting requests of class `Request`, by arrival.
+    requests_waiting: BTreeSet<Ticket>,
+    /// Waiting control operations, by arrival.
+    controls: BTreeSet<Ticket>,
+    /// Without `allow_parallel`: the tool calls in flight, and waiting re-entrant calls.
+    serial: Serializer,
+    /// Admitted, not yet drained: admission number to ticket.
+    undrained: BTreeMap<u64, Ticket>,
+    in_flight: u32,
+    control_in_flight: bool,
+    /// The in-flight tool calls form a forest, each under its parent when that is in flight:
+    /// how many there are, and how many have no child in flight.
+    tool_calls_in_flight: u32,
+    leaves: u32,
 }
 
 impl Admission {
@@ -170,16 +174,20 @@ impl Admission {
         Self {
             budget: config.max_concurrent.max(1),
             allow_parallel: config.allow_parallel,
-            requests: HashMap::new(),
-            ids: HashMap::new(),
-            queue: VecDeque::new(),
-            in_flight: 0,
-            calls_in_flight: 0,
-            control_in_flight: false,
             shut_down: false,
-            next_seq: 0,
-            admitted: Vec::new(),
-            out: Vec::new(),
+            requests: FxHashMap::default(),
+            ids: FxHashMap::default(),
+            next_ticket: 1,
+            next_seq: 1,
+            calls: BTreeSet::new(),
+            requests_waiting: BTreeSet::new(),
+            controls: BTreeSet::new(),
+            serial: Serializer::default(),
+            undrained: BTreeMap::new(),
+            in_flight: 0,
+            control_in_flight: false,
+            tool_calls_in_flight: 0,
+            leaves: 0,
         }
     }
 
@@ -188,233 +196,213 @@ impl Admission {
         self.budget
     }
 
-    /// Requests in flight now. For tests and diagnostics only.
+    /// Requests in flight now (admitted, drained or not). For tests and diagnostics only.
     pub fn in_flight(&self) -> u32 {
         self.in_flight
     }
 
-    /// Asks to admit a request. It is admitted now or queued; either way its admission is
-    /// reported by [`Admission::next_admissions`]. `parent` names the in-flight call a
-    /// re-entrant call descends from, and is an error for other classes.
+    /// The id of a live request (queued or in flight).
+    pub fn id(&self, ticket: Ticket) -> Option<&str> {
+        self.requests.get(&ticket).map(|r| &*r.id)
+    }
+
+    /// Asks to admit a request and returns its ticket. It is admitted now or queued; either way
+    /// its admission is reported by [`Admission::next_admissions`]. `parent` is the ticket of
+    /// the in-flight tool call a re-entrant call descends from, and only for those.
     pub fn begin(
         &mut self,
         id: &str,
         class: Class,
-        parent: Option<&str>,
-    ) -> Result<(), AdmissionError> {
+        parent: Option<Ticket>,
+    ) -> Result<Ticket, BeginError> {
+        use BeginErrorCode as E;
         if self.shut_down {
-            return Err(error(
-                AdmissionErrorCode::Shutdown,
-                "the binding is shut down: no further work is admitted".to_owned(),
-            ));
+            let message = "the binding is shut down: no further work is admitted".to_owned();
+            return Err(BeginError::new(E::Shutdown, message));
         }
         if id.is_empty() || id.len() > NAME_BYTES_MAX {
-            return Err(error(
-                AdmissionErrorCode::InvalidId,
-                format!("a request id must be 1 to {NAME_BYTES_MAX} bytes"),
-            ));
+            let message = format!("a request id must be 1 to {NAME_BYTES_MAX} bytes");
+            return Err(BeginError::new(E::InvalidId, message));
         }
-        if self.ids.contains_key(id) {
-            return Err(error(
-                AdmissionErrorCode::DuplicateRequest,
-                format!("request {id:?} is already in flight or queued"),
-            ));
+        if let Some(live) = self.ids.get(id) {
+            let message = format!("request {id:?} is already live as ticket {}", live.0);
+            return Err(BeginError::new(E::DuplicateRequest, message));
         }
         if self.requests.len() >= REQUESTS_MAX {
-            return Err(error(
-                AdmissionErrorCode::TooMany,
-                format!("at most {REQUESTS_MAX} requests are held at once"),
-            ));
+            let message = format!("at most {REQUESTS_MAX} requests are live at once");
+            return Err(BeginError::new(E::TooMany, message));
         }
-        let parent = self.check_parent(id, class, parent)?;
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.ids.insert(id.to_owned(), seq);
-        self.requests.insert(
-            seq,
-            Request {
-                id: id.to_owned(),
-                class,
-                parent,
-                admitted: false,
-            },
-        );
-        self.queue.push_back(seq);
+        self.check_parent(id, class, parent)?;
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        self.enqueue(ticket, id, class, parent);
         self.admit_waiting();
-        Ok(())
+        Ok(ticket)
     }
 
-    /// An admitted request finished (whatever its outcome); its budget and lock are returned.
-    pub fn end(&mut self, id: &str) -> Result<(), AdmissionError> {
-        let seq = self.seq(id)?;
-        let Some(req) = self.requests.get(&seq) else {
-            return Err(unknown(id));
+    /// An admitted request finished, whatever its outcome; its place in the budget and its lock
+    /// are returned. An admission not yet drained may be ended too (it is then never reported).
+    pub fn end(&mut self, ticket: Ticket) -> Result<(), EndError> {
+        let Some(request) = self.requests.get(&ticket) else {
+            let message = format!("no live request has ticket {}", ticket.0);
+            return Err(EndError::new(EndErrorCode::UnknownRequest, message));
         };
-        if !req.admitted {
-            return Err(error(
-                AdmissionErrorCode::NotAdmitted,
-                format!("request {id:?} is still queued; abandon it instead"),
-            ));
+        if request.state == State::Queued {
+            let message = format!(
+                "request {:?} (ticket {}) is still queued; abandon it instead",
+                request.id, ticket.0
+            );
+            return Err(EndError::new(EndErrorCode::NotAdmitted, message));
         }
-        let class = req.class;
-        self.requests.remove(&seq);
-        self.ids.remove(id);
-        self.admitted.retain(|&s| s != seq);
-        self.in_flight = self.in_flight.saturating_sub(1);
-        match class {
-            Class::Call => self.calls_in_flight = self.calls_in_flight.saturating_sub(1),
-            Class::Control => self.control_in_flight = false,
-            Class::Request | Class::Reentrant => {}
-        }
+        self.release(ticket);
         self.admit_waiting();
         Ok(())
     }
 
-    /// A queued request gave up (its deadline passed); it consumed nothing.
-    pub fn abandon(&mut self, id: &str) -> Result<(), AdmissionError> {
-        let seq = self.seq(id)?;
-        if self.requests.get(&seq).is_some_and(|r| r.admitted) {
-            return Err(error(
-                AdmissionErrorCode::NotQueued,
-                format!("request {id:?} is in flight; end it instead"),
-            ));
+    /// A request gave up before the host learned it was admitted: queued, or admitted but not
+    /// yet drained. It consumed nothing; an admitted one is taken back and others may take its
+    /// place.
+    pub fn abandon(&mut self, ticket: Ticket) -> Result<(), AbandonError> {
+        let Some(request) = self.requests.get(&ticket) else {
+            let message = format!("no live request has ticket {}", ticket.0);
+            return Err(AbandonError::new(AbandonErrorCode::UnknownRequest, message));
+        };
+        match request.state {
+            State::Drained => {
+                let message = format!(
+                    "request {:?} (ticket {}) was reported admitted; end it instead",
+                    request.id, ticket.0
+                );
+                Err(AbandonError::new(AbandonErrorCode::NotQueued, message))
+            }
+            // Its departure allows nothing new: a waiter never blocks another.
+            State::Queued => {
+                self.remove_queued(ticket);
+                Ok(())
+            }
+            State::Admitted => {
+                self.release(ticket);
+                self.admit_waiting();
+                Ok(())
+            }
         }
-        self.requests.remove(&seq);
-        self.ids.remove(id);
-        self.queue.retain(|&s| s != seq);
-        Ok(())
     }
 
-    /// Refuses all further work, then reports what is in flight (to cancel) and what was
-    /// queued (refused). Idempotent: a second call reports nothing new.
+    /// Refuses all further work, then reports what is in flight (to cancel) and what will never
+    /// run (refused). Idempotent: a second call reports nothing.
     pub fn shutdown(&mut self) -> ShutdownReport {
-        self.shut_down = true;
-        let refused: Vec<String> = self
-            .queue
-            .drain(..)
-            .filter_map(|seq| self.requests.remove(&seq))
-            .map(|r| r.id)
-            .collect();
-        for id in &refused {
-            self.ids.remove(id);
+        if self.shut_down {
+            return ShutdownReport::default();
         }
-        let cancel = std::mem::take(&mut self.admitted)
-            .into_iter()
-            .filter_map(|seq| self.requests.get(&seq).map(|r| r.id.clone()))
-            .collect();
-        ShutdownReport { cancel, refused }
+        self.shut_down = true;
+        let refused = self.refuse_all();
+        // In admission order, through the map type `undrained` already uses (no extra sort
+        // in the component).
+        let mut cancel: BTreeMap<u64, Ticket> = BTreeMap::new();
+        for (&ticket, request) in &self.requests {
+            cancel.insert(request.seq, ticket);
+        }
+        debug_assert!(self.undrained.is_empty());
+        debug_assert_eq!(cancel.len(), self.in_flight as usize);
+        ShutdownReport {
+            cancel: cancel.into_values().collect(),
+            refused,
+        }
     }
 
-    /// Drains the requests admitted since the last call, in admission order.
-    pub fn next_admissions(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.out)
+    /// Drains the tickets admitted since the last call, in admission order.
+    pub fn next_admissions(&mut self) -> Vec<Ticket> {
+        self.drain()
     }
 
-    fn seq(&self, id: &str) -> Result<u64, AdmissionError> {
-        self.ids.get(id).copied().ok_or_else(|| unknown(id))
-    }
-
+    /// Checks a re-entrant call's parent (and that only re-entrant calls have one), then that
+    /// the calls waiting on it leave room in the budget.
     fn check_parent(
         &self,
         id: &str,
         class: Class,
-        parent: Option<&str>,
-    ) -> Result<Option<u64>, AdmissionError> {
-        let Some(parent) = parent else {
-            if class == Class::Reentrant {
-                return Err(error(
-                    AdmissionErrorCode::InvalidParent,
-                    format!("re-entrant call {id:?} needs the in-flight call it descends from"),
-                ));
+        parent: Option<Ticket>,
+    ) -> Result<(), BeginError> {
+        use BeginErrorCode as E;
+        let parent = match (class, parent) {
+            (Class::Reentrant, Some(parent)) => parent,
+            (Class::Reentrant, None) => {
+                let message =
+                    format!("re-entrant call {id:?} needs the in-flight call it descends from");
+                return Err(BeginError::new(E::InvalidParent, message));
             }
-            return Ok(None);
-        };
-        if class != Class::Reentrant {
-            return Err(error(
-                AdmissionErrorCode::InvalidParent,
-                format!(
+            (_, None) => return Ok(()),
+            (_, Some(_)) => {
+                let message = format!(
                     "only a re-entrant call has a parent; {id:?} is a {}",
                     class.name()
-                ),
-            ));
-        }
-        let seq = self.ids.get(parent).copied();
-        let req = seq.and_then(|s| self.requests.get(&s));
-        let Some((seq, req)) = seq.zip(req) else {
-            return Err(error(
-                AdmissionErrorCode::InvalidParent,
-                format!("parent {parent:?} is not in flight"),
-            ));
+                );
+                return Err(BeginError::new(E::InvalidParent, message));
+            }
         };
-        if !req.admitted || !matches!(req.class, Class::Call | Class::Reentrant) {
-            return Err(error(
-                AdmissionErrorCode::InvalidParent,
-                format!("parent {parent:?} is not an in-flight tool call"),
-            ));
+        let Some(request) = self.requests.get(&parent) else {
+            let message = format!("parent ticket {} of {id:?} is not live", parent.0);
+            return Err(BeginError::new(E::InvalidParent, message));
+        };
+        if !request.in_flight() || !matches!(request.class, Class::Call | Class::Reentrant) {
+            let message = format!(
+                "parent {:?} of {id:?} is not a tool call in flight (it is a {} {})",
+                request.id,
+                if request.in_flight() {
+                    "in-flight"
+                } else {
+                    "queued"
+                },
+                request.class.name()
+            );
+            return Err(BeginError::new(E::InvalidParent, message));
         }
-        // The ancestors hold their slots until this call returns: if they hold them all, it
-        // never can.
-        let mut ancestors = 0u32;
-        let mut cursor = Some(seq);
-        while let Some(s) = cursor {
-            let Some(r) = self.requests.get(&s).filter(|r| r.admitted) else {
-                break;
-            };
-            ancestors += 1;
-            cursor = r.parent;
+        if self.would_deadlock(parent) {
+            let message = format!(
+                "re-entrant call {id:?} would wait forever: the calls waiting on it hold the \
+                 whole budget of {}",
+                self.budget
+            );
+            return Err(BeginError::new(E::WouldDeadlock, message));
         }
-        if ancestors >= self.budget {
-            return Err(error(
-                AdmissionErrorCode::WouldDeadlock,
-                format!(
-                    "re-entrant call {id:?} would wait forever: its {ancestors} in-flight \
-                     ancestors hold the whole budget of {}",
-                    self.budget
-                ),
-            ));
-        }
-        Ok(Some(seq))
+        Ok(())
     }
 
-    /// Admits waiting requests in arrival order, each as soon as its class allows.
-    fn admit_waiting(&mut self) {
-        let mut i = 0;
-        while i < self.queue.len() && self.in_flight < self.budget {
-            let Some(&seq) = self.queue.get(i) else {
-                break;
-            };
-            let Some(class) = self.requests.get(&seq).map(|r| r.class) else {
-                self.queue.remove(i);
-                continue;
-            };
-            let allowed = match class {
-                Class::Call => self.allow_parallel || self.calls_in_flight == 0,
-                Class::Control => !self.control_in_flight,
-                Class::Request | Class::Reentrant => true,
-            };
-            if !allowed {
-                i += 1;
-                continue;
-            }
-            self.queue.remove(i);
-            self.in_flight += 1;
-            match class {
-                Class::Call => self.calls_in_flight += 1,
-                Class::Control => self.control_in_flight = true,
-                Class::Request | Class::Reentrant => {}
-            }
-            if let Some(req) = self.requests.get_mut(&seq) {
-                req.admitted = true;
-                self.out.push(req.id.clone());
-            }
-            self.admitted.push(seq);
-        }
+    /// True when a re-entrant call under in-flight tool call `parent` could never be admitted:
+    /// `parent` and its unbroken line of in-flight ancestors hold the whole budget.
+    ///
+    /// That line counts at most every request in flight, so it holds the budget exactly when the
+    /// budget is full, every request in flight is a tool call, and they form one line ending at
+    /// `parent`: the forest of in-flight tool calls (each under its parent when that is in
+    /// flight) has a single leaf (so a single tree, a line), and `parent` has no child. Counters
+    /// make that O(1).
+    fn would_deadlock(&self, parent: Ticket) -> bool {
+        let Some(request) = self.requests.get(&parent) else {
+            return false;
+        };
+        let full = self.in_flight == self.budget
+            && self.tool_calls_in_flight == self.in_flight
+            && self.leaves == 1
+            && request.kids == 0;
+        debug_assert_eq!(full, self.line_above(parent) >= self.budget);
+        debug_assert!(
+            self.allow_parallel || self.serial.len() == self.tool_calls_in_flight as usize
+        );
+        full
     }
-}
 
-fn unknown(id: &str) -> AdmissionError {
-    error(
-        AdmissionErrorCode::UnknownRequest,
-        format!("no request in flight or queued has id {id:?}"),
-    )
+    /// `ticket` and its ancestors while in flight, counted by walking up (for the paired
+    /// assertion only).
+    fn line_above(&self, ticket: Ticket) -> u32 {
+        let mut count = 0;
+        let mut cursor = Some(ticket);
+        while let Some(request) = cursor.and_then(|t| self.requests.get(&t)) {
+            if !request.in_flight() {
+                break;
+            }
+            count += 1;
+            cursor = request.parent;
+        }
+        count
+    }
 }

@@ -123,7 +123,7 @@ pub(crate) struct Batches {
     /// dropped from the front at once and compacted away when they are half the list.
     order: VecDeque<(u64, u32)>,
     retired_in_order: usize,
-    by_id: FxHashMap<u64, u32>,
+    by_id: FxHashMap<u64, u64>,
     pub(crate) ids: LiveIds,
     live_entries: usize,
 }
@@ -145,7 +145,7 @@ impl Batches {
 
     /// The slot of a live batch.
     pub(crate) fn find(&self, id: u64) -> Option<u32> {
-        self.by_id.get(&id).copied()
+        self.by_id.get(&id).map(|&slot| slot as u32)
     }
 
     /// The slot and index of a live entry.
@@ -190,7 +190,7 @@ impl Batches {
         batch.id = id;
         batch.first = first;
         self.order.push_back((first, slot));
-        self.by_id.insert(id, slot);
+        self.by_id.insert(id, u64::from(slot));
         slot
     }
 

@@ -1,7 +1,5 @@
 //! `inspect`: each entry's state and, when it waits, why. A query: it changes nothing.
 
-use std::collections::HashMap;
-
 use super::{BatchId, EntryId, Scheduler, State};
 
 /// One entry as [`Scheduler::inspect`] sees it.
@@ -48,7 +46,9 @@ impl Scheduler {
     pub fn inspect(&self, batch: BatchId) -> Option<Vec<EntryStatus>> {
         let slot = self.batches.find(batch.0)?;
         let rec = self.batches.slot(slot);
-        let mut waits: HashMap<u64, Wait> = HashMap::new();
+        // Why each entry of this batch waits, by its index in the batch.
+        let mut waits: Vec<Option<Wait>> = Vec::new();
+        waits.resize_with(rec.entries.len(), || None);
         if rec.open {
             for &k in &rec.keys {
                 let key = self.keys.key(k);
@@ -65,7 +65,12 @@ impl Scheduler {
                             running: self.running_labels(k),
                         },
                     };
-                    waits.insert(e, wait);
+                    if let Some(slot) = e
+                        .checked_sub(rec.first)
+                        .and_then(|i| waits.get_mut(usize::try_from(i).ok()?))
+                    {
+                        *slot = Some(wait);
+                    }
                     previous = Some(e);
                 }
             }
@@ -82,7 +87,7 @@ impl Scheduler {
                     State::Approved if !rec.open => Some(Wait::BatchNotApproved {
                         pending: rec.pending,
                     }),
-                    State::Approved => waits.remove(&e),
+                    State::Approved => waits.get_mut(i).and_then(Option::take),
                     _ => None,
                 };
                 EntryStatus {

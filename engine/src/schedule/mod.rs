@@ -70,6 +70,14 @@ use keys::Keys;
 use lifecycle::{Event, Lifecycle};
 use names::{CallRef, FxHashMap, id_hash};
 
+/// Sorts numbers, unless they already are (the usual case). One instantiation of the sort
+/// serves every output, which keeps the component small.
+fn sort(v: &mut [u64]) {
+    if !v.is_sorted() {
+        v.sort_unstable();
+    }
+}
+
 /// A batch's number: never handed out twice by one scheduler (nor by one resumed from it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BatchId(pub u64);
@@ -149,11 +157,15 @@ pub struct Scheduler {
     next_entry: u64,
     /// Batches that reached zero unanswered entries during this step.
     retiring: Vec<u32>,
-    /// This step's output, moved into the caller's [`Outputs`] at its end.
-    out: Outputs,
+    /// This step's output as plain numbers (one sort serves them all), handed to the caller's
+    /// [`Outputs`] at its end. Settled entries' reasons are read from their states then.
+    started: Vec<u64>,
+    settled: Vec<u64>,
+    retired: Vec<u64>,
+    errors: Vec<InputError>,
     /// Scratch for `submit`: each call's id hash and entry count.
     scratch: Vec<(u64, u32)>,
-    scratch_ids: FxHashMap<u64, u32>,
+    scratch_ids: FxHashMap<u64, u64>,
 }
 
 impl Scheduler {
@@ -164,9 +176,12 @@ impl Scheduler {
             keys: Keys::default(),
             batches: Batches::default(),
             next_batch: 1,
-            next_entry: 0,
+            next_entry: 1,
             retiring: Vec::new(),
-            out: Outputs::default(),
+            started: Vec::new(),
+            settled: Vec::new(),
+            retired: Vec::new(),
+            errors: Vec::new(),
             scratch: Vec::new(),
             scratch_ids: FxHashMap::default(),
         }
@@ -187,6 +202,15 @@ impl Scheduler {
     pub fn submit(&mut self, calls: &[Call<'_>]) -> Result<Submitted, SubmitError> {
         self.check_submit(calls)?;
         let (id, first) = (self.next_batch, self.next_entry);
+        let total: u64 = self.scratch.iter().map(|&(_, n)| u64::from(n)).sum();
+        // Numbers are never handed out twice, and `u64::MAX` never at all (hosts use it as
+        // "no such number"). Only a resumed state can come near the end.
+        if id >= u64::MAX - 1 || first.checked_add(total).is_none_or(|end| end >= u64::MAX) {
+            return Err(SubmitError::new(
+                SubmitErrorCode::TooLarge,
+                "this scheduler has handed out every batch or entry number".to_owned(),
+            ));
+        }
         let slot = self.batches.open_slot(id, first);
         self.fill(slot, calls);
         let count = self.batches.slot(slot).entries.len() as u32;
@@ -225,7 +249,7 @@ impl Scheduler {
                     format!("call id {:?} is already used by a live call", call.id),
                 ));
             }
-            self.scratch_ids.entry(hash).or_insert(i as u32);
+            self.scratch_ids.entry(hash).or_insert(i as u64);
             let fan_out = self.keys.fans_out(&self.policy, call.tool);
             let count = batch::entry_count(call, fan_out)?;
             total += u64::from(count);
@@ -286,7 +310,7 @@ impl Scheduler {
     /// One driver round: applies every input on its own, runs the keys' walks, and fills `out`
     /// (cleared first) with what to do.
     pub fn step(&mut self, inputs: &Inputs<'_>, out: &mut Outputs) {
-        // `self.out` is empty here, or holds what `resume` settled.
+        // The output vectors are empty here, or hold what `resume` settled.
         for (i, &e) in inputs.approve.iter().enumerate() {
             self.judged(InputKind::Approve, i, e, Event::Approve);
         }
@@ -307,7 +331,7 @@ impl Scheduler {
         }
         for (i, &b) in inputs.cancel.iter().enumerate() {
             if let Err((code, message)) = self.cancel(b) {
-                self.out.errors.push(InputError {
+                self.errors.push(InputError {
                     input: InputKind::Cancel,
                     index: i as u32,
                     code,
@@ -321,7 +345,7 @@ impl Scheduler {
     /// Applies one entry input, or records why it was refused.
     fn judged(&mut self, input: InputKind, index: usize, e: EntryId, event: Event) {
         if let Err((code, message)) = self.apply(e, event) {
-            self.out.errors.push(InputError {
+            self.errors.push(InputError {
                 input,
                 index: index as u32,
                 code,
@@ -394,9 +418,7 @@ impl Scheduler {
         for (i, entry) in batch.entries.iter_mut().enumerate() {
             if matches!(entry.life.get(), State::Pending | State::Approved) {
                 let _ = entry.life.apply(Event::Cancel);
-                self.out
-                    .settle
-                    .push((EntryId(first + i as u64), Reason::Cancelled));
+                self.settled.push(first + i as u64);
                 settled += 1;
             }
         }
@@ -461,7 +483,7 @@ impl Scheduler {
         if let Some(k) = entry.key.get() {
             self.keys.take_slot(k);
         }
-        self.out.start.push(EntryId(batch.first + u64::from(index)));
+        self.started.push(batch.first + u64::from(index));
     }
 
     /// Runs the key walks this step made necessary, orders its output, retires batches, and
@@ -471,19 +493,34 @@ impl Scheduler {
             self.walk(k);
         }
         // Output is in (batch, written) order; it usually already is.
-        if !self.out.start.is_sorted() {
-            self.out.start.sort_unstable();
+        sort(&mut self.started);
+        sort(&mut self.settled);
+        out.clear();
+        out.start.extend(self.started.drain(..).map(EntryId));
+        for e in self.settled.drain(..) {
+            let reason = match self.batches.locate(e) {
+                Some((slot, index)) => match self.batches.slot(slot).entries[index as usize].life.get() {
+                    State::Settled(reason) => reason,
+                    other => {
+                        debug_assert!(false, "settled entry {e} is {other:?}");
+                        Reason::Cancelled
+                    }
+                },
+                None => {
+                    debug_assert!(false, "settled entry {e} is not live");
+                    Reason::Cancelled
+                }
+            };
+            out.settle.push((EntryId(e), reason));
         }
-        if !self.out.settle.is_sorted_by_key(|s| s.0) {
-            self.out.settle.sort_unstable_by_key(|s| s.0);
-        }
-        self.retiring.sort_unstable_by_key(|&slot| self.batches.slot(slot).first);
-        for slot in std::mem::take(&mut self.retiring) {
-            self.out.retired.push(BatchId(self.batches.slot(slot).id));
+        out.errors.append(&mut self.errors);
+        // Batch numbers follow submission order, like entry numbers.
+        for slot in self.retiring.drain(..) {
+            self.retired.push(self.batches.slot(slot).id);
             self.batches.retire(slot);
         }
-        out.clear();
-        std::mem::swap(out, &mut self.out);
+        sort(&mut self.retired);
+        out.retired.extend(self.retired.drain(..).map(BatchId));
     }
 
     /// Releases from the front of a key's queue while there is room (rule 2). Each entry is

@@ -80,10 +80,24 @@ pub(crate) struct CallRef {
     pub(crate) call: u32,
 }
 
-/// The call ids of live batches, each unique among them.
+impl CallRef {
+    fn pack(self) -> u64 {
+        (u64::from(self.slot) << 32) | u64::from(self.call)
+    }
+
+    fn unpack(packed: u64) -> Self {
+        Self {
+            slot: (packed >> 32) as u32,
+            call: packed as u32,
+        }
+    }
+}
+
+/// The call ids of live batches, each unique among them. (Every map of the scheduler is
+/// `u64 -> u64`, so the component carries one copy of the hash table's code.)
 #[derive(Debug, Default)]
 pub(crate) struct LiveIds {
-    by_hash: FxHashMap<u64, CallRef>,
+    by_hash: FxHashMap<u64, u64>,
     /// Ids whose hash another live id holds in `by_hash`, with that hash.
     collided: Vec<(u64, CallRef)>,
 }
@@ -103,7 +117,7 @@ impl LiveIds {
         id: &str,
         id_of: impl Fn(CallRef) -> &'a str,
     ) -> Option<CallRef> {
-        let &first = self.by_hash.get(&hash)?;
+        let first = CallRef::unpack(*self.by_hash.get(&hash)?);
         if id_of(first) == id {
             return Some(first);
         }
@@ -118,18 +132,18 @@ impl LiveIds {
         match self.by_hash.entry(hash) {
             std::collections::hash_map::Entry::Occupied(_) => self.collided.push((hash, call)),
             std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(call);
+                slot.insert(call.pack());
             }
         }
     }
 
     /// Forgets a retiring call.
     pub(crate) fn remove(&mut self, hash: u64, call: CallRef) {
-        if self.by_hash.get(&hash) == Some(&call) {
+        if self.by_hash.get(&hash) == Some(&call.pack()) {
             self.by_hash.remove(&hash);
             if let Some(i) = self.collided.iter().position(|&(h, _)| h == hash) {
                 let (_, promoted) = self.collided.swap_remove(i);
-                self.by_hash.insert(hash, promoted);
+                self.by_hash.insert(hash, promoted.pack());
             }
         } else if let Some(i) = self.collided.iter().position(|&(h, c)| h == hash && c == call) {
             self.collided.swap_remove(i);

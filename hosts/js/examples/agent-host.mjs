@@ -1,7 +1,8 @@
-// What a TypeScript/JavaScript agent host copies: resolve the user's config layers once, make a
-// scheduler, and run each model response's tool calls through `runBatch`. Run it with
+// What a TypeScript/JavaScript agent host copies: resolve the user's config layers once, make one
+// scheduler for the conversation, and run each model response's tool calls through `runBatch`
+// (call ids may repeat once an earlier response's batch has finished). Run it with
 // `npm run example` after `npm run build`.
-import { ConfigError, Turnstile, runBatch } from '../dist/index.js';
+import { ConfigError, RefusedInputError, Scheduler, Turnstile, runBatch } from '../dist/index.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 const layers = [
@@ -28,7 +29,7 @@ try {
   }
   throw e;
 }
-const scheduler = turnstile.scheduler(policy);
+const scheduler = new Scheduler(policy);
 
 // The tool calls of one model response, in the order the model wrote them.
 const calls = [
@@ -39,15 +40,24 @@ const calls = [
 ];
 
 // Your tool runner: return the result, throw on failure, honour `signal` on cancellation.
-async function execute({ entry, call, operation, signal }) {
-  console.log(`start ${entry} (${call.tool}${operation === undefined ? '' : ` op ${operation}`})`);
+async function execute({ label, call, operation, signal }) {
+  console.log(`start ${label} (${call.tool}${operation === undefined ? '' : ` op ${operation}`})`);
   await sleep(20, undefined, { signal }).catch(() => {});
-  console.log(`end   ${entry}`);
+  console.log(`end   ${label}`);
   return { ok: true };
 }
 
 const controller = new AbortController(); // wire to Ctrl-C: process.on('SIGINT', () => controller.abort())
-const outcomes = await runBatch(scheduler, calls, execute, { signal: controller.signal });
-for (const call of outcomes) {
-  console.log(call.id, call.tool, call.entries.map((e) => e.status).join(','));
+try {
+  const outcomes = await runBatch(scheduler, calls, execute, { signal: controller.signal });
+  for (const call of outcomes) {
+    console.log(call.id, call.tool, call.entries.map((e) => e.status).join(','));
+  }
+} catch (e) {
+  // A refused input is a bug in the host's driving; it fails this batch only (it is cancelled).
+  if (e instanceof RefusedInputError) console.error(`batch failed: ${e.message}`);
+  else throw e;
 }
+
+// To survive a crash, persist `scheduler.unfinished()` (plain data; bigints need a replacer in
+// JSON) and on restart: `Scheduler.resume(policy, state, { started: 'interrupt' })`.

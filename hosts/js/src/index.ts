@@ -1,7 +1,16 @@
 // Turnstile for TypeScript and JavaScript: the component (transpiled by jco) behind a small typed
 // API. `Turnstile.load()` makes one independent instance of the component; from it come policies
-// (`resolve`), schedulers and admission controllers. Errors are thrown as `TurnstileError` (a
-// host mistake, with a stable `code`) or `ConfigError` (with every diagnostic).
+// (`resolve`) and admission controllers; a `Scheduler` is made from a policy.
+//
+// Numbers. Batch, entry and ticket numbers are WIT `u64`s, never reused over a scheduler's (or a
+// controller's) life, so they are `bigint`s here, and lists of them are `BigUint64Array`s: that
+// is what jco lifts them to, and a `BigUint64Array` lowers by one memory copy, with no per-item
+// conversion. `readonly bigint[]` is accepted wherever a list goes in.
+//
+// Errors. A refused `submit`, `resume` or admission call throws a `TurnstileError` subclass with a
+// stable `code` (`SubmitError`, `ResumeError`, `AdmissionError`) and changes nothing; a config
+// that does not resolve throws `ConfigError` with every diagnostic. A refused `step` input is
+// data, not an exception: it is listed in the step's `errors`, and every other input applied.
 import { instantiate, type Root } from './component/turnstile.js';
 import type * as wc from './component/interfaces/turnstile-scheduler-config.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
@@ -12,30 +21,67 @@ export type Diagnostic = wc.Diagnostic;
 export type DiagnosticCode = wc.DiagnosticCode;
 export type Span = wc.Span;
 export type ToolPolicy = wc.ToolPolicy;
-export type Call = ws.Call;
-export type Releases = ws.Releases;
-export type Settlement = ws.Settlement;
-export type Reason = ws.Reason;
-export type EntryStatus = ws.EntryStatus;
-export type Outcome = ws.Outcome;
 export type HostSettle = ws.HostSettle;
-export type ErrorCode = ws.ErrorCode;
-export type UnfinishedBatch = ws.UnfinishedBatch;
+export type HostSettlement = ws.HostSettlement;
+export type Outcome = ws.Outcome;
+export type Reason = ws.Reason;
+export type Settled = ws.Settled;
+export type InputKind = ws.InputKind;
+export type InputErrorCode = ws.InputErrorCode;
+export type InputError = ws.InputError;
+export type EntryState = ws.State;
+export type Wait = ws.Wait;
+export type EntryStatus = ws.EntryStatus;
+export type SavedState = ws.SavedState;
+export type SavedBatch = ws.SavedBatch;
+export type SavedCall = ws.SavedCall;
+export type Started = ws.Started;
+export type Unrestored = ws.Unrestored;
+export type SubmitErrorCode = ws.SubmitErrorCode;
+export type ResumeErrorCode = ws.ResumeErrorCode;
 export type AdmissionClass = wa.Class;
 export type AdmissionConfig = wa.AdmissionConfig;
 export type ShutdownReport = wa.ShutdownReport;
 export type AdmissionErrorCode = wa.ErrorCode;
 
-export { runBatch, Driver } from './driver.js';
+export { runBatch } from './driver.js';
 export type { Execution, EntryOutcome, CallOutcome, RunOptions, Decision } from './driver.js';
 
-/** A host mistake: the call changed nothing. `code` is stable. */
+/** A refused call: it changed nothing. `code` is stable; subclasses narrow it. */
 export class TurnstileError extends Error {
-  readonly code: ErrorCode | AdmissionErrorCode;
-  constructor(code: ErrorCode | AdmissionErrorCode, message: string) {
+  readonly code: string;
+  constructor(code: string, message: string) {
     super(`${code}: ${message}`);
-    this.name = 'TurnstileError';
+    this.name = new.target.name;
     this.code = code;
+  }
+}
+
+/** `Scheduler.submit` refused the batch. */
+export class SubmitError extends TurnstileError {
+  declare readonly code: SubmitErrorCode;
+}
+
+/** `Scheduler.resume` refused the state as a whole. */
+export class ResumeError extends TurnstileError {
+  declare readonly code: ResumeErrorCode;
+}
+
+/** An admission controller refused a call. */
+export class AdmissionError extends TurnstileError {
+  declare readonly code: AdmissionErrorCode;
+}
+
+/** A `step` input the driver sent was refused (`errors` of a step): the batch it belonged to
+ * fails with this. `target` is the entry the input named (the batch, for `cancel`). */
+export class RefusedInputError extends TurnstileError {
+  declare readonly code: InputErrorCode;
+  readonly input: InputKind;
+  readonly target: bigint;
+  constructor(error: InputError, target: bigint) {
+    super(error.code, `${error.input} ${target}: ${error.message}`);
+    this.input = error.input;
+    this.target = target;
   }
 }
 
@@ -49,17 +95,29 @@ export class ConfigError extends Error {
   }
 }
 
-/** Calls a component function, turning the error payload jco throws into a typed error. */
-function call<T>(f: () => T): T {
+/** Calls a component function whose WIT result is `result<T, E>` with `E` a `{ code, message }`
+ * record: jco throws the error value as `payload`; it becomes a `Kind`. */
+function attempt<T>(Kind: new (code: string, message: string) => TurnstileError, f: () => T): T {
   try {
     return f();
   } catch (e) {
-    const payload = (e as { payload?: { code?: string; message?: string } }).payload;
-    if (payload && typeof payload.code === 'string') {
-      throw new TurnstileError(payload.code as ErrorCode, payload.message ?? '');
-    }
+    const payload = (e as { payload?: { code?: unknown; message?: unknown } }).payload;
+    if (payload && typeof payload.code === 'string') throw new Kind(payload.code, String(payload.message ?? ''));
     throw e;
   }
+}
+
+/** A list of numbers as it goes in: `BigUint64Array` crosses as one copy, arrays are checked. */
+export type Numbers = BigUint64Array | readonly bigint[];
+
+const NONE = new BigUint64Array(0);
+
+/** A list for jco: a `BigUint64Array` or an array (jco checks each item is a `u64` bigint); any
+ * other typed array would be copied byte for byte, so it is refused here. */
+function numbers(list: Numbers | undefined): BigUint64Array | bigint[] {
+  if (list === undefined) return NONE;
+  if (list instanceof BigUint64Array || Array.isArray(list)) return list as BigUint64Array | bigint[];
+  throw new TypeError('entry, batch and ticket lists are BigUint64Array or bigint[]');
 }
 
 /** Where to find the transpiled core modules. Node reads files; a browser fetches URLs. */
@@ -74,48 +132,6 @@ async function defaultCoreModule(path: string): Promise<WebAssembly.Module> {
   return WebAssembly.compileStreaming ? WebAssembly.compileStreaming(response) : WebAssembly.compile(await response.arrayBuffer());
 }
 
-/** One instance of the component. Instances share nothing; load as many as you need. */
-export class Turnstile {
-  readonly #root: Root;
-
-  private constructor(root: Root) {
-    this.#root = root;
-  }
-
-  /** Compiles and instantiates the component (the compiled modules are cached per process). */
-  static async load(options: { coreModule?: (path: string) => Promise<WebAssembly.Module> } = {}): Promise<Turnstile> {
-    const get = options.coreModule ?? cachedCoreModule;
-    return new Turnstile(await instantiate(get, {}));
-  }
-
-  /** Resolves layers, lowest precedence first; throws `ConfigError` with every diagnostic. */
-  resolve(layers: Layer[]): Policy {
-    try {
-      return new Policy(this.#root.config.Policy.resolve(layers));
-    } catch (e) {
-      const payload = (e as { payload?: unknown }).payload;
-      if (Array.isArray(payload)) throw new ConfigError(payload as Diagnostic[]);
-      throw e;
-    }
-  }
-
-  /** A scheduler for a policy. */
-  scheduler(policy: Policy): Scheduler {
-    return new Scheduler(new this.#root.scheduler.Scheduler(policy.raw));
-  }
-
-  /** Imports what `Scheduler.unfinished()` exported: a fresh scheduler with each batch
-   * submitted again (after a crash or a restart); batches are renumbered from 1. */
-  resume(policy: Policy, state: UnfinishedBatch[]): Scheduler {
-    return new Scheduler(call(() => this.#root.scheduler.Scheduler.resume(policy.raw, state)));
-  }
-
-  /** An admission controller for one binding. */
-  admission(config: AdmissionConfig): Admission {
-    return new Admission(new this.#root.admission.Admission(config));
-  }
-}
-
 const compiled = new Map<string, Promise<WebAssembly.Module>>();
 function cachedCoreModule(path: string): Promise<WebAssembly.Module> {
   let module = compiled.get(path);
@@ -126,14 +142,55 @@ function cachedCoreModule(path: string): Promise<WebAssembly.Module> {
   return module;
 }
 
-/** A validated config. */
+function dispose(raw: unknown): void {
+  (raw as { [Symbol.dispose]?: () => void })[Symbol.dispose]?.();
+}
+
+/** One instance of the component. Instances share nothing; load as many as you need. */
+export class Turnstile {
+  readonly #root: Root;
+
+  private constructor(root: Root) {
+    this.#root = root;
+  }
+
+  /** Compiles and instantiates the component (the compiled modules are cached per process). */
+  static async load(options: { coreModule?: (path: string) => Promise<WebAssembly.Module> } = {}): Promise<Turnstile> {
+    return new Turnstile(await instantiate(options.coreModule ?? cachedCoreModule, {}));
+  }
+
+  /** Resolves layers, lowest precedence first; throws `ConfigError` with every diagnostic. */
+  resolve(layers: Layer[]): Policy {
+    let raw: wc.Policy;
+    try {
+      raw = this.#root.config.Policy.resolve(layers);
+    } catch (e) {
+      const payload = (e as { payload?: unknown }).payload;
+      if (Array.isArray(payload)) throw new ConfigError(payload as Diagnostic[]);
+      throw e;
+    }
+    return new Policy(this.#root.scheduler, raw);
+  }
+
+  /** An admission controller for one binding (one shared MCP connection). */
+  admission(config: AdmissionConfig): Admission {
+    return new Admission(new this.#root.admission.Admission(config));
+  }
+}
+
+/** A validated config. Immutable; any number of schedulers can be made from one. */
 export class Policy {
   /** @internal */
   readonly raw: wc.Policy;
-  constructor(raw: wc.Policy) {
+  /** @internal The scheduler interface of the instance the policy came from. */
+  readonly iface: Root['scheduler'];
+
+  /** @internal Policies come from `Turnstile.resolve`. */
+  constructor(iface: Root['scheduler'], raw: wc.Policy) {
+    this.iface = iface;
     this.raw = raw;
   }
-  /** One tool's policy (an unconfigured tool is unbounded). */
+  /** One tool's policy (an unconfigured tool is unbounded without fan-out). */
   tool(name: string): ToolPolicy {
     return this.raw.tool(name);
   }
@@ -142,139 +199,258 @@ export class Policy {
     return this.raw.tools();
   }
   [Symbol.dispose](): void {
-    (this.raw as unknown as { [Symbol.dispose]?: () => void })[Symbol.dispose]?.();
+    dispose(this.raw);
   }
 }
 
-/** A call as the model wrote it: `operations` for a fan-out envelope of that many operations. */
+/** A call as the model wrote it: `operations` for a fan-out envelope of that many operations
+ * (at least 1); without it, a plain call. */
 export interface CallInput {
   id: string;
   tool: string;
   operations?: number;
-  finished?: ws.Finished[];
 }
 
-/** The labels of a call's entries: `id`, or `id#0` .. `id#(n-1)`. */
-export function entryLabels(call: CallInput): string[] {
-  if (call.operations === undefined) return [call.id];
-  return Array.from({ length: call.operations }, (_, i) => `${call.id}#${i}`);
+/** Inputs of one `step`, every field optional. Applied in this field order, each list in order;
+ * each input is judged on its own. */
+export interface StepInputs {
+  /** Pending entries the user approved. */
+  approve?: Numbers;
+  /** Pending entries the host settles without running them. */
+  settle?: readonly HostSettlement[];
+  /** Running executions that asked a question (they keep their slot). */
+  ask?: Numbers;
+  /** Questions answered; the tool runs on. A declined question is an end (`ok`). */
+  answer?: Numbers;
+  /** Executions that ended with a result. */
+  ok?: Numbers;
+  /** Executions that ended with an error. */
+  failed?: Numbers;
+  /** Batches to cancel: their pending and approved entries are settled as cancelled. */
+  cancel?: Numbers;
 }
 
-/** The scheduler; every method mirrors the WIT and throws `TurnstileError` on a host mistake. */
+/** What one `step` decided: entries to `start`, entries the scheduler `settle`d (each needs its
+ * response), refused inputs (`errors`, by list and position), and `retired` batches (every entry
+ * has a response; their numbers are never valid again). */
+export type StepOutputs = ws.Outputs;
+
+/** A batch as `submit` numbered it: entries `first .. first + count - 1`, in written order, with
+ * the mapping between entry numbers and labels (`id`, or `id#i` for an operation). */
+export class Submitted {
+  readonly batch: bigint;
+  readonly first: bigint;
+  readonly count: number;
+  readonly calls: readonly CallInput[];
+  /** Offset of each call's first entry, when some call fans out (else offset = call index). */
+  #starts: Uint32Array | null | undefined;
+  #byId: Map<string, number> | undefined;
+
+  /** @internal `Scheduler.submit` makes these. */
+  constructor(wit: ws.Submitted, calls: readonly CallInput[]) {
+    this.batch = wit.batch;
+    this.first = wit.first;
+    this.count = wit.count;
+    this.calls = calls;
+  }
+
+  /** Every entry number of the batch, in written order (e.g. to approve them all). */
+  entries(): BigUint64Array {
+    const out = new BigUint64Array(this.count);
+    let entry = this.first;
+    for (let i = 0; i < out.length; i++, entry += 1n) out[i] = entry;
+    return out;
+  }
+
+  /** The entry's call (its index in `calls`) and operation index (none for a plain call), or
+   * `undefined` when the number is not one of this batch's. */
+  locate(entry: bigint): { call: CallInput; index: number; operation: number | undefined } | undefined {
+    const offset = entry - this.first;
+    if (offset < 0n || offset >= BigInt(this.count)) return undefined;
+    const at = Number(offset);
+    const starts = this.#callStarts();
+    if (starts === null) return { call: this.calls[at], index: at, operation: undefined };
+    let lo = 0;
+    let hi = starts.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >>> 1;
+      if (starts[mid] <= at) lo = mid;
+      else hi = mid - 1;
+    }
+    const call = this.calls[lo];
+    return { call, index: lo, operation: call.operations === undefined ? undefined : at - starts[lo] };
+  }
+
+  /** The label of one of this batch's entries: `id`, or `id#i` for an operation. */
+  label(entry: bigint): string | undefined {
+    const found = this.locate(entry);
+    if (!found) return undefined;
+    return found.operation === undefined ? found.call.id : `${found.call.id}#${found.operation}`;
+  }
+
+  /** The entry number of a label of this batch, or `undefined`. */
+  entry(label: string): bigint | undefined {
+    if (!this.#byId) this.#byId = new Map(this.calls.map((c, i) => [c.id, i]));
+    const hash = label.indexOf('#');
+    const index = this.#byId.get(hash < 0 ? label : label.slice(0, hash));
+    if (index === undefined) return undefined;
+    const call = this.calls[index];
+    const start = this.#callStarts()?.[index] ?? index;
+    if (hash < 0) return call.operations === undefined ? this.first + BigInt(start) : undefined;
+    const digits = label.slice(hash + 1);
+    if (call.operations === undefined || !/^(0|[1-9][0-9]*)$/.test(digits)) return undefined;
+    const op = Number(digits);
+    return op < call.operations ? this.first + BigInt(start + op) : undefined;
+  }
+
+  #callStarts(): Uint32Array | null {
+    if (this.#starts === undefined) {
+      if (this.calls.every((c) => c.operations === undefined)) this.#starts = null;
+      else {
+        const starts = new Uint32Array(this.calls.length);
+        let at = 0;
+        this.calls.forEach((c, i) => {
+          starts[i] = at;
+          at += c.operations ?? 1;
+        });
+        this.#starts = starts;
+      }
+    }
+    return this.#starts;
+  }
+}
+
+/** What `Scheduler.resume` does with entries that had started and have no response. */
+export interface ResumeOptions {
+  /** `'run-again'`: pending again, they run again once approved (RFD 129). `'interrupt'`:
+   * settled as `interrupted`, reported by the first `step`. */
+  started: Started;
+}
+
+const U32_MAX = 0xffff_ffff;
+
+/** The scheduler: `submit` a batch, then feed every driver round to `step`. Batches, keys and
+ * slots are shared by everything submitted to one scheduler. */
 export class Scheduler {
   readonly #raw: ws.Scheduler;
-  constructor(raw: ws.Scheduler) {
-    this.#raw = raw;
+
+  /** A scheduler for a policy (from the same `Turnstile` instance). */
+  constructor(policy: Policy);
+  /** @internal */
+  constructor(policy: Policy, raw: ws.Scheduler);
+  constructor(policy: Policy, raw?: ws.Scheduler) {
+    this.#raw = raw ?? new policy.iface.Scheduler(policy.raw);
   }
-  submitBatch(calls: CallInput[]): number {
-    // The packed form crosses as two strings and one typed array instead of a record per call;
-    // it covers every batch whose ids and tools have no newline and nothing finished.
-    const packable = calls.length > 0 && calls.every((c) => !c.finished?.length && !c.id.includes('\n') && !c.tool.includes('\n') && c.operations !== 0);
-    if (packable) {
-      const ops = Uint32Array.from(calls, (c) => c.operations ?? 0);
-      return call(() => this.#raw.submitPacked(calls.map((c) => c.id).join('\n'), calls.map((c) => c.tool).join('\n'), ops));
+
+  /** Imports what `unfinished` exported into a fresh scheduler under `policy` (the same one or a
+   * changed one): every live batch keeps its numbers. Calls the policy no longer allows are left
+   * out and listed in `unrestored`; the host answers them itself. Throws `ResumeError`. */
+  static resume(policy: Policy, state: SavedState, options: ResumeOptions): { scheduler: Scheduler; unrestored: Unrestored[] } {
+    const [raw, unrestored] = attempt(ResumeError, () => policy.iface.Scheduler.resume(policy.raw, state, options.started));
+    return { scheduler: new Scheduler(policy, raw), unrestored };
+  }
+
+  /** Adds a batch, in written order; all or nothing. Throws `SubmitError`. */
+  submit(calls: readonly CallInput[]): Submitted {
+    const operations = new Uint32Array(calls.length);
+    for (let i = 0; i < calls.length; i++) {
+      const { id, tool, operations: n } = calls[i];
+      // The ids and tools cross as two newline-joined strings, which cannot carry a newline or
+      // tell one empty line from none: such a call is refused here with the guest's code.
+      if (id === '' || tool === '' || id.includes('\n') || tool.includes('\n')) {
+        throw new SubmitError('invalid-id', `call ${i + 1}: call ids and tool names are 1 to 256 bytes without a newline`);
+      }
+      if (n !== undefined) {
+        // `0` on the wire is a plain call, so a fan-out envelope of zero operations is refused here.
+        if (!Number.isInteger(n) || n < 1) throw new SubmitError('invalid-operations', `call ${JSON.stringify(id)}: a fan-out call has at least 1 operation, got ${n}`);
+        if (n > U32_MAX) throw new SubmitError('too-large', `call ${JSON.stringify(id)}: ${n} operations`);
+        operations[i] = n;
+      }
     }
-    const wit: Call[] = calls.map((c) => ({ id: c.id, tool: c.tool, operations: c.operations, finished: c.finished ?? [] }));
-    return call(() => this.#raw.submitBatch(wit));
+    let ids = '';
+    let tools = '';
+    for (let i = 0; i < calls.length; i++) {
+      if (i) {
+        ids += '\n';
+        tools += '\n';
+      }
+      ids += calls[i].id;
+      tools += calls[i].tool;
+    }
+    return new Submitted(attempt(SubmitError, () => this.#raw.submit(ids, tools, operations)), calls);
   }
-  /** The WIT's `submit-packed` (ids and tools joined by newlines, 0 operations for a plain
-   * call); `submitBatch` picks it by itself when it can. */
-  submitPacked(ids: string[], tools: string[], operations: Uint32Array | number[]): number {
-    return call(() => this.#raw.submitPacked(ids.join('\n'), tools.join('\n'), Uint32Array.from(operations)));
+
+  /** One driver round: applies every input, each on its own, and says what to do. A refused input
+   * is listed in `errors` (its list, position and code) and changed nothing. */
+  step(inputs: StepInputs = {}): StepOutputs {
+    return this.#raw.step({
+      approve: numbers(inputs.approve),
+      settle: (inputs.settle ?? []) as HostSettlement[],
+      ask: numbers(inputs.ask),
+      answer: numbers(inputs.answer),
+      ok: numbers(inputs.ok),
+      failed: numbers(inputs.failed),
+      cancel: numbers(inputs.cancel),
+    } as ws.Inputs);
   }
-  approve(entry: string): void {
-    call(() => this.#raw.approve(entry));
+
+  /** The label of a live entry (`call` or `call#i`); `undefined` once its batch retired. */
+  label(entry: bigint): string | undefined {
+    return this.#raw.label(entry);
   }
-  /** Approves several entries in one crossing, all or nothing. */
-  approveMany(entries: string[]): void {
-    call(() => this.#raw.approveMany(entries));
+
+  /** Every entry of a live batch in written order, with why each approved one waits;
+   * `undefined` for a batch that is not live. */
+  inspect(batch: bigint): EntryStatus[] | undefined {
+    return this.#raw.inspect(batch);
   }
-  /** Reports several ends in one crossing, all or nothing. */
-  onEndedMany(ends: { entry: string; outcome: Outcome }[]): void {
-    call(() => this.#raw.onEndedMany(ends));
-  }
-  /** The ids of a batch's entries: `first` .. `first + count - 1`, in written order. */
-  batchEntries(batch: number): { first: number; count: number } {
-    return call(() => this.#raw.batchEntries(batch));
-  }
-  /** `approveMany` by entry id: numbers cross the boundary as one typed array. */
-  approveIds(entries: Uint32Array | number[]): void {
-    call(() => this.#raw.approveIds(Uint32Array.from(entries)));
-  }
-  /** `onEndedMany` by entry id: every `ok` entry, then every `failed` one; all or nothing. */
-  onEndedIds(ok: Uint32Array | number[], failed: Uint32Array | number[] = []): void {
-    call(() => this.#raw.onEndedIds(Uint32Array.from(ok), Uint32Array.from(failed)));
-  }
-  /** `nextReleases` by entry id; both drain the same queue. */
-  nextReleaseIds(): ws.ReleaseIds {
-    return this.#raw.nextReleaseIds();
-  }
-  /** `approveIds` then `nextReleaseIds`, in one crossing. */
-  approveNext(entries: Uint32Array | number[]): ws.ReleaseIds {
-    return call(() => this.#raw.approveNext(Uint32Array.from(entries)));
-  }
-  /** `onEndedIds` then `nextReleaseIds`, in one crossing: a driver's whole round. */
-  onEndedNext(ok: Uint32Array | number[], failed: Uint32Array | number[] = []): ws.ReleaseIds {
-    return call(() => this.#raw.onEndedNext(Uint32Array.from(ok), Uint32Array.from(failed)));
-  }
-  /** The label of an entry id. */
-  label(entry: number): string {
-    return call(() => this.#raw.label(entry));
-  }
-  settle(entry: string, how: HostSettle): void {
-    call(() => this.#raw.settle(entry, how));
-  }
-  beginQuestion(entry: string): void {
-    call(() => this.#raw.beginQuestion(entry));
-  }
-  endQuestion(entry: string): void {
-    call(() => this.#raw.endQuestion(entry));
-  }
-  onEnded(entry: string, outcome: Outcome): void {
-    call(() => this.#raw.onEnded(entry, outcome));
-  }
-  cancelBatch(batch: number): void {
-    call(() => this.#raw.cancelBatch(batch));
-  }
-  nextReleases(): Releases {
-    return this.#raw.nextReleases();
-  }
-  inspect(batch: number): EntryStatus[] {
-    return call(() => this.#raw.inspect(batch));
-  }
-  unfinished(): UnfinishedBatch[] {
+
+  /** The state to persist for `Scheduler.resume`: every live batch. Plain data (with bigints). */
+  unfinished(): SavedState {
     return this.#raw.unfinished();
   }
+
   [Symbol.dispose](): void {
-    (this.#raw as unknown as { [Symbol.dispose]?: () => void })[Symbol.dispose]?.();
+    dispose(this.#raw);
   }
 }
 
-/** Admission control for one MCP connection. */
+/** Admission control for one binding (one shared MCP connection). Requests are named by the
+ * tickets `begin` returns, never reused by one controller. Throws `AdmissionError`. */
 export class Admission {
   readonly #raw: wa.Admission;
+
+  /** @internal `Turnstile.admission` makes these. */
   constructor(raw: wa.Admission) {
     this.#raw = raw;
   }
-  begin(id: string, cls: AdmissionClass, parent?: string): void {
-    call(() => this.#raw.begin(id, cls, parent));
+  /** Asks to admit a request; it is admitted now or queued (`nextAdmissions` reports it either
+   * way). `parent` is the ticket of the in-flight call a re-entrant call descends from. */
+  begin(id: string, cls: AdmissionClass, parent?: bigint): bigint {
+    return attempt(AdmissionError, () => this.#raw.begin(id, cls, parent));
   }
-  end(id: string): void {
-    call(() => this.#raw.end(id));
+  /** An admitted request finished. */
+  end(ticket: bigint): void {
+    attempt(AdmissionError, () => this.#raw.end(ticket));
   }
-  abandon(id: string): void {
-    call(() => this.#raw.abandon(id));
+  /** A request gave up before the host learned it was admitted. */
+  abandon(ticket: bigint): void {
+    attempt(AdmissionError, () => this.#raw.abandon(ticket));
   }
+  /** Refuses all further work; `cancel`: in flight (each still needs its `end`), `refused`:
+   * queued (their tickets are retired). */
   shutdown(): ShutdownReport {
     return this.#raw.shutdown();
   }
-  nextAdmissions(): string[] {
+  /** The tickets admitted since the last call, in admission order. */
+  nextAdmissions(): BigUint64Array {
     return this.#raw.nextAdmissions();
   }
+  /** Requests in flight now (for diagnostics). */
   inFlight(): number {
     return this.#raw.inFlight();
   }
   [Symbol.dispose](): void {
-    (this.#raw as unknown as { [Symbol.dispose]?: () => void })[Symbol.dispose]?.();
+    dispose(this.#raw);
   }
 }

@@ -1,7 +1,11 @@
 """Turnstile's asyncio driver against what a Python host would write instead: an
 asyncio.Semaphore per key, calls started in written order (waiters are served first come,
 first served), unkeyed calls run at once. Same batches, instant executions; timed side by side,
-reported as a ratio. `python bench/peers.py` with the package installed."""
+reported as a ratio. `python bench/peers.py` with the package installed.
+
+Each round is one batch on one long-lived scheduler, with the same call ids every round (a call
+id is free again once its batch retired), as an agent host would run one scheduler per
+conversation."""
 
 import asyncio
 import time
@@ -12,8 +16,8 @@ KEYS = 10
 CONFIG = "".join(f'[conversation.tools.t{k}]\nconcurrency = {{ key = "k{k}", limit = {1 + k % 4} }}\n' for k in range(KEYS))
 
 
-def batch(n: int, r: int) -> list[Call]:
-    return [Call(f"r{r}c{i}", "free" if i % 10 == 9 else f"t{i % KEYS}") for i in range(n)]
+def batch(n: int) -> list[Call]:
+    return [Call(f"c{i}", "free" if i % 10 == 9 else f"t{i % KEYS}") for i in range(n)]
 
 
 async def execute(_x) -> str:
@@ -21,15 +25,20 @@ async def execute(_x) -> str:
 
 
 async def turnstile(policy: Policy, n: int, rounds: int) -> float:
+    scheduler = Scheduler(policy)
+    calls = batch(n)
     start = time.perf_counter()
-    for r in range(rounds):
-        await run_batch(Scheduler(policy), batch(n, r), execute)
-    return time.perf_counter() - start
+    for _ in range(rounds):
+        await run_batch(scheduler, calls, execute)
+    elapsed = time.perf_counter() - start
+    scheduler.close()
+    return elapsed
 
 
 async def semaphores(n: int, rounds: int) -> float:
+    calls = batch(n)
     start = time.perf_counter()
-    for r in range(rounds):
+    for _ in range(rounds):
         sems = [asyncio.Semaphore(1 + k % 4) for k in range(KEYS)]
 
         async def one(c: Call) -> str:
@@ -38,7 +47,7 @@ async def semaphores(n: int, rounds: int) -> float:
             async with sems[int(c.tool[1:])]:
                 return await execute(c)
 
-        await asyncio.gather(*(one(c) for c in batch(n, r)))
+        await asyncio.gather(*(one(c) for c in calls))
     return time.perf_counter() - start
 
 
@@ -49,7 +58,7 @@ async def main() -> None:
     for n, rounds in [(10, 300), (100, 50), (1000, 5)]:
         a = min([await turnstile(policy, n, rounds) for _ in range(3)])
         b = min([await semaphores(n, rounds) for _ in range(3)])
-        per = lambda s: f"{s * 1e6 / (n * rounds):.1f}"
+        per = lambda s: f"{s * 1e6 / (n * rounds):.1f}"  # noqa: E731
         print(f"| {n} | {rounds} | {per(a)} | {per(b)} | {a / b:.2f}x |")
 
 

@@ -1,20 +1,65 @@
-"""The case corpus runner for Python: the same files, steps and renderings as the Rust runner
-(corpus/src/lib.rs), driving the component through the package. Format: tests/cases/README.md."""
+"""The case corpus runner for Python: the format of tests/cases/README.md, the same steps and
+renderings as every other host, driving the component through the package.
+
+`python corpus.py DIR_OR_FILE...` runs every `*.toml` case and prints `N passed, M failed`."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from turnstile import Admission, Call, ConfigError, Instance, Policy, Scheduler, TurnstileError
-from turnstile.types import Reason
+from turnstile import (
+    Admission,
+    AdmissionClass,
+    AdmissionError,
+    Call,
+    ConfigError,
+    EntryState,
+    HostSettle,
+    InputKind,
+    Instance,
+    Outputs,
+    Policy,
+    Reason,
+    ResumeError,
+    Scheduler,
+    Started,
+    SubmitError,
+)
+from turnstile.types import BatchNotApproved, Behind, KeyFull
+
+NONE = 2**64 - 1
+"""The number no scheduler or controller hands out: what an unknown label, batch or request
+becomes, so that the component itself refuses it."""
 
 CLASSES = {
     "call": "call", "tool-call": "call", "tool_call": "call", "request": "request", "read": "request",
     "control": "control", "reentrant": "reentrant", "re-entrant": "reentrant",
     "reentrant-call": "reentrant", "re-entrant-call": "reentrant", "reentrant_call": "reentrant",
 }
+OUTCOMES = {"ok": "ok", "failed": "failed", "err": "failed", "error": "failed"}
+SETTLE_VERBS = {"reject": HostSettle.REJECTED, "skip": HostSettle.SKIPPED, "fail": HostSettle.FAILED}
+
+# Fields of each table; a descriptive group allows at most one of its names and is never read.
+CASE_FIELDS = {"description", "layer", "diagnostics", "tools", "batch", "admission", "step", "simulate"}
+CASE_DESCRIPTIVE = {"name", "title", "notes", "comment", "reference"}
+SCHED_STEP_FIELDS = {"do", "start", "settle", "error", "errors", "retired", "unrestored", "layers", "inspect"}
+ADMISSION_STEP_FIELDS = {"do", "error", "admit", "cancel", "refused", "drain"}
+STEP_DESCRIPTIVE = {"comment", "note", "why"}
+LAYER_FIELDS = {"name", "text"}
+BATCH_FIELDS = {"calls"}
+ADMISSION_FIELDS = {"max_concurrent", "allow_parallel"}
+SIMULATE_FIELDS = {"duration_ms", "durations", "fail"}
+
+
+class CaseError(AssertionError):
+    """The case is malformed (not a mismatch with the component)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Renderings (tests/cases/README.md, "Renderings")
 
 
 def tool_line(t) -> str:
@@ -26,20 +71,25 @@ def tool_line(t) -> str:
     return out
 
 
-def settle_line(label: str, reason: Reason) -> str:
-    return f"{label} {reason.kind}" + (f" {reason.after}" if reason.after is not None else "")
+def reason_text(reason: Reason) -> str:
+    return reason.kind.value + (f" {reason.after}" if reason.after is not None else "")
 
 
 def inspect_line(st) -> str:
-    out = f"{st.entry} {st.state}" + (f" {st.reason.after}" if st.reason and st.reason.after is not None else "")
-    if st.wait:
-        kind, val = st.wait
-        if kind == "batch-not-approved":
-            out += " waits batch-not-approved"
-        elif kind == "key-full":
-            out += f" waits key-full {val.key} {val.limit} {','.join(val.running)}"
-        else:
-            out += f" waits behind {val}"
+    if st.state is EntryState.ENDED:
+        state = f"ended-{st.outcome.value}"
+    elif st.state is EntryState.SETTLED:
+        state = reason_text(st.reason)
+    else:
+        state = st.state.value
+    out = f"{st.label} {state}"
+    w = st.wait
+    if isinstance(w, BatchNotApproved):
+        out += " waits batch-not-approved"
+    elif isinstance(w, KeyFull):
+        out += f" waits key-full {w.key} {w.limit} {','.join(w.running)}"
+    elif isinstance(w, Behind):
+        out += f" waits behind {w.label}"
     return out
 
 
@@ -48,64 +98,332 @@ def diag_line(d) -> str:
     return out + (f" tools={','.join(d.tools)}" if d.tools else "")
 
 
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def check_fields(table: Any, allowed: set[str], descriptive: set[str], where: str) -> None:
+    if not isinstance(table, dict):
+        raise CaseError(f"{where} must be a table")
+    unknown = sorted(set(table) - allowed - descriptive)
+    if unknown:
+        raise CaseError(f"{where}: unknown field {unknown[0]!r}")
+    if len(set(table) & descriptive) > 1:
+        raise CaseError(f"{where}: at most one of {sorted(descriptive)}")
+
+
+def strings(step: dict, key: str) -> list[str]:
+    value = step.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CaseError(f"`{key}` must be a list of strings")
+    return value
+
+
+def layers_of(tables: Any, where: str) -> list[tuple[str, str]]:
+    if not isinstance(tables, list):
+        raise CaseError(f"{where} must be an array of tables")
+    out = []
+    for i, t in enumerate(tables):
+        check_fields(t, LAYER_FIELDS, set(), f"{where}[{i}]")
+        if not isinstance(t.get("text"), str):
+            raise CaseError(f"{where}[{i}] needs `text`")
+        out.append((t.get("name") or f"L{i + 1}", t["text"]))
+    return out
+
+
 def parse_calls(batch: dict) -> list[Call]:
     calls = []
     for c in batch["calls"]:
         words = c.split()
         if len(words) != 2:
-            raise ValueError(f"bad call {c!r}")
+            raise CaseError(f"bad call {c!r}: write `ID TOOL` or `ID TOOL*N`")
         cid, tool = words
         if "*" in tool:
             tool, n = tool.split("*", 1)
+            if not re.fullmatch(r"[0-9]+", n):
+                raise CaseError(f"bad operation count in {c!r}")
             calls.append(Call(cid, tool, int(n)))
         else:
             calls.append(Call(cid, tool))
     return calls
 
 
-def code_of(f: Callable[[], Any]) -> Optional[str]:
-    try:
-        f()
-        return None
-    except TurnstileError as e:
-        return e.code
+def batch_number(args: list[str]) -> int:
+    if len(args) != 1 or not re.fullmatch(r"[0-9]+", args[0]):
+        raise CaseError("expected a batch number")
+    return int(args[0])
 
 
 def check_error(want: Optional[str], got: Optional[str]) -> None:
     if want != got:
-        raise AssertionError(f"want error {want}, got {got or 'success'}" if want else f"unexpected error {got}")
+        if want is None:
+            raise AssertionError(f"unexpected error {got}")
+        raise AssertionError(f"want error {want}, got " + (f"error {got}" if got else "success"))
+
+
+def compare(what: str, want: Any, got: Any) -> None:
+    if want != got:
+        raise AssertionError(f"{what}: want {want}, got {got}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling
+
+
+class SchedulingRun:
+    """One scheduling case: the scheduler, and the numbers the runner keeps (README,
+    "Scheduling steps")."""
+
+    def __init__(self, case: dict, policy: Policy) -> None:
+        self.case = case
+        self.policy = policy
+        self.sched = Scheduler(policy)
+        self.calls: dict[str, tuple[int, Optional[int]]] = {}  # call id -> (first entry, operations)
+        self.labels: dict[int, str] = {}  # entry -> label
+        self.batches: dict[int, int] = {}  # file batch -> scheduler batch
+        self.file_batch: dict[int, int] = {}  # scheduler batch -> file batch
+        # What the step calls of one `do` line returned.
+        self.start: list[str] = []
+        self.settle: list[str] = []
+        self.retired: list[int] = []
+
+    def entry(self, label: str) -> int:
+        cid, sep, index = label.partition("#")
+        known = self.calls.get(cid)
+        if known is None:
+            return NONE
+        first, operations = known
+        if not sep:
+            return first if operations is None else NONE
+        if operations is None or not re.fullmatch(r"[0-9]+", index) or int(index) >= operations:
+            return NONE
+        return first + int(index)
+
+    def batch(self, n: int) -> int:
+        return self.batches.get(n, NONE)
+
+    def step(self, **inputs: Any) -> Outputs:
+        out = self.sched.step(**inputs)
+        for e in out.start:  # the scheduler's labels must agree with the runner's
+            if self.sched.label(e) != self.labels.get(e):
+                raise AssertionError(f"label({e}): want {self.labels.get(e)!r}, got {self.sched.label(e)!r}")
+        self.start += [self.labels.get(e, f"?{e}") for e in out.start]
+        self.settle += [f"{self.labels.get(s.entry, f'?{s.entry}')} {reason_text(s.reason)}" for s in out.settle]
+        self.retired += [self.file_batch.get(b, -1) for b in out.retired]
+        return out
+
+    def one_by_one(self, kind: str, values: list[Any]) -> Optional[str]:
+        """One `step` per input, stopping at the first refused one; a refused input must change
+        nothing."""
+        for value in values:
+            out = self.step(**{kind: [value]})
+            if out.errors:
+                if out.start or out.settle:
+                    raise AssertionError(f"a refused input changed something: {out}")
+                return out.errors[0].code.value
+        return None
+
+    def run(self, step: dict) -> None:
+        check_fields(step, SCHED_STEP_FIELDS, STEP_DESCRIPTIVE, "step")
+        verb, *args = step["do"].split() or [""]
+        many = verb in ("approve-many", "end-many")
+        for key, allowed in (("errors", many), ("unrestored", verb == "restart"), ("layers", verb == "restart"), ("inspect", verb == "inspect")):
+            if key in step and not allowed:
+                raise CaseError(f"`{key}` does not apply to `{verb}`")
+        self.start, self.settle, self.retired = [], [], []
+        err: Optional[str] = None
+        errors: list[str] = []
+        unrestored: list[str] = []
+        stepped = True
+        if verb == "submit":
+            err = self.submit(batch_number(args) if args else 1)
+            stepped = False
+        elif verb in ("approve", "ask", "answer"):
+            if not args:
+                raise CaseError("expected at least one entry")
+            err = self.one_by_one(verb, [self.entry(l) for l in args])
+        elif verb in SETTLE_VERBS:
+            if not args:
+                raise CaseError("expected at least one entry")
+            err = self.one_by_one("settle", [(self.entry(l), SETTLE_VERBS[verb]) for l in args])
+        elif verb == "end":
+            if len(args) not in (1, 2) or (len(args) == 2 and args[1] not in OUTCOMES):
+                raise CaseError("expected `end LABEL ok|failed`")
+            outcome = OUTCOMES[args[1]] if len(args) == 2 else "ok"
+            err = self.one_by_one(outcome, [self.entry(args[0])])
+        elif verb == "decline":
+            if len(args) != 1:
+                raise CaseError("expected `decline LABEL`")
+            err = self.one_by_one("ok", [self.entry(args[0])])
+        elif verb == "approve-many":
+            out = self.step(approve=[self.entry(l) for l in args])
+            errors = [f"{e.index} {e.code.value}" for e in out.errors]
+        elif verb == "end-many":
+            ok: list[tuple[int, int]] = []  # (position among the labels, entry)
+            failed: list[tuple[int, int]] = []
+            for i, arg in enumerate(args):
+                label, eq, outcome = arg.partition("=")
+                if not eq or outcome not in OUTCOMES:
+                    raise CaseError(f"expected LABEL=ok|failed, got {arg!r}")
+                (ok if OUTCOMES[outcome] == "ok" else failed).append((i, self.entry(label)))
+            out = self.step(ok=[e for _, e in ok], failed=[e for _, e in failed])
+            refused = sorted(((ok if e.input is InputKind.OK else failed)[e.index][0], e.code.value) for e in out.errors)
+            errors = [f"{i} {code}" for i, code in refused]
+        elif verb == "cancel":
+            err = self.one_by_one("cancel", [self.batch(batch_number(args))])
+        elif verb == "restart":
+            if args not in ([], ["interrupt"]):
+                raise CaseError("expected `restart` or `restart interrupt`")
+            err, unrestored = self.restart(Started.INTERRUPT if args else Started.RUN_AGAIN, step.get("layers"))
+            stepped = False
+        elif verb == "inspect":
+            if "inspect" not in step:
+                raise CaseError("inspect needs `inspect = [...]`")
+            statuses = self.sched.inspect(self.batch(batch_number(args)))
+            if statuses is None:
+                err = "unknown-batch"
+            else:
+                compare("inspect", strings(step, "inspect"), [inspect_line(s) for s in statuses])
+            stepped = False
+        else:
+            raise CaseError(f"unknown event {verb!r}")
+        if not stepped:
+            self.step()
+        if many and "error" in step:
+            # The event as a whole is refused with the code of its first refused input.
+            err = errors[0].split()[1] if errors else None
+        check_error(step.get("error"), err)
+        if many:
+            compare("errors", strings(step, "errors"), errors)
+        if verb == "restart":
+            compare("unrestored", strings(step, "unrestored"), unrestored)
+        want_start, want_settle = strings(step, "start"), strings(step, "settle")
+        if self.start != want_start or self.settle != want_settle:
+            raise AssertionError(f"want start {want_start} settle {want_settle}, got start {self.start} settle {self.settle}")
+        if "retired" in step:
+            compare("retired", step["retired"], self.retired)
+
+    def submit(self, n: int) -> Optional[str]:
+        specs = self.case.get("batch", [])
+        if not 1 <= n <= len(specs):
+            raise CaseError(f"the case has no batch {n}")
+        check_fields(specs[n - 1], BATCH_FIELDS, set(), f"batch {n}")
+        calls = parse_calls(specs[n - 1])
+        try:
+            submitted = self.sched.submit(calls)
+        except SubmitError as e:
+            return e.code.value
+        self.batches[n] = submitted.batch
+        self.file_batch[submitted.batch] = n
+        entry = submitted.first
+        for c in calls:
+            self.calls[c.id] = (entry, c.operations)
+            for label in c.labels():
+                self.labels[entry] = label
+                entry += 1
+        return None
+
+    def restart(self, started: Started, layers: Any) -> tuple[Optional[str], list[str]]:
+        if layers is not None:
+            try:
+                self.policy = Policy.resolve(layers_of(layers, "layers"), instance=self.policy.instance)
+            except ConfigError as e:
+                raise CaseError(f"the restart's layers failed to resolve:\n{e}") from e
+        state = self.sched.unfinished()
+        try:
+            sched, unrestored = Scheduler.resume(self.policy, state, started=started)
+        except ResumeError as e:
+            return e.code.value, []
+        self.sched.close()
+        self.sched = sched
+        return None, [f"{u.call} {u.code.value}" for u in unrestored]
+
+
+# ---------------------------------------------------------------------------------------------
+# Admission
+
+
+class AdmissionRun:
+    """One admission case: the controller, and each request id's tickets in `begin` order."""
+
+    def __init__(self, spec: dict, instance: Instance) -> None:
+        check_fields(spec, ADMISSION_FIELDS, set(), "admission")
+        max_concurrent = min(max(int(spec["max_concurrent"]), 0), 2**32 - 1)
+        self.adm = Admission(max_concurrent, bool(spec.get("allow_parallel", False)), instance=instance)
+        self.tickets: dict[str, list[int]] = {}
+        self.names: dict[int, tuple[str, int]] = {}  # ticket -> (id, its begin's position from 1)
+
+    def ticket(self, name: str) -> int:
+        """`ID` is the ticket of ID's most recent begin, `ID@N` of its N-th."""
+        if name in self.tickets:
+            return self.tickets[name][-1]
+        base, at, n = name.rpartition("@")
+        if at and re.fullmatch(r"[0-9]+", n) and 1 <= int(n) <= len(self.tickets.get(base, [])):
+            return self.tickets[base][int(n) - 1]
+        return NONE
+
+    def name(self, ticket: int) -> str:
+        if ticket not in self.names:
+            return f"?{ticket}"
+        rid, n = self.names[ticket]
+        return rid if n == len(self.tickets[rid]) else f"{rid}@{n}"
+
+    def names_of(self, want: list[str]) -> list[str]:
+        """Expected names in their canonical form (`c1@2` is `c1` when it is c1's latest)."""
+        return [self.name(t) if (t := self.ticket(w)) != NONE else w for w in want]
+
+    def run(self, step: dict) -> None:
+        check_fields(step, ADMISSION_STEP_FIELDS, STEP_DESCRIPTIVE, "step")
+        words = step["do"].split()
+        cancel: list[int] = []
+        refused: list[int] = []
+        err: Optional[str] = None
+        try:
+            if words[:1] == ["begin"] and len(words) in (3, 4):
+                rid, klass = words[1], CLASSES.get(words[2])
+                if klass is None:
+                    raise CaseError(f"unknown class {words[2]!r}")
+                parent = self.ticket(words[3]) if len(words) == 4 else None
+                ticket = self.adm.begin(rid, AdmissionClass(klass), parent)
+                self.tickets.setdefault(rid, []).append(ticket)
+                self.names[ticket] = (rid, len(self.tickets[rid]))
+            elif words[:1] == ["end"] and len(words) == 2:
+                self.adm.end(self.ticket(words[1]))
+            elif words[:1] == ["abandon"] and len(words) == 2:
+                self.adm.abandon(self.ticket(words[1]))
+            elif words == ["shutdown"]:
+                report = self.adm.shutdown()
+                cancel, refused = report.cancel, report.refused
+            else:
+                raise CaseError("unknown admission event")
+        except AdmissionError as e:
+            err = e.code.value
+        check_error(step.get("error"), err)
+        drain = step.get("drain", True)
+        if not isinstance(drain, bool):
+            raise CaseError("`drain` must be a boolean")
+        if drain:
+            compare("admit", self.names_of(strings(step, "admit")), [self.name(t) for t in self.adm.next_admissions()])
+        elif "admit" in step:
+            raise CaseError("`admit` needs the drain (`drain = false` defers it to the next step)")
+        compare("cancel", self.names_of(strings(step, "cancel")), [self.name(t) for t in cancel])
+        compare("refused", self.names_of(strings(step, "refused")), [self.name(t) for t in refused])
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases
 
 
 def run_case(case: dict, instance: Instance) -> None:
-    layers = [(l.get("name") or f"L{i + 1}", l["text"]) for i, l in enumerate(case.get("layer", []))]
+    check_fields(case, CASE_FIELDS, CASE_DESCRIPTIVE, "the case")
+    if "simulate" in case:
+        check_fields(case["simulate"], SIMULATE_FIELDS, set(), "simulate")
     steps = case.get("step", [])
     if "admission" in case:
-        spec = case["admission"]
-        adm = Admission(int(spec["max_concurrent"]), bool(spec.get("allow_parallel", False)), instance=instance)
-        for i, step in enumerate(steps):
-            try:
-                words = step["do"].split()
-                cancel: list[str] = []
-                refused: list[str] = []
-                if words[0] == "begin" and len(words) in (3, 4):
-                    err = code_of(lambda: adm.begin(words[1], CLASSES.get(words[2], words[2]), words[3] if len(words) == 4 else None))
-                elif words[0] == "end" and len(words) == 2:
-                    err = code_of(lambda: adm.end(words[1]))
-                elif words[0] == "abandon" and len(words) == 2:
-                    err = code_of(lambda: adm.abandon(words[1]))
-                elif words == ["shutdown"]:
-                    report = adm.shutdown()
-                    cancel, refused, err = report.cancel, report.refused, None
-                else:
-                    raise AssertionError("unknown admission event")
-                check_error(step.get("error"), err)
-                admit = adm.next_admissions()
-                want = (step.get("admit", []), step.get("cancel", []), step.get("refused", []))
-                if (admit, cancel, refused) != want:
-                    raise AssertionError(f"want admit/cancel/refused {want}, got {(admit, cancel, refused)}")
-            except Exception as e:
-                raise AssertionError(f"step {i + 1} `{step['do']}`: {e}") from e
+        run = AdmissionRun(case["admission"], instance)
+        run_steps(steps, run.run)
         return
+    layers = layers_of(case.get("layer", []), "layer")
     try:
         policy = Policy.resolve(layers, instance=instance)
     except ConfigError as e:
@@ -126,70 +444,17 @@ def run_case(case: dict, instance: Instance) -> None:
         got = tool_line(policy.tool(name))
         if got != want:
             raise AssertionError(f"tool {name}: want {want!r}, got {got!r}")
-    sched = Scheduler(policy)
-    batches: dict[int, int] = {}
-    verbs = {
-        "approve": lambda s, l: s.approve(l),
-        "reject": lambda s, l: s.settle(l, "rejected"),
-        "skip": lambda s, l: s.settle(l, "skipped"),
-        "fail": lambda s, l: s.settle(l, "failed"),
-        "ask": lambda s, l: s.begin_question(l),
-        "answer": lambda s, l: s.end_question(l),
-    }
+    run_steps(steps, SchedulingRun(case, policy).run)
+
+
+def run_steps(steps: list, run) -> None:
     for i, step in enumerate(steps):
         try:
-            verb, *args = step["do"].split()
-            err: Optional[str] = None
-            if verb in ("review", "ended-all"):
-                pass  # no scheduling effect: the step only checks that nothing is released
-            elif verb == "decline":
-                (label,) = args
-                err = code_of(lambda: sched.on_ended(label, "ok"))
-            elif verb == "submit":
-                n = int(args[0]) if args else 1
-                specs = case.get("batch", [])
-                if not 1 <= n <= len(specs):
-                    raise AssertionError(f"the case has no batch {n}")
-                calls = parse_calls(specs[n - 1])
-                err = code_of(lambda: batches.__setitem__(n, sched.submit_batch(calls)))
-            elif verb in verbs:
-                for label in args:
-                    err = code_of(lambda: verbs[verb](sched, label))
-                    if err:
-                        break
-            elif verb == "approve-many":
-                err = code_of(lambda: sched.approve_many(args))
-            elif verb == "end-many":
-                outcomes = {"ok": "ok", "failed": "failed", "err": "failed", "error": "failed"}
-                ends = [(a.split("=")[0], outcomes[a.split("=")[1]]) for a in args]
-                err = code_of(lambda: sched.on_ended_many(ends))
-            elif verb == "end":
-                label, outcome = (args[0], args[1] if len(args) > 1 else "ok")
-                outcome = {"ok": "ok", "failed": "failed", "err": "failed", "error": "failed"}[outcome]
-                err = code_of(lambda: sched.on_ended(label, outcome))
-            elif verb == "cancel":
-                n = int(args[0])
-                err = code_of(lambda: sched.cancel_batch(batches.get(n, 2**32 - 1)))
-            elif verb == "restart":
-                unfinished = sched.unfinished()
-                sched = Scheduler.resume(policy, unfinished)
-                mapping = {old: i + 1 for i, (old, _) in enumerate(unfinished)}
-                batches = {n: mapping[b] for n, b in batches.items() if b in mapping}
-            elif verb == "inspect":
-                n = int(args[0])
-                got: list[str] = []
-                err = code_of(lambda: got.extend(inspect_line(s) for s in sched.inspect(batches.get(n, 2**32 - 1))))
-                if not err and got != step["inspect"]:
-                    raise AssertionError(f"inspect: want {step['inspect']}, got {got}")
-            else:
-                raise AssertionError(f"unknown event {verb!r}")
-            check_error(step.get("error"), err)
-            r = sched.next_releases()
-            settle = [settle_line(s.entry, s.reason) for s in r.settle]
-            if r.start != step.get("start", []) or settle != step.get("settle", []):
-                raise AssertionError(f"want start {step.get('start', [])} settle {step.get('settle', [])}, got start {r.start} settle {settle}")
+            if not isinstance(step, dict) or not isinstance(step.get("do"), str):
+                raise CaseError("a step needs `do`")
+            run(step)
         except Exception as e:
-            raise AssertionError(f"step {i + 1} `{step['do']}`: {e}") from e
+            raise AssertionError(f"step {i + 1} `{step.get('do') if isinstance(step, dict) else step}`: {e}") from e
 
 
 def case_files(paths: list[Path]) -> list[Path]:

@@ -1,9 +1,11 @@
 """Turnstile for Python: the tool-call scheduler component, run in wasmtime.
 
 `Policy.resolve(layers)` turns TOML layers into a validated policy (or raises `ConfigError` with
-every diagnostic); `Scheduler(policy)` schedules batches of tool calls; `Admission(...)` admits
-requests on one shared MCP connection; `run_batch` is the asyncio driver. Host mistakes raise
-`TurnstileError` with a stable `code`; nothing a host sends can trap the component.
+every diagnostic); `Scheduler(policy)` schedules batches of tool calls (`submit`, then one `step`
+per driver round); `Admission(...)` admits requests on one shared MCP connection; `run_batch` is
+the asyncio driver. A refused `submit`, `resume` or admission call raises a `TurnstileError`
+subclass with a stable `code`; `step` reports each refused input as data and applies the rest.
+Nothing a host sends can trap the component: values are checked before they cross.
 
 Each `Instance` is one independent instance of the component; the module-level classes use a
 default instance created on first use.
@@ -12,48 +14,102 @@ default instance created on first use.
 from __future__ import annotations
 
 from ._component import Instance, default_instance
-from .driver import CallOutcome, EntryOutcome, Execution, run_batch
+from .api import Admission, Policy, Scheduler
+from .driver import CallOutcome, EntryOutcome, Execution, OutcomeKind, run_batch
 from .types import (
     AdmissionClass,
+    AdmissionError,
+    AdmissionErrorCode,
+    BatchNotApproved,
+    Behind,
     Call,
     ConfigError,
     Diagnostic,
+    EntryState,
     EntryStatus,
-    Finished,
+    HostSettle,
+    InputErrorCode,
+    InputKind,
     KeyFull,
     Label,
-    Releases,
-    Settlement,
+    OnError,
+    Outcome,
+    Outputs,
+    Reason,
+    ReasonKind,
+    RefusedInput,
+    RefusedInputError,
+    ResumeError,
+    ResumeErrorCode,
+    Saved,
+    SavedBatch,
+    SavedCall,
+    SavedEntry,
+    SavedState,
+    Settled,
     ShutdownReport,
     Span,
+    Started,
+    SubmitError,
+    SubmitErrorCode,
+    Submitted,
     ToolPolicy,
     TurnstileError,
+    Unrestored,
+    UnrestoredCode,
+    Wait,
 )
-from .api import Admission, Policy, Scheduler, entry_labels
 
 __all__ = [
     "Admission",
     "AdmissionClass",
+    "AdmissionError",
+    "AdmissionErrorCode",
+    "BatchNotApproved",
+    "Behind",
     "Call",
     "CallOutcome",
     "ConfigError",
     "Diagnostic",
     "EntryOutcome",
+    "EntryState",
     "EntryStatus",
     "Execution",
-    "Finished",
+    "HostSettle",
+    "InputErrorCode",
+    "InputKind",
     "Instance",
     "KeyFull",
     "Label",
+    "OnError",
+    "Outcome",
+    "OutcomeKind",
+    "Outputs",
     "Policy",
-    "Releases",
+    "Reason",
+    "ReasonKind",
+    "RefusedInput",
+    "RefusedInputError",
+    "ResumeError",
+    "ResumeErrorCode",
+    "Saved",
+    "SavedBatch",
+    "SavedCall",
+    "SavedEntry",
+    "SavedState",
     "Scheduler",
-    "Settlement",
+    "Settled",
     "ShutdownReport",
     "Span",
+    "Started",
+    "SubmitError",
+    "SubmitErrorCode",
+    "Submitted",
     "ToolPolicy",
     "TurnstileError",
+    "Unrestored",
+    "UnrestoredCode",
+    "Wait",
     "default_instance",
-    "entry_labels",
     "run_batch",
 ]

@@ -11,8 +11,10 @@ from typing import Any, Callable, Optional
 from wasmtime import Engine, Store
 from wasmtime.component import Component, Linker
 
+from ._fastcall import bound_call
+
 PACKAGE = "turnstile:scheduler"
-VERSION = "0.1.0"
+VERSION = "0.2.0"
 
 _engine: Optional[Engine] = None
 _component: Optional[Component] = None
@@ -38,27 +40,48 @@ def _compiled() -> tuple[Engine, Component]:
 
 class Instance:
     """One instance of the component in its own store. Instances share nothing; a store is
-    not thread-safe, so use an instance from one thread (or one asyncio loop) at a time."""
+    not thread-safe, so use an instance from one thread (or one asyncio loop) at a time.
+
+    wasmtime-py lowers what it is given without checking ranges (an int wraps to the WIT width)
+    and a value it cannot lower (an unknown enum name) leaves the instance unusable. The classes
+    in `api` therefore check every value before it crosses; callers of `func` must do the same."""
 
     def __init__(self) -> None:
         engine, component = _compiled()
         self.store = Store(engine)
         self._instance = Linker(engine).instantiate(self.store, component)
-        self._funcs: dict[tuple[str, str], Any] = {}
+        self._funcs: dict[tuple[str, str], Callable[..., Any]] = {}
 
     def func(self, interface: str, name: str) -> Callable[..., Any]:
-        """The exported function `name` (`[method]scheduler.approve`) of `interface` (`scheduler`)."""
+        """The exported function `name` (`[method]scheduler.step`) of `interface` (`scheduler`),
+        bound to this instance's store."""
         key = (interface, name)
-        f = self._funcs.get(key)
-        if f is None:
+        bound = self._funcs.get(key)
+        if bound is None:
             iface = self._instance.get_export_index(self.store, f"{PACKAGE}/{interface}@{VERSION}")
+            if iface is None:
+                raise LookupError(f"the component exports no {PACKAGE}/{interface}@{VERSION}")
             index = self._instance.get_export_index(self.store, name, iface)
             if index is None:
                 raise LookupError(f"the component exports no {interface}.{name}")
             f = self._instance.get_func(self.store, index)
-            self._funcs[key] = f
-        store = self.store
-        return lambda *args: f(store, *args)
+            if f is None:
+                raise LookupError(f"{interface}.{name} is not a function")
+            store = self.store
+            fast = bound_call(f, store)
+            if fast is None:
+
+                def bound(*args: Any) -> Any:
+                    return f(store, *args)
+
+            else:
+                bound = fast
+            self._funcs[key] = bound
+        return bound
+
+    def drop(self, resource: Any) -> None:
+        """Runs a resource's destructor in the guest (its memory is reused)."""
+        resource.drop(self.store)
 
 
 _default: Optional[Instance] = None

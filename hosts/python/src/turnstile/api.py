@@ -1,46 +1,193 @@
-"""Policy, Scheduler and Admission: the WIT surface in snake_case, with typed values."""
+"""Policy, Scheduler and Admission: the WIT surface in snake_case, with typed values.
+
+Every value is checked here before it crosses into wasmtime-py: a wrong type raises TypeError,
+an int outside its WIT width or an unknown enum name raises ValueError. (wasmtime-py would wrap
+the int silently, and an unknown enum name makes the instance unusable.) The component then
+judges what the values mean: `submit`, `resume` and admission calls raise a `TurnstileError`
+subclass with a stable `code`; `step` returns each refused input as data.
+"""
 
 from __future__ import annotations
 
+from enum import Enum
 from types import SimpleNamespace
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, TypeVar, Union
+
+from wasmtime.component import Variant
 
 from ._component import Instance, default_instance
 from .types import (
     AdmissionClass,
+    AdmissionError,
+    AdmissionErrorCode,
+    BatchNotApproved,
+    Behind,
     Call,
     ConfigError,
     Diagnostic,
+    EntryState,
     EntryStatus,
-    Finished,
     HostSettle,
+    InputErrorCode,
+    InputKind,
     KeyFull,
     Label,
+    OnError,
     Outcome,
+    Outputs,
     Reason,
-    Releases,
-    Settlement,
+    ReasonKind,
+    RefusedInput,
+    ResumeError,
+    ResumeErrorCode,
+    Saved,
+    SavedBatch,
+    SavedCall,
+    SavedEntry,
+    SavedState,
+    Settled,
     ShutdownReport,
     Span,
+    Started,
+    SubmitError,
+    SubmitErrorCode,
+    Submitted,
     ToolPolicy,
-    TurnstileError,
+    Unrestored,
+    UnrestoredCode,
+    Wait,
 )
 
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
 
-def _get(record: Any, name: str) -> Any:
-    return getattr(record, name)
+E = TypeVar("E", bound=Enum)
+
+# ---------------------------------------------------------------------------------------------
+# Checks on the way in
 
 
-def _raise_if_error(result: Any) -> Any:
-    """`result<T, error>` comes back untagged (an error is a record with `code` and `message`),
-    except when T is a record too: then it is a `Variant` tagged `ok` or `err`."""
-    if getattr(result, "tag", None) in ("ok", "err") and hasattr(result, "payload"):
-        if result.tag == "err":
-            raise TurnstileError(result.payload.code, result.payload.message)
-        return result.payload
-    if result is not None and hasattr(result, "code") and hasattr(result, "message") and not isinstance(result, (list, int, str)):
-        raise TurnstileError(result.code, result.message)
-    return result
+def _uint(value: Any, bits: int, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if not 0 <= value < 1 << bits:
+        raise ValueError(f"{what} must be in 0..{(1 << bits) - 1}, not {value}")
+    return int(value)
+
+
+def _u32(value: Any, what: str) -> int:
+    return _uint(value, 32, what)
+
+
+def _u64(value: Any, what: str) -> int:
+    return _uint(value, 64, what)
+
+
+def _u64s(values: Iterable[Any], what: str) -> list[int]:
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{what} must be a sequence of ints, not {type(values).__name__}")
+    out = list(values)
+    for v in out:
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"{what} must hold ints, not {type(v).__name__}")
+    if out and (min(out) < 0 or max(out) > U64_MAX):
+        raise ValueError(f"{what} must hold numbers in 0..{U64_MAX}")
+    return out
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    return value
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def _enum(cls: type[E], value: Any, what: str) -> E:
+    """A member of `cls` from a member or its WIT name; ValueError for anything else."""
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a {cls.__name__} or str, not {type(value).__name__}")
+    try:
+        return cls(value)
+    except ValueError:
+        names = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
+        raise ValueError(f"{what} must be one of {names}, not {value!r}") from None
+
+
+def _lower_reason(r: Reason, what: str) -> Variant:
+    if not isinstance(r, Reason):
+        raise TypeError(f"{what} must be a Reason, not {type(r).__name__}")
+    kind = _enum(ReasonKind, r.kind, f"{what}.kind")
+    if kind is ReasonKind.STOPPED:
+        return Variant(kind.value, _u32(r.after, f"{what}.after"))
+    if r.after is not None:
+        raise ValueError(f"{what}.after is only for stopped")
+    return Variant(kind.value)
+
+
+def _lower_saved_entry(e: SavedEntry, what: str) -> SimpleNamespace:
+    if not isinstance(e, SavedEntry):
+        raise TypeError(f"{what} must be a SavedEntry, not {type(e).__name__}")
+    state = _enum(Saved, e.state, f"{what}.state")
+    # wasmtime-py passes `saved` untagged (its cases lift to distinct Python types): None is
+    # `started`, a str is `ended(outcome)`, a Variant is `settled(reason)`.
+    if state is Saved.STARTED:
+        wit: Any = None
+    elif state is Saved.ENDED:
+        wit = _enum(Outcome, e.outcome, f"{what}.outcome").value
+    else:
+        wit = _lower_reason(e.reason, f"{what}.reason")  # type: ignore[arg-type]
+    if (state is not Saved.ENDED and e.outcome is not None) or (state is not Saved.SETTLED and e.reason is not None):
+        raise ValueError(f"{what}: outcome goes with ended, reason with settled")
+    return SimpleNamespace(operation=_u32(e.operation, f"{what}.operation"), state=wit)
+
+
+def _lower_state(state: SavedState) -> SimpleNamespace:
+    if not isinstance(state, SavedState):
+        raise TypeError(f"state must be a SavedState, not {type(state).__name__}")
+    batches = []
+    for i, b in enumerate(state.batches):
+        w = f"state.batches[{i}]"
+        calls = []
+        for j, c in enumerate(b.calls):
+            wc = f"{w}.calls[{j}]"
+            ops = None if c.operations is None else _u32(c.operations, f"{wc}.operations")
+            calls.append(
+                SimpleNamespace(
+                    id=_str(c.id, f"{wc}.id"),
+                    tool=_str(c.tool, f"{wc}.tool"),
+                    operations=ops,
+                    entries=[_lower_saved_entry(e, f"{wc}.entries[{k}]") for k, e in enumerate(c.entries)],
+                )
+            )
+        batches.append(
+            SimpleNamespace(
+                batch=_u64(b.batch, f"{w}.batch"),
+                first=_u64(b.first, f"{w}.first"),
+                cancelled=_bool(b.cancelled, f"{w}.cancelled"),
+                calls=calls,
+            )
+        )
+    return SimpleNamespace(
+        **{
+            "version": _u32(state.version, "state.version"),
+            "policy": _u64(state.policy, "state.policy"),
+            "next-batch": _u64(state.next_batch, "state.next_batch"),
+            "next-entry": _u64(state.next_entry, "state.next_entry"),
+            "batches": batches,
+        }
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversions on the way out (see the WIT; wasmtime-py passes a variant untagged when its cases
+# lift to distinct Python types, and as a `Variant` otherwise)
 
 
 def _diagnostic(d: Any) -> Diagnostic:
@@ -48,7 +195,7 @@ def _diagnostic(d: Any) -> Diagnostic:
         Label(
             span=Span(
                 layer=l.span.layer,
-                layer_name=_get(l.span, "layer-name"),
+                layer_name=getattr(l.span, "layer-name"),
                 start=l.span.start,
                 end=l.span.end,
                 line=l.span.line,
@@ -61,31 +208,88 @@ def _diagnostic(d: Any) -> Diagnostic:
     return Diagnostic(d.code, d.message, list(d.path), list(d.tools), labels, d.help, d.rendered)
 
 
-def _reason(v: Any) -> Reason:
-    return Reason(v.tag, v.payload if v.tag == "stopped" else None)
-
-
-def _call(c: Call) -> SimpleNamespace:
-    return SimpleNamespace(
-        id=c.id,
-        tool=c.tool,
-        operations=c.operations,
-        finished=[SimpleNamespace(operation=f.operation, failed=f.failed) for f in c.finished],
+def _tool(t: Any) -> ToolPolicy:
+    c = t.concurrency
+    return ToolPolicy(
+        name=t.name,
+        key=c.key if c is not None else None,
+        limit=c.limit if c is not None else None,
+        fan_out=getattr(t, "fan-out"),
+        on_error=OnError(getattr(t, "on-error")),
     )
 
 
-def entry_labels(call: Call) -> list[str]:
-    """`id` for a plain call, `id#0` .. `id#(n-1)` for a fan-out call."""
-    if call.operations is None:
-        return [call.id]
-    return [f"{call.id}#{i}" for i in range(call.operations)]
+def _reason(v: Variant) -> Reason:
+    kind = ReasonKind(v.tag)
+    return Reason(kind, v.payload if kind is ReasonKind.STOPPED else None)
+
+
+def _wait(w: Any) -> Optional[Wait]:
+    # `wait` is untagged: u32, string and record lift to int, str and a Record.
+    if w is None:
+        return None
+    if isinstance(w, int):
+        return BatchNotApproved(w)
+    if isinstance(w, str):
+        return Behind(w)
+    return KeyFull(w.key, w.limit, list(w.running))
+
+
+def _status(s: Any) -> EntryStatus:
+    state = EntryState(s.state.tag)
+    outcome = Outcome(s.state.payload) if state is EntryState.ENDED else None
+    reason = _reason(s.state.payload) if state is EntryState.SETTLED else None
+    return EntryStatus(s.entry, s.label, s.tool, s.key, state, outcome, reason, _wait(s.wait))
+
+
+def _saved_entry(e: Any) -> SavedEntry:
+    v = e.state
+    if v is None:
+        return SavedEntry(e.operation, Saved.STARTED)
+    if isinstance(v, str):
+        return SavedEntry(e.operation, Saved.ENDED, outcome=Outcome(v))
+    return SavedEntry(e.operation, Saved.SETTLED, reason=_reason(v))
+
+
+def _saved_state(s: Any) -> SavedState:
+    return SavedState(
+        version=s.version,
+        policy=s.policy,
+        next_batch=getattr(s, "next-batch"),
+        next_entry=getattr(s, "next-entry"),
+        batches=[
+            SavedBatch(
+                b.batch,
+                b.first,
+                b.cancelled,
+                [SavedCall(c.id, c.tool, c.operations, [_saved_entry(e) for e in c.entries]) for c in b.calls],
+            )
+            for b in s.batches
+        ],
+    )
+
+
+def _outputs(o: Any) -> Outputs:
+    return Outputs(
+        start=o.start,
+        settle=[Settled(s.entry, _reason(s.reason)) for s in o.settle] if o.settle else [],
+        errors=[RefusedInput(InputKind(e.input), e.index, InputErrorCode(e.code), e.message) for e in o.errors]
+        if o.errors
+        else [],
+        retired=o.retired,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy
 
 
 LayerLike = Union[tuple[str, str], Any]
 
 
 class Policy:
-    """A validated config. Build one with `Policy.resolve`."""
+    """A validated config. Build one with `Policy.resolve`; immutable, and any number of
+    schedulers can be built from one."""
 
     def __init__(self, instance: Instance, resource: Any) -> None:
         self.instance = instance
@@ -93,12 +297,13 @@ class Policy:
 
     @classmethod
     def resolve(cls, layers: Iterable[LayerLike], instance: Optional[Instance] = None) -> "Policy":
-        """Resolves `(name, text)` layers, lowest precedence first; raises `ConfigError`."""
+        """Resolves `(name, text)` layers (or objects with `.name` and `.text`), lowest
+        precedence first; raises `ConfigError` with every diagnostic."""
         inst = instance or default_instance()
         wit = []
-        for layer in layers:
+        for i, layer in enumerate(layers):
             name, text = layer if isinstance(layer, tuple) else (layer.name, layer.text)
-            wit.append(SimpleNamespace(name=name, text=text))
+            wit.append(SimpleNamespace(name=_str(name, f"layers[{i}].name"), text=_str(text, f"layers[{i}].text")))
         result = inst.func("config", "[static]policy.resolve")(wit)
         if isinstance(result, list):
             raise ConfigError([_diagnostic(d) for d in result])
@@ -106,201 +311,218 @@ class Policy:
 
     def tool(self, name: str) -> ToolPolicy:
         """A tool's policy; an unconfigured tool is unbounded without fan-out."""
-        return _tool(self.instance.func("config", "[method]policy.tool")(self._resource, name))
+        return _tool(self.instance.func("config", "[method]policy.tool")(self._resource, _str(name, "name")))
 
     def tools(self) -> list[ToolPolicy]:
         """Every configured tool, in configuration order."""
         return [_tool(t) for t in self.instance.func("config", "[method]policy.tools")(self._resource)]
+
+    def close(self) -> None:
+        """Frees the policy in the component; schedulers built from it keep working."""
+        self.instance.drop(self._resource)
 
     @property
     def resource(self) -> Any:
         return self._resource
 
 
-def _tool(t: Any) -> ToolPolicy:
-    c = t.concurrency
-    return ToolPolicy(
-        name=t.name,
-        key=c.key if c is not None else None,
-        limit=c.limit if c is not None else None,
-        fan_out=_get(t, "fan-out"),
-        on_error=_get(t, "on-error"),
-    )
+# ---------------------------------------------------------------------------------------------
+# Scheduler
 
 
 class Scheduler:
-    """The RFD 129 scheduler. Inputs raise `TurnstileError` on a host mistake and change
-    nothing; drain `next_releases()` after each input."""
+    """The RFD 129 scheduler, sans-IO: `submit` adds a batch, `step` takes everything that
+    happened since the last step and says what to start, `label`, `inspect` and `unfinished`
+    are queries. A batch's entries are the numbers `Submitted.entries`; numbers are never
+    handed out twice, so a stale one is refused, never confused with another entry."""
 
     def __init__(self, policy: Policy) -> None:
-        self.instance = policy.instance
-        self._f = lambda name: self.instance.func("scheduler", f"[method]scheduler.{name}")
-        self._resource = self.instance.func("scheduler", "[constructor]scheduler")(policy.resource)
+        self._bind(policy.instance)
+        self._resource = policy.instance.func("scheduler", "[constructor]scheduler")(policy.resource)
+
+    def _bind(self, instance: Instance) -> None:
+        self.instance = instance
+        method = lambda name: instance.func("scheduler", f"[method]scheduler.{name}")  # noqa: E731
+        self._submit = method("submit")
+        self._step = method("step")
+        self._label = method("label")
+        self._inspect = method("inspect")
+        self._unfinished = method("unfinished")
 
     @classmethod
-    def resume(cls, policy: Policy, state: Sequence[tuple[int, Sequence[Call]]]) -> "Scheduler":
-        """Imports what `unfinished()` exported: a fresh scheduler with each batch submitted
-        again (after a crash or a restart); batches are renumbered from 1."""
+    def resume(cls, policy: Policy, state: SavedState, *, started: Started) -> tuple["Scheduler", list[Unrestored]]:
+        """Imports what `unfinished` exported into a fresh scheduler under `policy` (the same or
+        a changed one). Every live batch keeps its numbers; what ended or was settled keeps its
+        response; what was pending or approved is pending; what had started is pending again or
+        settled as interrupted, as `started` says. Returns the scheduler and the calls the
+        policy no longer allows (the host answers those itself); raises `ResumeError` when the
+        state as a whole is refused."""
+        how = _enum(Started, started, "started")
+        wit = _lower_state(state)
+        result = policy.instance.func("scheduler", "[static]scheduler.resume")(policy.resource, wit, how.value)
+        # result<tuple<scheduler, list<unrestored>>, resume-error> lifts untagged: a tuple or a Record.
+        if not isinstance(result, tuple):
+            raise ResumeError(ResumeErrorCode(result.code), result.message)
+        resource, unrestored = result
         self = cls.__new__(cls)
-        self.instance = policy.instance
-        self._f = lambda name: self.instance.func("scheduler", f"[method]scheduler.{name}")
-        wit = [SimpleNamespace(batch=b, calls=[_call(c) for c in calls]) for b, calls in state]
-        self._resource = _raise_if_error(self.instance.func("scheduler", "[static]scheduler.resume")(policy.resource, wit))
-        return self
+        self._bind(policy.instance)
+        self._resource = resource
+        return self, [Unrestored(u.batch, u.call, UnrestoredCode(u.code), u.message) for u in unrestored]
 
-    def submit_batch(self, calls: Sequence[Call]) -> int:
-        """Submits a batch; returns its id. Batches without finished operations and without
-        newlines in ids or tools cross in the packed form (two strings and a list of ints), which
-        wasmtime-py converts far faster than one record per call."""
-        packable = bool(calls) and all(
-            not c.finished and "\n" not in c.id and "\n" not in c.tool and c.operations != 0 for c in calls
-        )
-        if packable:
-            return _raise_if_error(
-                self._f("submit-packed")(
-                    self._resource,
-                    "\n".join(c.id for c in calls),
-                    "\n".join(c.tool for c in calls),
-                    [c.operations or 0 for c in calls],
-                )
+    def submit(self, calls: Sequence[Call]) -> Submitted:
+        """Adds a batch of calls in written order, all or nothing; raises `SubmitError`.
+
+        The calls cross packed: ids and tools newline-joined, one operation count per call (0
+        for a plain call). So a newline in an id or tool is refused here as `invalid-id`, and a
+        fan-out envelope of 0 operations (which would read as a plain call) as
+        `invalid-operations`."""
+        ids, tools, operations = [], [], []
+        for i, c in enumerate(calls):
+            if not isinstance(c, Call):
+                raise TypeError(f"calls[{i}] must be a Call, not {type(c).__name__}")
+            cid, tool = _str(c.id, f"calls[{i}].id"), _str(c.tool, f"calls[{i}].tool")
+            if "\n" in cid or "\n" in tool:
+                raise SubmitError(SubmitErrorCode.INVALID_ID, f"calls[{i}]: an id or tool name has a newline")
+            if c.operations is None:
+                operations.append(0)
+            else:
+                n = _u32(c.operations, f"calls[{i}].operations")
+                if n == 0:
+                    raise SubmitError(SubmitErrorCode.INVALID_OPERATIONS, f"calls[{i}] ({cid}): a fan-out envelope of no operations")
+                operations.append(n)
+            ids.append(cid)
+            tools.append(tool)
+        result = self._submit(self._resource, "\n".join(ids), "\n".join(tools), operations)
+        # result<submitted, submit-error>: two records, so it lifts tagged.
+        if result.tag == "err":
+            raise SubmitError(SubmitErrorCode(result.payload.code), result.payload.message)
+        r = result.payload
+        return Submitted(r.batch, r.first, r.count)
+
+    def step(
+        self,
+        *,
+        approve: Sequence[int] = (),
+        settle: Sequence[tuple[int, HostSettle]] = (),
+        ask: Sequence[int] = (),
+        answer: Sequence[int] = (),
+        ok: Sequence[int] = (),
+        failed: Sequence[int] = (),
+        cancel: Sequence[int] = (),
+    ) -> Outputs:
+        """One driver round: every input since the last step (entry numbers; batch numbers for
+        `cancel`; `(entry, how)` pairs for `settle`). Inputs apply in the order of the keywords
+        above, each list in order, and each on its own: a refused one is reported in
+        `Outputs.errors` with its list and position and changes nothing; every other input
+        still applies. Returns what to start, what the scheduler settled, and which batches
+        retired."""
+        settlements = []
+        for i, pair in enumerate(settle):
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise TypeError(f"settle[{i}] must be an (entry, how) pair")
+            entry, how = pair
+            settlements.append(
+                SimpleNamespace(entry=_u64(entry, f"settle[{i}] entry"), how=_enum(HostSettle, how, f"settle[{i}] how").value)
             )
-        return _raise_if_error(self._f("submit-batch")(self._resource, [_call(c) for c in calls]))
-
-    def submit_packed(self, ids: Sequence[str], tools: Sequence[str], operations: Sequence[int]) -> int:
-        """The WIT's `submit-packed`: ids and tools joined by newlines, 0 operations for a plain
-        call. `submit_batch` picks it by itself when it can."""
-        return _raise_if_error(
-            self._f("submit-packed")(self._resource, "\n".join(ids), "\n".join(tools), list(operations))
+        inputs = SimpleNamespace(
+            approve=_u64s(approve, "approve"),
+            settle=settlements,
+            ask=_u64s(ask, "ask"),
+            answer=_u64s(answer, "answer"),
+            ok=_u64s(ok, "ok"),
+            failed=_u64s(failed, "failed"),
+            cancel=_u64s(cancel, "cancel"),
         )
+        return _outputs(self._step(self._resource, inputs))
 
-    def approve(self, entry: str) -> None:
-        _raise_if_error(self._f("approve")(self._resource, entry))
+    def label(self, entry: int) -> Optional[str]:
+        """`call` or `call#i` for a live entry; None when no live entry has this number."""
+        return self._label(self._resource, _u64(entry, "entry"))
 
-    def approve_many(self, entries: Sequence[str]) -> None:
-        """Approves several entries in one crossing, all or nothing."""
-        _raise_if_error(self._f("approve-many")(self._resource, list(entries)))
+    def inspect(self, batch: int) -> Optional[list[EntryStatus]]:
+        """Every entry of a live batch in written order, with why each approved one waits; None
+        when no live batch has this number."""
+        result = self._inspect(self._resource, _u64(batch, "batch"))
+        return None if result is None else [_status(s) for s in result]
 
-    def on_ended_many(self, ends: Sequence[tuple[str, Outcome]]) -> None:
-        """Reports several ends in one crossing, all or nothing."""
-        wit = [SimpleNamespace(entry=e, outcome=o) for e, o in ends]
-        _raise_if_error(self._f("on-ended-many")(self._resource, wit))
+    def unfinished(self) -> SavedState:
+        """The state to persist (every live batch), for `Scheduler.resume`."""
+        return _saved_state(self._unfinished(self._resource))
 
-    def batch_entries(self, batch: int) -> tuple[int, int]:
-        """The ids of a batch's entries: `(first, count)`, in written order."""
-        r = _raise_if_error(self._f("batch-entries")(self._resource, batch))
-        return r.first, r.count
-
-    def approve_ids(self, entries: Sequence[int]) -> None:
-        """`approve_many` by entry id: a list of ints, no strings."""
-        _raise_if_error(self._f("approve-ids")(self._resource, list(entries)))
-
-    def on_ended_ids(self, ok: Sequence[int], failed: Sequence[int] = ()) -> None:
-        """`on_ended_many` by entry id: every `ok` entry, then every `failed` one."""
-        _raise_if_error(self._f("on-ended-ids")(self._resource, list(ok), list(failed)))
-
-    def next_release_ids(self) -> tuple[list[int], list[tuple[int, Reason]]]:
-        """`next_releases` by entry id; both drain the same queue."""
-        return self._ids(self._f("next-release-ids")(self._resource))
-
-    def approve_next(self, entries: Sequence[int]) -> tuple[list[int], list[tuple[int, Reason]]]:
-        """`approve_ids` then `next_release_ids`, in one crossing."""
-        return self._ids(_raise_if_error(self._f("approve-next")(self._resource, list(entries))))
-
-    def on_ended_next(self, ok: Sequence[int], failed: Sequence[int] = ()) -> tuple[list[int], list[tuple[int, Reason]]]:
-        """`on_ended_ids` then `next_release_ids`, in one crossing: a driver's whole round."""
-        return self._ids(_raise_if_error(self._f("on-ended-next")(self._resource, list(ok), list(failed))))
-
-    @staticmethod
-    def _ids(r: Any) -> tuple[list[int], list[tuple[int, Reason]]]:
-        return list(r.start), [(x.entry, _reason(x.reason)) for x in r.settle]
-
-    def label(self, entry: int) -> str:
-        return _raise_if_error(self._f("label")(self._resource, entry))
-
-    def settle(self, entry: str, how: HostSettle) -> None:
-        _raise_if_error(self._f("settle")(self._resource, entry, how))
-
-    def begin_question(self, entry: str) -> None:
-        _raise_if_error(self._f("begin-question")(self._resource, entry))
-
-    def end_question(self, entry: str) -> None:
-        _raise_if_error(self._f("end-question")(self._resource, entry))
-
-    def on_ended(self, entry: str, outcome: Outcome) -> None:
-        _raise_if_error(self._f("on-ended")(self._resource, entry, outcome))
-
-    def cancel_batch(self, batch: int) -> None:
-        _raise_if_error(self._f("cancel-batch")(self._resource, batch))
-
-    def next_releases(self) -> Releases:
-        r = self._f("next-releases")(self._resource)
-        return Releases(list(r.start), [Settlement(s.entry, _reason(s.reason)) for s in r.settle])
-
-    def inspect(self, batch: int) -> list[EntryStatus]:
-        result = _raise_if_error(self._f("inspect")(self._resource, batch))
-        return [_status(s) for s in result]
-
-    def unfinished(self) -> list[tuple[int, list[Call]]]:
-        out = []
-        for b in self._f("unfinished")(self._resource):
-            calls = [
-                Call(c.id, c.tool, c.operations, [Finished(f.operation, f.failed) for f in c.finished])
-                for c in b.calls
-            ]
-            out.append((b.batch, calls))
-        return out
+    def close(self) -> None:
+        """Frees the scheduler in the component; it must not be used afterwards."""
+        self.instance.drop(self._resource)
 
 
-def _status(s: Any) -> EntryStatus:
-    tag, payload = s.state.tag, s.state.payload
-    reason = None
-    if tag == "ended":
-        state = f"ended-{payload}"
-    elif tag == "settled":
-        reason = _reason(payload)
-        state = reason.kind
-    else:
-        state = tag
-    wait: Any = None
-    if s.wait is not None:
-        # wasmtime-py passes a variant whose cases have distinct payload types untagged: the
-        # payload alone (int, str or record) says which case it is.
-        w = s.wait
-        tag, val = (w.tag, w.payload) if hasattr(w, "tag") else (
-            "batch-not-approved" if isinstance(w, int) else "behind" if isinstance(w, str) else "key-full",
-            w,
-        )
-        if tag == "key-full":
-            wait = ("key-full", KeyFull(val.key, val.limit, list(val.running)))
-        else:
-            wait = (tag, val)
-    return EntryStatus(s.entry, s.tool, s.key, state, reason, wait)
+# ---------------------------------------------------------------------------------------------
+# Admission
 
 
 class Admission:
-    """Admission control for one MCP connection (one binding)."""
+    """Admission control for one binding (one shared MCP connection). `begin` returns a ticket
+    no other request of the controller ever gets; `end` and `abandon` take it."""
 
     def __init__(self, max_concurrent: int, allow_parallel: bool = False, instance: Optional[Instance] = None) -> None:
-        self.instance = instance or default_instance()
-        self._f = lambda name: self.instance.func("admission", f"[method]admission.{name}")
-        config = SimpleNamespace(**{"max-concurrent": max(0, min(max_concurrent, 2**32 - 1)), "allow-parallel": allow_parallel})
-        self._resource = self.instance.func("admission", "[constructor]admission")(config)
+        """`max_concurrent` bounds requests over every class (the component clamps it to at
+        least 1); tool calls run one at a time unless `allow_parallel`."""
+        self.instance = inst = instance or default_instance()
+        config = SimpleNamespace(
+            **{
+                "max-concurrent": _u32(max_concurrent, "max_concurrent"),
+                "allow-parallel": _bool(allow_parallel, "allow_parallel"),
+            }
+        )
+        self._resource = inst.func("admission", "[constructor]admission")(config)
+        method = lambda name: inst.func("admission", f"[method]admission.{name}")  # noqa: E731
+        self._begin = method("begin")
+        self._end = method("end")
+        self._abandon = method("abandon")
+        self._shutdown = method("shutdown")
+        self._next = method("next-admissions")
+        self._in_flight = method("in-flight")
 
-    def begin(self, id: str, cls: AdmissionClass, parent: Optional[str] = None) -> None:
-        _raise_if_error(self._f("begin")(self._resource, id, cls, parent))
+    def begin(self, id: str, cls: AdmissionClass, parent: Optional[int] = None) -> int:
+        """Asks to admit a request (`id` names it in messages and is unique among live
+        requests); it is admitted now or queued, and `next_admissions` reports it either way.
+        `parent` is the ticket of the in-flight call a re-entrant call descends from. Returns
+        the request's ticket; raises `AdmissionError`."""
+        klass = _enum(AdmissionClass, cls, "cls")
+        p = None if parent is None else _u64(parent, "parent")
+        result = self._begin(self._resource, _str(id, "id"), klass.value, p)
+        # result<u64, error> lifts untagged: an int or a Record.
+        if not isinstance(result, int):
+            raise AdmissionError(AdmissionErrorCode(result.code), result.message)
+        return result
 
-    def end(self, id: str) -> None:
-        _raise_if_error(self._f("end")(self._resource, id))
+    def end(self, ticket: int) -> None:
+        """An admitted request finished; its budget and lock are returned."""
+        self._check(self._end(self._resource, _u64(ticket, "ticket")))
 
-    def abandon(self, id: str) -> None:
-        _raise_if_error(self._f("abandon")(self._resource, id))
+    def abandon(self, ticket: int) -> None:
+        """A request gave up before the host learned it was admitted (queued, or admitted but
+        not yet drained from `next_admissions`); it consumed nothing."""
+        self._check(self._abandon(self._resource, _u64(ticket, "ticket")))
 
     def shutdown(self) -> ShutdownReport:
-        r = self._f("shutdown")(self._resource)
+        """Refuses all further work; reports the tickets in flight (to cancel, each still needs
+        its `end`) and the tickets that were queued (refused)."""
+        r = self._shutdown(self._resource)
         return ShutdownReport(list(r.cancel), list(r.refused))
 
-    def next_admissions(self) -> list[str]:
-        return list(self._f("next-admissions")(self._resource))
+    def next_admissions(self) -> list[int]:
+        """Drains the tickets admitted since the last call, in admission order."""
+        return self._next(self._resource)
 
     def in_flight(self) -> int:
-        return self._f("in-flight")(self._resource)
+        """Requests in flight now (for diagnostics only)."""
+        return self._in_flight(self._resource)
+
+    def close(self) -> None:
+        """Frees the controller in the component; it must not be used afterwards."""
+        self.instance.drop(self._resource)
+
+    @staticmethod
+    def _check(result: Any) -> None:
+        # result<_, error> lifts untagged: None or a Record.
+        if result is not None:
+            raise AdmissionError(AdmissionErrorCode(result.code), result.message)

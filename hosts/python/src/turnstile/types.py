@@ -1,13 +1,167 @@
-"""The typed values that cross the API: frozen dataclasses mirroring the WIT records."""
+"""The typed values that cross the API: enums and frozen dataclasses mirroring the WIT.
+
+Enums are `str` enums whose values are the WIT's names (`Outcome.OK == "ok"`), so a value read
+from JSON or a log compares equal to its member. Entry, batch and ticket numbers are plain
+`int`s (WIT `u64`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Union
+from enum import Enum
+from typing import Any, Optional, Union
 
-AdmissionClass = Literal["call", "request", "control", "reentrant"]
-Outcome = Literal["ok", "failed"]
-HostSettle = Literal["rejected", "skipped", "failed"]
+# ---------------------------------------------------------------------------------------------
+# Enums
+
+
+class OnError(str, Enum):
+    """What a failed operation does to the later operations of its call."""
+
+    CONTINUE = "continue"
+    STOP = "stop"
+
+
+class HostSettle(str, Enum):
+    """How the host settles a pending entry without running it."""
+
+    REJECTED = "rejected"
+    """The user declined it."""
+    SKIPPED = "skipped"
+    """A remembered "no" or `run = "skip"`."""
+    FAILED = "failed"
+    """Failed before running: formatter error, unavailable tool, malformed envelope."""
+
+
+class Outcome(str, Enum):
+    """How an execution ended."""
+
+    OK = "ok"
+    FAILED = "failed"
+
+
+class ReasonKind(str, Enum):
+    """Why an entry was settled without (or after losing) its execution."""
+
+    REJECTED = "rejected"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STOPPED = "stopped"
+    """Stopped after a failed operation of its call (`Reason.after` says which)."""
+    INTERRUPTED = "interrupted"
+    """It had started when the state was exported and was not run again on `resume`."""
+
+
+class Started(str, Enum):
+    """What `Scheduler.resume` does with entries that had started and have no response."""
+
+    RUN_AGAIN = "run-again"
+    """They are pending again and run again once approved (RFD 129)."""
+    INTERRUPT = "interrupt"
+    """They are settled as interrupted (the first `step` reports them)."""
+
+
+class InputKind(str, Enum):
+    """Which list of `Scheduler.step`'s inputs an input was in."""
+
+    APPROVE = "approve"
+    SETTLE = "settle"
+    ASK = "ask"
+    ANSWER = "answer"
+    OK = "ok"
+    FAILED = "failed"
+    CANCEL = "cancel"
+
+
+class InputErrorCode(str, Enum):
+    """Why one input of a `step` was refused; it changed nothing."""
+
+    UNKNOWN_ENTRY = "unknown-entry"
+    UNKNOWN_BATCH = "unknown-batch"
+    ALREADY_DECIDED = "already-decided"
+    NOT_RUNNING = "not-running"
+    NOT_ASKING = "not-asking"
+    ALREADY_ENDED = "already-ended"
+    BATCH_CANCELLED = "batch-cancelled"
+
+
+class SubmitErrorCode(str, Enum):
+    """Why `Scheduler.submit` refused a batch; it changed nothing."""
+
+    EMPTY_BATCH = "empty-batch"
+    INVALID_ID = "invalid-id"
+    DUPLICATE_ID = "duplicate-id"
+    NOT_FAN_OUT = "not-fan-out"
+    INVALID_OPERATIONS = "invalid-operations"
+    TOO_LARGE = "too-large"
+
+
+class ResumeErrorCode(str, Enum):
+    """Why `Scheduler.resume` refused a state as a whole."""
+
+    UNSUPPORTED_VERSION = "unsupported-version"
+    TOO_LARGE = "too-large"
+
+
+class UnrestoredCode(str, Enum):
+    """Why `Scheduler.resume` could not restore one call."""
+
+    INVALID_OPERATIONS = "invalid-operations"
+    INVALID_ID = "invalid-id"
+    DUPLICATE_ID = "duplicate-id"
+    INVALID_NUMBERS = "invalid-numbers"
+
+
+class EntryState(str, Enum):
+    """Where an entry is (`EntryStatus.state`)."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    RUNNING = "running"
+    ASKING = "asking"
+    ENDED = "ended"
+    """`EntryStatus.outcome` says how."""
+    SETTLED = "settled"
+    """`EntryStatus.reason` says why."""
+
+
+class Saved(str, Enum):
+    """An entry's state in an exported state (`SavedEntry.state`)."""
+
+    STARTED = "started"
+    """Running or asking at export: it started and has no response."""
+    ENDED = "ended"
+    """`SavedEntry.outcome` says how."""
+    SETTLED = "settled"
+    """`SavedEntry.reason` says why."""
+
+
+class AdmissionClass(str, Enum):
+    """The kind of work an admission request is."""
+
+    CALL = "call"
+    REQUEST = "request"
+    CONTROL = "control"
+    REENTRANT = "reentrant"
+
+
+class AdmissionErrorCode(str, Enum):
+    """Why an admission call was refused; it changed nothing."""
+
+    SHUTDOWN = "shutdown"
+    DUPLICATE_REQUEST = "duplicate-request"
+    UNKNOWN_REQUEST = "unknown-request"
+    INVALID_ID = "invalid-id"
+    INVALID_PARENT = "invalid-parent"
+    WOULD_DEADLOCK = "would-deadlock"
+    NOT_ADMITTED = "not-admitted"
+    NOT_QUEUED = "not-queued"
+    TOO_MANY = "too-many"
+
+
+# ---------------------------------------------------------------------------------------------
+# Config
 
 
 @dataclass(frozen=True)
@@ -41,6 +195,21 @@ class Diagnostic:
     rendered: str
 
 
+@dataclass(frozen=True)
+class ToolPolicy:
+    """A tool's resolved policy; `key` and `limit` are None when it is unbounded."""
+
+    name: str
+    key: Optional[str]
+    limit: Optional[int]
+    fan_out: bool
+    on_error: OnError
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
 class ConfigError(Exception):
     """The layers did not resolve; `diagnostics` holds every problem found."""
 
@@ -50,89 +219,301 @@ class ConfigError(Exception):
 
 
 class TurnstileError(Exception):
-    """A host mistake (unknown entry, ended twice, ...): the call changed nothing."""
+    """A refused call: it changed nothing. `code` is stable; each subclass narrows its type."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
+    code: Any
+
+    def __init__(self, code: Any, message: str) -> None:
+        super().__init__(f"{code.value if isinstance(code, Enum) else code}: {message}")
         self.code = code
         self.message = message
 
 
-@dataclass(frozen=True)
-class ToolPolicy:
-    """A tool's resolved policy; `key` and `limit` are None when it is unbounded."""
+class SubmitError(TurnstileError):
+    """`Scheduler.submit` refused the batch."""
 
-    name: str
-    key: Optional[str]
-    limit: Optional[int]
-    fan_out: bool
-    on_error: Literal["continue", "stop"]
+    code: SubmitErrorCode
 
 
-@dataclass(frozen=True)
-class Finished:
-    """An operation that already has a response (after a restart)."""
+class ResumeError(TurnstileError):
+    """`Scheduler.resume` refused the state as a whole."""
 
-    operation: int
-    failed: bool
+    code: ResumeErrorCode
+
+
+class AdmissionError(TurnstileError):
+    """An admission call was refused."""
+
+    code: AdmissionErrorCode
+
+
+class RefusedInputError(TurnstileError):
+    """Raised by the driver (`run_batch`) when one of its batch's inputs was refused; `refused`
+    is the scheduler's report. `Scheduler.step` itself never raises it: it returns refusals as
+    data."""
+
+    code: InputErrorCode
+
+    def __init__(self, refused: "RefusedInput") -> None:
+        super().__init__(refused.code, f"{refused.input.value} #{refused.index}: {refused.message}")
+        self.refused = refused
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduler
 
 
 @dataclass(frozen=True)
 class Call:
-    """A call as the model wrote it; `operations` makes it a fan-out envelope of that many."""
+    """A call as the model wrote it. `operations` makes it a fan-out envelope of that many
+    operations (each its own entry); None is a plain call (one entry)."""
 
     id: str
     tool: str
     operations: Optional[int] = None
-    finished: list[Finished] = field(default_factory=list)
+
+    def labels(self) -> list[str]:
+        """The labels of its entries in written order: `id`, or `id#0` .. `id#(n-1)`."""
+        if self.operations is None:
+            return [self.id]
+        return [f"{self.id}#{i}" for i in range(self.operations)]
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A batch as `submit` numbered it: entries `first .. first + count - 1` in written order."""
+
+    batch: int
+    first: int
+    count: int
+
+    @property
+    def entries(self) -> range:
+        """The batch's entry numbers, in written order."""
+        return range(self.first, self.first + self.count)
 
 
 @dataclass(frozen=True)
 class Reason:
-    """Why an entry was settled: rejected, skipped, failed, cancelled, or stopped (after N)."""
+    """Why an entry was settled; `after` is the one-based position of the failed operation a
+    stopped entry was stopped after (None for every other kind)."""
 
-    kind: Literal["rejected", "skipped", "failed", "cancelled", "stopped"]
+    kind: ReasonKind
     after: Optional[int] = None
 
 
 @dataclass(frozen=True)
-class Settlement:
-    entry: str
+class Settled:
+    """An entry the scheduler settled, with why; it needs its response."""
+
+    entry: int
     reason: Reason
 
 
 @dataclass(frozen=True)
-class Releases:
-    """What to start now, and what the scheduler settled."""
+class RefusedInput:
+    """A refused input of a `step` (WIT `input-error`): its list, its position there, and why.
+    It changed nothing; every other input applied."""
 
-    start: list[str]
-    settle: list[Settlement]
+    input: InputKind
+    index: int
+    code: InputErrorCode
+    message: str
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What one `step` decided. `start` and `settle` are in (batch, written) order; every entry
+    appears in them at most once over its life."""
+
+    start: list[int]
+    """Entries to start now."""
+    settle: list[Settled]
+    """Entries the scheduler settled (cancelled, stopped, interrupted)."""
+    errors: list[RefusedInput]
+    """Inputs that were refused."""
+    retired: list[int]
+    """Batches whose every entry now has a response: their numbers are retired."""
+
+
+@dataclass(frozen=True)
+class BatchNotApproved:
+    """Its batch still has `pending` pending entries."""
+
+    pending: int
 
 
 @dataclass(frozen=True)
 class KeyFull:
+    """Its key is full; `running` are the labels of the executions holding its slots."""
+
     key: str
     limit: int
     running: list[str]
 
 
-Wait = Union[tuple[Literal["batch-not-approved"], int], tuple[Literal["key-full"], KeyFull], tuple[Literal["behind"], str]]
+@dataclass(frozen=True)
+class Behind:
+    """An earlier entry with its key (`label`) has not started yet."""
+
+    label: str
+
+
+Wait = Union[BatchNotApproved, KeyFull, Behind]
+"""Why an approved entry waits."""
 
 
 @dataclass(frozen=True)
 class EntryStatus:
-    """One entry: `state` is pending, approved, running, asking, ended-ok, ended-failed, or a
-    settlement reason (with `reason`); `wait` says why an approved entry waits."""
+    """One entry as `inspect` reports it. `outcome` is set when `state` is ENDED, `reason`
+    when it is SETTLED; `wait` says why an approved entry waits."""
 
-    entry: str
+    entry: int
+    label: str
     tool: str
     key: Optional[str]
-    state: str
-    reason: Optional[Reason]
-    wait: Optional[Wait]
+    state: EntryState
+    outcome: Optional[Outcome] = None
+    reason: Optional[Reason] = None
+    wait: Optional[Wait] = None
+
+
+@dataclass(frozen=True)
+class SavedEntry:
+    """One entry of a saved call: its operation index (0 for a plain call) and state.
+    `outcome` is set when `state` is ENDED, `reason` when it is SETTLED."""
+
+    operation: int
+    state: Saved
+    outcome: Optional[Outcome] = None
+    reason: Optional[Reason] = None
+
+
+@dataclass(frozen=True)
+class SavedCall:
+    """A call of a live batch; `operations` is None for a plain call. Entries not listed were
+    pending or approved."""
+
+    id: str
+    tool: str
+    operations: Optional[int]
+    entries: list[SavedEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SavedBatch:
+    batch: int
+    first: int
+    cancelled: bool
+    calls: list[SavedCall]
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """A scheduler's state as `unfinished` exports it, for `Scheduler.resume`. Persist it with
+    `to_dict()` (plain JSON types) and read it back with `from_dict`."""
+
+    version: int
+    policy: int
+    next_batch: int
+    next_entry: int
+    batches: list[SavedBatch]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dicts, lists, strings, ints and None: ready for `json.dumps`."""
+        return {
+            "version": self.version,
+            "policy": self.policy,
+            "next_batch": self.next_batch,
+            "next_entry": self.next_entry,
+            "batches": [
+                {
+                    "batch": b.batch,
+                    "first": b.first,
+                    "cancelled": b.cancelled,
+                    "calls": [
+                        {
+                            "id": c.id,
+                            "tool": c.tool,
+                            "operations": c.operations,
+                            "entries": [_saved_entry_dict(e) for e in c.entries],
+                        }
+                        for c in b.calls
+                    ],
+                }
+                for b in self.batches
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SavedState":
+        """The inverse of `to_dict`; raises KeyError, TypeError or ValueError on a malformed
+        dict (values are checked again when they cross into the component)."""
+        return cls(
+            version=d["version"],
+            policy=d["policy"],
+            next_batch=d["next_batch"],
+            next_entry=d["next_entry"],
+            batches=[
+                SavedBatch(
+                    batch=b["batch"],
+                    first=b["first"],
+                    cancelled=b["cancelled"],
+                    calls=[
+                        SavedCall(
+                            id=c["id"],
+                            tool=c["tool"],
+                            operations=c["operations"],
+                            entries=[_saved_entry_from_dict(e) for e in c["entries"]],
+                        )
+                        for c in b["calls"]
+                    ],
+                )
+                for b in d["batches"]
+            ],
+        )
+
+
+def _saved_entry_dict(e: SavedEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {"operation": e.operation, "state": Saved(e.state).value}
+    if e.outcome is not None:
+        out["outcome"] = Outcome(e.outcome).value
+    if e.reason is not None:
+        out["reason"] = ReasonKind(e.reason.kind).value
+        if e.reason.after is not None:
+            out["after"] = e.reason.after
+    return out
+
+
+def _saved_entry_from_dict(d: dict[str, Any]) -> SavedEntry:
+    outcome = d.get("outcome")
+    reason = d.get("reason")
+    return SavedEntry(
+        operation=d["operation"],
+        state=Saved(d["state"]),
+        outcome=None if outcome is None else Outcome(outcome),
+        reason=None if reason is None else Reason(ReasonKind(reason), d.get("after")),
+    )
+
+
+@dataclass(frozen=True)
+class Unrestored:
+    """A call `resume` left out; the host answers it itself."""
+
+    batch: int
+    call: str
+    code: UnrestoredCode
+    message: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Admission
 
 
 @dataclass(frozen=True)
 class ShutdownReport:
-    cancel: list[str]
-    refused: list[str]
+    """By ticket: in-flight requests to cancel (each still needs its `end`) and queued requests
+    refused (their tickets are retired)."""
+
+    cancel: list[int]
+    refused: list[int]

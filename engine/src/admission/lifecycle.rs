@@ -1,0 +1,282 @@
+//! The only place a request's state changes, and the admission pass.
+//!
+//! ```text
+//! begin ─▶ Queued ──admit──▶ Admitted ──next_admissions──▶ Drained
+//!            │                  │                            │
+//!     abandon, shutdown   end, abandon, shutdown            end
+//!            ▼                  ▼                            ▼
+//!          gone               gone                         gone
+//! ```
+//!
+//! `Admitted` and `Drained` are both in flight: they hold a place in the budget and their
+//! class's lock. A request that is gone is forgotten; its ticket is never handed out again.
+
+use super::{Admission, Class, Ticket};
+
+/// Where a live request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum State {
+    /// Waiting for the budget or its class.
+    Queued,
+    /// In flight; the host has not drained it from `next_admissions` yet.
+    Admitted,
+    /// In flight, and the host was told.
+    Drained,
+}
+
+/// A live request.
+#[derive(Debug)]
+pub(super) struct Request {
+    pub(super) id: Box<str>,
+    pub(super) class: Class,
+    pub(super) state: State,
+    /// The parent's ticket (re-entrant calls).
+    pub(super) parent: Option<Ticket>,
+    /// The parent's admission number (re-entrant calls).
+    pub(super) parent_seq: u64,
+    /// This request's admission number, once admitted: admission order.
+    pub(super) seq: u64,
+    /// In-flight tool calls whose parent this is (while in flight).
+    pub(super) kids: u32,
+}
+
+impl Request {
+    pub(super) fn in_flight(&self) -> bool {
+        matches!(self.state, State::Admitted | State::Drained)
+    }
+}
+
+impl Admission {
+    /// A new request, queued where its class waits. Its validity was checked by `begin`.
+    pub(super) fn enqueue(
+        &mut self,
+        ticket: Ticket,
+        id: &str,
+        class: Class,
+        parent: Option<Ticket>,
+    ) {
+        let parent_seq = parent
+            .and_then(|p| self.requests.get(&p))
+            .map_or(0, |p| p.seq);
+        let request = Request {
+            id: id.into(),
+            class,
+            state: State::Queued,
+            parent,
+            parent_seq,
+            seq: 0,
+            kids: 0,
+        };
+        self.requests.insert(ticket, request);
+        self.ids.insert(id.into(), ticket);
+        let queued = match (class, parent) {
+            (Class::Reentrant, Some(parent)) if !self.allow_parallel => {
+                self.serial.wait(ticket, parent, parent_seq);
+                true
+            }
+            (Class::Call | Class::Reentrant, _) => self.calls.insert(ticket),
+            (Class::Request, _) => self.requests_waiting.insert(ticket),
+            (Class::Control, _) => self.controls.insert(ticket),
+        };
+        debug_assert!(queued, "ticket {ticket:?} queued twice");
+    }
+
+    /// Admits, while the budget has room, the earliest-arrived waiter its class allows.
+    pub(super) fn admit_waiting(&mut self) {
+        if self.shut_down {
+            return;
+        }
+        while self.in_flight < self.budget {
+            let Some(ticket) = self.next_waiter() else {
+                break;
+            };
+            self.withdraw(ticket);
+            self.admit(ticket);
+        }
+    }
+
+    /// The earliest-arrived waiter that its class allows now, if any.
+    fn next_waiter(&self) -> Option<Ticket> {
+        let calls_allowed = self.allow_parallel || self.serial.is_idle();
+        [
+            self.calls.first().filter(|_| calls_allowed),
+            self.requests_waiting.first(),
+            self.controls.first().filter(|_| !self.control_in_flight),
+        ]
+        .into_iter()
+        .flatten()
+        .copied()
+        .chain(self.serial.candidate())
+        .min()
+    }
+
+    /// Takes a queued request out of its queue (to admit it or abandon it).
+    fn withdraw(&mut self, ticket: Ticket) {
+        let Some(request) = self.requests.get(&ticket) else {
+            debug_assert!(false, "withdrew unknown ticket {ticket:?}");
+            return;
+        };
+        debug_assert_eq!(request.state, State::Queued);
+        let removed = match request.class {
+            Class::Reentrant if !self.allow_parallel => {
+                self.serial.remove(ticket, request.parent_seq)
+            }
+            Class::Call | Class::Reentrant => self.calls.remove(&ticket),
+            Class::Request => self.requests_waiting.remove(&ticket),
+            Class::Control => self.controls.remove(&ticket),
+        };
+        debug_assert!(
+            removed,
+            "ticket {ticket:?} was not waiting where its class waits"
+        );
+    }
+
+    /// Queued (and withdrawn) → admitted: takes its place in the budget and its class's lock.
+    fn admit(&mut self, ticket: Ticket) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let Some(request) = self.requests.get_mut(&ticket) else {
+            debug_assert!(false, "admitted unknown ticket {ticket:?}");
+            return;
+        };
+        // Paired with `release`: each ticket is admitted at most once, and the budget holds.
+        debug_assert_eq!(
+            request.state,
+            State::Queued,
+            "ticket {ticket:?} admitted twice"
+        );
+        debug_assert!(self.in_flight < self.budget, "admitted over the budget");
+        request.state = State::Admitted;
+        request.seq = seq;
+        let (class, parent, parent_seq) = (request.class, request.parent, request.parent_seq);
+        self.in_flight += 1;
+        self.undrained.insert(seq, ticket);
+        match class {
+            Class::Request => {}
+            Class::Control => {
+                debug_assert!(!self.control_in_flight, "two controls in flight");
+                self.control_in_flight = true;
+            }
+            Class::Call | Class::Reentrant => {
+                self.link(parent);
+                if !self.allow_parallel {
+                    let parent_seq = (class == Class::Reentrant).then_some(parent_seq);
+                    self.serial.admit(ticket, seq, parent_seq);
+                }
+            }
+        }
+    }
+
+    /// Admitted or drained → gone: returns its place in the budget and its class's lock. The
+    /// caller runs the admission pass afterwards (unless shut down).
+    pub(super) fn release(&mut self, ticket: Ticket) {
+        let Some(request) = self.forget(ticket) else {
+            debug_assert!(false, "released unknown ticket {ticket:?}");
+            return;
+        };
+        // Paired with `admit`.
+        debug_assert!(request.in_flight(), "released a queued request");
+        debug_assert!(self.in_flight > 0);
+        self.in_flight -= 1;
+        if request.state == State::Admitted {
+            self.undrained.remove(&request.seq);
+        }
+        match request.class {
+            Class::Request => {}
+            Class::Control => {
+                debug_assert!(self.control_in_flight);
+                self.control_in_flight = false;
+            }
+            Class::Call | Class::Reentrant => {
+                self.unlink(&request);
+                if !self.allow_parallel {
+                    self.serial.release(ticket, request.seq);
+                }
+            }
+        }
+    }
+
+    /// Queued → gone.
+    pub(super) fn remove_queued(&mut self, ticket: Ticket) {
+        self.withdraw(ticket);
+        self.forget(ticket);
+    }
+
+    /// Queued → gone and admitted (not drained) → gone, for all of them at once (shutdown): the
+    /// host never started any of them. Returns their tickets in arrival order.
+    pub(super) fn refuse_all(&mut self) -> Vec<Ticket> {
+        let mut refused: Vec<Ticket> = std::mem::take(&mut self.calls)
+            .into_iter()
+            .chain(std::mem::take(&mut self.requests_waiting))
+            .chain(std::mem::take(&mut self.controls))
+            .chain(self.serial.take_waiting())
+            .collect();
+        for &ticket in &refused {
+            let request = self.forget(ticket);
+            debug_assert!(request.is_some_and(|r| r.state == State::Queued));
+        }
+        let undrained: Vec<Ticket> = self.undrained.values().copied().collect();
+        for &ticket in &undrained {
+            self.release(ticket);
+        }
+        debug_assert!(self.undrained.is_empty());
+        refused.extend(undrained);
+        // Sorted as plain numbers: the scheduler's outputs use the same sort, so the component
+        // carries one copy of it.
+        let mut numbers: Vec<u64> = refused.iter().map(|t| t.0).collect();
+        numbers.sort_unstable();
+        numbers.into_iter().map(Ticket).collect()
+    }
+
+    /// Admitted → drained, for everything admitted since the last drain, in admission order.
+    pub(super) fn drain(&mut self) -> Vec<Ticket> {
+        let undrained = std::mem::take(&mut self.undrained);
+        let mut out = Vec::with_capacity(undrained.len());
+        for ticket in undrained.into_values() {
+            if let Some(request) = self.requests.get_mut(&ticket) {
+                // Paired with `admit`: reported at most once.
+                debug_assert_eq!(request.state, State::Admitted, "drained twice");
+                request.state = State::Drained;
+                out.push(ticket);
+            }
+        }
+        out
+    }
+
+    /// Removes a request and its id.
+    fn forget(&mut self, ticket: Ticket) -> Option<Request> {
+        let request = self.requests.remove(&ticket)?;
+        let id = self.ids.remove(&request.id);
+        debug_assert_eq!(id, Some(ticket));
+        Some(request)
+    }
+
+    /// A tool call enters the forest of in-flight tool calls, under its parent if that is in
+    /// flight. See [`Admission::would_deadlock`].
+    fn link(&mut self, parent: Option<Ticket>) {
+        self.tool_calls_in_flight += 1;
+        self.leaves += 1;
+        if let Some(parent) = parent.and_then(|p| self.requests.get_mut(&p)) {
+            debug_assert!(parent.in_flight(), "a parent is always in flight");
+            if parent.kids == 0 {
+                self.leaves -= 1;
+            }
+            parent.kids += 1;
+        }
+    }
+
+    /// A tool call leaves the forest: its in-flight children become roots of their own trees.
+    fn unlink(&mut self, request: &Request) {
+        debug_assert!(self.tool_calls_in_flight > 0);
+        self.tool_calls_in_flight -= 1;
+        if request.kids == 0 {
+            self.leaves -= 1;
+        }
+        if let Some(parent) = request.parent.and_then(|p| self.requests.get_mut(&p)) {
+            parent.kids -= 1;
+            if parent.kids == 0 {
+                self.leaves += 1;
+            }
+        }
+    }
+}

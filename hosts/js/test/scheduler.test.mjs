@@ -1,0 +1,261 @@
+// The typed API over the WIT: submit and its label helpers, step with per-input errors as data,
+// retirement, inspect, export and resume, admission tickets, the typed errors, and hostile
+// values from JS that must never trap the instance.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { AdmissionError, ConfigError, ResumeError, Scheduler, SubmitError, Submitted, Turnstile, TurnstileError } from '../dist/index.js';
+
+const CONFIG = `
+[conversation.tools.rfd_draft]
+concurrency = { key = "rfd" }
+[conversation.tools.rfd_renumber]
+concurrency = { key = "rfd" }
+[conversation.tools.fs_delete_file]
+concurrency = 1
+fan_out = { on_error = "stop" }
+[conversation.tools.read]
+fan_out = true
+`;
+const MAX = 2n ** 64n - 1n;
+
+async function setup(text = CONFIG) {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'test', text }]);
+  return { t, policy, sched: new Scheduler(policy) };
+}
+
+const throwsCode = (Kind, code) => (e) => e instanceof Kind && e instanceof TurnstileError && e.code === code;
+
+test('submit numbers a batch with bigints and maps labels both ways', async () => {
+  const { sched } = await setup();
+  const b = sched.submit([
+    { id: 'a', tool: 'rfd_draft' },
+    { id: 'f', tool: 'read', operations: 3 },
+    { id: 'c', tool: 'unconfigured' },
+  ]);
+  assert.ok(b instanceof Submitted);
+  assert.equal(typeof b.batch, 'bigint');
+  assert.equal(typeof b.first, 'bigint');
+  assert.equal(b.count, 5);
+  assert.deepEqual([...b.entries()].map((e) => b.label(e)), ['a', 'f#0', 'f#1', 'f#2', 'c']);
+  assert.deepEqual([...b.entries()], [0n, 1n, 2n, 3n, 4n].map((i) => b.first + i));
+  assert.equal(b.entry('f#2'), b.first + 3n);
+  assert.equal(b.entry('c'), b.first + 4n);
+  for (const bad of ['f', 'f#3', 'f#01', 'a#0', 'zz', 'f#-1', '']) assert.equal(b.entry(bad), undefined, bad);
+  assert.equal(b.label(b.first - 1n), undefined);
+  assert.equal(b.label(b.first + 5n), undefined);
+  assert.deepEqual(b.locate(b.first + 2n), { call: b.calls[1], index: 1, operation: 1 });
+  // The scheduler's labels agree while the batch is live.
+  for (const e of b.entries()) assert.equal(sched.label(e), b.label(e));
+  // A second batch gets new numbers.
+  const b2 = sched.submit([{ id: 'd', tool: 'rfd_draft' }]);
+  assert.ok(b2.batch !== b.batch);
+  assert.ok(b2.first >= b.first + 5n);
+});
+
+test('step: every input judged on its own, refusals are data, the rest applies', async () => {
+  const { sched } = await setup();
+  const b = sched.submit(['r1', 'r2', 'r3'].map((id) => ({ id, tool: 'rfd_renumber' })));
+  const [r1, r2, r3] = b.entries();
+  assert.deepEqual(sched.step(), { start: new BigUint64Array(0), settle: [], errors: [], retired: new BigUint64Array(0) });
+  let out = sched.step({ approve: [r1, MAX, r1] });
+  assert.deepEqual(out.errors.map((e) => [e.input, e.index, e.code]), [['approve', 1, 'unknown-entry'], ['approve', 2, 'already-decided']]);
+  assert.equal(typeof out.errors[0].message, 'string');
+  assert.deepEqual([...out.start], []);
+  out = sched.step({ approve: new BigUint64Array([r2, r3]) });
+  assert.deepEqual([...out.start], [r1]);
+  assert.ok(out.start instanceof BigUint64Array);
+  // Ends: r2 is not running (refused), r1's applies and r2 starts.
+  out = sched.step({ ok: [r2, r1] });
+  assert.deepEqual(out.errors.map((e) => [e.input, e.index, e.code]), [['ok', 0, 'not-running']]);
+  assert.deepEqual([...out.start], [r2]);
+  // A question keeps the slot; answering it lets the tool run on.
+  assert.deepEqual(sched.step({ ask: [r2], answer: [r2] }).errors, []);
+  assert.deepEqual(sched.step({ answer: [r2] }).errors.map((e) => e.code), ['not-asking']);
+  out = sched.step({ failed: [r2] });
+  assert.deepEqual([...out.start], [r3]);
+  out = sched.step({ ok: [r3] });
+  assert.deepEqual([...out.retired], [b.batch]);
+  // Retired: the numbers are unknown forever, and the ids may be used again.
+  assert.equal(sched.label(r1), undefined);
+  assert.equal(sched.inspect(b.batch), undefined);
+  assert.deepEqual(sched.step({ ok: [r3] }).errors.map((e) => e.code), ['unknown-entry']);
+  assert.deepEqual(sched.step({ cancel: [b.batch] }).errors.map((e) => [e.input, e.code]), [['cancel', 'unknown-batch']]);
+  const again = sched.submit(['r1', 'r2'].map((id) => ({ id, tool: 'rfd_renumber' })));
+  assert.ok(again.first > r3);
+});
+
+test('host settlements, cancellation and stop are reported with their reasons', async () => {
+  const { sched } = await setup();
+  const b = sched.submit([{ id: 'd', tool: 'fs_delete_file', operations: 3 }, { id: 'x', tool: 'rfd_draft' }, { id: 'y', tool: 'rfd_draft' }]);
+  const [d0, d1, d2, x, y] = b.entries();
+  let out = sched.step({ approve: [d0, d1, d2, x], settle: [{ entry: y, how: 'rejected' }] });
+  assert.deepEqual([...out.start], [d0, x]);
+  out = sched.step({ failed: [d0] });
+  assert.deepEqual(out.settle, [{ entry: d1, reason: { tag: 'stopped', val: 1 } }, { entry: d2, reason: { tag: 'stopped', val: 1 } }]);
+  out = sched.step({ cancel: [b.batch] });
+  assert.deepEqual(out.settle, []);
+  assert.deepEqual(sched.step({ cancel: [b.batch] }).errors.map((e) => e.code), ['batch-cancelled']);
+  out = sched.step({ ok: [x] });
+  assert.deepEqual([...out.retired], [b.batch]);
+});
+
+test('inspect says why each approved entry waits', async () => {
+  const { sched } = await setup();
+  const b = sched.submit(['n1', 'n2', 'n3'].map((id) => ({ id, tool: 'rfd_renumber' })));
+  const [n1, n2] = b.entries();
+  sched.step({ approve: [n1, n2] });
+  assert.deepEqual(sched.inspect(b.batch).map((s) => [s.label, s.state.tag, s.wait]), [
+    ['n1', 'approved', { tag: 'batch-not-approved', val: 1 }],
+    ['n2', 'approved', { tag: 'batch-not-approved', val: 1 }],
+    ['n3', 'pending', undefined],
+  ]);
+  sched.step({ approve: [b.first + 2n] });
+  const st = sched.inspect(b.batch);
+  assert.equal(st[0].state.tag, 'running');
+  assert.equal(st[0].entry, n1);
+  assert.equal(st[0].key, 'rfd');
+  assert.deepEqual(st[1].wait, { tag: 'key-full', val: { key: 'rfd', limit: 1, running: ['n1'] } });
+  assert.deepEqual(st[2].wait, { tag: 'behind', val: 'n2' });
+  assert.equal(sched.inspect(MAX), undefined);
+});
+
+test('submit errors are thrown as SubmitError and change nothing', async () => {
+  const { sched } = await setup();
+  sched.submit([{ id: 'a', tool: 'rfd_draft' }]);
+  assert.throws(() => sched.submit([]), throwsCode(SubmitError, 'empty-batch'));
+  assert.throws(() => sched.submit([{ id: 'a', tool: 'rfd_draft' }]), throwsCode(SubmitError, 'duplicate-id'));
+  assert.throws(() => sched.submit([{ id: 'b', tool: 't' }, { id: 'b', tool: 't' }]), throwsCode(SubmitError, 'duplicate-id'));
+  assert.throws(() => sched.submit([{ id: 'x#1', tool: 't' }]), throwsCode(SubmitError, 'invalid-id'));
+  assert.throws(() => sched.submit([{ id: 'two\nlines', tool: 't' }]), throwsCode(SubmitError, 'invalid-id'));
+  assert.throws(() => sched.submit([{ id: 'x', tool: 'tool\n' }]), throwsCode(SubmitError, 'invalid-id'));
+  assert.throws(() => sched.submit([{ id: '', tool: 't' }]), throwsCode(SubmitError, 'invalid-id'));
+  assert.throws(() => sched.submit([{ id: 'x', tool: 'rfd_draft', operations: 2 }]), throwsCode(SubmitError, 'not-fan-out'));
+  assert.throws(() => sched.submit([{ id: 'x', tool: 'read', operations: 0 }]), throwsCode(SubmitError, 'invalid-operations'));
+  assert.throws(() => sched.submit([{ id: 'x', tool: 'read', operations: 1.5 }]), throwsCode(SubmitError, 'invalid-operations'));
+  assert.throws(() => sched.submit([{ id: 'x', tool: 'read', operations: 100001 }]), throwsCode(SubmitError, 'too-large'));
+  const b = sched.submit([{ id: 'x', tool: 'read', operations: 2 }]);
+  assert.equal(b.count, 2);
+});
+
+test('lists go in as BigUint64Array or bigint[]; other typed arrays are refused', async () => {
+  const { sched } = await setup();
+  const b = sched.submit([{ id: 'a', tool: 'read' }]);
+  assert.throws(() => sched.step({ approve: new Uint32Array([Number(b.first)]) }), TypeError);
+  assert.throws(() => sched.step({ approve: [Number(b.first)] }), TypeError);
+  assert.deepEqual([...sched.step({ approve: [b.first] }).start], [b.first]);
+});
+
+test('unfinished and resume: numbers survive; started entries run again or are interrupted', async () => {
+  const { policy, sched } = await setup();
+  const b = sched.submit([{ id: 'n1', tool: 'rfd_renumber' }, { id: 'n2', tool: 'rfd_renumber' }, { id: 'r', tool: 'read', operations: 2 }]);
+  const [n1, n2, r0, r1] = b.entries();
+  sched.step({ approve: b.entries() });
+  sched.step({ ok: [r0] });
+  const state = sched.unfinished();
+  assert.equal(state.version, 2);
+  assert.equal(typeof state.nextEntry, 'bigint');
+  assert.deepEqual(state.batches.map((s) => [s.batch, s.first, s.calls.length]), [[b.batch, b.first, 3]]);
+  // A saved state is plain data: it survives a JSON round trip with bigints as strings.
+  const text = JSON.stringify(state, (_, v) => (typeof v === 'bigint' ? `${v}n` : v));
+  const back = JSON.parse(text, (_, v) => (typeof v === 'string' && /^\d+n$/.test(v) ? BigInt(v.slice(0, -1)) : v));
+
+  const again = Scheduler.resume(policy, back, { started: 'run-again' });
+  assert.deepEqual(again.unrestored, []);
+  assert.deepEqual(again.scheduler.inspect(b.batch).map((s) => [s.label, s.state.tag]), [['n1', 'pending'], ['n2', 'pending'], ['r#0', 'ended'], ['r#1', 'pending']]);
+  assert.equal(again.scheduler.label(r1), 'r#1');
+  assert.deepEqual([...again.scheduler.step({ approve: [n1, n2, r1] }).start], [n1, r1]);
+
+  const interrupted = Scheduler.resume(policy, state, { started: 'interrupt' });
+  const out = interrupted.scheduler.step();
+  assert.deepEqual(out.settle, [{ entry: n1, reason: { tag: 'interrupted' } }, { entry: r1, reason: { tag: 'interrupted' } }]);
+  // A fresh batch on a resumed scheduler never reuses a number.
+  const later = interrupted.scheduler.submit([{ id: 'z', tool: 'read' }]);
+  assert.ok(later.first >= state.nextEntry && later.batch >= state.nextBatch);
+
+  assert.throws(() => Scheduler.resume(policy, { ...state, version: 99 }, { started: 'run-again' }), throwsCode(ResumeError, 'unsupported-version'));
+});
+
+test('resume under a changed policy leaves out what it no longer allows', async () => {
+  const { t, sched } = await setup();
+  const b = sched.submit([{ id: 'f', tool: 'read', operations: 2 }, { id: 'a', tool: 'rfd_draft' }]);
+  sched.step({ approve: b.entries() });
+  const narrower = t.resolve([{ name: 'changed', text: '[conversation.tools.rfd_draft]\nconcurrency = 1\n' }]);
+  const { scheduler, unrestored } = Scheduler.resume(narrower, sched.unfinished(), { started: 'run-again' });
+  assert.deepEqual(unrestored.map((u) => [u.batch, u.call, u.code]), [[b.batch, 'f', 'invalid-operations']]);
+  // Everything else is restored: `a` had started, and is pending again.
+  assert.deepEqual(scheduler.inspect(b.batch).filter((s) => s.label === 'a').map((s) => s.state.tag), ['pending']);
+});
+
+test('admission: tickets are bigints never reused; mistakes throw AdmissionError', async () => {
+  const t = await Turnstile.load();
+  const adm = t.admission({ maxConcurrent: 1, allowParallel: false });
+  const c1 = adm.begin('c1', 'call');
+  assert.equal(typeof c1, 'bigint');
+  assert.deepEqual([...adm.nextAdmissions()], [c1]);
+  const c2 = adm.begin('c2', 'call');
+  assert.deepEqual([...adm.nextAdmissions()], []);
+  assert.throws(() => adm.begin('c1', 'request'), throwsCode(AdmissionError, 'duplicate-request'));
+  assert.throws(() => adm.end(c2), throwsCode(AdmissionError, 'not-admitted'));
+  assert.throws(() => adm.abandon(c1), throwsCode(AdmissionError, 'not-queued'));
+  assert.throws(() => adm.begin('r', 'reentrant'), throwsCode(AdmissionError, 'invalid-parent'));
+  assert.throws(() => adm.begin('r', 'reentrant', MAX), throwsCode(AdmissionError, 'invalid-parent'));
+  assert.equal(adm.inFlight(), 1);
+  adm.end(c1);
+  assert.deepEqual([...adm.nextAdmissions()], [c2]);
+  // The id is free again, with a new ticket; the stale one touches nothing.
+  const c1again = adm.begin('c1', 'call');
+  assert.ok(c1again !== c1);
+  assert.throws(() => adm.end(c1), throwsCode(AdmissionError, 'unknown-request'));
+  const report = adm.shutdown();
+  assert.deepEqual([...report.cancel], [c2]);
+  assert.deepEqual([...report.refused], [c1again]);
+  assert.throws(() => adm.begin('late', 'call'), throwsCode(AdmissionError, 'shutdown'));
+});
+
+test('bad config throws ConfigError with typed diagnostics and rendered text', async () => {
+  const t = await Turnstile.load();
+  assert.throws(
+    () => t.resolve([{ name: 'bad.toml', text: '[conversation.tools.t]\nconcurrency = "2"\n' }]),
+    (e) => e instanceof ConfigError && e.diagnostics[0].code === 'concurrency-type' && e.diagnostics[0].labels[0].span.line === 2 && e.message.includes('bad.toml:2'),
+  );
+});
+
+test('independent instances share nothing', async () => {
+  const one = await setup();
+  const two = await setup();
+  const a = one.sched.submit([{ id: 'x', tool: 'rfd_draft' }]);
+  const b = two.sched.submit([{ id: 'x', tool: 'rfd_draft' }]);
+  assert.equal(a.batch, b.batch);
+  assert.throws(() => one.sched.submit([{ id: 'x', tool: 'rfd_draft' }]), throwsCode(SubmitError, 'duplicate-id'));
+});
+
+test('hostile values from JS (lone surrogates, NUL, huge strings and numbers) never trap the instance', async () => {
+  const { t, sched } = await setup();
+  const hostile = ['\ud800', '\udfff#0', '\u0000', 'x'.repeat(1 << 20), '#', ' '];
+  for (const s of hostile) {
+    try {
+      sched.submit([{ id: s, tool: s }]);
+    } catch (e) {
+      assert.ok(e instanceof SubmitError, `${e}`);
+    }
+    assert.throws(() => t.resolve([{ name: s, text: '[' + s + '\ud800' }]), (e) => e instanceof ConfigError);
+    const adm = t.admission({ maxConcurrent: 0, allowParallel: true });
+    try {
+      adm.end(adm.begin(s, 'request'));
+    } catch (e) {
+      assert.ok(e instanceof AdmissionError, `${e}`);
+    }
+  }
+  const numbers = [0n, 1n, MAX, MAX - 1n, 2n ** 53n + 1n];
+  const out = sched.step({ approve: numbers, settle: numbers.map((entry) => ({ entry, how: 'skipped' })), ask: numbers, answer: numbers, ok: numbers, failed: numbers, cancel: numbers });
+  assert.ok(out.errors.length >= 7 * 3, `${out.errors.length} refused`);
+  for (const n of numbers) {
+    sched.label(n);
+    sched.inspect(n);
+  }
+  const many = new BigUint64Array(200_000).fill(MAX);
+  assert.equal(sched.step({ ok: many }).errors.length, 200_000);
+  const b = sched.submit([{ id: 'after', tool: 'read' }]);
+  assert.deepEqual([...sched.step({ approve: [b.first] }).start], [b.first]);
+});
