@@ -32,6 +32,8 @@ pub struct Case {
     pub layer: Vec<LayerSpec>,
     /// When present, resolving must fail with exactly these diagnostics, in order.
     pub diagnostics: Option<Vec<String>>,
+    /// With `diagnostics`: every diagnostic's `rendered` text, joined by newlines, exactly.
+    pub rendered: Option<String>,
     /// When present, resolving must succeed and each tool must render like this.
     pub tools: Option<Vec<String>>,
     /// Batches, numbered from 1 in the order written here.
@@ -432,14 +434,22 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
                         g.code == *w
                     }
                 });
-            let rendered_ok = got.iter().all(|d| d.rendered.contains(&d.code));
-            if !matches || !rendered_ok {
+            if !matches {
                 return Err(format!(
                     "diagnostics: want {want:?}, got {got_lines:?}\n{}",
                     rendered(&got)
                 ));
             }
-            return Ok(());
+            let text = rendered(&got);
+            return match &case.rendered {
+                None => Err(format!(
+                    "a diagnostics case needs `rendered`, the full text; this one renders:\n{text}"
+                )),
+                Some(want) if want.trim_end_matches('\n') != text.trim_end_matches('\n') => {
+                    Err(format!("rendered: want\n{want}\ngot\n{text}"))
+                }
+                Some(_) => Ok(()),
+            };
         }
         (Ok(()), Some(want)) => {
             return Err(format!(
@@ -468,7 +478,8 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
     Ok(())
 }
 
-fn rendered(diags: &[Diag]) -> String {
+/// Every diagnostic's rendering, joined by newlines: what `rendered` in a case compares.
+pub fn rendered(diags: &[Diag]) -> String {
     diags
         .iter()
         .map(|d| d.rendered.as_str())

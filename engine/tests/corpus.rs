@@ -288,6 +288,75 @@ fn corpus_runs_natively() {
     assert!(summary.failed.is_empty(), "{}", summary.line());
 }
 
+/// `UPDATE_EXPECT=1 cargo test -p turnstile-engine --test corpus`: writes each diagnostics
+/// case's `rendered` text from the engine (then review the diff).
+#[test]
+fn update_rendered_expectations() {
+    if std::env::var_os("UPDATE_EXPECT").is_none() {
+        return;
+    }
+    for path in corpus::case_files(&cases_dir()).unwrap_or_default() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let case: corpus::Case = toml::from_str(&text).unwrap();
+        if case.diagnostics.is_none() {
+            continue;
+        }
+        let layers: Vec<(String, String)> = case
+            .layer
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.name.clone().unwrap_or_else(|| format!("L{}", i + 1)), l.text.clone()))
+            .collect();
+        let Err(diags) = Native::default().resolve(&layers) else {
+            continue;
+        };
+        let rendered = corpus::rendered(&diags);
+        // A literal block where TOML allows one; escapes where the text has control characters.
+        let literal = !rendered.contains("'''")
+            && !rendered.chars().any(|c| c.is_control() && c != '\n' && c != '\t');
+        let mut out = String::new();
+        let mut skipping = false;
+        for line in text.lines() {
+            if skipping {
+                if line.ends_with("'''") {
+                    skipping = false;
+                }
+                continue;
+            }
+            if line.starts_with("rendered = '''") {
+                skipping = !line.ends_with("'''") || line == "rendered = '''";
+                continue;
+            }
+            if line.starts_with("rendered = \"") {
+                continue;
+            }
+            out.push_str(line);
+            out.push('\n');
+            if line.starts_with("diagnostics = ") {
+                if literal {
+                    out.push_str("rendered = '''\n");
+                    out.push_str(&rendered);
+                    out.push_str("\n'''\n");
+                } else {
+                    let mut quoted = String::from("\"");
+                    for c in rendered.chars() {
+                        match c {
+                            '"' => quoted.push_str("\\\""),
+                            '\\' => quoted.push_str("\\\\"),
+                            '\n' => quoted.push_str("\\n"),
+                            c if c.is_control() => quoted.push_str(&format!("\\u{:04X}", c as u32)),
+                            c => quoted.push(c),
+                        }
+                    }
+                    quoted.push('"');
+                    out.push_str(&format!("rendered = {quoted}\n"));
+                }
+            }
+        }
+        std::fs::write(&path, out).unwrap();
+    }
+}
+
 /// Paste one case here to iterate on it.
 #[test]
 fn smoke() {

@@ -65,7 +65,7 @@ export function parseCalls(batch) {
 
 // Every field a case may have; anything else is an error, so a typo cannot drop an expectation.
 const FIELDS = {
-  case: ['description', 'name', 'title', 'notes', 'comment', 'reference', 'layer', 'diagnostics', 'tools', 'batch', 'admission', 'step', 'simulate'],
+  case: ['description', 'name', 'title', 'notes', 'comment', 'reference', 'layer', 'diagnostics', 'rendered', 'tools', 'batch', 'admission', 'step', 'simulate'],
   layer: ['name', 'text'],
   batch: ['calls'],
   admission: ['max_concurrent', 'allow_parallel'],
@@ -405,8 +405,13 @@ export async function runCase(caseData, turnstile) {
       const want = caseData.diagnostics;
       if (!want) throw new Error(`the config failed to resolve:\n${e.message}`);
       const got = e.diagnostics;
-      const ok = got.length === want.length && got.every((d, i) => (want[i].includes(' ') ? diagLine(d) === want[i] : d.code === want[i])) && got.every((d) => d.rendered.includes(d.code));
+      const ok = got.length === want.length && got.every((d, i) => (want[i].includes(' ') ? diagLine(d) === want[i] : d.code === want[i]));
       if (!ok) throw new Error(`diagnostics: want ${json(want)}, got ${json(got.map(diagLine))}\n${e.message}`);
+      // The full rendering, joined by newlines, exactly (trailing newlines aside).
+      const text = got.map((d) => d.rendered).join('\n');
+      const trim = (t) => t.replace(/\n+$/, '');
+      if (caseData.rendered === undefined) throw new Error(`a diagnostics case needs \`rendered\`, the full text; this one renders:\n${text}`);
+      if (trim(caseData.rendered) !== trim(text)) throw new Error(`rendered: want\n${caseData.rendered}\ngot\n${text}`);
       return;
     }
     if (caseData.diagnostics) throw new Error(`diagnostics: want ${json(caseData.diagnostics)}, but the config resolved`);

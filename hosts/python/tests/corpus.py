@@ -43,7 +43,7 @@ OUTCOMES = {"ok": "ok", "failed": "failed", "err": "failed", "error": "failed"}
 SETTLE_VERBS = {"reject": HostSettle.REJECTED, "skip": HostSettle.SKIPPED, "fail": HostSettle.FAILED}
 
 # Fields of each table; a descriptive group allows at most one of its names and is never read.
-CASE_FIELDS = {"description", "layer", "diagnostics", "tools", "batch", "admission", "step", "simulate"}
+CASE_FIELDS = {"description", "layer", "diagnostics", "rendered", "tools", "batch", "admission", "step", "simulate"}
 CASE_DESCRIPTIVE = {"name", "title", "notes", "comment", "reference"}
 SCHED_STEP_FIELDS = {"do", "start", "settle", "error", "errors", "retired", "unrestored", "layers", "inspect"}
 ADMISSION_STEP_FIELDS = {"do", "error", "admit", "cancel", "refused", "drain"}
@@ -433,9 +433,15 @@ def run_case(case: dict, instance: Instance) -> None:
         got = e.diagnostics
         ok = len(got) == len(want) and all(
             (diag_line(d) == w) if " " in w else (d.code == w) for d, w in zip(got, want)
-        ) and all(d.code in d.rendered for d in got)
+        )
         if not ok:
             raise AssertionError(f"diagnostics: want {want}, got {[diag_line(d) for d in got]}") from e
+        # The full rendering, joined by newlines, exactly (trailing newlines aside).
+        text = "\n".join(d.rendered for d in got)
+        if "rendered" not in case:
+            raise AssertionError(f"a diagnostics case needs `rendered`, the full text; this one renders:\n{text}") from e
+        if case["rendered"].rstrip("\n") != text.rstrip("\n"):
+            raise AssertionError(f"rendered: want\n{case['rendered']}\ngot\n{text}") from e
         return
     if "diagnostics" in case:
         raise AssertionError(f"diagnostics: want {case['diagnostics']}, but the config resolved")
