@@ -1,78 +1,292 @@
-//! Arbitrary event sequences against the scheduler: every byte pair is an event on a small
-//! world of calls (some fan-out, some keyed, one unconfigured tool). Nothing may panic; the
-//! engine's debug assertions (running <= limit, paired counters) are on in fuzz builds; and
-//! once the bytes run out, approving and ending everything must leave nothing unfinished.
+//! Arbitrary byte-driven sequences against the scheduler: submits (valid, duplicate, malformed),
+//! steps mixing every input kind with live, stale and never-issued numbers, restarts through
+//! `unfinished` and `resume` (under the same or a changed policy, running again or
+//! interrupting, sometimes from a tampered state), labels and inspections. Nothing may panic:
+//! the engine's debug assertions (running <= limit, per-key order, paired counters) are on in
+//! fuzz builds. Once the bytes run out, approving and ending everything must retire every batch.
 #![no_main]
 
+use std::sync::OnceLock;
+
 use libfuzzer_sys::fuzz_target;
-use turnstile_engine::config::{self, Layer};
-use turnstile_engine::schedule::{BatchId, Call, HostSettle, Outcome, Scheduler, State};
+use turnstile_engine::config::{self, Layer, Policy};
+use turnstile_engine::limits::OPERATIONS_PER_CALL_MAX;
+use turnstile_engine::schedule::{
+    BatchId, Call, EntryId, HostSettle, Inputs, Outcome, Outputs, Reason, Saved, SavedState,
+    Scheduler, Started, State,
+};
 
-const CONFIG: &str = "[conversation.tools.a]\nconcurrency = { key = \"k\", limit = 2 }\nfan_out = { on_error = \"stop\" }\n\
-[conversation.tools.b]\nconcurrency = { key = \"k\", limit = 2 }\n[conversation.tools.c]\nconcurrency = 1\nfan_out = true\n";
+/// The policies a restart may switch between: `a` stops to fanning out, limits change, `c`
+/// loses its limit, and one knows no tool at all.
+const CONFIGS: [&str; 3] = [
+    "[conversation.tools.a]\nconcurrency = { key = \"k\", limit = 2 }\nfan_out = { on_error = \"stop\" }\n\
+     [conversation.tools.b]\nconcurrency = { key = \"k\", limit = 2 }\n\
+     [conversation.tools.c]\nconcurrency = 1\nfan_out = true\n",
+    "[conversation.tools.a]\nconcurrency = { key = \"k\" }\n\
+     [conversation.tools.b]\nconcurrency = { key = \"k\" }\nfan_out = true\n\
+     [conversation.tools.c]\nfan_out = true\n",
+    "",
+];
 
-fn label(n: u8) -> String {
-    let call = n % 8;
-    match n / 8 % 4 {
-        0 => format!("c{call}"),
-        op => format!("c{call}#{}", op - 1),
+const TOOLS: [&str; 5] = ["a", "b", "c", "ghost", ""];
+
+/// Live entries are capped so that the final drain stays fast.
+const LIVE_MAX: usize = 256;
+
+/// The fuzzer's bytes, read one at a time; zeros once they run out.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// An entry number: mostly small (live or retired), sometimes absurd.
+    fn entry(&mut self) -> EntryId {
+        match self.byte() {
+            255 => EntryId(u64::MAX),
+            b => EntryId(u64::from(b % 64)),
+        }
+    }
+
+    /// A batch number: 0 and a few past the last are never live.
+    fn batch(&mut self) -> BatchId {
+        match self.byte() {
+            255 => BatchId(u64::MAX),
+            b => BatchId(u64::from(b % 24)),
+        }
+    }
+
+    fn list<T>(&mut self, mut item: impl FnMut(&mut Self) -> T) -> Vec<T> {
+        let n = self.byte() % 5;
+        (0..n).map(|_| item(self)).collect()
     }
 }
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(policy) = config::resolve(&[Layer::new("fuzz", CONFIG)]) else { return };
-    let mut s = Scheduler::new(policy.clone());
-    let tools = ["a", "b", "c", "ghost"];
-    for pair in data.chunks(2) {
-        let (op, arg) = (pair[0], *pair.get(1).unwrap_or(&0));
-        match op % 10 {
-            0 => {
-                let calls: Vec<Call> = (0..1 + arg % 4)
-                    .map(|i| {
-                        let id = format!("c{}", (arg / 4).wrapping_add(i) % 8);
-                        let tool = tools[usize::from(arg.wrapping_add(i) % 4)];
-                        if i % 2 == 0 { Call::plain(id, tool) } else { Call::fan_out(id, tool, u32::from(arg % 3)) }
-                    })
-                    .collect();
-                let _ = s.submit_batch(&calls);
-            }
-            1 => drop(s.approve(&label(arg))),
-            2 => drop(s.settle(&label(arg), [HostSettle::Rejected, HostSettle::Skipped, HostSettle::Failed][usize::from(arg % 3)])),
-            3 => drop(s.begin_question(&label(arg))),
-            4 => drop(s.end_question(&label(arg))),
-            5 | 6 => drop(s.on_ended(&label(arg), if op % 2 == 0 { Outcome::Ok } else { Outcome::Failed })),
-            7 => drop(s.cancel_batch(BatchId(u32::from(arg % 5)))),
-            8 => {
-                let unfinished = s.unfinished();
-                s = Scheduler::new(policy.clone());
-                for (_, calls) in &unfinished {
-                    assert!(s.submit_batch(calls).is_ok(), "a restart must resubmit");
+fn submit(s: &mut Scheduler, input: &mut Bytes<'_>) {
+    let n = input.byte() % 5;
+    let calls: Vec<(String, &str, Option<u32>)> = (0..n)
+        .map(|_| {
+            let id = match input.byte() {
+                250 => String::new(),
+                251 => "a#1".to_owned(),
+                b => format!("c{}", b % 10),
+            };
+            let tool = TOOLS[usize::from(input.byte()) % TOOLS.len()];
+            let ops = match input.byte() % 8 {
+                0..=3 => None,
+                4 => Some(0),
+                5 => Some(OPERATIONS_PER_CALL_MAX + 1),
+                b => Some(u32::from(b) - 4),
+            };
+            (id, tool, ops)
+        })
+        .collect();
+    let calls: Vec<Call<'_>> = calls
+        .iter()
+        .map(|(id, tool, ops)| Call {
+            id,
+            tool,
+            operations: *ops,
+        })
+        .collect();
+    let _ = s.submit(&calls);
+}
+
+fn step(s: &mut Scheduler, input: &mut Bytes<'_>, out: &mut Outputs) {
+    let hows = [
+        HostSettle::Rejected,
+        HostSettle::Skipped,
+        HostSettle::Failed,
+    ];
+    let approve = input.list(Bytes::entry);
+    let settle = input.list(|i| (i.entry(), hows[usize::from(i.byte()) % 3]));
+    let ask = input.list(Bytes::entry);
+    let answer = input.list(Bytes::entry);
+    let ok = input.list(Bytes::entry);
+    let failed = input.list(Bytes::entry);
+    let cancel = input.list(Bytes::batch);
+    s.step(
+        &Inputs {
+            approve: &approve,
+            settle: &settle,
+            ask: &ask,
+            answer: &answer,
+            ok: &ok,
+            failed: &failed,
+            cancel: &cancel,
+        },
+        out,
+    );
+    let inputs = approve.len()
+        + settle.len()
+        + ask.len()
+        + answer.len()
+        + ok.len()
+        + failed.len()
+        + cancel.len();
+    assert!(out.errors.len() <= inputs, "more errors than inputs");
+    assert!(out.start.is_sorted() && out.settle.is_sorted_by_key(|s| s.0));
+}
+
+/// A hostile edit of an exported state: `resume` must refuse it or restore what it can.
+fn tamper(state: &mut SavedState, input: &mut Bytes<'_>) {
+    let b = usize::from(input.byte());
+    let arg = input.byte();
+    let n = state.batches.len();
+    match input.byte() % 10 {
+        0 => state.version = state.version.wrapping_add(u32::from(arg)),
+        1 => state.next_entry = u64::from(arg % 8),
+        2 => state.next_batch = u64::from(arg % 4),
+        3 if n > 1 => state.batches.swap(b % n, (b + 1) % n),
+        4 if n > 0 => state.batches[b % n].first.0 ^= u64::from(arg % 4),
+        5 if n > 0 => state.batches[b % n].cancelled ^= true,
+        _ if n == 0 => {}
+        k => {
+            let batch = &mut state.batches[b % n];
+            let c = usize::from(arg) % batch.calls.len().max(1);
+            let Some(call) = batch.calls.get_mut(c) else {
+                return;
+            };
+            match k {
+                6 => {
+                    call.operations = match arg % 4 {
+                        0 => None,
+                        1 => Some(0),
+                        2 => Some(u32::MAX),
+                        _ => Some(1 + u32::from(arg % 3)),
+                    }
                 }
+                7 => call.entries.push((
+                    u32::from(arg % 4),
+                    [
+                        Saved::Started,
+                        Saved::Ended(Outcome::Failed),
+                        Saved::Settled(Reason::Stopped { after: 0 }),
+                    ][usize::from(arg) % 3],
+                )),
+                8 => call.id = ["c0", "", "x#1", "c1"][usize::from(arg) % 4].to_owned(),
+                _ => call.tool = TOOLS[usize::from(arg) % TOOLS.len()].to_owned(),
             }
-            _ => drop(s.inspect(BatchId(u32::from(arg % 5)))),
         }
-        let _ = s.next_releases();
     }
-    // Liveness: approve everything, end everything, until nothing moves.
-    for _ in 0..1000 {
-        let mut moved = false;
-        let mut b = 1;
-        while let Ok(statuses) = s.inspect(BatchId(b)) {
-            for st in statuses {
-                match st.state {
-                    State::Pending => moved |= s.approve(&st.label).is_ok(),
-                    State::Running | State::Asking => moved |= s.on_ended(&st.label, Outcome::Ok).is_ok(),
+}
+
+fn restart(s: &mut Scheduler, policies: &[Policy], input: &mut Bytes<'_>) {
+    let mut state = s.unfinished();
+    let flags = input.byte();
+    if flags & 0x10 != 0 {
+        tamper(&mut state, input);
+    }
+    let policy = policies[usize::from(flags) % policies.len()].clone();
+    let started = if flags & 0x20 != 0 {
+        Started::Interrupt
+    } else {
+        Started::RunAgain
+    };
+    if let Ok((fresh, _unrestored)) = Scheduler::resume(policy, &state, started) {
+        *s = fresh;
+    }
+}
+
+/// Approves everything pending and ends everything running until every batch retired.
+fn drain(s: &mut Scheduler, out: &mut Outputs) {
+    for _ in 0..4 * LIVE_MAX + 16 {
+        let state = s.unfinished();
+        if state.batches.is_empty() {
+            break;
+        }
+        let mut approve = Vec::new();
+        let mut ok = Vec::new();
+        for batch in &state.batches {
+            let count: u64 = batch
+                .calls
+                .iter()
+                .map(|c| u64::from(c.operations.unwrap_or(1)))
+                .sum();
+            for e in (batch.first.0..batch.first.0 + count).map(EntryId) {
+                match s.state(e) {
+                    Some(State::Pending) => approve.push(e),
+                    Some(State::Running | State::Asking) => ok.push(e),
                     _ => {}
                 }
             }
-            b += 1;
         }
-        let _ = s.next_releases();
-        if !moved {
-            break;
+        s.step(
+            &Inputs {
+                approve: &approve,
+                ok: &ok,
+                ..Inputs::default()
+            },
+            out,
+        );
+        assert!(
+            out.errors.is_empty(),
+            "the drain was refused: {:?}",
+            out.errors
+        );
+        assert!(
+            !(approve.is_empty() && ok.is_empty() && out.is_empty()),
+            "stalled with live batches: {state:?}"
+        );
+    }
+    assert_eq!(s.live_entries(), 0, "live entries after the drain");
+    assert!(
+        s.unfinished().batches.is_empty(),
+        "unfinished after the drain"
+    );
+}
+
+fn policies() -> &'static [Policy] {
+    static POLICIES: OnceLock<Vec<Policy>> = OnceLock::new();
+    POLICIES.get_or_init(|| {
+        let policies: Vec<Policy> = CONFIGS
+            .iter()
+            .filter_map(|text| config::resolve(&[Layer::new("fuzz", *text)]).ok())
+            .collect();
+        assert_eq!(
+            policies.len(),
+            CONFIGS.len(),
+            "a fuzz config does not resolve"
+        );
+        policies
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let policies = policies();
+    let mut input = Bytes(data);
+    let mut s = Scheduler::new(policies[usize::from(input.byte()) % policies.len()].clone());
+    let mut out = Outputs::default();
+    while !input.done() {
+        match input.byte() % 8 {
+            0 | 1 if s.live_entries() < LIVE_MAX => submit(&mut s, &mut input),
+            2..=4 => step(&mut s, &mut input, &mut out),
+            5 => restart(&mut s, policies, &mut input),
+            6 => {
+                let e = input.entry();
+                assert_eq!(s.label(e).is_some(), s.state(e).is_some());
+            }
+            _ => {
+                let b = input.batch();
+                if let Some(statuses) = s.inspect(b) {
+                    for st in statuses {
+                        assert_eq!(s.state(st.entry), Some(st.state));
+                        assert!(st.wait.is_none() || st.state == State::Approved);
+                    }
+                }
+            }
         }
     }
-    for (_, calls) in s.unfinished() {
-        assert!(calls.is_empty(), "unfinished after the drain: {calls:?}");
-    }
+    drain(&mut s, &mut out);
 });

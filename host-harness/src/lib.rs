@@ -152,6 +152,34 @@ pub fn default_component_path() -> PathBuf {
     target.join("turnstile.wasm")
 }
 
+/// The component for tests and benchmarks: [`default_component_path`], built first with
+/// `cargo xtask build-guest` when it is missing (a fresh clone, so that `cargo test` at the root
+/// works without a separate build step). The nested build uses a target directory of its own,
+/// so that it never waits on the lock of the `cargo test` that runs it.
+pub fn built_component_path() -> Result<PathBuf, String> {
+    let path = default_component_path();
+    if path.exists() {
+        return Ok(path);
+    }
+    let Some(target) = path.parent() else {
+        return Err(format!("{} has no parent directory", path.display()));
+    };
+    let nested = target.join("component-build");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args(["run", "--quiet", "--package", "xtask", "--", "build-guest"])
+        .env("CARGO_TARGET_DIR", &nested)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .status()
+        .map_err(|e| format!("cannot run cargo to build the component: {e}"))?;
+    if !status.success() {
+        return Err(format!("`cargo xtask build-guest` failed with {status}"));
+    }
+    std::fs::copy(nested.join("turnstile.wasm"), &path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
 /// Resolves layers through the component and prints each diagnostic's rendering; returns
 /// whether the config is valid.
 pub fn check(instance: &mut Instance, layers: &[(String, String)]) -> wasmtime::Result<bool> {

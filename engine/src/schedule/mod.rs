@@ -205,7 +205,7 @@ impl Scheduler {
         let total: u64 = self.scratch.iter().map(|&(_, n)| u64::from(n)).sum();
         // Numbers are never handed out twice, and `u64::MAX` never at all (hosts use it as
         // "no such number"). Only a resumed state can come near the end.
-        if id >= u64::MAX - 1 || first.checked_add(total).is_none_or(|end| end >= u64::MAX) {
+        if id >= u64::MAX - 1 || first.checked_add(total).is_none_or(|end| end == u64::MAX) {
             return Err(SubmitError::new(
                 SubmitErrorCode::TooLarge,
                 "this scheduler has handed out every batch or entry number".to_owned(),

@@ -287,14 +287,21 @@ impl Scheduler {
                     self.keys.enqueue(k, e, e + 1);
                 }
             }
-            match problem {
-                None => self.batches.ids.insert(id_hash(&call.id), CallRef { slot, call: c as u32 }),
-                Some((code, message)) => unrestored.push(Unrestored {
+            // A left-out call keeps its id while its batch lives, like any live call.
+            self.batches.ids.insert(
+                id_hash(&call.id),
+                CallRef {
+                    slot,
+                    call: c as u32,
+                },
+            );
+            if let Some((code, message)) = problem {
+                unrestored.push(Unrestored {
                     batch: saved.batch.0,
                     call: call.id.clone(),
                     code,
                     message,
-                }),
+                });
             }
         }
         self.batches.sealed(slot);
