@@ -6,7 +6,6 @@ use annotate_snippets::{Level, Renderer, Snippet};
 /// The stable code of a diagnostic. Hosts match on these; the kebab-case spelling from
 /// [`Code::as_str`] is what crosses the component boundary and appears in case files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Code {
     /// A layer is not valid TOML.
     TomlSyntax,

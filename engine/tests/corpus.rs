@@ -151,7 +151,13 @@ impl Subject for Native {
             errors: out
                 .errors
                 .iter()
-                .map(|e| (kind(e.input).to_owned(), e.index, e.code.as_str().to_owned()))
+                .map(|e| {
+                    (
+                        kind(e.input).to_owned(),
+                        e.index,
+                        e.code.as_str().to_owned(),
+                    )
+                })
                 .collect(),
             retired: out.retired.iter().map(|b| b.0).collect(),
         }
@@ -195,7 +201,8 @@ impl Subject for Native {
         let state = self.sched().unfinished();
         if let Some(layers) = layers {
             let layers: Vec<Layer> = layers.iter().map(|(n, t)| Layer::new(n, t)).collect();
-            self.policy = config::resolve(&layers).map_err(|_| "layers do not resolve".to_owned())?;
+            self.policy =
+                config::resolve(&layers).map_err(|_| "layers do not resolve".to_owned())?;
         }
         let started = if interrupt {
             Started::Interrupt
@@ -305,7 +312,12 @@ fn update_rendered_expectations() {
             .layer
             .iter()
             .enumerate()
-            .map(|(i, l)| (l.name.clone().unwrap_or_else(|| format!("L{}", i + 1)), l.text.clone()))
+            .map(|(i, l)| {
+                (
+                    l.name.clone().unwrap_or_else(|| format!("L{}", i + 1)),
+                    l.text.clone(),
+                )
+            })
             .collect();
         let Err(diags) = Native::default().resolve(&layers) else {
             continue;
@@ -313,7 +325,9 @@ fn update_rendered_expectations() {
         let rendered = corpus::rendered(&diags);
         // A literal block where TOML allows one; escapes where the text has control characters.
         let literal = !rendered.contains("'''")
-            && !rendered.chars().any(|c| c.is_control() && c != '\n' && c != '\t');
+            && !rendered
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t');
         let mut out = String::new();
         let mut skipping = false;
         for line in text.lines() {

@@ -64,8 +64,6 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::ConcurrencyLimitConflict => W::ConcurrencyLimitConflict,
         Code::StopWithoutLimit => W::StopWithoutLimit,
         Code::EnableValue => W::EnableValue,
-        // `Code` is non-exhaustive for other crates; a new code must be added to the WIT.
-        _ => W::TableType,
     }
 }
 

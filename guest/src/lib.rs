@@ -104,13 +104,14 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
         policy: wit_scheduler::PolicyBorrow<'_>,
         state: wit_scheduler::SavedState,
         started: wit_scheduler::Started,
-    ) -> Result<(wit_scheduler::Scheduler, Vec<wit_scheduler::Unrestored>), wit_scheduler::ResumeError>
-    {
+    ) -> Result<
+        (wit_scheduler::Scheduler, Vec<wit_scheduler::Unrestored>),
+        wit_scheduler::ResumeError,
+    > {
         let policy = policy.get::<PolicyResource>().policy.clone();
         let state = convert::saved_state_in(state);
-        let (scheduler, unrestored) =
-            Scheduler::resume(policy, &state, convert::started(started))
-                .map_err(convert::resume_error)?;
+        let (scheduler, unrestored) = Scheduler::resume(policy, &state, convert::started(started))
+            .map_err(convert::resume_error)?;
         Ok((
             wit_scheduler::Scheduler::new(Self::wrap(scheduler)),
             unrestored.into_iter().map(convert::unrestored).collect(),
@@ -151,22 +152,14 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
         );
         cancel.clear();
         cancel.extend(inputs.cancel.iter().map(|&b| BatchId(b)));
-        let ids = |v: Vec<u64>| -> Vec<EntryId> { v.into_iter().map(EntryId).collect() };
-        let (approve, ask, answer, ok, failed) = (
-            ids(inputs.approve),
-            ids(inputs.ask),
-            ids(inputs.answer),
-            ids(inputs.ok),
-            ids(inputs.failed),
-        );
         self.inner.borrow_mut().step(
             &Inputs {
-                approve: &approve,
+                approve: entries(&inputs.approve),
                 settle,
-                ask: &ask,
-                answer: &answer,
-                ok: &ok,
-                failed: &failed,
+                ask: entries(&inputs.ask),
+                answer: entries(&inputs.answer),
+                ok: entries(&inputs.ok),
+                failed: entries(&inputs.failed),
                 cancel,
             },
             out,
@@ -186,6 +179,13 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
     fn unfinished(&self) -> wit_scheduler::SavedState {
         convert::saved_state_out(self.inner.borrow().unfinished())
     }
+}
+
+/// The WIT's `list<u64>` of entry numbers as entries, without a copy.
+fn entries(numbers: &[u64]) -> &[EntryId] {
+    // SAFETY: `EntryId` is `#[repr(transparent)]` over `u64`, so the two slices have the same
+    // layout, alignment and length; the lifetime is carried over unchanged.
+    unsafe { std::slice::from_raw_parts(numbers.as_ptr().cast::<EntryId>(), numbers.len()) }
 }
 
 impl wit_admission::Guest for Component {

@@ -153,7 +153,10 @@ impl Batches {
         // Batches are numbered in entry order; the newest is the usual target.
         let i = match self.order.back() {
             Some(&(first, _)) if first <= entry => self.order.len() - 1,
-            _ => self.order.partition_point(|&(first, _)| first <= entry).checked_sub(1)?,
+            _ => self
+                .order
+                .partition_point(|&(first, _)| first <= entry)
+                .checked_sub(1)?,
         };
         let (first, slot) = self.order[i];
         if slot == RETIRED {
@@ -217,7 +220,11 @@ impl Batches {
         self.live_entries -= batch.entries.len();
         self.by_id.remove(&id);
         let i = self.order.partition_point(|&(f, _)| f < first);
-        debug_assert!(self.order.get(i).is_some_and(|&(f, s)| f == first && s == slot));
+        debug_assert!(
+            self.order
+                .get(i)
+                .is_some_and(|&(f, s)| f == first && s == slot)
+        );
         if let Some(place) = self.order.get_mut(i) {
             place.1 = RETIRED;
             self.retired_in_order += 1;
@@ -319,7 +326,14 @@ pub(crate) fn check_batch_size(calls: usize) -> Result<(), SubmitError> {
 }
 
 /// Adds a call's records to a batch being built; the caller checked it.
-pub(crate) fn push_call(batch: &mut Batch, id: &str, tool: u32, count: u32, fan_out: bool, stop: bool) {
+pub(crate) fn push_call(
+    batch: &mut Batch,
+    id: &str,
+    tool: u32,
+    count: u32,
+    fan_out: bool,
+    stop: bool,
+) {
     let id_start = batch.ids.len() as u32;
     batch.ids.push_str(id);
     batch.calls.push(CallRec {

@@ -54,7 +54,10 @@ impl Scheduler {
                 let key = self.keys.key(k);
                 let mut previous: Option<u64> = None;
                 for &e in &key.queue {
-                    if !matches!(self.state(EntryId(e)), Some(State::Pending | State::Approved)) {
+                    if !matches!(
+                        self.state(EntryId(e)),
+                        Some(State::Pending | State::Approved)
+                    ) {
                         continue;
                     }
                     let wait = match previous {

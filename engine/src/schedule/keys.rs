@@ -130,7 +130,10 @@ impl Keys {
     /// Queues entries `first..end` behind every earlier one with this key.
     pub(crate) fn enqueue(&mut self, k: u32, first: u64, end: u64) {
         let queue = &mut self.recs[k as usize].queue;
-        debug_assert!(queue.back().is_none_or(|&b| b < first), "queued out of order");
+        debug_assert!(
+            queue.back().is_none_or(|&b| b < first),
+            "queued out of order"
+        );
         queue.extend(first..end);
     }
 

@@ -82,8 +82,10 @@ fn sort(v: &mut [u64]) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BatchId(pub u64);
 
-/// An entry's number, in (batch, written) order; never handed out twice.
+/// An entry's number, in (batch, written) order; never handed out twice. Transparent over its
+/// `u64`, so a host's list of numbers can be viewed as entries without a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(transparent)]
 pub struct EntryId(pub u64);
 
 /// A batch as [`Scheduler::submit`] numbered it: entries `first .. first + count`.
@@ -236,13 +238,13 @@ impl Scheduler {
                 .map_err(|m| SubmitError::new(SubmitErrorCode::InvalidId, m))?;
             let hash = id_hash(call.id);
             let batches = &self.batches;
-            let live = batches.ids.find(hash, call.id, |c| {
-                batches.slot(c.slot).call_id(c.call)
-            });
+            let live = batches
+                .ids
+                .find(hash, call.id, |c| batches.slot(c.slot).call_id(c.call));
             // A hash seen earlier in the batch is a duplicate, or (astronomically rarely) a
             // collision that a scan tells apart.
-            let earlier = self.scratch_ids.contains_key(&hash)
-                && calls[..i].iter().any(|c| c.id == call.id);
+            let earlier =
+                self.scratch_ids.contains_key(&hash) && calls[..i].iter().any(|c| c.id == call.id);
             if live.is_some() || earlier {
                 return Err(SubmitError::new(
                     SubmitErrorCode::DuplicateId,
@@ -499,13 +501,15 @@ impl Scheduler {
         out.start.extend(self.started.drain(..).map(EntryId));
         for e in self.settled.drain(..) {
             let reason = match self.batches.locate(e) {
-                Some((slot, index)) => match self.batches.slot(slot).entries[index as usize].life.get() {
-                    State::Settled(reason) => reason,
-                    other => {
-                        debug_assert!(false, "settled entry {e} is {other:?}");
-                        Reason::Cancelled
+                Some((slot, index)) => {
+                    match self.batches.slot(slot).entries[index as usize].life.get() {
+                        State::Settled(reason) => reason,
+                        other => {
+                            debug_assert!(false, "settled entry {e} is {other:?}");
+                            Reason::Cancelled
+                        }
                     }
-                },
+                }
                 None => {
                     debug_assert!(false, "settled entry {e} is not live");
                     Reason::Cancelled
@@ -559,5 +563,4 @@ impl Scheduler {
         let (slot, index) = self.batches.locate(entry.0)?;
         Some(self.batches.slot(slot).entries[index as usize].life.get())
     }
-
 }

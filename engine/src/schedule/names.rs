@@ -145,7 +145,11 @@ impl LiveIds {
                 let (_, promoted) = self.collided.swap_remove(i);
                 self.by_hash.insert(hash, promoted.pack());
             }
-        } else if let Some(i) = self.collided.iter().position(|&(h, c)| h == hash && c == call) {
+        } else if let Some(i) = self
+            .collided
+            .iter()
+            .position(|&(h, c)| h == hash && c == call)
+        {
             self.collided.swap_remove(i);
         } else {
             debug_assert!(false, "a retiring call id was not live");

@@ -87,7 +87,11 @@ pub fn fingerprint(policy: &Policy) -> u64 {
             eat(c.key.as_str().as_bytes());
             eat(&c.limit.get().to_le_bytes());
         }
-        eat(&[1, u8::from(tool.fan_out), u8::from(tool.on_error == OnError::Stop)]);
+        eat(&[
+            1,
+            u8::from(tool.fan_out),
+            u8::from(tool.on_error == OnError::Stop),
+        ]);
     }
     h
 }
@@ -193,7 +197,11 @@ impl Scheduler {
                 .map(|c| u64::from(c.operations.unwrap_or(1)))
                 .sum();
             let numbers_ok = saved.first.0 >= end
-                && saved.first.0.checked_add(count).is_some_and(|e| e <= state.next_entry)
+                && saved
+                    .first
+                    .0
+                    .checked_add(count)
+                    .is_some_and(|e| e <= state.next_entry)
                 && saved.batch.0 < state.next_batch
                 && s.batches.find(saved.batch.0).is_none()
                 && !saved.calls.is_empty()
@@ -220,7 +228,12 @@ impl Scheduler {
         Ok((s, unrestored))
     }
 
-    fn restore_batch(&mut self, saved: &SavedBatch, started: Started, unrestored: &mut Vec<Unrestored>) {
+    fn restore_batch(
+        &mut self,
+        saved: &SavedBatch,
+        started: Started,
+        unrestored: &mut Vec<Unrestored>,
+    ) {
         let slot = self.batches.open_slot(saved.batch.0, saved.first.0);
         self.batches.slot_mut(slot).cancelled = saved.cancelled;
         let rerun = started == Started::RunAgain && !saved.cancelled;
@@ -256,7 +269,10 @@ impl Scheduler {
                     }
                     State::Settled(reason @ (Reason::Interrupted | Reason::Cancelled))
                         if problem.is_none()
-                            && !call.entries.iter().any(|&(o, s)| o == op && s == Saved::Settled(reason)) =>
+                            && !call
+                                .entries
+                                .iter()
+                                .any(|&(o, s)| o == op && s == Saved::Settled(reason)) =>
                     {
                         self.settled.push(first + u64::from(op));
                     }
@@ -280,7 +296,12 @@ impl Scheduler {
                     b.keys.push(k);
                 }
                 let pending: Vec<u64> = (0..count)
-                    .filter(|&op| b.entries[(first - b.first) as usize + op as usize].life.get() == State::Pending)
+                    .filter(|&op| {
+                        b.entries[(first - b.first) as usize + op as usize]
+                            .life
+                            .get()
+                            == State::Pending
+                    })
                     .map(|op| first + u64::from(op))
                     .collect();
                 for e in pending {
@@ -333,12 +354,17 @@ impl Scheduler {
         let batches = &self.batches;
         if batches
             .ids
-            .find(id_hash(&call.id), &call.id, |c| batches.slot(c.slot).call_id(c.call))
+            .find(id_hash(&call.id), &call.id, |c| {
+                batches.slot(c.slot).call_id(c.call)
+            })
             .is_some()
         {
             return Some((
                 UnrestoredCode::DuplicateId,
-                format!("call id {:?} is used by an earlier call of the state", call.id),
+                format!(
+                    "call id {:?} is used by an earlier call of the state",
+                    call.id
+                ),
             ));
         }
         let probe = Call {
