@@ -280,9 +280,27 @@ fn cases_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/cases")
 }
 
+/// `TURNSTILE_CASE=sched-03 cargo test -p turnstile-engine --test corpus` runs the cases whose
+/// file name contains `sched-03`.
 #[test]
 fn corpus_runs_natively() {
-    let files = corpus::case_files(&cases_dir()).unwrap_or_default();
+    let only = std::env::var("TURNSTILE_CASE").ok();
+    let files: Vec<PathBuf> = corpus::case_files(&cases_dir())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| {
+            only.as_deref().is_none_or(|name| {
+                p.file_name()
+                    .is_some_and(|f| f.to_string_lossy().contains(name))
+            })
+        })
+        .collect();
+    if let Some(name) = &only {
+        assert!(!files.is_empty(), "no case file name contains {name:?}");
+        let summary = corpus::run_all(&files, Native::default);
+        assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+        return;
+    }
     assert!(
         files.len() >= 60,
         "expected the whole corpus, found {} cases",

@@ -81,6 +81,10 @@ impl wit_config::GuestPolicy for PolicyResource {
         }
     }
 
+    fn fingerprint(&self) -> u64 {
+        turnstile_engine::schedule::fingerprint(&self.policy)
+    }
+
     fn tools(&self) -> Vec<wit_config::ToolPolicy> {
         self.policy
             .tools()

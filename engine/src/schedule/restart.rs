@@ -238,22 +238,31 @@ impl Scheduler {
         self.batches.slot_mut(slot).cancelled = saved.cancelled;
         let rerun = started == Started::RunAgain && !saved.cancelled;
         for (c, call) in saved.calls.iter().enumerate() {
-            let problem = self.restorable(call);
             let count = call.operations.unwrap_or(1);
-            let (tool, key, stop) = match problem {
-                None => {
-                    let t = self.keys.intern_tool(&self.policy, &call.tool);
-                    let rec = self.keys.tool(t);
-                    (t, rec.key, rec.stop)
+            // Each operation's saved state, by index: one pass, however many there are.
+            let mut states: Vec<Option<Saved>> = vec![None; count as usize];
+            let mut listed_twice = false;
+            for &(op, state) in &call.entries {
+                match states.get_mut(op as usize) {
+                    Some(place @ None) => *place = Some(state),
+                    Some(Some(_)) => listed_twice = true,
+                    None => {}
                 }
-                Some(_) => (self.keys.intern_tool(&self.policy, &call.tool), None, false),
+            }
+            let problem = self.restorable(call, listed_twice);
+            let tool = self.keys.intern_tool(&self.policy, &call.tool);
+            let (key, stop) = match problem {
+                None => {
+                    let rec = self.keys.tool(tool);
+                    (rec.key, rec.stop)
+                }
+                Some(_) => (None, false),
             };
             let b = self.batches.slot_mut(slot);
             batch::push_call(b, &call.id, tool, count, call.operations.is_some(), stop);
             let first = b.first + b.entries.len() as u64;
             let mut first_failed = None;
-            for op in 0..count {
-                let saved_state = call.entries.iter().find(|(o, _)| *o == op).map(|&(_, s)| s);
+            for (op, &saved_state) in (0..count).zip(&states) {
                 let life = match problem {
                     Some(_) => Lifecycle::unrestored(saved_state),
                     None => Lifecycle::restored(saved_state, rerun, saved.cancelled),
@@ -262,25 +271,26 @@ impl Scheduler {
                 if state.is_failure() && first_failed.is_none() {
                     first_failed = Some(op);
                 }
+                let e = first + u64::from(op);
                 match state {
                     State::Pending => {
                         b.pending += 1;
                         b.unanswered += 1;
+                        if let Some(k) = key {
+                            self.keys.enqueue(k, e, e + 1);
+                        }
                     }
+                    // Settled by this restart (not before it): the first `step` reports it.
                     State::Settled(reason @ (Reason::Interrupted | Reason::Cancelled))
-                        if problem.is_none()
-                            && !call
-                                .entries
-                                .iter()
-                                .any(|&(o, s)| o == op && s == Saved::Settled(reason)) =>
+                        if problem.is_none() && saved_state != Some(Saved::Settled(reason)) =>
                     {
-                        self.settled.push(first + u64::from(op));
+                        self.settled.push(e);
                     }
                     _ => {}
                 }
                 b.entries.push(Entry {
                     call: c as u32,
-                    key: OptU32::new(if problem.is_none() { key } else { None }),
+                    key: OptU32::new(key),
                     life,
                 });
             }
@@ -290,23 +300,9 @@ impl Scheduler {
                 call_rec.first_failed = OptU32::new(first_failed);
             }
             if let Some(k) = key
-                && problem.is_none()
+                && !b.keys.contains(&k)
             {
-                if !b.keys.contains(&k) {
-                    b.keys.push(k);
-                }
-                let pending: Vec<u64> = (0..count)
-                    .filter(|&op| {
-                        b.entries[(first - b.first) as usize + op as usize]
-                            .life
-                            .get()
-                            == State::Pending
-                    })
-                    .map(|op| first + u64::from(op))
-                    .collect();
-                for e in pending {
-                    self.keys.enqueue(k, e, e + 1);
-                }
+                b.keys.push(k);
             }
             // A left-out call keeps its id while its batch lives, like any live call.
             self.batches.ids.insert(
@@ -345,7 +341,7 @@ impl Scheduler {
     }
 
     /// Why a saved call cannot be restored under this scheduler's policy, if it cannot.
-    fn restorable(&self, call: &SavedCall) -> Option<(UnrestoredCode, String)> {
+    fn restorable(&self, call: &SavedCall, listed_twice: bool) -> Option<(UnrestoredCode, String)> {
         let named = batch::check_name("call id", &call.id, true)
             .and_then(|()| batch::check_name("tool name", &call.tool, false));
         if let Err(message) = named {
@@ -377,18 +373,14 @@ impl Scheduler {
             Ok(count) => count,
             Err(e) => return Some((UnrestoredCode::InvalidOperations, e.message)),
         };
-        let mut seen = Vec::with_capacity(call.entries.len());
-        for &(op, _) in &call.entries {
-            if op >= count || seen.contains(&op) {
-                return Some((
-                    UnrestoredCode::InvalidOperations,
-                    format!(
-                        "call {:?}: saved operation {op} is outside 0..{count} or listed twice",
-                        call.id
-                    ),
-                ));
-            }
-            seen.push(op);
+        if listed_twice || call.entries.iter().any(|&(op, _)| op >= count) {
+            return Some((
+                UnrestoredCode::InvalidOperations,
+                format!(
+                    "call {:?}: a saved operation is outside 0..{count} or listed twice",
+                    call.id
+                ),
+            ));
         }
         None
     }

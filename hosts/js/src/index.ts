@@ -198,6 +198,14 @@ export class Policy {
   tools(): ToolPolicy[] {
     return this.raw.tools();
   }
+  /**
+   * What the policy means to a scheduler, as 64 bits: equal for policies that schedule alike.
+   * A saved state records it (`SavedState.policy`), so a host can tell before `resume` whether
+   * the policy changed since the state was saved.
+   */
+  fingerprint(): bigint {
+    return this.raw.fingerprint();
+  }
   [Symbol.dispose](): void {
     dispose(this.raw);
   }

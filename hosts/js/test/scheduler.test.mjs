@@ -181,6 +181,9 @@ test('resume under a changed policy leaves out what it no longer allows', async 
   const b = sched.submit([{ id: 'f', tool: 'read', operations: 2 }, { id: 'a', tool: 'rfd_draft' }]);
   sched.step({ approve: b.entries() });
   const narrower = t.resolve([{ name: 'changed', text: '[conversation.tools.rfd_draft]\nconcurrency = 1\n' }]);
+  // The fingerprint says, before resuming, that the policy changed.
+  assert.notEqual(sched.unfinished().policy, narrower.fingerprint());
+  assert.equal(typeof narrower.fingerprint(), 'bigint');
   const { scheduler, unrestored } = Scheduler.resume(narrower, sched.unfinished(), { started: 'run-again' });
   assert.deepEqual(unrestored.map((u) => [u.batch, u.call, u.code]), [[b.batch, 'f', 'invalid-operations']]);
   // Everything else is restored: `a` had started, and is pending again.

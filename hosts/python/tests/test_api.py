@@ -204,6 +204,8 @@ def test_resume_leaves_out_what_the_policy_no_longer_allows() -> None:
     s = Scheduler(policy())
     s.submit([Call("d", "del", 2), Call("r", "rfd")])
     changed = policy("[conversation.tools.rfd]\nconcurrency = 1\n")
+    # The fingerprint says, before resuming, that the policy changed.
+    assert s.unfinished().policy == policy().fingerprint() != changed.fingerprint()
     again, unrestored = Scheduler.resume(changed, s.unfinished(), started=Started.RUN_AGAIN)
     assert [(u.call, u.code) for u in unrestored] == [("d", UnrestoredCode.INVALID_OPERATIONS)]
     state = s.unfinished()

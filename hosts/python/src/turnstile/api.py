@@ -317,6 +317,12 @@ class Policy:
         """Every configured tool, in configuration order."""
         return [_tool(t) for t in self.instance.func("config", "[method]policy.tools")(self._resource)]
 
+    def fingerprint(self) -> int:
+        """What the policy means to a scheduler, as 64 bits: equal for policies that schedule
+        alike. A saved state records it (``SavedState.policy``), so a host can tell before
+        ``resume`` whether the policy changed since the state was saved."""
+        return int(self.instance.func("config", "[method]policy.fingerprint")(self._resource))
+
     def close(self) -> None:
         """Frees the policy in the component; schedulers built from it keep working."""
         self.instance.drop(self._resource)
