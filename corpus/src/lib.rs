@@ -538,7 +538,10 @@ impl Runner {
             ("error", step.error.is_some() && many),
             ("errors", !step.errors.is_empty() && !many),
             ("layers", step.layers.is_some() && verb != "restart"),
-            ("unrestored", !step.unrestored.is_empty() && verb != "restart"),
+            (
+                "unrestored",
+                !step.unrestored.is_empty() && verb != "restart",
+            ),
             ("inspect", step.inspect.is_some() && verb != "inspect"),
             (
                 "admit, cancel, refused or drain",
@@ -566,7 +569,7 @@ impl Runner {
                     .and_then(|i| case.batch.get(i as usize))
                     .ok_or_else(|| format!("the case has no batch {n}"))?;
                 let calls = parse_calls(spec)?;
-                                match subject.submit(&calls) {
+                match subject.submit(&calls) {
                     Ok((batch, first, count)) => {
                         self.batches.insert(n, batch);
                         let mut e = first;
@@ -595,10 +598,16 @@ impl Runner {
                     }
                     Err(code) => refused.push(code),
                 }
-                step_once(subject, StepInputs::default(), &mut out, &mut refused, false);
+                step_once(
+                    subject,
+                    StepInputs::default(),
+                    &mut out,
+                    &mut refused,
+                    false,
+                );
             }
             "approve" | "reject" | "skip" | "fail" | "ask" | "answer" => {
-                                if args.is_empty() {
+                if args.is_empty() {
                     return Err("expected at least one entry".to_owned());
                 }
                 for label in &args {
@@ -619,7 +628,7 @@ impl Runner {
                 }
             }
             "approve-many" => {
-                                single = false;
+                single = false;
                 let inputs = StepInputs {
                     approve: args.iter().map(|l| self.entry(l)).collect(),
                     ..StepInputs::default()
@@ -627,7 +636,7 @@ impl Runner {
                 step_once(subject, inputs, &mut out, &mut refused, true);
             }
             "end-many" => {
-                                single = false;
+                single = false;
                 let mut inputs = StepInputs::default();
                 let mut order = Vec::new();
                 for arg in &args {
@@ -643,8 +652,7 @@ impl Runner {
                     }
                 }
                 // Positions in the step are ok-first; map them back to the written order.
-                let ok_positions: Vec<usize> =
-                    (0..order.len()).filter(|&i| order[i]).collect();
+                let ok_positions: Vec<usize> = (0..order.len()).filter(|&i| order[i]).collect();
                 let failed_positions: Vec<usize> =
                     (0..order.len()).filter(|&i| !order[i]).collect();
                 let n_ok = inputs.ok.len();
@@ -667,7 +675,7 @@ impl Runner {
                 });
             }
             "end" | "decline" => {
-                                let (label, ok) = match (verb, args.as_slice()) {
+                let (label, ok) = match (verb, args.as_slice()) {
                     ("end", [label]) | ("decline", [label]) => (*label, true),
                     ("end", [label, outcome]) => (*label, outcome_ok(outcome)?),
                     _ => return Err("expected `end LABEL ok|failed` or `decline LABEL`".to_owned()),
@@ -681,7 +689,7 @@ impl Runner {
                 step_once(subject, inputs, &mut out, &mut refused, false);
             }
             "cancel" => {
-                                let batch = self.batch(args.first().copied())?;
+                let batch = self.batch(args.first().copied())?;
                 let inputs = StepInputs {
                     cancel: vec![batch],
                     ..StepInputs::default()
@@ -689,7 +697,7 @@ impl Runner {
                 step_once(subject, inputs, &mut out, &mut refused, false);
             }
             "restart" => {
-                                let interrupt = match args.as_slice() {
+                let interrupt = match args.as_slice() {
                     [] => false,
                     ["interrupt"] => true,
                     _ => return Err("expected `restart` or `restart interrupt`".to_owned()),
@@ -699,10 +707,16 @@ impl Runner {
                     Ok(lines) => unrestored = lines,
                     Err(code) => refused.push(code),
                 }
-                step_once(subject, StepInputs::default(), &mut out, &mut refused, false);
+                step_once(
+                    subject,
+                    StepInputs::default(),
+                    &mut out,
+                    &mut refused,
+                    false,
+                );
             }
             "inspect" => {
-                                let batch = self.batch(args.first().copied())?;
+                let batch = self.batch(args.first().copied())?;
                 let want = step
                     .inspect
                     .as_ref()
@@ -714,7 +728,13 @@ impl Runner {
                     Some(_) => {}
                     None => refused.push("unknown-batch".to_owned()),
                 }
-                step_once(subject, StepInputs::default(), &mut out, &mut refused, false);
+                step_once(
+                    subject,
+                    StepInputs::default(),
+                    &mut out,
+                    &mut refused,
+                    false,
+                );
             }
             other => return Err(format!("unknown event {other:?}")),
         }

@@ -62,7 +62,13 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
         };
         let operations: Vec<u32> = calls.iter().map(|c| c.operations.unwrap_or(0)).collect();
         let submitted = iface
-            .call_submit(&mut *store, sched, &join(|c| &c.id), &join(|c| &c.tool), &operations)
+            .call_submit(
+                &mut *store,
+                sched,
+                &join(|c| &c.id),
+                &join(|c| &c.tool),
+                &operations,
+            )
             .map_err(trap)?
             .map_err(|e| format!("batch {}: {}", n + 1, e.message))?;
         let _ = writeln!(
@@ -87,7 +93,11 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
         approve.extend(submitted.first..submitted.first + u64::from(submitted.count));
         batches.push(submitted.batch);
     }
-    let label = |e: u64| entries.get(&e).map_or_else(|| format!("#{e}"), |(l, _)| l.clone());
+    let label = |e: u64| {
+        entries
+            .get(&e)
+            .map_or_else(|| format!("#{e}"), |(l, _)| l.clone())
+    };
     let mut now_ms = 0u64;
     let mut seq = 0u64;
     let mut running: Vec<Running> = Vec::new();

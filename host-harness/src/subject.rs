@@ -152,7 +152,11 @@ impl Subject for ComponentSubject {
         let tools = join(|c| &c.tool);
         let operations: Vec<u32> = calls.iter().map(|c| c.operations.unwrap_or(0)).collect();
         let s = self.scheduler()?;
-        let iface = self.instance.exports.turnstile_scheduler_scheduler().scheduler();
+        let iface = self
+            .instance
+            .exports
+            .turnstile_scheduler_scheduler()
+            .scheduler();
         iface
             .call_submit(&mut self.instance.store, s, &ids, &tools, &operations)
             .map_err(trap)?
@@ -185,7 +189,11 @@ impl Subject for ComponentSubject {
             failed: inputs.failed.clone(),
             cancel: inputs.cancel.clone(),
         };
-        let iface = self.instance.exports.turnstile_scheduler_scheduler().scheduler();
+        let iface = self
+            .instance
+            .exports
+            .turnstile_scheduler_scheduler()
+            .scheduler();
         match iface.call_step(&mut self.instance.store, s, &wit) {
             Ok(out) => StepOutput {
                 start: out.start,
@@ -200,7 +208,13 @@ impl Subject for ComponentSubject {
                 errors: out
                     .errors
                     .iter()
-                    .map(|e| (input_kind(e.input).to_owned(), e.index, input_code(e.code).to_owned()))
+                    .map(|e| {
+                        (
+                            input_kind(e.input).to_owned(),
+                            e.index,
+                            input_code(e.code).to_owned(),
+                        )
+                    })
                     .collect(),
                 retired: out.retired,
             },
@@ -210,7 +224,11 @@ impl Subject for ComponentSubject {
 
     fn label(&mut self, entry: u64) -> Option<String> {
         let s = self.scheduler().ok()?;
-        let iface = self.instance.exports.turnstile_scheduler_scheduler().scheduler();
+        let iface = self
+            .instance
+            .exports
+            .turnstile_scheduler_scheduler()
+            .scheduler();
         match iface.call_label(&mut self.instance.store, s, entry) {
             Ok(label) => label,
             Err(e) => Some(trap(e)),
@@ -222,7 +240,11 @@ impl Subject for ComponentSubject {
             Ok(s) => s,
             Err(e) => return Some(vec![e]),
         };
-        let iface = self.instance.exports.turnstile_scheduler_scheduler().scheduler();
+        let iface = self
+            .instance
+            .exports
+            .turnstile_scheduler_scheduler()
+            .scheduler();
         match iface.call_inspect(&mut self.instance.store, s, batch) {
             Ok(statuses) => statuses.map(|st| st.iter().map(inspect_line).collect()),
             Err(e) => Some(vec![trap(e)]),
@@ -241,7 +263,11 @@ impl Subject for ComponentSubject {
                 .map_err(|_| "the restart's layers do not resolve".to_owned())?;
         }
         let p = self.policy()?;
-        let iface = self.instance.exports.turnstile_scheduler_scheduler().scheduler();
+        let iface = self
+            .instance
+            .exports
+            .turnstile_scheduler_scheduler()
+            .scheduler();
         let state = iface
             .call_unfinished(&mut self.instance.store, s)
             .map_err(trap)?;
