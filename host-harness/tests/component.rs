@@ -1,51 +1,19 @@
 //! The corpus through the built component, and host mistakes that must come back as typed
 //! errors on an instance that keeps working. Needs `cargo xtask build-guest` first.
+//!
+//! The other `component_*.rs` files replay the rest of the issue's failure paths: one mistake
+//! among good inputs and the lifetime of numbers (`steps`), restart and hostile saved states
+//! (`restart`), admission tickets and hostile admission calls (`admission`).
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
+mod common;
+
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
-use host_harness::{
-    ComponentSubject, Harness, Instance, default_component_path, wit_admission as wa,
-    wit_config as wc, wit_scheduler as ws,
-};
+use common::{STOP_POLICY, Sched, assert_out, harness, hostile_strings, none};
+use host_harness::{ComponentSubject, Harness, default_component_path};
+use host_harness::{wit_config as wc, wit_scheduler as ws};
 use turnstile_corpus as corpus;
-use wasmtime::component::ResourceAny;
-
-fn harness() -> &'static Harness {
-    static HARNESS: OnceLock<Harness> = OnceLock::new();
-    HARNESS.get_or_init(|| {
-        let path = default_component_path();
-        Harness::load(&path).unwrap_or_else(|e| {
-            panic!(
-                "cannot load {}: {e:#}; run `cargo xtask build-guest`",
-                path.display()
-            )
-        })
-    })
-}
-
-/// Resolves `toml` as one layer and builds a scheduler on it; returns (policy, scheduler).
-fn scheduler_on(inst: &mut Instance, toml: &str) -> (ResourceAny, ResourceAny) {
-    let layers = [wc::Layer {
-        name: "test".to_owned(),
-        text: toml.to_owned(),
-    }];
-    let policy = inst
-        .exports
-        .turnstile_scheduler_config()
-        .policy()
-        .call_resolve(&mut inst.store, &layers)
-        .expect("no trap")
-        .unwrap_or_else(|d| panic!("the test config does not resolve: {}", d[0].rendered));
-    let scheduler = inst
-        .exports
-        .turnstile_scheduler_scheduler()
-        .scheduler()
-        .call_constructor(&mut inst.store, policy)
-        .expect("no trap");
-    (policy, scheduler)
-}
 
 fn cases_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/cases")
@@ -68,487 +36,361 @@ fn corpus_runs_through_the_component() {
     assert!(summary.failed.is_empty(), "{}", summary.line());
 }
 
+use ws::InputErrorCode as C;
+use ws::InputKind as K;
+use ws::SubmitErrorCode as S;
+
+/// Every config input a host can construct that is hostile: each resolves to exactly the
+/// diagnostics expected, never a trap.
 #[test]
-fn host_mistakes_are_errors_and_the_instance_survives() {
+fn config_survives_hostile_layers() {
     let mut inst = harness().instance().expect("no trap");
     let config = inst.exports.turnstile_scheduler_config().policy();
-    let hostile = [
-        wc::Layer {
-            name: String::new(),
-            text: "\u{0}\u{ffff}[[[".to_owned(),
-        },
-        wc::Layer {
-            name: "deep".to_owned(),
-            text: "a = ".to_owned() + &"[".repeat(10_000),
-        },
-        wc::Layer {
-            name: "huge".to_owned(),
-            text: "x".repeat(2 << 20),
-        },
-    ];
-    for layer in &hostile {
-        let result = config.call_resolve(&mut inst.store, std::slice::from_ref(layer));
-        let diags = result.unwrap_or_else(|e| panic!("trap on {:?}: {e:#}", layer.name));
-        assert!(diags.is_err(), "{:?} resolved", layer.name);
-    }
-    let (_, s) = scheduler_on(&mut inst, "");
-    let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
-    let call = |id: &str| ws::Call {
-        id: id.to_owned(),
-        tool: "t".to_owned(),
-        operations: None,
-        finished: Vec::new(),
-    };
-    let mut codes = Vec::new();
-    let mut check = |r: wasmtime::Result<Result<(), ws::Error>>| {
-        let r = r.unwrap_or_else(|e| panic!("trap: {e:#}"));
-        codes.push(r.err().map(|e| e.code));
-    };
-    check(
-        iface
-            .call_submit_batch(&mut inst.store, s, &[])
-            .map(|r| r.map(|_| ())),
-    );
-    check(
-        iface
-            .call_submit_batch(&mut inst.store, s, &[call(""), call("b")])
-            .map(|r| r.map(|_| ())),
-    );
-    check(
-        iface
-            .call_submit_batch(&mut inst.store, s, &[call(&"x".repeat(100_000))])
-            .map(|r| r.map(|_| ())),
-    );
-    check(iface.call_approve(&mut inst.store, s, "nobody"));
-    check(iface.call_approve(&mut inst.store, s, "#"));
-    check(iface.call_approve(&mut inst.store, s, "a#99999999999999999999"));
-    check(iface.call_on_ended(&mut inst.store, s, "", ws::Outcome::Ok));
-    check(iface.call_cancel_batch(&mut inst.store, s, u32::MAX));
-    check(iface.call_cancel_batch(&mut inst.store, s, 0));
-    let many: Vec<ws::Call> = vec![ws::Call {
-        id: "f".to_owned(),
-        tool: "t".to_owned(),
-        operations: Some(u32::MAX),
-        finished: vec![ws::Finished {
-            operation: u32::MAX,
-            failed: true,
-        }],
-    }];
-    check(
-        iface
-            .call_submit_batch(&mut inst.store, s, &many)
-            .map(|r| r.map(|_| ())),
-    );
-    use ws::ErrorCode as E;
-    assert_eq!(
-        codes,
-        [
-            E::EmptyBatch,
-            E::InvalidId,
-            E::InvalidId,
-            E::UnknownEntry,
-            E::UnknownEntry,
-            E::UnknownEntry,
-            E::UnknownEntry,
-            E::UnknownBatch,
-            E::UnknownBatch,
-            E::NotFanOut
-        ]
-        .map(Some)
-    );
-    // The same instance still schedules.
-    let id = iface
-        .call_submit_batch(&mut inst.store, s, &[call("a")])
-        .expect("no trap")
-        .expect("no error");
-    assert_eq!(id, 1);
-    iface
-        .call_approve(&mut inst.store, s, "a")
-        .expect("no trap")
-        .expect("no error");
-    let r = iface
-        .call_next_releases(&mut inst.store, s)
-        .expect("no trap");
-    assert_eq!(r.start, ["a"]);
-}
-
-#[test]
-fn entry_ids_cross_without_labels() {
-    let mut inst = harness().instance().expect("no trap");
-    let (_, s) = scheduler_on(
-        &mut inst,
-        "[conversation.tools.w]\nconcurrency = 1\nfan_out = { on_error = \"stop\" }\n",
-    );
-    let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
-    let calls = [
-        ws::Call {
-            id: "a".to_owned(),
-            tool: "w".to_owned(),
-            operations: Some(3),
-            finished: Vec::new(),
-        },
-        ws::Call {
-            id: "b".to_owned(),
-            tool: "w".to_owned(),
-            operations: None,
-            finished: Vec::new(),
-        },
-    ];
-    let batch = iface
-        .call_submit_batch(&mut inst.store, s, &calls)
-        .expect("no trap")
-        .expect("no error");
-    let range = iface
-        .call_batch_entries(&mut inst.store, s, batch)
-        .expect("no trap")
-        .expect("no error");
-    assert_eq!((range.first, range.count), (0, 4));
-    let labels: Vec<String> = (0..4)
-        .map(|i| {
-            iface
-                .call_label(&mut inst.store, s, range.first + i)
-                .expect("no trap")
-                .expect("no error")
-        })
-        .collect();
-    assert_eq!(labels, ["a#0", "a#1", "a#2", "b"]);
-    // All or nothing: an unknown id (or a duplicate) changes nothing.
-    let bad = iface
-        .call_approve_ids(&mut inst.store, s, &[0, 1, 99])
-        .expect("no trap");
-    assert_eq!(bad.map_err(|e| e.code), Err(ws::ErrorCode::UnknownEntry));
-    let dup = iface
-        .call_approve_ids(&mut inst.store, s, &[0, 0])
-        .expect("no trap");
-    assert_eq!(dup.map_err(|e| e.code), Err(ws::ErrorCode::AlreadyDecided));
-    let r = iface
-        .call_next_release_ids(&mut inst.store, s)
-        .expect("no trap");
-    assert!(r.start.is_empty() && r.settle.is_empty());
-    iface
-        .call_approve_ids(&mut inst.store, s, &[0, 1, 2, 3])
-        .expect("no trap")
-        .expect("no error");
-    let r = iface
-        .call_next_release_ids(&mut inst.store, s)
-        .expect("no trap");
-    assert_eq!(r.start, [0]);
-    // a#0 fails: a#1 and a#2 are stopped, b starts.
-    iface
-        .call_on_ended_ids(&mut inst.store, s, &[], &[0])
-        .expect("no trap")
-        .expect("no error");
-    let r = iface
-        .call_next_release_ids(&mut inst.store, s)
-        .expect("no trap");
-    assert_eq!(r.start, [3]);
-    let stopped: Vec<(u32, ws::Reason)> = r.settle.iter().map(|x| (x.entry, x.reason)).collect();
-    assert_eq!(
-        stopped,
-        [(1, ws::Reason::Stopped(1)), (2, ws::Reason::Stopped(1))]
-    );
-    // The one-crossing forms: ends, then what to start.
-    let none = iface
-        .call_on_ended_next(&mut inst.store, s, &[3], &[])
-        .expect("no trap")
-        .expect("no error");
-    assert!(none.start.is_empty() && none.settle.is_empty());
-    let twice = iface
-        .call_on_ended_ids(&mut inst.store, s, &[3, 3], &[])
-        .expect("no trap");
-    assert_eq!(twice.map_err(|e| e.code), Err(ws::ErrorCode::AlreadyEnded));
-    let unknown = iface
-        .call_label(&mut inst.store, s, u32::MAX)
-        .expect("no trap");
-    assert_eq!(
-        unknown.map_err(|e| e.code),
-        Err(ws::ErrorCode::UnknownEntry)
-    );
-}
-
-/// Every WIT function, given hostile values a host can construct, returns a result or a typed
-/// error, never a trap; afterwards the same instance still schedules.
-#[test]
-fn every_wit_function_survives_hostile_input() {
-    let mut inst = harness().instance().expect("no trap");
-    let mut tried = 0usize;
     let long = "x".repeat(100_000);
-    let strings: Vec<String> = [
-        "",
-        "#",
-        "a#",
-        "#0",
-        "a#-1",
-        "a#4294967296",
-        "a#0#0",
-        "\u{0}",
-        "é#1",
-        "a b",
-        "\n",
-        "*",
-        "'*'",
-        "\u{feff}",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .chain([long.clone()])
-    .collect();
-    let numbers = [0u32, 1, 2, 7, u32::MAX - 1, u32::MAX];
-
-    // config
-    let config = inst.exports.turnstile_scheduler_config().policy();
     let layer = |text: String| wc::Layer {
         name: "hostile".to_owned(),
         text,
     };
-    let mut hostile_layers: Vec<Vec<wc::Layer>> = vec![
-        (0..65).map(|_| layer(String::new())).collect(),
-        vec![layer("a = ".to_owned() + &"[".repeat(1_000_000))],
-        vec![layer("a = ".to_owned() + &"{a=".repeat(300_000))],
-        vec![layer("[".repeat(1_000_000))],
-        vec![layer("x".repeat(2 << 20))],
-        vec![layer(format!(
-            "[conversation.tools.{long}]\nconcurrency = 1\n"
-        ))],
-        vec![layer(
-            "[conversation.tools.t]\nconcurrency = { key = \"".to_owned() + &long + "\" }\n",
-        )],
-        vec![layer("a = \"\\uD800\"\n".to_owned())],
-        vec![layer("\u{0}\u{1}\u{2}".to_owned())],
-        vec![wc::Layer {
-            name: long.clone(),
-            text: String::new(),
-        }],
+    use wc::DiagnosticCode as D;
+    let cases: Vec<(Vec<wc::Layer>, Vec<D>)> = vec![
+        (
+            (0..65).map(|_| layer(String::new())).collect(),
+            vec![D::TooManyLayers],
+        ),
+        (vec![layer("x".repeat(2 << 20))], vec![D::TooLarge]),
+        (
+            vec![wc::Layer {
+                name: long.clone(),
+                text: String::new(),
+            }],
+            vec![D::TooLarge],
+        ),
+        (
+            vec![layer(format!(
+                "[conversation.tools.{long}]\nconcurrency = 1\n"
+            ))],
+            vec![D::TooLarge],
+        ),
+        (
+            vec![layer(format!(
+                "[conversation.tools.t]\nconcurrency = {{ key = \"{long}\" }}\n"
+            ))],
+            vec![D::TooLarge],
+        ),
+        (
+            vec![layer("a = ".to_owned() + &"[".repeat(1_000_000))],
+            vec![D::TomlSyntax],
+        ),
+        (
+            vec![layer("a = ".to_owned() + &"{a=".repeat(300_000))],
+            vec![D::TomlSyntax],
+        ),
+        (vec![layer("[".repeat(1_000_000))], vec![D::TomlSyntax]),
+        (
+            vec![layer("a = \"\\uD800\"\n".to_owned())],
+            vec![D::TomlSyntax],
+        ),
+        (
+            vec![layer("\u{0}\u{1}\u{2}".to_owned())],
+            vec![D::TomlSyntax],
+        ),
+        (
+            vec![wc::Layer {
+                name: "\u{feff}\n#\u{0}".to_owned(),
+                text: "\u{feff}[conversation.tools.t]\nconcurrency = -1\n".to_owned(),
+            }],
+            vec![D::ConcurrencyNegative],
+        ),
     ];
-    hostile_layers.push(
-        (0..5)
-            .map(|l| {
-                layer(
-                    (0..2000)
-                        .map(|t| format!("[conversation.tools.t{t}]\nconcurrency = {{ key = \"k\", limit = {} }}\n", l + t % 7))
-                        .collect(),
-                )
-            })
-            .collect(),
-    );
-    for layers in &hostile_layers {
-        let result = config
+    for (layers, expected) in &cases {
+        let got = config
             .call_resolve(&mut inst.store, layers)
             .unwrap_or_else(|e| panic!("resolve trapped: {e:#}"));
-        tried += 1;
-        if let Err(diags) = result {
-            assert!(!diags.is_empty());
-        }
+        let codes: Vec<D> = match got {
+            Ok(_) => Vec::new(),
+            Err(diags) => {
+                for d in &diags {
+                    assert!(!d.rendered.is_empty() && !d.message.is_empty(), "{d:?}");
+                }
+                diags.iter().map(|d| d.code).collect()
+            }
+        };
+        let name = layers
+            .first()
+            .map_or("", |l| &l.name[..l.name.len().min(20)]);
+        assert_eq!(&codes, expected, "layers {name:?} x{}", layers.len());
     }
+    // 5 layers of 2,000 tools sharing key `k` with different limits: conflicts, reported.
+    let conflicting: Vec<wc::Layer> = (0..5)
+        .map(|l| {
+            layer(
+                (0..2000)
+                    .map(|t| {
+                        format!(
+                            "[conversation.tools.t{t}]\nconcurrency = {{ key = \"k\", limit = {} }}\n",
+                            1 + l + t % 7
+                        )
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    let diags = config
+        .call_resolve(&mut inst.store, &conflicting)
+        .expect("no trap")
+        .expect_err("conflicting limits resolved");
+    assert!(
+        diags.iter().all(|d| d.code == D::ConcurrencyLimitConflict),
+        "{:?}",
+        diags.iter().map(|d| d.code).collect::<Vec<_>>()
+    );
+    // Tool lookups with hostile names: a tool nobody configures is unbounded, no fan-out.
     let policy = config
-        .call_resolve(
-            &mut inst.store,
-            &[layer(
-                "[conversation.tools.f]\nconcurrency = 2\nfan_out = { on_error = \"stop\" }\n"
-                    .to_owned(),
-            )],
-        )
+        .call_resolve(&mut inst.store, &[layer(STOP_POLICY.to_owned())])
         .expect("no trap")
         .unwrap_or_else(|_| panic!("config"));
-    for s in &strings {
-        let _ = config
-            .call_tool(&mut inst.store, policy, s)
+    for name in hostile_strings() {
+        let tool = config
+            .call_tool(&mut inst.store, policy, &name)
             .unwrap_or_else(|e| panic!("tool trapped: {e:#}"));
-        tried += 1;
-    }
-    let _ = config.call_tools(&mut inst.store, policy).expect("no trap");
-
-    // scheduler
-    let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
-    let s = iface
-        .call_constructor(&mut inst.store, policy)
-        .expect("no trap");
-    let call =
-        |id: &str, tool: &str, operations: Option<u32>, finished: Vec<ws::Finished>| ws::Call {
-            id: id.to_owned(),
-            tool: tool.to_owned(),
-            operations,
-            finished,
+        let unbounded = wc::ToolPolicy {
+            name: name.clone(),
+            concurrency: None,
+            fan_out: false,
+            on_error: wc::OnError::Continue,
         };
-    let mut batches: Vec<Vec<ws::Call>> = vec![
-        vec![],
-        (0..100_001)
-            .map(|i| call(&format!("c{i}"), "t", None, Vec::new()))
-            .collect(),
-        vec![call("f", "f", Some(u32::MAX), Vec::new())],
-        vec![call(
-            "f",
-            "f",
-            Some(3),
-            vec![ws::Finished {
-                operation: 3,
-                failed: true,
-            }],
-        )],
-        vec![call(
-            "f",
-            "f",
-            Some(3),
-            vec![
-                ws::Finished {
-                    operation: 1,
-                    failed: true
-                };
-                2
-            ],
-        )],
-        vec![call(
-            "p",
-            "t",
-            None,
-            vec![ws::Finished {
-                operation: 0,
-                failed: false,
-            }],
-        )],
-        vec![
-            call("d", "t", None, Vec::new()),
-            call("d", "t", None, Vec::new()),
+        assert_eq!(tool, unbounded, "tool {:.20?}", name);
+    }
+    let tools = config.call_tools(&mut inst.store, policy).expect("no trap");
+    assert_eq!(tools.len(), 1);
+    assert_eq!(
+        tools[0].concurrency,
+        Some(wc::Concurrency {
+            key: "f".to_owned(),
+            limit: 2
+        })
+    );
+    // The same instance still schedules.
+    let mut s = Sched::in_instance(inst, STOP_POLICY);
+    assert_eq!(s.submit("a\nb\nc", "f\nf\nf", &[0, 0, 0]), Ok((1, 1, 3)));
+    assert_out(&s.approve(&[1, 2, 3]), &[1, 2], &[], &[], &[]);
+    assert_out(&s.ok(&[1]), &[3], &[], &[], &[]);
+}
+
+/// `step` with unknown numbers in every list, and 200,000 of them at once: each is refused on
+/// its own with its list and index; nothing else happens.
+#[test]
+fn step_refuses_unknown_numbers_one_by_one() {
+    let mut s = Sched::new(STOP_POLICY);
+    let out = s.step(&ws::Inputs {
+        approve: vec![0, u64::MAX, 1],
+        settle: vec![
+            ws::HostSettlement {
+                entry: 0,
+                how: ws::HostSettle::Rejected,
+            },
+            ws::HostSettlement {
+                entry: u64::MAX,
+                how: ws::HostSettle::Failed,
+            },
         ],
-        vec![call("z", "t", Some(0), Vec::new())],
+        ask: vec![0],
+        answer: vec![u64::MAX],
+        ok: vec![0],
+        failed: vec![u64::MAX - 1],
+        cancel: vec![0, 1, u64::MAX],
+    });
+    let expected = [
+        (K::Approve, 0, C::UnknownEntry),
+        (K::Approve, 1, C::UnknownEntry),
+        (K::Approve, 2, C::UnknownEntry),
+        (K::Settle, 0, C::UnknownEntry),
+        (K::Settle, 1, C::UnknownEntry),
+        (K::Ask, 0, C::UnknownEntry),
+        (K::Answer, 0, C::UnknownEntry),
+        (K::Ok, 0, C::UnknownEntry),
+        (K::Failed, 0, C::UnknownEntry),
+        (K::Cancel, 0, C::UnknownBatch),
+        (K::Cancel, 1, C::UnknownBatch),
+        (K::Cancel, 2, C::UnknownBatch),
     ];
-    for s_ in &strings {
-        batches.push(vec![call(s_, "t", None, Vec::new())]);
-        batches.push(vec![call("ok", s_, None, Vec::new())]);
+    assert_out(&out, &[], &[], &expected, &[]);
+
+    let many: Vec<u64> = (0..200_000u64)
+        .map(|i| 1_000_000_000_000 + i * 7919)
+        .collect();
+    let out = s.step(&ws::Inputs {
+        approve: many.clone(),
+        failed: many,
+        ..none()
+    });
+    assert_eq!(out.errors.len(), 400_000);
+    for (i, e) in out.errors.iter().enumerate() {
+        let (kind, index) = if i < 200_000 {
+            (K::Approve, i)
+        } else {
+            (K::Failed, i - 200_000)
+        };
+        assert_eq!(
+            (e.input, e.index, e.code),
+            (kind, index as u32, C::UnknownEntry)
+        );
     }
-    for b in &batches {
-        let _ = iface
-            .call_submit_batch(&mut inst.store, s, b)
-            .unwrap_or_else(|e| panic!("submit trapped: {e:#}"));
-        tried += 1;
-    }
-    let each = [
-        ws::HostSettle::Rejected,
-        ws::HostSettle::Skipped,
-        ws::HostSettle::Failed,
+    assert!(out.start.is_empty() && out.settle.is_empty() && out.retired.is_empty());
+
+    // Nothing was numbered by any of it: the first batch is batch 1 from entry 1.
+    assert_eq!(s.submit("a", "f", &[0]), Ok((1, 1, 1)));
+    assert_out(&s.approve(&[1]), &[1], &[], &[], &[]);
+    assert_out(&s.ok(&[1]), &[], &[], &[], &[1]);
+}
+
+/// `submit` with every malformed batch a host can pack: each refused with its code, none
+/// numbered; valid but odd ids (NUL, BOM, 256 bytes) are accepted and come back intact; then
+/// the same scheduler schedules a batch correctly.
+#[test]
+fn submit_refuses_malformed_batches() {
+    let mut s = Sched::new(STOP_POLICY);
+    let long = "x".repeat(100_000);
+    let many_ids: String = (0..100_001).map(|i| format!("c{i}\n")).collect();
+    let many_tools = "t\n".repeat(100_001);
+    let huge_ids: String = (0..41).map(|i| format!("h{i}\n")).collect();
+    let huge_tools = "f\n".repeat(41);
+    let refused: Vec<(&str, &str, Vec<u32>, S)> = vec![
+        ("", "", vec![], S::EmptyBatch),
+        ("a\nb", "t", vec![0, 0], S::InvalidOperations),
+        ("a", "t\nt", vec![0], S::InvalidOperations),
+        ("a", "t", vec![], S::InvalidOperations),
+        ("a", "t", vec![0, 0], S::InvalidOperations),
+        // With calls, an empty string is one empty name, not none.
+        ("a", "", vec![0], S::InvalidId),
+        ("", "", vec![0], S::InvalidId),
+        ("", "t", vec![0], S::InvalidId),
+        ("\nb", "t\nt", vec![0, 0], S::InvalidId),
+        ("a\n", "t\nt", vec![0, 0], S::InvalidId),
+        ("a\nb", "t\n", vec![0, 0], S::InvalidId),
+        ("#", "t", vec![0], S::InvalidId),
+        ("a#", "t", vec![0], S::InvalidId),
+        ("a#0", "t", vec![0], S::InvalidId),
+        (&long, "t", vec![0], S::InvalidId),
+        ("a", &long, vec![0], S::InvalidId),
+        ("d\nd", "t\nt", vec![0, 0], S::DuplicateId),
+        ("z", "t", vec![3], S::NotFanOut),
+        ("z", "t", vec![u32::MAX], S::NotFanOut),
+        ("f", "f", vec![u32::MAX], S::TooLarge),
+        ("f", "f", vec![100_001], S::TooLarge),
+        (
+            many_ids.trim_end(),
+            many_tools.trim_end(),
+            vec![0; 100_001],
+            S::TooLarge,
+        ),
+        // 41 calls of 100,000 operations: above 4,000,000 live entries.
+        (
+            huge_ids.trim_end(),
+            huge_tools.trim_end(),
+            vec![100_000; 41],
+            S::TooLarge,
+        ),
     ];
-    for label in &strings {
-        let st = &mut inst.store;
-        let results = [
-            iface.call_approve(&mut *st, s, label),
-            iface.call_settle(&mut *st, s, label, each[label.len() % 3]),
-            iface.call_begin_question(&mut *st, s, label),
-            iface.call_end_question(&mut *st, s, label),
-            iface.call_on_ended(&mut *st, s, label, ws::Outcome::Failed),
-            iface.call_approve_many(&mut *st, s, &[label.clone(), label.clone()]),
-            iface.call_on_ended_many(
-                &mut *st,
-                s,
-                &[ws::Ended {
-                    entry: label.clone(),
-                    outcome: ws::Outcome::Ok,
-                }],
-            ),
-        ];
-        for r in results {
-            let _ = r.unwrap_or_else(|e| panic!("trap on {label:.20}: {e:#}"));
-            tried += 1;
-        }
+    for (ids, tools, ops, code) in &refused {
+        assert_eq!(
+            s.submit(ids, tools, ops),
+            Err(*code),
+            "ids {:.20?} tools {:.20?} ops {:?}",
+            ids,
+            tools,
+            &ops[..ops.len().min(3)]
+        );
     }
-    for &n in &numbers {
-        let st = &mut inst.store;
-        let _ = iface.call_cancel_batch(&mut *st, s, n).expect("no trap");
-        let _ = iface.call_inspect(&mut *st, s, n).expect("no trap");
-        let _ = iface.call_batch_entries(&mut *st, s, n).expect("no trap");
-        let _ = iface.call_label(&mut *st, s, n).expect("no trap");
-        let _ = iface
-            .call_approve_ids(&mut *st, s, &[n, n])
-            .expect("no trap");
-        let _ = iface
-            .call_on_ended_ids(&mut *st, s, &[n], &[n])
-            .expect("no trap");
-        let _ = iface
-            .call_approve_next(&mut *st, s, &[n, n])
-            .expect("no trap");
-        let _ = iface
-            .call_on_ended_next(&mut *st, s, &[n], &[n])
-            .expect("no trap");
-        tried += 8;
+    let id256 = "y".repeat(256);
+    assert_eq!(s.submit(&"y".repeat(257), "t", &[0]), Err(S::InvalidId));
+    // Odd but valid ids, numbered from batch 1, entry 1: the refused ones took no number.
+    let odd = ["\u{0}", "\u{feff}", "é", "a b", "*", "'*'", "a\r", &id256];
+    for (i, id) in odd.iter().enumerate() {
+        let n = i as u64 + 1;
+        assert_eq!(s.submit(id, "t", &[0]), Ok((n, n, 1)), "id {id:.20?}");
+        assert_eq!(s.label(n).as_deref(), Some(*id));
     }
-    let many: Vec<String> = (0..200_000).map(|i| format!("nobody{i}")).collect();
-    let _ = iface
-        .call_approve_many(&mut inst.store, s, &many)
-        .expect("no trap");
-    let ids: Vec<u32> = (0..1_000_000).collect();
-    let _ = iface
-        .call_approve_ids(&mut inst.store, s, &ids)
-        .expect("no trap");
-    let _ = iface
-        .call_next_releases(&mut inst.store, s)
-        .expect("no trap");
-    let _ = iface
-        .call_next_release_ids(&mut inst.store, s)
-        .expect("no trap");
-    let _ = iface.call_unfinished(&mut inst.store, s).expect("no trap");
-    tried += 5;
-
-    // admission
-    let adm = inst.exports.turnstile_scheduler_admission().admission();
-    for max in [0, u32::MAX] {
-        let a = adm
-            .call_constructor(
-                &mut inst.store,
-                wa::AdmissionConfig {
-                    max_concurrent: max,
-                    allow_parallel: max == 0,
-                },
-            )
-            .expect("no trap");
-        for id in &strings {
-            for class in [
-                wa::Class::Call,
-                wa::Class::Request,
-                wa::Class::Control,
-                wa::Class::Reentrant,
-            ] {
-                let st = &mut inst.store;
-                let _ = adm
-                    .call_begin(&mut *st, a, id, class, Some(id.as_str()))
-                    .expect("no trap");
-                let _ = adm
-                    .call_begin(&mut *st, a, id, class, None)
-                    .expect("no trap");
-                tried += 2;
-            }
-            let _ = adm.call_end(&mut inst.store, a, id).expect("no trap");
-            let _ = adm.call_abandon(&mut inst.store, a, id).expect("no trap");
-            tried += 2;
-        }
-        let _ = adm
-            .call_next_admissions(&mut inst.store, a)
-            .expect("no trap");
-        let _ = adm.call_shutdown(&mut inst.store, a).expect("no trap");
-        let _ = adm.call_shutdown(&mut inst.store, a).expect("no trap");
-        let _ = adm
-            .call_begin(&mut inst.store, a, "late", wa::Class::Call, None)
-            .expect("no trap");
-        let _ = adm.call_in_flight(&mut inst.store, a).expect("no trap");
-        tried += 5;
+    assert_eq!(s.submit("\u{0}", "t", &[0]), Err(S::DuplicateId));
+    assert_eq!(
+        s.submit("q\n\u{feff}", "t\nt", &[0, 0]),
+        Err(S::DuplicateId)
+    );
+    // Labels and inspect of numbers nobody has.
+    for n in [0, 9, 10, u64::MAX - 1, u64::MAX] {
+        assert_eq!(s.label(n), None, "label {n}");
     }
-
-    // The same instance still works.
-    let fresh = iface
-        .call_constructor(&mut inst.store, policy)
-        .expect("no trap");
-    iface
-        .call_submit_batch(&mut inst.store, fresh, &[call("a", "f", None, Vec::new())])
-        .expect("no trap")
-        .expect("no error");
-    iface
-        .call_approve(&mut inst.store, fresh, "a")
-        .expect("no trap")
-        .expect("no error");
-    let r = iface
-        .call_next_releases(&mut inst.store, fresh)
-        .expect("no trap");
-    assert_eq!(r.start, ["a"]);
-    eprintln!("hostile calls tried: {tried}");
-    assert!(tried > 300, "only {tried} hostile calls");
+    for b in [0, 9, u64::MAX] {
+        assert_eq!(s.inspect(b), None, "inspect {b}");
+    }
+    // Operations out of range of their batch, and duplicates within one list.
+    assert_eq!(s.submit("g", "f", &[3]), Ok((9, 9, 3)));
+    let out = s.step(&ws::Inputs {
+        approve: vec![9, 12, 9, 10, 11, 10],
+        ..none()
+    });
+    assert_out(
+        &out,
+        &[9, 10],
+        &[],
+        &[
+            (K::Approve, 1, C::UnknownEntry),
+            (K::Approve, 2, C::AlreadyDecided),
+            (K::Approve, 5, C::AlreadyDecided),
+        ],
+        &[],
+    );
+    // Illegal lifecycle moves, each refused with its code, nothing changed.
+    let out = s.step(&ws::Inputs {
+        settle: vec![ws::HostSettlement {
+            entry: 9,
+            how: ws::HostSettle::Skipped,
+        }],
+        ask: vec![11],
+        answer: vec![9],
+        ok: vec![1],
+        cancel: vec![9, 9],
+        ..none()
+    });
+    assert_out(
+        &out,
+        &[],
+        &[(11, ws::Reason::Cancelled)],
+        &[
+            (K::Settle, 0, C::AlreadyDecided),
+            (K::Ask, 0, C::NotRunning),
+            (K::Answer, 0, C::NotAsking),
+            (K::Ok, 0, C::NotRunning),
+            (K::Cancel, 1, C::BatchCancelled),
+        ],
+        &[],
+    );
+    // g#0 fails: under stop, nothing is left to stop (g#2 was cancelled); g#1 ends.
+    let out = s.step(&ws::Inputs {
+        failed: vec![9],
+        ok: vec![10, 10],
+        ..none()
+    });
+    assert_out(&out, &[], &[], &[(K::Ok, 1, C::AlreadyEnded)], &[9]);
+    assert_eq!(s.inspect(9), None);
+    assert_out(
+        &s.step(&ws::Inputs {
+            ok: vec![9],
+            cancel: vec![9],
+            ..none()
+        }),
+        &[],
+        &[],
+        &[(K::Ok, 0, C::UnknownEntry), (K::Cancel, 0, C::UnknownBatch)],
+        &[],
+    );
+    // The same scheduler still schedules: two calls on a key of limit 2.
+    assert_eq!(
+        s.submit("k1\nk2\nk3", "f\nf\nf", &[0, 0, 0]),
+        Ok((10, 12, 3))
+    );
+    assert_out(&s.approve(&[12, 13, 14]), &[12, 13], &[], &[], &[]);
+    assert_out(&s.ok(&[13]), &[14], &[], &[], &[]);
 }
 
 /// A host caps the guest: past the memory limit or out of fuel, a call fails with an error (a
@@ -565,30 +407,36 @@ fn limits_turn_pathological_input_into_errors() {
         },
     )
     .expect("no trap");
-    let mut inst = small.instance().expect("no trap");
-    let (_, s) = scheduler_on(&mut inst, "");
-    let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
-    let calls: Vec<ws::Call> = (0..100_000)
-        .map(|i| ws::Call {
-            id: format!("a-rather-long-call-id-{i:08}"),
-            tool: format!("tool-{i}"),
-            operations: None,
-            finished: Vec::new(),
-        })
-        .collect();
-    let mut hit = false;
-    for _ in 0..8 {
-        if iface.call_submit_batch(&mut inst.store, s, &calls).is_err() {
-            hit = true;
-            break;
+    let mut s = Sched::in_instance(small.instance().expect("no trap"), "");
+    let ids: String = (0..100_000)
+        .map(|i| format!("a-rather-long-call-id-{i:08}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let tools: String = (0..100_000)
+        .map(|i| format!("tool-{i}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ops = vec![0u32; 100_000];
+    let iface = s.inst.exports.turnstile_scheduler_scheduler().scheduler();
+    let mut hit = None;
+    for round in 0..8 {
+        // Each round's ids are new: rename by prefix so no batch is a duplicate.
+        let ids = ids.replace("a-rather", &format!("r{round}-rather"));
+        match iface.call_submit(&mut s.inst.store, s.s, &ids, &tools, &ops) {
+            Err(trap) => {
+                hit = Some(trap);
+                break;
+            }
+            Ok(Err(e)) => panic!("round {round}: refused instead of exhausting memory: {e:?}"),
+            Ok(Ok(_)) => {}
         }
     }
-    assert!(hit, "8 MiB of linear memory held 800k calls");
-    assert!(inst.store.data().memory_peak() <= 8 << 20);
-    let mut again = small.instance().expect("no trap");
-    let config = again.exports.turnstile_scheduler_config().policy();
-    assert!(
-        config.call_resolve(&mut again.store, &[]).is_ok(),
+    assert!(hit.is_some(), "8 MiB of linear memory held 800k calls");
+    assert!(s.inst.store.data().memory_peak() <= 8 << 20);
+    let mut again = Sched::in_instance(small.instance().expect("no trap"), "");
+    assert_eq!(
+        again.submit("a", "t", &[0]),
+        Ok((1, 1, 1)),
         "a fresh instance works"
     );
 
@@ -624,39 +472,10 @@ fn limits_turn_pathological_input_into_errors() {
         err.downcast_ref::<wasmtime::Trap>(),
         Some(&wasmtime::Trap::OutOfFuel)
     );
-}
-
-#[test]
-fn submit_packed_matches_submit_batch() {
-    let mut inst = harness().instance().expect("no trap");
-    let (_, s) = scheduler_on(
-        &mut inst,
-        "[conversation.tools.w]\nconcurrency = 1\nfan_out = true\n",
+    let mut fresh = fueled.instance().expect("no trap");
+    let config = fresh.exports.turnstile_scheduler_config().policy();
+    assert!(
+        matches!(config.call_resolve(&mut fresh.store, &[]), Ok(Ok(_))),
+        "a fresh fueled instance resolves the empty config"
     );
-    let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
-    let mut packed = |ids: &str, tools: &str, ops: &[u32]| {
-        iface
-            .call_submit_packed(&mut inst.store, s, ids, tools, ops)
-            .expect("no trap")
-            .map_err(|e| e.code)
-    };
-    assert_eq!(
-        packed("a\nb", "w", &[0, 0]),
-        Err(ws::ErrorCode::InvalidOperations)
-    );
-    assert_eq!(packed("", "", &[]), Err(ws::ErrorCode::EmptyBatch));
-    assert_eq!(
-        packed("a\na", "w\nw", &[0, 0]),
-        Err(ws::ErrorCode::DuplicateId)
-    );
-    assert_eq!(packed("a", "nobody", &[2]), Err(ws::ErrorCode::NotFanOut));
-    assert_eq!(packed("a\nf\nb", "w\nw\nghost", &[0, 2, 0]), Ok(1));
-    let labels: Vec<String> = iface
-        .call_inspect(&mut inst.store, s, 1)
-        .expect("no trap")
-        .expect("no error")
-        .into_iter()
-        .map(|st| format!("{}:{}", st.entry, st.tool))
-        .collect();
-    assert_eq!(labels, ["a:w", "f#0:w", "f#1:w", "b:ghost"]);
 }

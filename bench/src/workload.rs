@@ -1,0 +1,151 @@
+//! The workloads: which batches a drive submits, in both forms the two sides take (engine
+//! `Call`s natively, the packed strings of `submit` through the component), so the native
+//! engine and the component always run the same inputs.
+
+use turnstile_engine::config::{self, Layer, Policy};
+use turnstile_engine::schedule::Call;
+
+/// One batch, with its calls as owned strings and packed for the WIT `submit`.
+pub(crate) struct Batch {
+    ids: Vec<String>,
+    tools: Vec<String>,
+    /// `0` for a plain call, `n` for a fan-out call of `n` operations (the WIT convention).
+    pub(crate) operations: Vec<u32>,
+    /// Call ids, newline-joined.
+    pub(crate) packed_ids: String,
+    /// Tool names, newline-joined.
+    pub(crate) packed_tools: String,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Self {
+            ids: Vec::new(),
+            tools: Vec::new(),
+            operations: Vec::new(),
+            packed_ids: String::new(),
+            packed_tools: String::new(),
+        }
+    }
+
+    fn push(&mut self, id: String, tool: String, operations: u32) {
+        self.ids.push(id);
+        self.tools.push(tool);
+        self.operations.push(operations);
+    }
+
+    fn pack(mut self) -> Self {
+        self.packed_ids = self.ids.join("\n");
+        self.packed_tools = self.tools.join("\n");
+        self
+    }
+
+    /// The engine's form of this batch.
+    pub(crate) fn calls(&self) -> Vec<Call<'_>> {
+        self.ids
+            .iter()
+            .zip(&self.tools)
+            .zip(&self.operations)
+            .map(|((id, tool), &n)| Call {
+                id,
+                tool,
+                operations: (n > 0).then_some(n),
+            })
+            .collect()
+    }
+}
+
+/// `rounds` batches submitted one after the other, cycling through `patterns`; every batch is
+/// approved at once and every execution ends `ok` in the step after the one that started it.
+///
+/// The policy: tool `t{k}` (plain) and `f{k}` (fans out) share key `k{k}` with limit
+/// `1 + k % 4`.
+pub(crate) struct Workload {
+    /// Executions over the whole drive (plain calls plus operations).
+    pub(crate) executions: usize,
+    /// How many batches a drive submits.
+    pub(crate) rounds: usize,
+    pub(crate) policy_text: String,
+    pub(crate) patterns: Vec<Batch>,
+}
+
+impl Workload {
+    /// The issue's workload: N executions over K keys, half plain calls and half fan-out calls
+    /// of 8 operations, in batches of about 1,000 executions; every call id is new.
+    pub(crate) fn large(executions: usize, keys: usize) -> Self {
+        let mut patterns = Vec::new();
+        let (mut made, mut id) = (0usize, 0usize);
+        while made < executions {
+            let mut batch = Batch::new();
+            let mut in_batch = 0;
+            while in_batch < 1000 && made < executions {
+                let k = id % keys;
+                let n = if id.is_multiple_of(2) || executions - made < 8 {
+                    batch.push(format!("c{id}"), format!("t{k}"), 0);
+                    1
+                } else {
+                    batch.push(format!("c{id}"), format!("f{k}"), 8);
+                    8
+                };
+                made += n;
+                in_batch += n;
+                id += 1;
+            }
+            patterns.push(batch.pack());
+        }
+        Self {
+            executions: made,
+            rounds: patterns.len(),
+            policy_text: policy_text(keys),
+            patterns,
+        }
+    }
+
+    /// What agent hosts do: batches of `CALLS_PER_SMALL_BATCH` plain calls named `call_0` ..
+    /// `call_3` in every batch (ids are reused once a batch retires); batch b's call i uses key
+    /// `(4b + i) % K`. At least `executions`, rounded up to whole batches.
+    pub(crate) fn small(executions: usize, keys: usize) -> Self {
+        let patterns = (0..keys)
+            .map(|b| {
+                let mut batch = Batch::new();
+                for i in 0..CALLS_PER_SMALL_BATCH {
+                    let k = (CALLS_PER_SMALL_BATCH * b + i) % keys;
+                    batch.push(format!("call_{i}"), format!("t{k}"), 0);
+                }
+                batch.pack()
+            })
+            .collect();
+        let rounds = executions.div_ceil(CALLS_PER_SMALL_BATCH).max(1);
+        Self {
+            executions: rounds * CALLS_PER_SMALL_BATCH,
+            rounds,
+            policy_text: policy_text(keys),
+            patterns,
+        }
+    }
+
+    pub(crate) fn batch(&self, round: usize) -> &Batch {
+        &self.patterns[round % self.patterns.len()]
+    }
+
+    pub(crate) fn policy(&self) -> Result<Policy, String> {
+        config::resolve(&[Layer::new("bench", self.policy_text.clone())])
+            .map_err(|d| format!("the bench policy has {} diagnostics", d.len()))
+    }
+}
+
+/// Plain calls per batch in [`Workload::small`].
+pub(crate) const CALLS_PER_SMALL_BATCH: usize = 4;
+
+fn policy_text(keys: usize) -> String {
+    let mut text = String::new();
+    for k in 0..keys {
+        let limit = 1 + k % 4;
+        text.push_str(&format!(
+            "[conversation.tools.t{k}]\nconcurrency = {{ key = \"k{k}\", limit = {limit} }}\n\
+             [conversation.tools.f{k}]\nconcurrency = {{ key = \"k{k}\", limit = {limit} }}\n\
+             fan_out = true\n"
+        ));
+    }
+    text
+}
