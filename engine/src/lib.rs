@@ -16,6 +16,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[macro_use]
+mod codes;
+mod fx;
+
 pub mod admission;
 pub mod config;
 pub mod diagnostic;

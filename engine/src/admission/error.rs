@@ -2,32 +2,6 @@
 //! host made a mistake and nothing changed". The code enums are deliberately exhaustive: a host
 //! adapter that matches on them must stop compiling when a code is added.
 
-use std::fmt;
-
-macro_rules! codes {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)* }) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $($(#[$vmeta])* $variant,)*
-        }
-
-        impl $name {
-            /// The stable kebab-case spelling that crosses the boundary.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Self::$variant => $text,)*
-                }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
 
 codes! {
     /// Why [`Admission::begin`](super::Admission::begin) refused a request.
@@ -68,33 +42,6 @@ codes! {
         /// The host was already told the request is admitted (end it instead).
         NotQueued => "not-queued",
     }
-}
-
-macro_rules! error_type {
-    ($(#[$meta:meta])* $name:ident, $code:ident) => {
-        $(#[$meta])*
-        #[derive(Clone, Debug, PartialEq, Eq)]
-        pub struct $name {
-            /// What went wrong.
-            pub code: $code,
-            /// For people: lowercase, no trailing period.
-            pub message: String,
-        }
-
-        impl $name {
-            pub(super) fn new(code: $code, message: String) -> Self {
-                Self { code, message }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}: {}", self.code.as_str(), self.message)
-            }
-        }
-
-        impl std::error::Error for $name {}
-    };
 }
 
 error_type!(

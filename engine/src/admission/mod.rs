@@ -71,7 +71,6 @@
 //! the smaller group moved into the larger (see `serial.rs`). `shutdown` sorts what it reports.
 
 mod error;
-mod fx;
 mod lifecycle;
 mod serial;
 #[cfg(test)]
@@ -83,8 +82,8 @@ pub use error::{
     AbandonError, AbandonErrorCode, BeginError, BeginErrorCode, EndError, EndErrorCode,
 };
 
+use crate::fx::FxHashMap;
 use crate::limits::{NAME_BYTES_MAX, REQUESTS_MAX};
-use fx::FxHashMap;
 use lifecycle::{Request, State};
 use serial::Serializer;
 

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Ticket;
-use super::fx::FxHashMap;
+use crate::fx::FxHashMap;
 
 /// The chain of tool calls in flight and the re-entrant calls waiting on it.
 #[derive(Debug, Default)]

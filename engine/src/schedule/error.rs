@@ -3,25 +3,6 @@
 
 use std::fmt;
 
-macro_rules! codes {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)* }) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $($(#[$vmeta])* $variant,)*
-        }
-
-        impl $name {
-            /// The stable kebab-case spelling that crosses the boundary.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Self::$variant => $text,)*
-                }
-            }
-        }
-    };
-}
-
 codes! {
     /// Why [`Scheduler::submit`](super::Scheduler::submit) refused a batch.
     SubmitErrorCode {
@@ -101,33 +82,6 @@ pub enum InputKind {
     Failed,
     /// [`Inputs::cancel`](super::Inputs::cancel).
     Cancel,
-}
-
-macro_rules! error_type {
-    ($(#[$meta:meta])* $name:ident, $code:ident) => {
-        $(#[$meta])*
-        #[derive(Clone, Debug, PartialEq, Eq)]
-        pub struct $name {
-            /// What went wrong.
-            pub code: $code,
-            /// For people: lowercase, no trailing period.
-            pub message: String,
-        }
-
-        impl $name {
-            pub(crate) fn new(code: $code, message: String) -> Self {
-                Self { code, message }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}: {}", self.code.as_str(), self.message)
-            }
-        }
-
-        impl std::error::Error for $name {}
-    };
 }
 
 error_type!(
