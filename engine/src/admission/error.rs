@@ -2,7 +2,6 @@
 //! host made a mistake and nothing changed". The code enums are deliberately exhaustive: a host
 //! adapter that matches on them must stop compiling when a code is added.
 
-
 codes! {
     /// Why [`Admission::begin`](super::Admission::begin) refused a request.
     BeginErrorCode {
