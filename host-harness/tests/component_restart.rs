@@ -567,6 +567,34 @@ fn resume_refuses_bad_states() {
         (10, 21, 0)
     );
     assert_eq!(s.submit("ok1", "t", &[0]), Ok((10, 21, 1)));
+    // Numbers start at 1: a batch or an entry numbered 0 is not restored, and a state whose
+    // next numbers are 0 does not hand out 0 afterwards.
+    let zero = ws::SavedState {
+        next_batch: 5,
+        next_entry: 5,
+        ..state(vec![
+            batch(1, 0, vec![call("e0", "t", None, Vec::new())]),
+            batch(0, 1, vec![call("b0", "t", None, Vec::new())]),
+        ])
+    };
+    let unrestored = s
+        .resume(p, &zero, ws::Started::RunAgain)
+        .expect("a state numbered from 0 resumes");
+    assert_eq!(
+        unrestored
+            .iter()
+            .map(|u| (u.batch, u.call.as_str(), u.code))
+            .collect::<Vec<_>>(),
+        [(1, "e0", U::InvalidNumbers), (0, "b0", U::InvalidNumbers)]
+    );
+    assert_eq!(s.label(0), None);
+    let zero = ws::SavedState {
+        next_batch: 0,
+        next_entry: 0,
+        ..state(Vec::new())
+    };
+    assert_eq!(s.resume(p, &zero, ws::Started::RunAgain), Ok(Vec::new()));
+    assert_eq!(s.submit("fresh", "t", &[0]), Ok((1, 1, 1)));
 }
 
 /// A resumed state's next numbers at the top of the `u64` range: `submit` hands out each

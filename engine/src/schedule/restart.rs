@@ -186,10 +186,11 @@ impl Scheduler {
             ));
         }
         let mut s = Self::new(policy);
-        s.next_batch = state.next_batch;
-        s.next_entry = state.next_entry;
+        // Numbers start at 1 (0 never names anything); a crafted state cannot move them below.
+        s.next_batch = state.next_batch.max(1);
+        s.next_entry = state.next_entry.max(1);
         let mut unrestored = Vec::new();
-        let mut end = 0u64;
+        let mut end = 1u64;
         for saved in &state.batches {
             let count: u64 = saved
                 .calls
@@ -202,7 +203,7 @@ impl Scheduler {
                     .0
                     .checked_add(count)
                     .is_some_and(|e| e <= state.next_entry)
-                && saved.batch.0 < state.next_batch
+                && (1..state.next_batch).contains(&saved.batch.0)
                 && s.batches.find(saved.batch.0).is_none()
                 && !saved.calls.is_empty()
                 && saved.calls.iter().all(|c| {
