@@ -15,7 +15,8 @@ pub const KEYS_MAX: usize = TOOLS_MAX;
 pub const CALLS_PER_BATCH_MAX: usize = 100_000;
 /// Operations of one fanned-out call.
 pub const OPERATIONS_PER_CALL_MAX: u32 = 100_000;
-/// Entries (plain calls plus operations) one scheduler holds over its lifetime.
+/// Live entries (plain calls plus operations of batches not yet retired) one scheduler holds at
+/// once. Retired batches free theirs: there is no lifetime limit.
 pub const ENTRIES_MAX: usize = 4_000_000;
 /// Requests an admission controller holds at once, in flight and queued together.
 pub const REQUESTS_MAX: usize = 100_000;
