@@ -380,7 +380,7 @@ fn py(wasm: &Path) -> Result<PathBuf> {
         run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
     }
     let package = root().join("hosts/python");
-    let shipped = package.join("src/turnstile/turnstile.wasm");
+    let shipped = package.join("src/turnstile_scheduler/turnstile.wasm");
     std::fs::copy(wasm, &shipped).map_err(|e| format!("{}: {e}", shipped.display()))?;
     run(Command::new(&python)
         .args([

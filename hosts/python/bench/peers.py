@@ -1,19 +1,23 @@
 """Turnstile's asyncio driver against what a Python host would write instead: an
 asyncio.Semaphore per key, calls started in written order (waiters are served first come,
-first served), unkeyed calls run at once. Same batches, instant executions; timed side by side,
-reported as a ratio. `python bench/peers.py` with the package installed.
+first served), unkeyed calls run at once. Same batches, instant executions; both timed in the
+same run, interleaved (A, B, A, B, ...), best of five each, reported as a ratio.
+`python bench/peers.py` with the package installed.
 
-Each round is one batch on one long-lived scheduler, with the same call ids every round (a call
-id is free again once its batch retired), as an agent host would run one scheduler per
-conversation."""
+Each round is one batch on one long-lived driver and scheduler, with the same call ids every
+round (a call id is free again once its batch retired), as an agent host would run one
+scheduler per conversation; the scheduler is closed after each measurement."""
 
 import asyncio
+import gc
 import time
 
-from turnstile import Call, Policy, Scheduler, run_batch
+from turnstile_scheduler import Call, Driver, Policy, Scheduler
 
 KEYS = 10
 CONFIG = "".join(f'[conversation.tools.t{k}]\nconcurrency = {{ key = "k{k}", limit = {1 + k % 4} }}\n' for k in range(KEYS))
+SIZES = [(10, 400), (100, 60), (1000, 6)]
+REPEATS = 5
 
 
 def batch(n: int) -> list[Call]:
@@ -25,14 +29,12 @@ async def execute(_x) -> str:
 
 
 async def turnstile(policy: Policy, n: int, rounds: int) -> float:
-    scheduler = Scheduler(policy)
     calls = batch(n)
-    start = time.perf_counter()
-    for _ in range(rounds):
-        await run_batch(scheduler, calls, execute)
-    elapsed = time.perf_counter() - start
-    scheduler.close()
-    return elapsed
+    with Driver(Scheduler(policy), owns_scheduler=True) as driver:
+        start = time.perf_counter()
+        for _ in range(rounds):
+            await driver.run(calls, execute)
+        return time.perf_counter() - start
 
 
 async def semaphores(n: int, rounds: int) -> float:
@@ -53,13 +55,18 @@ async def semaphores(n: int, rounds: int) -> float:
 
 async def main() -> None:
     policy = Policy.resolve([("bench", CONFIG)])
+    await turnstile(policy, 10, 10)  # compile and warm up
     print("| batch size | rounds | Turnstile driver (us/call) | Semaphore per key (us/call) | Turnstile / Semaphore |")
     print("| ---: | ---: | ---: | ---: | ---: |")
-    for n, rounds in [(10, 300), (100, 50), (1000, 5)]:
-        a = min([await turnstile(policy, n, rounds) for _ in range(3)])
-        b = min([await semaphores(n, rounds) for _ in range(3)])
+    for n, rounds in SIZES:
+        a, b = [], []
+        for _ in range(REPEATS):
+            gc.collect()
+            a.append(await turnstile(policy, n, rounds))
+            gc.collect()
+            b.append(await semaphores(n, rounds))
         per = lambda s: f"{s * 1e6 / (n * rounds):.1f}"  # noqa: E731
-        print(f"| {n} | {rounds} | {per(a)} | {per(b)} | {a / b:.2f}x |")
+        print(f"| {n} | {rounds} | {per(min(a))} | {per(min(b))} | {min(a) / min(b):.2f}x |", flush=True)
 
 
 asyncio.run(main())

@@ -1,32 +1,54 @@
-"""What a Python agent host copies: resolve the config layers once, make a scheduler, and run
-each model response's tool calls through `run_batch`; persist `unfinished()` to survive a crash.
+"""What a Python agent host copies: resolve the config layers once, give each conversation a
+driver over its own scheduler, run each model response's tool calls through `driver.run`, gate
+requests on a shared MCP connection with `admission.slot`, and persist `unfinished()` to survive
+a crash (`Driver.resume` runs the restored calls next to new ones).
 `python examples/agent_host.py`."""
 
 import asyncio
 import json
 import sys
 
-from turnstile import Call, ConfigError, Policy, SavedState, Scheduler, Started, run_batch
+from turnstile_scheduler import (
+    Admission,
+    Call,
+    ConfigError,
+    Driver,
+    Layer,
+    Policy,
+    SavedState,
+    Scheduler,
+    Started,
+)
 
 LAYERS = [
-    ("plugin: jp-rfd", """
+    Layer("plugin: jp-rfd", """
 [conversation.tools.rfd_draft]
 concurrency = { key = "rfd" }
 [conversation.tools.rfd_renumber]
 concurrency = { key = "rfd" }
 """),
-    ("user", "[conversation.tools.fs_read_file]\nfan_out = true\n"),
+    # A layer can be plain data of the same shape as the TOML.
+    Layer("user", {"conversation": {"tools": {"fs_read_file": {"fan_out": True}}}}),
 ]
+
+# One admission controller per shared MCP connection: one tool call at a time, four requests.
+connection = Admission(max_concurrent=4)
 
 
 async def execute(x) -> dict:
     """Your tool runner: return the result, raise on failure; cancellation arrives as
-    asyncio.CancelledError."""
-    op = "" if x.operation is None else f" op {x.operation}"
-    print(f"start {x.label} ({x.call.tool}{op})")
-    await asyncio.sleep(0.02)
-    print(f"end   {x.label}")
-    return {"ok": True}
+    asyncio.CancelledError (honour it: an execution that ignores it keeps its key's slot)."""
+    async with connection.slot("call", id=x.label, timeout=30):
+        op = "" if x.operation is None else f" op {x.operation}"
+        print(f"start {x.label} ({x.call.tool}{op})")
+        await asyncio.sleep(0.02)
+        print(f"end   {x.label}")
+        return {"ok": True}
+
+
+async def decide(label: str, call: Call) -> str:
+    """Your permission prompt: "approve", "reject", "skip" or "fail"."""
+    return "approve"
 
 
 async def main() -> None:
@@ -35,7 +57,6 @@ async def main() -> None:
     except ConfigError as e:
         print(e, file=sys.stderr)  # rustc-style, with the lines; e.diagnostics has the spans
         sys.exit(1)
-    scheduler = Scheduler(policy)
     # The tool calls of each model response, in the order the model wrote them. Call ids may
     # repeat across responses once the earlier batch is done.
     responses = [
@@ -47,16 +68,20 @@ async def main() -> None:
         ],
         [Call("toolu_01", "rfd_draft")],
     ]
-    for calls in responses:
-        for call in await run_batch(scheduler, calls, execute):
-            print(call.id, call.tool, ",".join(e.status.value for e in call.entries))
+    with Driver(Scheduler(policy), execution_timeout=600) as driver:
+        for calls in responses:
+            for call in await driver.run(calls, execute, decide=decide):
+                print(call.id, call.tool, ",".join(e.status.value for e in call.entries))
+        # On a restart: store this JSON (after every round, or on shutdown), then resume from
+        # it. Nothing is live here, so it is empty; an execution that had started when the
+        # state was saved is settled as interrupted rather than run twice.
+        saved = json.dumps(driver.scheduler.unfinished().to_dict())
 
-    # On a restart: store this JSON (after every step, or on shutdown), then resume from it.
-    # Nothing is live here, so it is empty; an execution that had started when the state was
-    # saved is settled as interrupted rather than run twice.
-    saved = json.dumps(scheduler.unfinished().to_dict())
-    scheduler, unrestored = Scheduler.resume(policy, SavedState.from_dict(json.loads(saved)), started=Started.INTERRUPT)
-    print("resumed;", len(unrestored), "calls left out")
+    restored, unrestored = Driver.resume(policy, SavedState.from_dict(json.loads(saved)), started=Started.INTERRUPT)
+    with restored:
+        outcomes = await asyncio.gather(*(restored.run_restored(b, execute) for b in restored.restored()))
+        print("resumed;", len(outcomes), "batches restored,", len(unrestored), "calls left out")
+    connection.close()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Optional
 
-from turnstile import (
+from turnstile_scheduler import (
     Admission,
     AdmissionClass,
     AdmissionError,
@@ -28,7 +28,7 @@ from turnstile import (
     Started,
     SubmitError,
 )
-from turnstile.types import BatchNotApproved, Behind, KeyFull
+from turnstile_scheduler.types import BatchNotApproved, Behind, KeyFull
 
 NONE = 2**64 - 1
 """The number no scheduler or controller hands out: what an unknown label, batch or request

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from turnstile import (
+from turnstile_scheduler import (
     Admission,
     AdmissionClass,
     AdmissionError,
@@ -36,7 +36,7 @@ from turnstile import (
     SubmitErrorCode,
     UnrestoredCode,
 )
-from turnstile.types import BatchNotApproved, Behind, KeyFull
+from turnstile_scheduler.types import BatchNotApproved, Behind, KeyFull
 
 NONE = 2**64 - 1
 CONFIG = """

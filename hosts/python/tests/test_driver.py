@@ -9,13 +9,13 @@ import asyncio
 
 import pytest
 
-from turnstile import (
+from turnstile_scheduler import (
     Call,
     ConfigError,
     InputErrorCode,
     InputKind,
     Instance,
-    OutcomeKind,
+    OutcomeStatus,
     Policy,
     Reason,
     ReasonKind,
@@ -25,7 +25,7 @@ from turnstile import (
     SubmitErrorCode,
     run_batch,
 )
-from turnstile.driver import _pumps
+from turnstile_scheduler.driver import _ANSWER
 
 CONFIG = """
 [conversation.tools.rfd_draft]
@@ -49,15 +49,15 @@ def scheduler(instance: Instance | None = None) -> Scheduler:
 
 
 def counting(sched: Scheduler) -> list[dict]:
-    """Records the inputs of every `step` the driver makes."""
+    """Records the inputs of every `step` the driver makes (call before the driver is made)."""
     calls: list[dict] = []
-    step = sched.step
+    step = sched._step
 
-    def recording(**inputs):
-        calls.append(inputs)
-        return step(**inputs)
+    def recording(resource, inputs):
+        calls.append({k: list(getattr(inputs, k)) for k in ("approve", "settle", "ask", "answer", "ok", "failed", "cancel")})
+        return step(resource, inputs)
 
-    sched.step = recording  # type: ignore[method-assign]
+    sched._step = recording  # type: ignore[method-assign]
     return calls
 
 
@@ -143,10 +143,10 @@ def test_an_execute_that_raises_is_a_failure() -> None:
 
     calls = [Call("d", "fs_delete_file", 3), Call("e", "fs_delete_file")]
     d, e = asyncio.run(run_batch(scheduler(), calls, execute))
-    assert d.entries[0].status is OutcomeKind.FAILED and str(d.entries[0].error) == "disk full"
+    assert d.entries[0].status is OutcomeStatus.FAILED and str(d.entries[0].error) == "disk full"
     assert [x.reason for x in d.entries[1:]] == [Reason(ReasonKind.STOPPED, 1), Reason(ReasonKind.STOPPED, 1)]
     assert [x.label for x in d.entries] == ["d#0", "d#1", "d#2"]
-    assert e.entries[0].status is OutcomeKind.OK
+    assert e.entries[0].status is OutcomeStatus.OK
 
 
 def test_rejections_and_questions() -> None:
@@ -165,7 +165,7 @@ def test_rejections_and_questions() -> None:
 
     calls = [Call(f"n{i}", "rfd_renumber") for i in (1, 2, 3)]
     outcomes = asyncio.run(run_batch(scheduler(), calls, execute, decide=decide))
-    assert outcomes[0].entries[0].status is OutcomeKind.SETTLED
+    assert outcomes[0].entries[0].status is OutcomeStatus.SETTLED
     assert outcomes[0].entries[0].reason == Reason(ReasonKind.REJECTED)
     assert order == ["start n2", "answered", "end n2", "start n3", "end n3"]
 
@@ -197,7 +197,7 @@ def test_a_refused_input_fails_only_its_own_batch() -> None:
     async def main():
         sched = scheduler()
         steps = counting(sched)
-        pump_of = lambda: _pumps[sched]  # noqa: E731
+        pump_of = lambda: sched._driver  # noqa: E731
         a1_entry: list[int] = []
 
         async def run_a(x) -> str:
@@ -209,9 +209,9 @@ def test_a_refused_input_fails_only_its_own_batch() -> None:
             if x.label == "b1":
                 while not a1_entry:
                     await asyncio.sleep(0)
-                pump = pump_of()
-                a_batch = pump.owner[a1_entry[0]]
-                pump.queue(InputKind.ANSWER, a1_entry[0], a_batch)  # illegal: a1 is not asking
+                driver = pump_of()
+                a_batch = driver._owner[a1_entry[0]]
+                driver._queue(_ANSWER, a1_entry[0], a_batch)  # illegal: a1 is not asking
             return x.label
 
         a = asyncio.ensure_future(run_batch(sched, [Call("a1", "read")], run_a))
@@ -222,14 +222,14 @@ def test_a_refused_input_fails_only_its_own_batch() -> None:
         return steps, b_outcomes, refused.value, sched, a1_entry[0]
 
     steps, b_outcomes, refused, sched, a1 = asyncio.run(main())
-    assert [o.entries[0].status for o in b_outcomes] == [OutcomeKind.OK, OutcomeKind.OK]
+    assert [o.entries[0].status for o in b_outcomes] == [OutcomeStatus.OK, OutcomeStatus.OK]
     assert refused.code is InputErrorCode.NOT_ASKING
     assert (refused.refused.input, refused.refused.index) == (InputKind.ANSWER, 0)
     # The illegal answer and b1's end went out together.
     assert any(s["answer"] == [a1] and len(s["ok"]) == 1 for s in steps)
     # A was cancelled (a1's execution with it) and retired; nothing is left.
     assert sched.unfinished().batches == []
-    assert not _pumps[sched].owner and not _pumps[sched].batches
+    assert not sched._driver._owner and not sched._driver._batches
 
 
 def test_five_thousand_batches_reuse_call_ids() -> None:
@@ -244,7 +244,7 @@ def test_five_thousand_batches_reuse_call_ids() -> None:
         firsts = []
         for _ in range(5000):
             outcomes = await run_batch(sched, calls, execute)
-            assert [e.status for o in outcomes for e in o.entries] == [OutcomeKind.OK] * 5
+            assert [e.status for o in outcomes for e in o.entries] == [OutcomeStatus.OK] * 5
             firsts.append(outcomes[0].entries[0].entry)
         return sched, firsts
 
@@ -252,7 +252,7 @@ def test_five_thousand_batches_reuse_call_ids() -> None:
     # Numbers are never handed out twice.
     assert len(set(firsts)) == 5000 and firsts == sorted(firsts)
     assert sched.unfinished().batches == []
-    assert not _pumps[sched].owner and not _pumps[sched].batches
+    assert not sched._driver._owner and not sched._driver._batches
 
 
 def test_independent_instances_and_typed_errors() -> None:

@@ -1,29 +1,43 @@
 """Turnstile for Python: the tool-call scheduler component, run in wasmtime.
 
-`Policy.resolve(layers)` turns TOML layers into a validated policy (or raises `ConfigError` with
-every diagnostic); `Scheduler(policy)` schedules batches of tool calls (`submit`, then one `step`
-per driver round); `Admission(...)` admits requests on one shared MCP connection; `run_batch` is
-the asyncio driver. A refused `submit`, `resume` or admission call raises a `TurnstileError`
-subclass with a stable `code`; `step` reports each refused input as data and applies the rest.
-Nothing a host sends can trap the component: values are checked before they cross.
+`Policy.resolve(layers)` turns config layers (TOML text or plain dicts) into a validated policy
+(or raises `ConfigError` with every diagnostic); `Driver(Scheduler(policy))` runs batches of
+tool calls under it with asyncio (`await driver.run(calls, execute)`); `Scheduler` is the
+sans-IO scheduler underneath (`submit`, then one `step` per round); `Admission` admits requests
+on one shared MCP connection (`async with admission.slot("call") as permit:`).
 
-Each `Instance` is one independent instance of the component; the module-level classes use a
-default instance created on first use.
+Every argument is checked before it crosses into the component (TypeError / ValueError naming
+the parameter). A refused call raises a `TurnstileError` subclass with a stable `code`; `step`
+reports each refused input as data and applies the rest. Every `Scheduler` and `Admission` runs
+in a component instance of its own: if one ever traps (a bug), it raises `InstanceBrokenError`
+from then on and nothing else is affected.
 """
 
 from __future__ import annotations
 
-from ._component import Instance, default_instance
-from .api import Admission, Policy, Scheduler
-from .driver import CallOutcome, EntryOutcome, Execution, OutcomeKind, run_batch
+from ._component import Instance
+from .admission import Admission, Permit, Slot
+from .config import Layer, Policy
+from .driver import Driver, Execution, run_batch
+from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
+from .errors import (
+    AdmissionError,
+    ConfigError,
+    DisposedError,
+    InstanceBrokenError,
+    RefusedInputError,
+    ResumeError,
+    ShutdownError,
+    SubmitError,
+    TurnstileError,
+)
+from .scheduler import Scheduler
 from .types import (
     AdmissionClass,
-    AdmissionError,
     AdmissionErrorCode,
     BatchNotApproved,
     Behind,
     Call,
-    ConfigError,
     Diagnostic,
     EntryState,
     EntryStatus,
@@ -38,8 +52,6 @@ from .types import (
     Reason,
     ReasonKind,
     RefusedInput,
-    RefusedInputError,
-    ResumeError,
     ResumeErrorCode,
     Saved,
     SavedBatch,
@@ -50,15 +62,15 @@ from .types import (
     ShutdownReport,
     Span,
     Started,
-    SubmitError,
     SubmitErrorCode,
     Submitted,
     ToolPolicy,
-    TurnstileError,
     Unrestored,
     UnrestoredCode,
     Wait,
 )
+
+__version__ = "0.2.0"
 
 __all__ = [
     "Admission",
@@ -71,6 +83,8 @@ __all__ = [
     "CallOutcome",
     "ConfigError",
     "Diagnostic",
+    "DisposedError",
+    "Driver",
     "EntryOutcome",
     "EntryState",
     "EntryStatus",
@@ -79,12 +93,15 @@ __all__ = [
     "InputErrorCode",
     "InputKind",
     "Instance",
+    "InstanceBrokenError",
     "KeyFull",
     "Label",
+    "Layer",
     "OnError",
     "Outcome",
-    "OutcomeKind",
+    "OutcomeStatus",
     "Outputs",
+    "Permit",
     "Policy",
     "Reason",
     "ReasonKind",
@@ -92,6 +109,7 @@ __all__ = [
     "RefusedInputError",
     "ResumeError",
     "ResumeErrorCode",
+    "Running",
     "Saved",
     "SavedBatch",
     "SavedCall",
@@ -99,7 +117,9 @@ __all__ = [
     "SavedState",
     "Scheduler",
     "Settled",
+    "ShutdownError",
     "ShutdownReport",
+    "Slot",
     "Span",
     "Started",
     "SubmitError",
@@ -110,6 +130,5 @@ __all__ = [
     "Unrestored",
     "UnrestoredCode",
     "Wait",
-    "default_instance",
     "run_batch",
 ]

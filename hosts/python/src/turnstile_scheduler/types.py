@@ -207,59 +207,6 @@ class ToolPolicy:
 
 
 # ---------------------------------------------------------------------------------------------
-# Errors
-
-
-class ConfigError(Exception):
-    """The layers did not resolve; `diagnostics` holds every problem found."""
-
-    def __init__(self, diagnostics: list[Diagnostic]) -> None:
-        super().__init__("\n".join(d.rendered for d in diagnostics))
-        self.diagnostics = diagnostics
-
-
-class TurnstileError(Exception):
-    """A refused call: it changed nothing. `code` is stable; each subclass narrows its type."""
-
-    code: Any
-
-    def __init__(self, code: Any, message: str) -> None:
-        super().__init__(f"{code.value if isinstance(code, Enum) else code}: {message}")
-        self.code = code
-        self.message = message
-
-
-class SubmitError(TurnstileError):
-    """`Scheduler.submit` refused the batch."""
-
-    code: SubmitErrorCode
-
-
-class ResumeError(TurnstileError):
-    """`Scheduler.resume` refused the state as a whole."""
-
-    code: ResumeErrorCode
-
-
-class AdmissionError(TurnstileError):
-    """An admission call was refused."""
-
-    code: AdmissionErrorCode
-
-
-class RefusedInputError(TurnstileError):
-    """Raised by the driver (`run_batch`) when one of its batch's inputs was refused; `refused`
-    is the scheduler's report. `Scheduler.step` itself never raises it: it returns refusals as
-    data."""
-
-    code: InputErrorCode
-
-    def __init__(self, refused: "RefusedInput") -> None:
-        super().__init__(refused.code, f"{refused.input.value} #{refused.index}: {refused.message}")
-        self.refused = refused
-
-
-# ---------------------------------------------------------------------------------------------
 # Scheduler
 
 

@@ -1,0 +1,40 @@
+"""The build hook: a wheel or sdist always carries the component and the licenses.
+
+In a checkout of the repository, the component is copied from `../../target/turnstile.wasm`
+into the package (built first with `cargo xtask build-guest` when it is missing), and the
+repository's LICENSE-MIT and LICENSE-APACHE next to this file. Outside one (building from an
+sdist), they must already be there. Either way a build without the component fails loudly
+instead of producing a package that fails at the first `Policy.resolve`."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+SHIPPED = HERE / "src" / "turnstile_scheduler" / "turnstile.wasm"
+
+
+def stage() -> None:
+    in_repo = (ROOT / "Cargo.toml").is_file() and (ROOT / "wit" / "turnstile.wit").is_file()
+    if in_repo:
+        built = ROOT / "target" / "turnstile.wasm"
+        if not built.is_file():
+            print("turnstile-scheduler: target/turnstile.wasm is missing; running `cargo xtask build-guest`")
+            try:
+                subprocess.run(["cargo", "xtask", "build-guest"], cwd=ROOT, check=True)
+            except (OSError, subprocess.CalledProcessError) as e:
+                raise SystemExit(f"turnstile-scheduler: cannot build the component ({e}); run `cargo xtask build-guest` in {ROOT}")
+        if not SHIPPED.is_file() or SHIPPED.read_bytes() != built.read_bytes():
+            shutil.copyfile(built, SHIPPED)
+        for name in ("LICENSE-MIT", "LICENSE-APACHE"):
+            shutil.copyfile(ROOT / name, HERE / name)
+    missing = [p.name for p in (SHIPPED, HERE / "LICENSE-MIT", HERE / "LICENSE-APACHE") if not p.is_file()]
+    if missing:
+        raise SystemExit(f"turnstile-scheduler: cannot build the package without {', '.join(missing)} (build it from the repository)")
+
+
+stage()
+setup()

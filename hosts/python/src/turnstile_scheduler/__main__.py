@@ -1,0 +1,58 @@
+"""`python -m turnstile_scheduler check FILE...`: resolves TOML layers (lowest precedence first)
+and renders every config diagnostic like rustc. Exit 0 when the layers resolve (the resolved
+tools are listed), 1 on diagnostics, 2 on a usage error or an unreadable file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from .config import Policy
+from .errors import ConfigError
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m turnstile_scheduler",
+        description="Turnstile's tool-call scheduler: check config layers.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    check = commands.add_parser(
+        "check",
+        help="resolve TOML layers and render every diagnostic",
+        description="Resolves TOML layers, lowest precedence first (program defaults, plugins, workspace, "
+        "user), and renders every diagnostic like rustc. Exit status: 0 resolved, 1 diagnostics, 2 usage "
+        "or unreadable file.",
+    )
+    check.add_argument("files", nargs="+", metavar="FILE", help="a TOML layer")
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    layers = []
+    for path in args.files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                layers.append((path, f.read()))
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"error: {path}: {e}", file=sys.stderr)
+            return 2
+    try:
+        policy = Policy.resolve(layers)
+    except ConfigError as e:
+        for d in e.diagnostics:
+            print(d.rendered, file=sys.stderr)
+        n = len(e.diagnostics)
+        print(f"{n} error{'s' if n != 1 else ''} in {len(layers)} layer{'s' if len(layers) != 1 else ''}", file=sys.stderr)
+        return 1
+    for t in policy.tools():
+        limit = "unbounded" if t.key is None else f"key {t.key!r}, limit {t.limit}"
+        extra = (", fan-out" if t.fan_out else "") + (", stop on error" if t.on_error.value == "stop" else "")
+        print(f"{t.name}: {limit}{extra}")
+    policy.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

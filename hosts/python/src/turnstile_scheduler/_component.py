@@ -1,0 +1,187 @@
+"""Loading the component and calling its exports through wasmtime-py's dynamic API.
+
+Which objects share an instance: every `Scheduler` and every `Admission` gets an instance of its
+own (about 60 us and 140 KB each), so a trap in one can never break another. `Policy.resolve`
+uses one shared instance for policies; a `Scheduler` resolves its policy's layers again in its
+own instance, so it depends on the shared one for nothing. When an instance traps, every object
+bound to it raises `InstanceBrokenError` from then on, and the shared instance is replaced at the
+next `Policy.resolve`. Pass `instance=` to put several objects in one instance on purpose (they
+then share its fate).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from wasmtime import Engine, Store, Trap, WasmtimeError
+from wasmtime.component import Component, Linker
+
+from ._fastcall import _BULK, bound_call, lift_submitted, step_call
+from .errors import InstanceBrokenError
+
+PACKAGE = "turnstile:scheduler"
+VERSION = "0.2.0"
+
+_engine: Optional[Engine] = None
+_component: Optional[Component] = None
+_lock = threading.Lock()
+
+
+def component_path() -> Path:
+    """`$TURNSTILE_WASM`, else the component shipped inside this package."""
+    env = os.environ.get("TURNSTILE_WASM")
+    if env:
+        return Path(env)
+    return Path(str(resources.files("turnstile_scheduler").joinpath("turnstile.wasm")))
+
+
+def _compiled() -> tuple[Engine, Component]:
+    global _engine, _component
+    with _lock:
+        if _engine is None or _component is None:
+            path = component_path()
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"the Turnstile component is missing at {path}: this installation of turnstile-scheduler "
+                    "was built without it (build the wheel from the repository, where the build runs "
+                    "`cargo xtask build-guest`), or set TURNSTILE_WASM"
+                )
+            _engine = Engine()
+            _component = Component.from_file(_engine, str(path))
+        return _engine, _component
+
+
+class Instance:
+    """One instance of the component in its own store. Instances share nothing; a store is not
+    thread-safe, so use an instance from one thread (or one asyncio loop) at a time.
+
+    wasmtime-py lowers what it is given without checking ranges (an int wraps to the WIT width)
+    and a value it cannot lower (an unknown enum name) traps the instance. The public classes
+    therefore check every value before it crosses; callers of `func` must do the same. If a call
+    traps anyway, the instance is broken: that call and every later one raise
+    `InstanceBrokenError` (never wasmtime's own errors)."""
+
+    def __init__(self) -> None:
+        engine, component = _compiled()
+        self.store = Store(engine)
+        self._instance = Linker(engine).instantiate(self.store, component)
+        self._funcs: dict[tuple[str, str], Callable[..., Any]] = {}
+        self.broken: Optional[InstanceBrokenError] = None
+        """Set when the instance trapped; every later call raises it again."""
+
+    def submit_func(self) -> Callable[..., Any]:
+        """`scheduler.submit` returning `(batch, first, count)` on success and wasmtime-py's
+        tagged `Variant` on refusal (see `_fastcall.lift_submitted`)."""
+        key = ("scheduler", "[method]scheduler.submit#thin")
+        bound = self._funcs.get(key)
+        if bound is None:
+            what = "scheduler.submit"
+            f = self._export("scheduler", "[method]scheduler.submit")
+            bound = bound_call(f, self.store, self, what, lift_submitted) if _BULK else None
+            if bound is None:
+                generic = self.func("scheduler", "[method]scheduler.submit")
+
+                def bound(*args: Any) -> Any:
+                    r = generic(*args)
+                    return r if r.tag == "err" else (r.payload.batch, r.payload.first, r.payload.count)
+
+            self._funcs[key] = bound
+        return bound
+
+    def func(self, interface: str, name: str) -> Callable[..., Any]:
+        """The exported function `name` (`[method]scheduler.step`) of `interface` (`scheduler`),
+        bound to this instance's store, raising `InstanceBrokenError` on a trap."""
+        key = (interface, name)
+        bound = self._funcs.get(key)
+        if bound is None:
+            f = self._export(interface, name)
+            bound = bound_call(f, self.store, self, f"{interface}.{name}")
+            if bound is None:
+                bound = self._plain(f, f"{interface}.{name}")
+            self._funcs[key] = bound
+        return bound
+
+    def step_func(self) -> Callable[[Any, Any], tuple[list[int], list[Any], list[Any], list[int]]]:
+        """`scheduler.step` on its thin path (see `_fastcall.step_call`): `(resource, inputs)`
+        to `(start, settle, errors, retired)`, with `inputs` an object with the WIT field
+        names (`settle` elements with `entry` and `how`)."""
+        key = ("scheduler", "[method]scheduler.step#thin")
+        bound = self._funcs.get(key)
+        if bound is None:
+            what = "scheduler.step"
+            bound = step_call(self._export("scheduler", "[method]scheduler.step"), self.store, self, what)
+            if bound is None:
+                generic = self.func("scheduler", "[method]scheduler.step")
+
+                def bound(resource: Any, inputs: Any) -> tuple[list[int], list[Any], list[Any], list[int]]:
+                    o = generic(resource, inputs)
+                    return o.start, o.settle, o.errors, o.retired
+
+            self._funcs[key] = bound
+        return bound
+
+    def _export(self, interface: str, name: str) -> Any:
+        self.check()
+        iface = self._instance.get_export_index(self.store, f"{PACKAGE}/{interface}@{VERSION}")
+        if iface is None:
+            raise LookupError(f"the component exports no {PACKAGE}/{interface}@{VERSION}")
+        index = self._instance.get_export_index(self.store, name, iface)
+        if index is None:
+            raise LookupError(f"the component exports no {interface}.{name}")
+        f = self._instance.get_func(self.store, index)
+        if f is None:
+            raise LookupError(f"{interface}.{name} is not a function")
+        return f
+
+    def _plain(self, f: Any, what: str) -> Callable[..., Any]:
+        store = self.store
+
+        def bound(*args: Any) -> Any:
+            if self.broken is not None:
+                raise self.broken
+            try:
+                return f(store, *args)
+            except (WasmtimeError, Trap) as e:
+                raise self.trapped(what, e) from e
+
+        return bound
+
+    def check(self) -> None:
+        """Raises `InstanceBrokenError` when the instance trapped earlier."""
+        if self.broken is not None:
+            raise self.broken
+
+    def trapped(self, what: str, cause: BaseException) -> InstanceBrokenError:
+        """Marks the instance broken after `cause` (a trap in `what`); returns the error."""
+        if self.broken is None:
+            self.broken = InstanceBrokenError(
+                f"the component trapped in {what} ({cause}); this instance is unusable from now on "
+                "(a bug in Turnstile: please report it with the call that caused it)",
+                cause,
+            )
+        return self.broken
+
+    def drop(self, resource: Any) -> None:
+        """Runs a resource's destructor in the guest (its memory is reused). Does nothing on a
+        broken instance (its memory is gone with it)."""
+        if self.broken is not None:
+            return
+        try:
+            resource.drop(self.store)
+        except (WasmtimeError, Trap) as e:
+            raise self.trapped("drop", e) from e
+
+
+_shared: Optional[Instance] = None
+
+
+def shared_instance() -> Instance:
+    """The instance `Policy.resolve` uses when none is given; replaced when it broke."""
+    global _shared
+    if _shared is None or _shared.broken is not None:
+        _shared = Instance()
+    return _shared

@@ -1,0 +1,159 @@
+"""Config layers and the validated `Policy`.
+
+A layer is TOML text or plain data of the same shape (`{"conversation": {"tools": {...}}}`);
+plain data is written as TOML first (see `_toml`), so both resolve alike and diagnostics name
+the same key paths and tools. Layers are a list, lowest precedence first; each is a `Layer`, a
+`(name, source)` pair, or an object with `.name` and `.text`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from . import _check, _toml
+from ._component import Instance, shared_instance
+from .errors import ConfigError, DisposedError
+from .types import Diagnostic, Label, OnError, Span, ToolPolicy
+
+Source = Union[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One config layer: `name` appears in diagnostics (a file name, "user", "plugin: x");
+    `source` is TOML text or plain data of the same shape."""
+
+    name: str
+    source: Source
+
+
+def layer_texts(layers: Any) -> list[tuple[str, str]]:
+    """`(name, TOML text)` for each layer; TypeError or ValueError for a wrong shape."""
+    if isinstance(layers, (str, bytes)) or isinstance(layers, Mapping) or isinstance(layers, Layer):
+        raise TypeError(
+            f"layers must be a list of layers (Layer, (name, source) pairs), not a single {type(layers).__name__}; "
+            "wrap it in a list"
+        )
+    items = _check.sequence(layers, "layers")
+    out = []
+    for i, layer in enumerate(items):
+        what = f"layers[{i}]"
+        if isinstance(layer, Layer):
+            name, source = layer.name, layer.source
+        elif isinstance(layer, tuple):
+            if len(layer) != 2:
+                raise TypeError(f"{what} must be a (name, source) pair, not a tuple of {len(layer)}")
+            name, source = layer
+        elif hasattr(layer, "name") and hasattr(layer, "text"):
+            name, source = layer.name, layer.text
+        else:
+            raise TypeError(f"{what} must be a Layer or a (name, source) pair, not {type(layer).__name__}")
+        name = _check.string(name, f"{what}.name")
+        if isinstance(source, str):
+            text = _check.string(source, f"{what}.source")
+        elif isinstance(source, Mapping):
+            text = _toml.dumps(source, f"{what}.source")
+        else:
+            raise TypeError(f"{what}.source must be TOML text (str) or a dict, not {type(source).__name__}")
+        out.append((name, text))
+    return out
+
+
+class Policy:
+    """A validated config. Build one with `Policy.resolve`; immutable, and any number of
+    schedulers can be built from one (each resolves the same layers in its own instance)."""
+
+    def __init__(self, instance: Instance, resource: Any, layers: list[tuple[str, str]]) -> None:
+        self.instance = instance
+        self._resource = resource
+        self.layers: tuple[tuple[str, str], ...] = tuple(layers)
+        """The layers as resolved: `(name, TOML text)`, plain data already written as TOML."""
+
+    @classmethod
+    def resolve(cls, layers: Sequence[Any], instance: Optional[Instance] = None) -> "Policy":
+        """Resolves the layers, lowest precedence first; raises `ConfigError` with every
+        diagnostic, TypeError or ValueError for a wrong shape."""
+        if instance is not None and not isinstance(instance, Instance):
+            raise TypeError(f"instance must be an Instance, not {type(instance).__name__}")
+        texts = layer_texts(layers)
+        inst = instance or shared_instance()
+        return cls(inst, resolve_in(inst, texts), texts)
+
+    def _live(self) -> Any:
+        if self._resource is None:
+            raise DisposedError("the policy")
+        return self._resource
+
+    def resource_in(self, instance: Instance) -> Any:
+        """This policy's resource in `instance` (resolved there again when it is another; a
+        closed policy's layers still resolve elsewhere)."""
+        if instance is self.instance:
+            self.instance.check()
+            return self._live()
+        return resolve_in(instance, list(self.layers))
+
+    def tool(self, name: str) -> ToolPolicy:
+        """A tool's policy; an unconfigured tool is unbounded without fan-out."""
+        return _tool(self.instance.func("config", "[method]policy.tool")(self._live(), _check.string(name, "name")))
+
+    def tools(self) -> list[ToolPolicy]:
+        """Every configured tool, in configuration order."""
+        return [_tool(t) for t in self.instance.func("config", "[method]policy.tools")(self._live())]
+
+    def fingerprint(self) -> int:
+        """What the policy means to a scheduler, as 64 bits: equal for policies that schedule
+        alike. A saved state records it (``SavedState.policy``), so a host can tell before
+        ``resume`` whether the policy changed since the state was saved."""
+        return int(self.instance.func("config", "[method]policy.fingerprint")(self._live()))
+
+    def close(self) -> None:
+        """Frees the policy in the component; schedulers built from it keep working."""
+        resource, self._resource = self._resource, None
+        if resource is not None:
+            self.instance.drop(resource)
+
+    def __enter__(self) -> "Policy":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def resolve_in(instance: Instance, texts: list[tuple[str, str]]) -> Any:
+    from types import SimpleNamespace
+
+    wit = [SimpleNamespace(name=n, text=t) for n, t in texts]
+    result = instance.func("config", "[static]policy.resolve")(wit)
+    if isinstance(result, list):
+        raise ConfigError([_diagnostic(d) for d in result])
+    return result
+
+
+def _diagnostic(d: Any) -> Diagnostic:
+    labels = [
+        Label(
+            span=Span(
+                layer=l.span.layer,
+                layer_name=getattr(l.span, "layer-name"),
+                start=l.span.start,
+                end=l.span.end,
+                line=l.span.line,
+                column=l.span.column,
+            ),
+            message=l.message,
+        )
+        for l in d.labels
+    ]
+    return Diagnostic(d.code, d.message, list(d.path), list(d.tools), labels, d.help, d.rendered)
+
+
+def _tool(t: Any) -> ToolPolicy:
+    c = t.concurrency
+    return ToolPolicy(
+        name=t.name,
+        key=c.key if c is not None else None,
+        limit=c.limit if c is not None else None,
+        fan_out=getattr(t, "fan-out"),
+        on_error=OnError(getattr(t, "on-error")),
+    )

@@ -1,0 +1,689 @@
+"""The asyncio driver: runs batches on one scheduler, starting each execution when the
+scheduler releases it.
+
+```python
+with Driver(Scheduler(policy)) as driver:
+    outcomes = await driver.run(calls, execute)                 # one model response
+```
+
+`run` submits the calls, asks `decide(label, call)` about every entry (approve by default),
+calls `execute(execution)` for each released entry and runs what it returns as its own task,
+reports each end (returning is ok; raising is failed), collects what the scheduler settles, and
+returns every call's outcome in written order once the batch retired. Any number of `run`s may
+be in flight at once on one driver; a `Driver.resume`d driver runs the restored batches with
+`run_restored` next to new ones.
+
+One driver per scheduler owns its `step` calls: everything the batches report within one loop
+turn goes out in ONE `step`, and the outputs are dispatched to the batches they belong to. Each
+input is judged on its own, so a refused input fails only its own batch. Nothing else may call
+`step` on that scheduler (the outputs would be lost to the driver).
+
+How a batch ends badly, and what that costs (never another batch, never a slot):
+
+- `decide` raises or returns something other than "approve", "reject", "skip" or "fail": every
+  undecided entry is settled as failed, the batch is cancelled (nothing of it runs), and `run`
+  raises that error once the batch retired.
+- `execute` raises instead of returning an awaitable, or returns something not awaitable: that
+  entry failed (`error` says why); its slot is freed at once.
+- One of the batch's inputs is refused (a driver bug): the batch is cancelled and `run` raises
+  `RefusedInputError`.
+- The task awaiting `run` is cancelled: the batch is cancelled (parked entries are settled as
+  cancelled, running executions' tasks are cancelled) and `run` waits for their ends to reach the
+  scheduler before the cancellation propagates (a second cancellation stops the wait; the ends
+  are still reported when they come).
+
+An execution that ignores cancellation (catches CancelledError and goes on, or waits on a
+thread) keeps its key's slot until it really ends: the scheduler cannot know it stopped. It is
+visible in `Driver.running()` (`cancel_requested`) and in `Scheduler.inspect` (running, and
+named in `KeyFull.running` of the entries waiting for its key). `execution_timeout` bounds how
+long any execution may run: when it passes, the execution's task is cancelled and, if it ends
+by that cancellation, it failed with TimeoutError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect as _inspect
+import weakref
+from types import CoroutineType as _CoroutineType
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional, Sequence, Union
+
+from . import _check
+from .config import Policy
+from .errors import DisposedError, RefusedInputError, SubmitError, TurnstileError
+from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
+from .scheduler import Scheduler, pack_calls
+from .types import (
+    Call,
+    EntryState,
+    HostSettle,
+    InputErrorCode,
+    InputKind,
+    RefusedInput,
+    Outcome,
+    Reason,
+    ReasonKind,
+    SavedState,
+    Started,
+    SubmitErrorCode,
+    Unrestored,
+)
+
+Decision = Literal["approve", "reject", "skip", "fail"]
+Decide = Callable[[str, Call], Union[Decision, Awaitable[Decision]]]
+_HOW: dict[str, HostSettle] = {"reject": HostSettle.REJECTED, "skip": HostSettle.SKIPPED, "fail": HostSettle.FAILED}
+_HOW_WIT: dict[str, str] = {"reject": "rejected", "skip": "skipped", "fail": "failed"}
+
+OK, FAILED, CANCELLED, SETTLED = OutcomeStatus.OK, OutcomeStatus.FAILED, OutcomeStatus.CANCELLED, OutcomeStatus.SETTLED
+_REASONS: dict[str, Reason] = {k.value: Reason(k) for k in ReasonKind if k is not ReasonKind.STOPPED}
+_CANCELLED_REASON = _REASONS["cancelled"]
+
+# ---------------------------------------------------------------------------------------------
+# What `execute` gets
+
+
+class Execution:
+    """What `execute` gets: the entry to run (its number and label), its call, and its
+    operation index for a fan-out call (None for a plain call)."""
+
+    __slots__ = ("entry", "label", "call", "operation", "_batch", "_index")
+
+    def __init__(self, entry: int, label: str, call: Call, operation: Optional[int], batch: "_Batch", index: int) -> None:
+        self.entry = entry
+        self.label = label
+        self.call = call
+        self.operation = operation
+        self._batch = batch
+        self._index = index
+
+    def __repr__(self) -> str:
+        return f"Execution(entry={self.entry}, label={self.label!r}, tool={self.call.tool!r})"
+
+    @contextlib.asynccontextmanager
+    async def question(self) -> AsyncIterator[None]:
+        """`async with execution.question():` around waiting for an answer (the user is asked
+        something); the execution keeps its slot. A declined question is an end: return from
+        `execute`. A question still open when the execution ends is closed with it."""
+        b, i = self._batch, self._index
+        if b.outcomes[i] is not None or i not in b.tasks:
+            raise RuntimeError(f"{self.label}: the execution has ended; it cannot ask")
+        if b.asking[i]:
+            raise RuntimeError(f"{self.label}: a question is already open")
+        b.asking[i] = True
+        b.driver._queue(_ASK, self.entry, b)
+        try:
+            yield
+        finally:
+            if b.asking[i]:
+                b.asking[i] = False
+                b.driver._queue(_ANSWER, self.entry, b)
+
+
+Execute = Callable[[Execution], Awaitable[Any]]
+
+# ---------------------------------------------------------------------------------------------
+# A batch in flight
+
+
+class _Batch:
+    __slots__ = (
+        "driver", "batch", "first", "calls", "labels", "call_of", "ops", "execute", "outcomes", "tasks",
+        "asking", "expired", "finished", "cancelled", "count", "since", "timers", "begun",
+    )
+
+    def __init__(self, driver: "Driver", batch: int, first: int, calls: list[Call], execute: Execute) -> None:
+        self.driver = driver
+        self.batch = batch
+        self.first = first
+        self.calls = calls
+        labels: list[str] = []
+        call_of: list[Call] = []
+        ops: list[Optional[int]] = []
+        for c in calls:
+            if c.operations is None:
+                labels.append(c.id)
+                call_of.append(c)
+                ops.append(None)
+            else:
+                for i in range(c.operations):
+                    labels.append(f"{c.id}#{i}")
+                    call_of.append(c)
+                    ops.append(i)
+        self.labels = labels
+        self.call_of = call_of
+        self.ops = ops
+        self.count = n = len(labels)
+        self.execute = execute
+        self.outcomes: list[Optional[EntryOutcome]] = [None] * n
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.since: dict[int, float] = {}
+        self.timers: dict[int, asyncio.TimerHandle] = {}
+        self.asking = [False] * n
+        self.expired: set[int] = set()
+        self.begun: set[int] = set()
+        # Resolved when the batch retires; an exception when it must fail (refused input, trap).
+        self.finished: asyncio.Future[None] = driver._loop.create_future()  # type: ignore[union-attr]
+        self.cancelled = False
+
+    def fail(self, error: BaseException) -> None:
+        if not self.finished.done():
+            self.finished.set_exception(error)
+            self.driver._cancel(self)
+
+    def results(self) -> list[CallOutcome]:
+        outcomes = self.outcomes
+        for o in outcomes:
+            if o is None:  # identity, not ==: an outcome's value may compare equal to anything
+                raise RuntimeError(f"batch {self.batch} retired with an entry without an outcome")
+        out, i = [], 0
+        for c in self.calls:
+            if c.operations is None:
+                out.append(CallOutcome(c.id, c.tool, [outcomes[i]]))  # type: ignore[list-item]
+                i += 1
+            else:
+                n = c.operations
+                out.append(CallOutcome(c.id, c.tool, outcomes[i : i + n]))  # type: ignore[arg-type]
+                i += n
+        return out
+
+
+class _Inputs:
+    """The inputs of the next `step`, each with the batch it belongs to (for its refusals)."""
+
+    __slots__ = ("lists", "owners")
+
+    def __init__(self) -> None:
+        self.lists: list[list[Any]] = [[] for _ in _KINDS]
+        self.owners: list[list[_Batch]] = [[] for _ in _KINDS]
+
+
+_KINDS = list(InputKind)
+_KIND_INDEX = {k.value: i for i, k in enumerate(_KINDS)}  # by WIT name
+_APPROVE, _SETTLE, _ASK, _ANSWER, _OK, _FAILED, _CANCEL = range(7)
+
+# ---------------------------------------------------------------------------------------------
+# The driver
+
+
+class Driver:
+    """Runs batches on one scheduler (see the module doc). `Driver(scheduler)` drives a
+    scheduler you own; `Driver.resume(policy, state, started=...)` makes the scheduler and owns
+    it. `close()` (or `with` / `async with`) cancels every batch in flight and refuses new
+    ones; it closes the scheduler when the driver owns it. A driver dropped without `close()`
+    is closed by its finalizer."""
+
+    def __init__(self, scheduler: Scheduler, *, execution_timeout: Optional[float] = None, owns_scheduler: bool = False) -> None:
+        if not isinstance(scheduler, Scheduler):
+            raise TypeError(f"scheduler must be a Scheduler, not {type(scheduler).__name__}")
+        self.execution_timeout = _check.number(execution_timeout, "execution_timeout")
+        if self.execution_timeout == 0:
+            raise ValueError("execution_timeout must be > 0 seconds (or None)")
+        _check.boolean(owns_scheduler, "owns_scheduler")
+        scheduler._live()
+        if getattr(scheduler, "_driver", None) is not None:
+            raise ValueError("this scheduler already has a driver: one driver per scheduler owns its steps")
+        # The scheduler keeps its driver (a cycle the collector frees with both), so that
+        # `Driver.of` finds it and a second driver is refused.
+        scheduler._driver = self
+        self.scheduler = scheduler
+        self._step = scheduler._step
+        self._resource = scheduler._resource
+        self._owner: dict[int, _Batch] = {}  # entry -> its live batch
+        self._batches: dict[int, _Batch] = {}  # batch number -> live batch
+        self._pending = _Inputs()
+        self._scheduled = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self._closed = False
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        # The backstop closes an owned scheduler through its own finalizer (holding the
+        # scheduler itself here would keep both alive forever).
+        self._finalizer = weakref.finalize(self, _finalize, scheduler._finalizer if owns_scheduler else None)
+        self._owns = owns_scheduler
+
+    @classmethod
+    def resume(
+        cls, policy: Policy, state: SavedState, *, started: Started, execution_timeout: Optional[float] = None
+    ) -> tuple["Driver", list[Unrestored]]:
+        """A driver over `Scheduler.resume(policy, state, started=started)` (which it owns),
+        and the calls the policy left out. Run each restored batch with `run_restored` (its
+        numbers are `restored()`), next to new batches with `run`."""
+        scheduler, unrestored = Scheduler.resume(policy, state, started=started)
+        return cls(scheduler, execution_timeout=execution_timeout, owns_scheduler=True), unrestored
+
+    @classmethod
+    def of(cls, scheduler: Scheduler) -> "Driver":
+        """The scheduler's driver, made on first use (what `run_batch` uses)."""
+        d = getattr(scheduler, "_driver", None)
+        return d if d is not None and not d._closed else cls(scheduler)
+
+    # -- running batches ---------------------------------------------------------------------
+
+    async def run(self, calls: Sequence[Call], execute: Execute, *, decide: Optional[Decide] = None) -> list[CallOutcome]:
+        """Runs one batch to the end and returns each call's outcome in written order.
+
+        `decide(label, call)` is asked for each entry in written order (default: approve all)
+        and may be async (a prompt); it returns "approve", "reject", "skip" or "fail". Raises
+        `SubmitError` when the batch is refused (nothing ran), TypeError / ValueError for
+        wrong arguments (nothing crossed), and otherwise only after the batch retired: the
+        error of `decide`, or `RefusedInputError`."""
+        self._check_open()
+        _callable(execute, "execute")
+        if decide is not None:
+            _callable(decide, "decide")
+        calls = list(_check.sequence(calls, "calls"))
+        ids, tools, operations = pack_calls(calls)
+        batch, first, _count = self._step_submit(ids, tools, operations)
+        b = _Batch(self, batch, first, calls, execute)
+        self._add(b)
+        return await self._drive(b, decide, range(b.count))
+
+    def restored(self) -> list[int]:
+        """The live batches of the scheduler no `run` or `run_restored` drives (after
+        `resume`: the restored batches), in batch order."""
+        return [b.batch for b in self.scheduler.unfinished().batches if b.batch not in self._batches]
+
+    async def run_restored(self, batch: int, execute: Execute, *, decide: Optional[Decide] = None) -> list[CallOutcome]:
+        """Runs a restored batch to its end, like `run`: its pending entries are decided and
+        run; what ended or was settled before the restart is reported as it was (no value or
+        error survives a restart); a call `resume` left out is settled as interrupted."""
+        self._check_open()
+        batch = _check.u64(batch, "batch")
+        _callable(execute, "execute")
+        if decide is not None:
+            _callable(decide, "decide")
+        if batch in self._batches:
+            raise ValueError(f"batch {batch} is already driven")
+        statuses = self.scheduler.inspect(batch)
+        if statuses is None:
+            raise ValueError(f"batch {batch} is not live in this scheduler")
+        calls: list[Call] = []
+        for st in statuses:
+            cid, _, op = st.label.partition("#")
+            if not calls or calls[-1].id != cid or not op or op == "0":
+                calls.append(Call(cid, st.tool, 1 if op else None))
+            else:
+                c = calls[-1]
+                calls[-1] = Call(c.id, c.tool, (c.operations or 0) + 1)
+        b = _Batch(self, batch, statuses[0].entry, calls, execute)
+        pending = []
+        for i, st in enumerate(statuses):
+            if st.state is EntryState.ENDED:
+                status = OK if st.outcome is Outcome.OK else FAILED
+                b.outcomes[i] = EntryOutcome(st.entry, st.label, status)
+            elif st.state is EntryState.SETTLED:
+                b.outcomes[i] = EntryOutcome(st.entry, st.label, SETTLED, reason=st.reason)
+            else:  # pending again after resume
+                pending.append(i)
+        self._add(b)
+        if not pending and all(o is not None for o in b.outcomes):
+            self._queue(_APPROVE, None, None)  # a step to learn it retired
+        return await self._drive(b, decide, pending)
+
+    async def _drive(self, b: _Batch, decide: Optional[Decide], undecided: Sequence[int]) -> list[CallOutcome]:
+        error: Optional[BaseException] = None
+        try:
+            if decide is None:
+                if undecided:
+                    p = self._pending
+                    p.lists[_APPROVE].extend([b.first + i for i in undecided])
+                    p.owners[_APPROVE].extend([b] * len(undecided))
+                    self._queue(_APPROVE, None, None)
+            else:
+                todo = list(undecided)
+                n = 0
+                try:
+                    while n < len(todo):
+                        i = todo[n]
+                        if b.finished.done():
+                            break
+                        decision: Any = decide(b.labels[i], b.call_of[i])
+                        if _inspect.isawaitable(decision):
+                            decision = await decision
+                        if decision == "approve":
+                            self._queue_approve(b.first + i, b)
+                        elif isinstance(decision, str) and decision in _HOW:
+                            self._queue(_SETTLE, (b.first + i, _HOW_WIT[decision]), b)
+                        else:
+                            raise ValueError(
+                                f"decide returned {decision!r} for {b.labels[i]}: expected 'approve', 'reject', 'skip' or 'fail'"
+                            )
+                        n += 1
+                except Exception as e:
+                    # Undecided entries fail; the batch is cancelled (nothing of it runs).
+                    for i in todo[n:]:
+                        self._queue(_SETTLE, (b.first + i, "failed"), b)
+                    error = e
+                    self._cancel(b)
+            await asyncio.shield(b.finished)
+        except BaseException:
+            self._cancel(b)
+            # Every running execution reports its end before the error propagates (a second
+            # cancellation stops the wait; the ends are still reported when they come).
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._wind_down(b))
+            if not b.finished.done():
+                b.finished.cancel()
+            raise
+        if error is not None:
+            raise error
+        return b.results()
+
+    # -- inspection and lifetime ---------------------------------------------------------------
+
+    def running(self) -> list[Running]:
+        """Every execution in flight, in entry order; `cancel_requested` marks those asked to
+        stop that have not (yet): they still hold their slots."""
+        out = []
+        for b in self._batches.values():
+            for i, task in b.tasks.items():
+                out.append(Running(b.first + i, b.labels[i], b.batch, b.since.get(i, 0.0), b.cancelled or i in b.expired))
+        return sorted(out, key=lambda r: r.entry)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Cancels every batch in flight (each `run` raises `DisposedError` once its running
+        executions ended) and refuses new `run`s (`DisposedError`); closes the scheduler when
+        the driver owns it, after those ends reached it. Closing twice is fine."""
+        if self._closed:
+            return
+        self._closed = True
+        if getattr(self.scheduler, "_driver", None) is self:
+            self.scheduler._driver = None
+        for b in list(self._batches.values()):
+            b.fail(DisposedError("the driver"))
+        if self._batches:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None:
+                # The cancellations and ends must reach the scheduler before it is closed.
+                loop.create_task(self._close_later())
+                return
+        self._close_owned()
+
+    def _close_owned(self) -> None:
+        self._finalizer.detach()
+        if self._owns:
+            self.scheduler.close()
+
+    async def _close_later(self) -> None:
+        while self._batches:
+            for b in list(self._batches.values()):
+                with contextlib.suppress(BaseException):
+                    await self._wind_down(b)
+            await asyncio.sleep(0)
+            if all(not b.tasks for b in self._batches.values()):
+                break
+        self._close_owned()
+
+    def __enter__(self) -> "Driver":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "Driver":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        """Cancels what is still in flight and waits for the ends to reach the scheduler."""
+        live = list(self._batches.values())
+        self.close()
+        for b in live:
+            await self._wind_down(b)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DisposedError("the driver")
+        self.scheduler._live()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            if self._batches:
+                raise RuntimeError("a driver runs its batches on one event loop at a time")
+            self._loop = loop
+
+    # -- the pump --------------------------------------------------------------------------------
+
+    def _step_submit(self, ids: str, tools: str, operations: list[int]) -> tuple[int, int, int]:
+        result = self.scheduler._submit(self._resource, ids, tools, operations)
+        if type(result) is not tuple:
+            raise SubmitError(SubmitErrorCode(result.payload.code), result.payload.message)
+        return result  # type: ignore[no-any-return]
+
+    def _add(self, b: _Batch) -> None:
+        self._batches[b.batch] = b
+        owner = self._owner
+        for e in range(b.first, b.first + b.count):
+            owner[e] = b
+
+    def _forget(self, b: _Batch) -> None:
+        if self._batches.get(b.batch) is b:
+            del self._batches[b.batch]
+            owner = self._owner
+            for e in range(b.first, b.first + b.count):
+                owner.pop(e, None)
+
+    def _queue_approve(self, entry: int, b: _Batch) -> None:
+        p = self._pending
+        p.lists[_APPROVE].append(entry)
+        p.owners[_APPROVE].append(b)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)  # type: ignore[union-attr]
+
+    def _queue(self, k: int, value: Any, b: Optional[_Batch]) -> None:
+        """Queues an input of kind `k` (`_APPROVE` .. `_CANCEL`) for the next step; None only
+        asks for a step."""
+        if value is not None:
+            self._pending.lists[k].append(value)
+            self._pending.owners[k].append(b)  # type: ignore[arg-type]
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)  # type: ignore[union-attr]
+
+    def _next_flush(self) -> Optional["asyncio.Future[None]"]:
+        """A future resolved after the step that carries what is queued now (None when nothing
+        is queued)."""
+        if not self._scheduled:
+            return None
+        f = self._loop.create_future()  # type: ignore[union-attr]
+        self._waiters.append(f)
+        return f
+
+    def _flush(self) -> None:
+        q, self._pending, self._scheduled = self._pending, _Inputs(), False
+        waiters, self._waiters = self._waiters, []
+        try:
+            if self.scheduler.closed:
+                error: BaseException = DisposedError("the scheduler (closed under its driver)")
+                for b in list(self._batches.values()):
+                    b.fail(error)
+                return
+            lists = q.lists
+            settle = [_Settlement(e, how) for e, how in lists[_SETTLE]] if lists[_SETTLE] else []
+            inputs = _StepInputs(lists[_APPROVE], settle, lists[_ASK], lists[_ANSWER], lists[_OK], lists[_FAILED], lists[_CANCEL])
+            try:
+                out = self._step(self._resource, inputs)
+            except TurnstileError as e:  # InstanceBrokenError: every batch fails
+                for b in list(self._batches.values()):
+                    b.fail(e)
+                return
+            self._dispatch(q, *out)
+        finally:
+            for f in waiters:
+                if not f.done():
+                    f.set_result(None)
+
+    def _dispatch(self, q: _Inputs, start: list[int], settled: list[Any], errors: list[Any], retired: list[int]) -> None:
+        owner = self._owner
+        refused: set[tuple[int, int]] = set()
+        if errors:
+            for r in errors:
+                k = _KIND_INDEX[r.input]
+                refused.add((k, r.index))
+                refusal = RefusedInput(InputKind(r.input), r.index, InputErrorCode(r.code), r.message)
+                q.owners[k][r.index].fail(RefusedInputError(refusal))
+        for i, (entry, how) in enumerate(q.lists[_SETTLE]):
+            if (_SETTLE, i) not in refused:
+                b = owner.get(entry)
+                if b is not None:
+                    self._record(b, entry - b.first, EntryOutcome(entry, b.labels[entry - b.first], SETTLED, reason=_REASONS[how]))
+        if settled:
+            for s in settled:
+                b = owner.get(s.entry)
+                if b is not None:
+                    i = s.entry - b.first
+                    self._record(b, i, EntryOutcome(s.entry, b.labels[i], SETTLED, reason=_lift_reason(s.reason)))
+        for entry in start:
+            b = owner.get(entry)
+            if b is not None:
+                self._start(b, entry - b.first)
+        for n in retired:
+            b = self._batches.get(n)
+            if b is not None:
+                self._forget(b)
+                if not b.finished.done():
+                    b.finished.set_result(None)
+
+    @staticmethod
+    def _record(b: _Batch, i: int, outcome: EntryOutcome) -> None:
+        b.outcomes[i] = outcome
+
+    def _start(self, b: _Batch, i: int) -> None:
+        entry = b.first + i
+        if b.cancelled:
+            # Released in the step that also carried its batch's cancellation: it never runs.
+            b.outcomes[i] = EntryOutcome(entry, b.labels[i], SETTLED, reason=_CANCELLED_REASON)
+            self._queue(_FAILED, entry, b)
+            return
+        x = Execution(entry, b.labels[i], b.call_of[i], b.ops[i], b, i)
+        try:
+            awaitable = b.execute(x)
+        except Exception as e:  # execute is not async, or raised before returning: its failure
+            self._ended(b, i, EntryOutcome(entry, x.label, FAILED, error=e), False)
+            return
+        if type(awaitable) is not _CoroutineType and not _inspect.isawaitable(awaitable):
+            error = TypeError(f"execute returned {type(awaitable).__name__} for {x.label}, not an awaitable (make it async def)")
+            self._ended(b, i, EntryOutcome(entry, x.label, FAILED, error=error), False)
+            return
+        loop = self._loop
+        task = loop.create_task(self._run(b, i, awaitable))  # type: ignore[union-attr]
+        b.tasks[i] = task
+        b.since[i] = loop.time()
+        if self.execution_timeout is not None:
+            b.timers[i] = loop.call_later(self.execution_timeout, self._expire, b, i)
+
+    async def _run(self, b: _Batch, i: int, awaitable: Awaitable[Any]) -> None:
+        """An execution's task: awaits what `execute` returned and reports the end. (Tasks not
+        yet begun are not cancelled by the driver; they see their batch's cancellation here.)"""
+        entry, label = b.first + i, b.labels[i]
+        try:
+            if b.cancelled and i not in b.expired:
+                # Its batch was cancelled before its task began: it never runs.
+                close = getattr(awaitable, "close", None)
+                if close is not None:
+                    close()
+                b.outcomes[i] = EntryOutcome(entry, label, SETTLED, reason=_CANCELLED_REASON)
+                self._queue(_FAILED, entry, b)
+                return
+            b.begun.add(i)
+            try:
+                value = await awaitable
+            except asyncio.CancelledError:
+                if i in b.expired and not b.cancelled:
+                    error = TimeoutError(f"{label} ran past execution_timeout ({self.execution_timeout} s)")
+                    self._ended(b, i, EntryOutcome(entry, label, FAILED, error=error), False)
+                else:
+                    self._ended(b, i, EntryOutcome(entry, label, CANCELLED), False)
+            except Exception as e:
+                status = CANCELLED if b.cancelled else FAILED
+                self._ended(b, i, EntryOutcome(entry, label, status, error=e), False)
+            except BaseException as e:  # KeyboardInterrupt, SystemExit: report, then let it go
+                self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else FAILED, error=e), False)
+                raise
+            else:
+                self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else OK, value=value), True)
+        finally:
+            del b.tasks[i]
+            del b.since[i]
+            if b.timers:
+                timer = b.timers.pop(i, None)
+                if timer is not None:
+                    timer.cancel()
+
+    def _ended(self, b: _Batch, i: int, outcome: EntryOutcome, ok: bool) -> None:
+        b.outcomes[i] = outcome
+        if b.asking[i]:  # a question still open is closed with its execution
+            b.asking[i] = False
+            self._queue(_ANSWER, outcome.entry, b)
+        self._queue(_OK if ok else _FAILED, outcome.entry, b)
+
+    def _expire(self, b: _Batch, i: int) -> None:
+        task = b.tasks.get(i)
+        if task is not None:
+            b.expired.add(i)
+            task.cancel()
+
+    def _cancel(self, b: _Batch) -> None:
+        if b.cancelled:
+            return
+        b.cancelled = True
+        if self._batches.get(b.batch) is b:
+            self._queue(_CANCEL, b.batch, b)
+        for i, task in list(b.tasks.items()):
+            if i in b.begun:  # one not yet begun sees `cancelled` when it begins
+                task.cancel()
+
+    async def _wind_down(self, b: _Batch) -> None:
+        """After `_cancel`: waits until every running execution of `b` ended and its end went
+        out in a step; the batch's state goes when the step reports it retired."""
+        while b.tasks:
+            await asyncio.gather(*b.tasks.values(), return_exceptions=True)
+        flushed = self._next_flush()
+        if flushed is not None:
+            await flushed
+
+
+class _StepInputs:
+    """The WIT `inputs` record as wasmtime-py reads it (attributes by field name)."""
+
+    __slots__ = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel")
+
+    def __init__(self, approve: list[int], settle: list[Any], ask: list[int], answer: list[int], ok: list[int], failed: list[int], cancel: list[int]) -> None:
+        self.approve, self.settle, self.ask, self.answer = approve, settle, ask, answer
+        self.ok, self.failed, self.cancel = ok, failed, cancel
+
+
+class _Settlement:
+    __slots__ = ("entry", "how")
+
+    def __init__(self, entry: int, how: str) -> None:
+        self.entry, self.how = entry, how
+
+
+def _lift_reason(v: Any) -> Reason:
+    r = _REASONS.get(v.tag)  # type: ignore[call-overload]
+    if r is not None:
+        return r
+    return Reason(ReasonKind(v.tag), v.payload if v.tag == "stopped" else None)
+
+
+def _callable(f: Any, what: str) -> None:
+    if not callable(f):
+        raise TypeError(f"{what} must be callable, not {type(f).__name__}")
+
+
+def _finalize(owned: Optional[Callable[[], Any]]) -> None:
+    if owned is not None:
+        owned()
+
+
+async def run_batch(scheduler: Scheduler, calls: Sequence[Call], execute: Execute, decide: Optional[Decide] = None) -> list[CallOutcome]:
+    """`Driver.of(scheduler).run(calls, execute, decide=decide)`: one batch on the
+    scheduler's driver (made on first use)."""
+    return await Driver.of(scheduler).run(calls, execute, decide=decide)

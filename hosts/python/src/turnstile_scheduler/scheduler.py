@@ -1,0 +1,393 @@
+"""The `Scheduler`: the WIT `scheduler` resource in snake_case, with typed values.
+
+Every value is checked before it crosses (see `_check`); the component then judges what the
+values mean: `submit` and `resume` raise a `TurnstileError` subclass with a stable `code`, and
+`step` returns each refused input as data.
+"""
+
+from __future__ import annotations
+
+import weakref
+from types import SimpleNamespace
+from typing import Any, Optional, Sequence
+
+from wasmtime.component import Variant
+
+from . import _check
+from ._check import boolean as _bool
+from ._check import enum as _enum
+from ._check import string as _str
+from ._check import u32 as _u32
+from ._check import u64 as _u64
+from ._check import u64s as _u64s
+from ._component import Instance
+from .config import Policy
+from .errors import DisposedError, ResumeError, SubmitError
+from .types import (
+    BatchNotApproved,
+    Behind,
+    Call,
+    EntryState,
+    EntryStatus,
+    HostSettle,
+    InputErrorCode,
+    InputKind,
+    KeyFull,
+    Outcome,
+    Outputs,
+    Reason,
+    ReasonKind,
+    RefusedInput,
+    ResumeErrorCode,
+    Saved,
+    SavedBatch,
+    SavedCall,
+    SavedEntry,
+    SavedState,
+    Settled,
+    Started,
+    SubmitErrorCode,
+    Submitted,
+    Unrestored,
+    UnrestoredCode,
+    Wait,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Checks on the way in
+
+
+def _lower_reason(r: Reason, what: str) -> Variant:
+    if not isinstance(r, Reason):
+        raise TypeError(f"{what} must be a Reason, not {type(r).__name__}")
+    kind = _enum(ReasonKind, r.kind, f"{what}.kind")
+    if kind is ReasonKind.STOPPED:
+        return Variant(kind.value, _u32(r.after, f"{what}.after"))
+    if r.after is not None:
+        raise ValueError(f"{what}.after is only for stopped")
+    return Variant(kind.value)
+
+
+def _lower_saved_entry(e: SavedEntry, what: str) -> SimpleNamespace:
+    if not isinstance(e, SavedEntry):
+        raise TypeError(f"{what} must be a SavedEntry, not {type(e).__name__}")
+    state = _enum(Saved, e.state, f"{what}.state")
+    # wasmtime-py passes `saved` untagged (its cases lift to distinct Python types): None is
+    # `started`, a str is `ended(outcome)`, a Variant is `settled(reason)`.
+    if state is Saved.STARTED:
+        wit: Any = None
+    elif state is Saved.ENDED:
+        wit = _enum(Outcome, e.outcome, f"{what}.outcome").value
+    else:
+        wit = _lower_reason(e.reason, f"{what}.reason")  # type: ignore[arg-type]
+    if (state is not Saved.ENDED and e.outcome is not None) or (state is not Saved.SETTLED and e.reason is not None):
+        raise ValueError(f"{what}: outcome goes with ended, reason with settled")
+    return SimpleNamespace(operation=_u32(e.operation, f"{what}.operation"), state=wit)
+
+
+def _lower_state(state: SavedState) -> SimpleNamespace:
+    if not isinstance(state, SavedState):
+        raise TypeError(f"state must be a SavedState, not {type(state).__name__}")
+    batches = []
+    for i, b in enumerate(_check.sequence(state.batches, "state.batches")):
+        w = f"state.batches[{i}]"
+        if not isinstance(b, SavedBatch):
+            raise TypeError(f"{w} must be a SavedBatch, not {type(b).__name__}")
+        calls = []
+        for j, c in enumerate(_check.sequence(b.calls, f"{w}.calls")):
+            wc = f"{w}.calls[{j}]"
+            if not isinstance(c, SavedCall):
+                raise TypeError(f"{wc} must be a SavedCall, not {type(c).__name__}")
+            ops = None if c.operations is None else _u32(c.operations, f"{wc}.operations")
+            calls.append(
+                SimpleNamespace(
+                    id=_str(c.id, f"{wc}.id"),
+                    tool=_str(c.tool, f"{wc}.tool"),
+                    operations=ops,
+                    entries=[_lower_saved_entry(e, f"{wc}.entries[{k}]") for k, e in enumerate(_check.sequence(c.entries, f"{wc}.entries"))],
+                )
+            )
+        batches.append(
+            SimpleNamespace(
+                batch=_u64(b.batch, f"{w}.batch"),
+                first=_u64(b.first, f"{w}.first"),
+                cancelled=_bool(b.cancelled, f"{w}.cancelled"),
+                calls=calls,
+            )
+        )
+    return SimpleNamespace(
+        **{
+            "version": _u32(state.version, "state.version"),
+            "policy": _u64(state.policy, "state.policy"),
+            "next-batch": _u64(state.next_batch, "state.next_batch"),
+            "next-entry": _u64(state.next_entry, "state.next_entry"),
+            "batches": batches,
+        }
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversions on the way out (see the WIT; wasmtime-py passes a variant untagged when its cases
+# lift to distinct Python types, and as a `Variant` otherwise)
+
+
+def _reason(v: Variant) -> Reason:
+    kind = ReasonKind(v.tag)
+    return Reason(kind, v.payload if kind is ReasonKind.STOPPED else None)
+
+
+def _wait(w: Any) -> Optional[Wait]:
+    # `wait` is untagged: u32, string and record lift to int, str and a Record.
+    if w is None:
+        return None
+    if isinstance(w, int):
+        return BatchNotApproved(w)
+    if isinstance(w, str):
+        return Behind(w)
+    return KeyFull(w.key, w.limit, list(w.running))
+
+
+def _status(s: Any) -> EntryStatus:
+    state = EntryState(s.state.tag)
+    outcome = Outcome(s.state.payload) if state is EntryState.ENDED else None
+    reason = _reason(s.state.payload) if state is EntryState.SETTLED else None
+    return EntryStatus(s.entry, s.label, s.tool, s.key, state, outcome, reason, _wait(s.wait))
+
+
+def _saved_entry(e: Any) -> SavedEntry:
+    v = e.state
+    if v is None:
+        return SavedEntry(e.operation, Saved.STARTED)
+    if isinstance(v, str):
+        return SavedEntry(e.operation, Saved.ENDED, outcome=Outcome(v))
+    return SavedEntry(e.operation, Saved.SETTLED, reason=_reason(v))
+
+
+def _saved_state(s: Any) -> SavedState:
+    return SavedState(
+        version=s.version,
+        policy=s.policy,
+        next_batch=getattr(s, "next-batch"),
+        next_entry=getattr(s, "next-entry"),
+        batches=[
+            SavedBatch(
+                b.batch,
+                b.first,
+                b.cancelled,
+                [SavedCall(c.id, c.tool, c.operations, [_saved_entry(e) for e in c.entries]) for c in b.calls],
+            )
+            for b in s.batches
+        ],
+    )
+
+
+def _outputs(start: list[int], settle: list[Any], errors: list[Any], retired: list[int]) -> Outputs:
+    return Outputs(
+        start=start,
+        settle=[Settled(s.entry, _reason(s.reason)) for s in settle],
+        errors=[RefusedInput(InputKind(e.input), e.index, InputErrorCode(e.code), e.message) for e in errors],
+        retired=retired,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduler
+
+
+class Scheduler:
+    """The RFD 129 scheduler, sans-IO: `submit` adds a batch, `step` takes everything that
+    happened since the last step and says what to start, `label`, `inspect` and `unfinished`
+    are queries. A batch's entries are the numbers `Submitted.entries`; numbers are never
+    handed out twice, so a stale one is refused, never confused with another entry.
+
+    Each scheduler runs in a component instance of its own (unless `instance` is given), so
+    nothing another object does can break it. `close()` (or `with Scheduler(policy) as s:`)
+    frees it; a scheduler that is garbage-collected unclosed is freed too. A closed scheduler
+    raises RuntimeError."""
+
+    def __init__(self, policy: Policy, *, instance: Optional[Instance] = None) -> None:
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
+        inst = _instance(instance)
+        resource = policy.resource_in(inst)
+        self._attach(inst, inst.func("scheduler", "[constructor]scheduler")(resource), instance is None)
+
+    def _attach(self, instance: Instance, resource: Any, owned: bool) -> None:
+        self._driver: Any = None  # the `Driver` that owns its steps, if any
+        self.instance = instance
+        self._resource = resource
+        method = lambda name: instance.func("scheduler", f"[method]scheduler.{name}")  # noqa: E731
+        self._submit = instance.submit_func()
+        self._step = instance.step_func()
+        self._label = method("label")
+        self._inspect = method("inspect")
+        self._unfinished = method("unfinished")
+        # Own instance: dropping it frees everything. Shared: the resource is dropped in it.
+        self._finalizer = weakref.finalize(self, _release, instance, resource, owned)
+
+    @classmethod
+    def resume(
+        cls, policy: Policy, state: SavedState, *, started: Started, instance: Optional[Instance] = None
+    ) -> tuple["Scheduler", list[Unrestored]]:
+        """Imports what `unfinished` exported into a fresh scheduler under `policy` (the same or
+        a changed one). Every live batch keeps its numbers; what ended or was settled keeps its
+        response; what was pending or approved is pending; what had started is pending again or
+        settled as interrupted, as `started` says. Returns the scheduler and the calls the
+        policy no longer allows (the host answers those itself); raises `ResumeError` when the
+        state as a whole is refused."""
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
+        how = _enum(Started, started, "started")
+        wit = _lower_state(state)
+        inst = _instance(instance)
+        resource = policy.resource_in(inst)
+        result = inst.func("scheduler", "[static]scheduler.resume")(resource, wit, how.value)
+        # result<tuple<scheduler, list<unrestored>>, resume-error> lifts untagged: a tuple or a Record.
+        if not isinstance(result, tuple):
+            raise ResumeError(ResumeErrorCode(result.code), result.message)
+        resource, unrestored = result
+        self = cls.__new__(cls)
+        self._attach(inst, resource, instance is None)
+        return self, [Unrestored(u.batch, u.call, UnrestoredCode(u.code), u.message) for u in unrestored]
+
+    @property
+    def closed(self) -> bool:
+        return self._resource is None
+
+    def _live(self) -> Any:
+        if self._resource is None:
+            raise DisposedError("the scheduler")
+        return self._resource
+
+    def submit(self, calls: Sequence[Call]) -> Submitted:
+        """Adds a batch of calls in written order, all or nothing; raises `SubmitError`.
+
+        The calls cross packed: ids and tools newline-joined, one operation count per call (0
+        for a plain call). So a newline in an id or tool is refused here as `invalid-id`, and a
+        fan-out envelope of 0 operations (which would read as a plain call) as
+        `invalid-operations`."""
+        resource = self._live()
+        ids, tools, operations = pack_calls(calls)
+        result = self._submit(resource, ids, tools, operations)
+        if type(result) is not tuple:  # result<submitted, submit-error>: the error, tagged
+            raise SubmitError(SubmitErrorCode(result.payload.code), result.payload.message)
+        return Submitted(*result)
+
+    def step(
+        self,
+        *,
+        approve: Sequence[int] = (),
+        settle: Sequence[tuple[int, HostSettle]] = (),
+        ask: Sequence[int] = (),
+        answer: Sequence[int] = (),
+        ok: Sequence[int] = (),
+        failed: Sequence[int] = (),
+        cancel: Sequence[int] = (),
+    ) -> Outputs:
+        """One driver round: every input since the last step (entry numbers; batch numbers for
+        `cancel`; `(entry, how)` pairs for `settle`). Inputs apply in the order of the keywords
+        above, each list in order, and each on its own: a refused one is reported in
+        `Outputs.errors` with its list and position and changes nothing; every other input
+        still applies. Returns what to start, what the scheduler settled, and which batches
+        retired."""
+        resource = self._live()
+        settlements = []
+        for i, pair in enumerate(_check.sequence(settle, "settle")):
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise TypeError(f"settle[{i}] must be an (entry, how) pair, not {type(pair).__name__}")
+            entry, how = pair
+            settlements.append(
+                SimpleNamespace(entry=_u64(entry, f"settle[{i}] entry"), how=_enum(HostSettle, how, f"settle[{i}] how").value)
+            )
+        inputs = SimpleNamespace(
+            approve=_u64s(approve, "approve"),  # checked in keyword order
+            settle=settlements,
+            ask=_u64s(ask, "ask"),
+            answer=_u64s(answer, "answer"),
+            ok=_u64s(ok, "ok"),
+            failed=_u64s(failed, "failed"),
+            cancel=_u64s(cancel, "cancel"),
+        )
+        return _outputs(*self._step(resource, inputs))
+
+    def label(self, entry: int) -> Optional[str]:
+        """`call` or `call#i` for a live entry; None when no live entry has this number."""
+        entry = _u64(entry, "entry")
+        return self._label(self._live(), entry)
+
+    def inspect(self, batch: int) -> Optional[list[EntryStatus]]:
+        """Every entry of a live batch in written order, with why each approved one waits; None
+        when no live batch has this number. An execution that ignores its cancellation shows
+        here as `running` for as long as it runs (and holds its key's slot)."""
+        batch = _u64(batch, "batch")
+        result = self._inspect(self._live(), batch)
+        return None if result is None else [_status(s) for s in result]
+
+    def unfinished(self) -> SavedState:
+        """The state to persist (every live batch), for `Scheduler.resume`."""
+        return _saved_state(self._unfinished(self._live()))
+
+    def close(self) -> None:
+        """Frees the scheduler (and its own instance); later use raises RuntimeError. Closing
+        twice is fine."""
+        if self._resource is None:
+            return
+        self._resource = None
+        self._finalizer()
+
+    def __enter__(self) -> "Scheduler":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def pack_calls(calls: Any) -> tuple[str, str, list[int]]:
+    """The calls as `submit` sends them: ids and tools newline-joined, one operation count per
+    call; TypeError, ValueError or `SubmitError` for what cannot be packed."""
+    ids, tools, operations = [], [], []
+    for i, c in enumerate(_check.sequence(calls, "calls")):
+        if type(c) is not Call and not isinstance(c, Call):
+            raise TypeError(f"calls[{i}] must be a Call, not {type(c).__name__}")
+        cid, tool, ops = c.id, c.tool, c.operations
+        if type(cid) is not str:
+            cid = _str(cid, f"calls[{i}].id")
+        if type(tool) is not str:
+            tool = _str(tool, f"calls[{i}].tool")
+        if "\n" in cid or "\n" in tool:
+            raise SubmitError(SubmitErrorCode.INVALID_ID, f"calls[{i}]: an id or tool name has a newline")
+        if ops is None:
+            operations.append(0)
+        else:
+            n = _u32(ops, f"calls[{i}].operations")
+            if n == 0:
+                raise SubmitError(SubmitErrorCode.INVALID_OPERATIONS, f"calls[{i}] ({cid}): a fan-out envelope of no operations")
+            operations.append(n)
+        ids.append(cid)
+        tools.append(tool)
+    packed_ids, packed_tools = "\n".join(ids), "\n".join(tools)
+    try:
+        packed_ids.encode("utf-8")
+        packed_tools.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: name the call
+        for i, (cid, tool) in enumerate(zip(ids, tools)):
+            _str(cid, f"calls[{i}].id")
+            _str(tool, f"calls[{i}].tool")
+    return packed_ids, packed_tools, operations
+
+
+def _instance(instance: Optional[Instance]) -> Instance:
+    if instance is None:
+        return Instance()
+    if not isinstance(instance, Instance):
+        raise TypeError(f"instance must be an Instance, not {type(instance).__name__}")
+    return instance
+
+
+def _release(instance: Instance, resource: Any, owned: bool) -> None:
+    """Frees a scheduler or controller: its resource is dropped in the guest (an instance of
+    its own then goes when the last reference to it does)."""
+    try:
+        instance.drop(resource)
+    except Exception:  # a broken instance: nothing to free
+        pass

@@ -1,0 +1,106 @@
+"""Config layers as TOML text or plain dicts of the same shape, and the `check` command. Wrong
+shapes are in test_validation.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from turnstile_scheduler import ConfigError, Layer, Policy, TurnstileError
+from turnstile_scheduler._toml import dumps
+
+GITHUB = {
+    "conversation": {
+        "tools": {
+            "github_issues": {"concurrency": {"key": "github", "limit": 4}, "source": "mcp"},
+            "github_pulls": {"concurrency": {"key": "github", "limit": 4}},
+            "fs_delete_file": {"concurrency": 1, "fan_out": {"on_error": "stop"}},
+            "weird name": {"concurrency": 2},
+        }
+    },
+    "providers": {"anthropic": {"model": "x", "params": [1, 2.5, True, "q\"uote"]}},
+}
+
+
+def test_a_dict_layer_is_written_as_toml_a_person_would_write() -> None:
+    text = dumps(GITHUB, "layer")
+    assert '[conversation.tools.github_issues]\nconcurrency = { key = "github", limit = 4 }\nsource = "mcp"' in text
+    assert '[conversation.tools."weird name"]\nconcurrency = 2' in text
+    assert 'params = [1, 2.5, true, "q\\"uote"]' in text
+    import tomllib
+
+    assert tomllib.loads(text) == GITHUB
+
+
+def test_dict_and_text_layers_resolve_alike() -> None:
+    from_dict = Policy.resolve([Layer("user", GITHUB)])
+    from_text = Policy.resolve([("user", dumps(GITHUB, "layer"))])
+    assert from_dict.tools() == from_text.tools()
+    assert from_dict.fingerprint() == from_text.fingerprint()
+    assert from_dict.tool("github_pulls").limit == 4
+
+
+def test_layers_mix_text_and_dicts_in_precedence_order() -> None:
+    p = Policy.resolve(
+        [
+            ("defaults", "[conversation.tools.t]\nconcurrency = { key = \"k\", limit = 2 }\n"),
+            ("user", {"conversation": {"tools": {"t": {"concurrency": {"limit": 8}}}}}),
+        ]
+    )
+    t = p.tool("t")
+    assert (t.key, t.limit) == ("k", 8)
+
+
+def test_diagnostics_of_a_dict_layer_name_key_paths_tools_and_the_generated_text() -> None:
+    bad = {"conversation": {"tools": {"a": {"concurrency": {"key": "g", "limit": 4}}, "b": {"concurrency": {"key": "g", "limit": 2}}, "c": {"concurrency": "2"}}}}
+    with pytest.raises(ConfigError) as e:
+        Policy.resolve([("plugin", bad)])
+    assert isinstance(e.value, TurnstileError) and e.value.code == "invalid-config"
+    by_code = {d.code: d for d in e.value.diagnostics}
+    conflict = by_code["concurrency-limit-conflict"]
+    assert conflict.tools == ["a", "b"] and conflict.path == ["conversation", "tools"]
+    assert conflict.labels[0].span.layer_name == "plugin"
+    assert 'concurrency = { key = "g", limit = 4 }' in conflict.rendered
+    assert by_code["concurrency-type"].path == ["conversation", "tools", "c", "concurrency"]
+    assert "plugin:" in str(e.value)
+
+
+@pytest.mark.parametrize("value", [None, {1, 2}, b"x", object()])
+def test_values_toml_cannot_hold_name_their_key_path(value) -> None:
+    with pytest.raises(TypeError, match=r"layers\[0\]\.source: conversation\.tools\.t\.concurrency"):
+        Policy.resolve([("u", {"conversation": {"tools": {"t": {"concurrency": value}}}})])
+
+
+def run_check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "turnstile_scheduler", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_check_renders_diagnostics_and_exits_1(tmp_path) -> None:
+    plugin = tmp_path / "plugin.toml"
+    user = tmp_path / "user.toml"
+    plugin.write_text('[conversation.tools.a]\nconcurrency = { key = "g", limit = 4 }\n')
+    user.write_text('[conversation.tools.b]\nconcurrency = { key = "g", limit = 2 }\n')
+    r = run_check("check", str(plugin), str(user))
+    assert r.returncode == 1, r
+    assert "error[concurrency-limit-conflict]" in r.stderr and f"{plugin}:2:15" in r.stderr
+    assert "1 error in 2 layers" in r.stderr
+
+
+def test_check_lists_the_tools_and_exits_0(tmp_path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('[conversation.tools.a]\nconcurrency = 2\nfan_out = true\n')
+    r = run_check("check", str(good))
+    assert (r.returncode, r.stdout) == (0, "a: key 'a', limit 2, fan-out\n")
+
+
+def test_check_help_and_usage_errors() -> None:
+    r = run_check("--help")
+    assert r.returncode == 0 and "check" in r.stdout
+    r = run_check("check", "--help")
+    assert r.returncode == 0 and "FILE" in r.stdout
+    assert run_check().returncode == 2
+    assert run_check("check").returncode == 2
+    r = run_check("check", "/nonexistent/turnstile.toml")
+    assert r.returncode == 2 and "nonexistent" in r.stderr

@@ -1,0 +1,345 @@
+"""The driver's failure paths: a bad `decide`, a non-async `execute`, an execution that ends with
+its question open or ignores cancellation, cancellation at every point, close, and resume
+through the driver. After each: no key stays blocked, no batch is left pending, every slot is
+freed, and other batches are unaffected."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from turnstile_scheduler import (
+    Call,
+    Driver,
+    OutcomeStatus,
+    Policy,
+    Reason,
+    ReasonKind,
+    Scheduler,
+    Started,
+)
+
+CONFIG = """
+[conversation.tools.k]
+concurrency = 1
+[conversation.tools.del]
+concurrency = 1
+fan_out = { on_error = "stop" }
+[conversation.tools.free]
+fan_out = true
+"""
+
+
+def driver(**kw) -> Driver:
+    return Driver(Scheduler(Policy.resolve([("t", CONFIG)])), **kw)
+
+
+async def ok(x) -> str:
+    return x.label
+
+
+async def after(d: Driver) -> None:
+    """The key is free again, nothing is pending, nothing is left in the driver."""
+    [o] = await asyncio.wait_for(d.run([Call("probe", "k")], ok), 5)
+    assert o.entries[0].status is OutcomeStatus.OK
+    assert d.scheduler.unfinished().batches == []
+    assert not d._batches and not d._owner and d.running() == []
+
+
+@pytest.mark.parametrize("bad", ["raise-sync", "raise-async", "unknown", "none", "int"])
+def test_a_bad_decide_settles_the_undecided_as_failed_and_raises(bad) -> None:
+    async def decide(label, call):
+        if label == "b":
+            if bad == "raise-sync":
+                raise KeyError("prompt crashed")
+            if bad == "raise-async":
+                await asyncio.sleep(0)
+                raise KeyError("prompt crashed")
+            return {"unknown": "maybe", "none": None, "int": 1}[bad]
+        return "approve"
+
+    started = []
+
+    async def execute(x):
+        started.append(x.label)
+        return x.label
+
+    async def main():
+        d = driver()
+        other = asyncio.ensure_future(d.run([Call("o1", "k"), Call("o2", "k")], execute))
+        with pytest.raises((KeyError, ValueError)):
+            await asyncio.wait_for(d.run([Call("a", "k"), Call("b", "k"), Call("c", "k")], execute, decide=decide), 5)
+        assert [o.entries[0].status for o in await other] == [OutcomeStatus.OK, OutcomeStatus.OK]
+        await after(d)
+
+    asyncio.run(main())
+    assert "a" not in started and "b" not in started and "c" not in started
+
+
+@pytest.mark.parametrize("kind", ["sync-raise", "non-awaitable", "none", "sync-function"])
+def test_a_non_async_execute_is_that_entrys_failure_and_frees_its_slot(kind) -> None:
+    def execute(x):
+        if x.label != "a":
+            return ok(x)
+        if kind == "sync-raise":
+            raise OSError("no such tool")
+        return {"non-awaitable": "a string", "none": None, "sync-function": 42}[kind]
+
+    async def main():
+        d = driver()
+        a, b = await asyncio.wait_for(d.run([Call("a", "k"), Call("b", "k")], execute), 5)
+        await after(d)
+        return a.entries[0], b.entries[0]
+
+    a, b = asyncio.run(main())
+    assert a.status is OutcomeStatus.FAILED
+    assert isinstance(a.error, OSError if kind == "sync-raise" else TypeError)
+    assert b.status is OutcomeStatus.OK and b.value == "b"
+
+
+def test_a_question_left_open_is_closed_with_its_execution() -> None:
+    async def execute(x):
+        if x.label == "a":
+            await x.question().__aenter__()  # never exited
+            return "asked"
+        return "b"
+
+    async def main():
+        d = driver()
+        a, b = await asyncio.wait_for(d.run([Call("a", "k"), Call("b", "k")], execute), 5)
+        await after(d)
+        return a.entries[0].status, b.entries[0].status
+
+    assert asyncio.run(main()) == (OutcomeStatus.OK, OutcomeStatus.OK)
+
+
+@pytest.mark.parametrize("when", ["before-submit-turn", "while-deciding", "while-parked", "while-running", "while-asking"])
+def test_cancelling_run_at_every_point_frees_everything(when) -> None:
+    async def main():
+        d = driver()
+        deciding = asyncio.Event()
+        running = asyncio.Event()
+
+        async def decide(label, call):
+            if when == "while-deciding" and label == "b":
+                deciding.set()
+                await asyncio.sleep(10)
+            return "approve"
+
+        async def execute(x):
+            running.set()
+            if when == "while-asking":
+                async with x.question():
+                    await asyncio.sleep(10)
+            await asyncio.sleep(10)
+
+        task = asyncio.ensure_future(d.run([Call("a", "k"), Call("b", "k"), Call("f", "free", 2)], execute, decide=decide))
+        if when == "before-submit-turn":
+            await asyncio.sleep(0)
+        elif when == "while-deciding":
+            await deciding.wait()
+        elif when == "while-parked":
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        else:
+            await running.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await after(d)
+
+    asyncio.run(main())
+
+
+def test_outcomes_of_a_cancelled_batch_keep_what_executions_did() -> None:
+    """Running when cancelled: `cancelled` with what it returned or raised afterwards; parked:
+    `settled` with reason cancelled."""
+
+    async def main():
+        d = driver()
+        gate = asyncio.Event()
+        result: dict = {}
+
+        async def execute(x):
+            try:
+                gate.set()
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                if x.label == "f#0":
+                    return "partial"
+                if x.label == "f#1":
+                    raise OSError("rolled back")
+                raise
+
+        async def runner():
+            result["out"] = await d.run([Call("f", "free", 3), Call("a", "k"), Call("b", "k")], execute)
+
+        task = asyncio.ensure_future(runner())
+        await gate.wait()
+        await asyncio.sleep(0)
+        # Cancel the batch through the driver (as close() does) and read the outcomes.
+        b = next(iter(d._batches.values()))
+        d._cancel(b)
+        while d._batches:
+            await asyncio.sleep(0.001)
+        await task
+        return result["out"]
+
+    f, a, b = asyncio.run(main())
+    f0, f1, f2 = f.entries
+    assert (f0.status, f0.value) == (OutcomeStatus.CANCELLED, "partial")
+    assert f1.status is OutcomeStatus.CANCELLED and isinstance(f1.error, OSError)
+    assert (f2.status, f2.value, f2.error) == (OutcomeStatus.CANCELLED, None, None)
+    assert a.entries[0].status is OutcomeStatus.CANCELLED
+    assert (b.entries[0].status, b.entries[0].reason) == (OutcomeStatus.SETTLED, Reason(ReasonKind.CANCELLED))
+
+
+def test_an_execution_ignoring_cancellation_is_visible_and_bounded_by_the_timeout() -> None:
+    release = None
+
+    async def stubborn(x):
+        while True:
+            try:
+                await release.wait()
+                return "finally"
+            except asyncio.CancelledError:
+                continue  # ignores every cancellation
+
+    async def main():
+        nonlocal release
+        release = asyncio.Event()
+        d = driver(execution_timeout=0.05)
+        task = asyncio.ensure_future(d.run([Call("s", "k"), Call("t", "k")], stubborn))
+        await asyncio.sleep(0.15)
+        # Past the timeout: its task was cancelled, it ignored that and still holds the key.
+        [r] = d.running()
+        assert (r.label, r.cancel_requested) == ("s", True)
+        [s_status, t_status] = d.scheduler.inspect(r.batch)
+        assert s_status.state.value == "running" and t_status.wait.running == ["s"]
+        release.set()
+        s, t = await asyncio.wait_for(task, 5)
+        await after(d)
+        return s.entries[0], t.entries[0]
+
+    s, t = asyncio.run(main())
+    assert (s.status, s.value) == (OutcomeStatus.OK, "finally")  # it did end by returning
+
+
+def test_the_execution_timeout_fails_an_execution_that_honours_it() -> None:
+    async def slow(x):
+        await asyncio.sleep(10)
+
+    async def main():
+        d = driver(execution_timeout=0.02)
+        [o] = await asyncio.wait_for(d.run([Call("s", "k")], slow), 5)
+        await after(d)
+        return o.entries[0]
+
+    e = asyncio.run(main())
+    assert e.status is OutcomeStatus.FAILED and isinstance(e.error, TimeoutError)
+
+
+def test_close_cancels_batches_in_flight_and_refuses_new_runs() -> None:
+    async def main():
+        async def forever(x):
+            await asyncio.sleep(10)
+
+        d = Driver.resume(Policy.resolve([("t", CONFIG)]), Scheduler(Policy.resolve([("t", CONFIG)])).unfinished(), started=Started.INTERRUPT)[0]
+        scheduler = d.scheduler
+        task = asyncio.ensure_future(d.run([Call("a", "k")], forever))
+        await asyncio.sleep(0.01)
+        d.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            await asyncio.wait_for(task, 5)
+        with pytest.raises(RuntimeError, match="closed"):
+            await d.run([Call("b", "k")], ok)
+        await asyncio.sleep(0.01)
+        assert scheduler.closed  # an owned scheduler is closed once its batches are gone
+
+    asyncio.run(main())
+
+
+def test_resume_through_the_driver_next_to_new_batches() -> None:
+    policy = Policy.resolve([("t", CONFIG)])
+    s = Scheduler(policy)
+    sub = s.submit([Call("a", "k"), Call("d", "del", 2), Call("b", "k")])
+    a, d0, d1, b = sub.entries
+    s.step(approve=[a, d0, d1, b])
+    s.step(ok=[a])  # b runs now; d#0, d#1 ran and are in flight
+    state = s.unfinished()
+
+    async def main():
+        d, unrestored = Driver.resume(policy, state, started=Started.RUN_AGAIN)
+        assert unrestored == []
+        assert d.restored() == [sub.batch]
+        ran = []
+
+        async def execute(x):
+            ran.append(x.label)
+            return x.label
+
+        restored, new = await asyncio.wait_for(
+            asyncio.gather(d.run_restored(sub.batch, execute), d.run([Call("n", "k")], execute)), 5
+        )
+        await after(d)
+        return restored, new, ran
+
+    restored, new, ran = asyncio.run(main())
+    assert [o.id for o in restored] == ["a", "d", "b"]
+    a_out = restored[0].entries[0]
+    assert a_out.status is OutcomeStatus.OK and a_out.value is None  # ended before the restart
+    assert [e.value for e in restored[1].entries] == ["d#0", "d#1"]
+    assert ran.index("b") < ran.index("n")  # the restored batch's key order holds
+    assert new[0].entries[0].value == "n"
+
+
+def test_dropped_schedulers_and_drivers_are_freed() -> None:
+    """Nothing keeps a scheduler or its driver alive after the host drops them (run_batch's
+    driver included), and closing frees the instance's resources."""
+    import gc
+    import weakref
+
+    from turnstile_scheduler import run_batch
+
+    policy = Policy.resolve([("t", CONFIG)])
+
+    async def main():
+        refs = []
+        for i in range(50):
+            s = Scheduler(policy)
+            await run_batch(s, [Call("a", "k")], ok)
+            refs.append((weakref.ref(s), weakref.ref(s._driver), weakref.ref(s.instance)))
+            if i % 2:
+                with Driver.of(s):
+                    pass
+            del s
+        return refs
+
+    refs = asyncio.run(main())
+    gc.collect()
+    gc.collect()  # the first pass runs the schedulers' finalizers; the second frees what they held
+    assert [r for trio in refs for r in trio if r() is not None] == []
+
+
+def test_async_with_waits_for_the_ends_to_reach_the_scheduler() -> None:
+    from turnstile_scheduler import DisposedError
+
+    async def main():
+        gate = asyncio.Event()
+
+        async def slow(x):
+            gate.set()
+            await asyncio.sleep(10)
+
+        async with driver() as d:
+            task = asyncio.ensure_future(d.run([Call("a", "k"), Call("b", "k")], slow))
+            await gate.wait()
+        # Exited: the batch was cancelled and its ends reached the scheduler.
+        assert d.scheduler.unfinished().batches == [] and d.running() == []
+        with pytest.raises(DisposedError):
+            await task
+        assert d.scheduler.closed is False  # not owned: the host closes it
+        d.scheduler.close()
+
+    asyncio.run(main())

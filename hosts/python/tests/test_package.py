@@ -1,0 +1,78 @@
+"""The distribution: a wheel and an sdist built from the repository carry the component, the
+licenses and the project URLs; the wheel installs into a fresh venv outside the repository and
+the example runs there; a build without the component fails loudly."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1]
+ROOT = PACKAGE.parents[1]
+
+
+def run(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600, **kw)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    if not (ROOT / "target" / "turnstile.wasm").is_file():
+        pytest.fail("target/turnstile.wasm is missing: run `cargo xtask build-guest` first")
+    out = tmp_path_factory.mktemp("dist")
+    r = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--disable-pip-version-check", "-w", out, PACKAGE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [whl] = out.glob("turnstile_scheduler-*.whl")
+    return whl
+
+
+def test_the_wheel_carries_the_component_licenses_and_urls(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        assert "turnstile_scheduler/turnstile.wasm" in names
+        assert z.read("turnstile_scheduler/turnstile.wasm") == (ROOT / "target" / "turnstile.wasm").read_bytes()
+        assert "turnstile_scheduler/py.typed" in names and "turnstile_scheduler/__main__.py" in names
+        assert not any(n.startswith("turnstile/") for n in names), "the import name must not clash with PyPI's turnstile"
+        licenses = [n for n in names if n.endswith(("LICENSE-MIT", "LICENSE-APACHE"))]
+        assert len(licenses) == 2, names
+        [meta] = [n for n in names if n.endswith("METADATA")]
+        metadata = z.read(meta).decode()
+    assert "Name: turnstile-scheduler" in metadata
+    assert "Requires-Dist: wasmtime<51,>=48.0.0" in metadata or "Requires-Dist: wasmtime>=48.0.0,<51" in metadata
+    assert "Project-URL: Repository, https://github.com/" in metadata
+    assert "Description-Content-Type: text/markdown" in metadata
+
+
+def test_the_wheel_installs_and_runs_outside_the_repository(wheel: Path, tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    r = run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", wheel)
+    assert r.returncode == 0, r.stdout + r.stderr
+    app = tmp_path / "app"
+    app.mkdir()
+    shutil.copy(PACKAGE / "examples" / "agent_host.py", app / "agent_host.py")
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TURNSTILE_WASM")}
+    r = run(python, "agent_host.py", cwd=app, env=clean)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "toolu_03 fs_read_file ok,ok" in r.stdout
+    r = run(python, "-m", "turnstile_scheduler", "--help", cwd=app, env=clean)
+    assert r.returncode == 0 and "check" in r.stdout
+    r = run(python, "-c", "import turnstile_scheduler, sys; print(turnstile_scheduler.__file__)", cwd=app, env=clean)
+    assert str(env_dir) in r.stdout
+
+
+def test_a_build_without_the_component_fails_loudly(tmp_path: Path) -> None:
+    copy = tmp_path / "python"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("turnstile.wasm", "LICENSE-*", "build", "*.egg-info", "__pycache__", "dist"))
+    r = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--disable-pip-version-check", "-w", tmp_path / "out", copy)
+    assert r.returncode != 0
+    assert "cannot build the package without turnstile.wasm" in r.stdout + r.stderr
+    assert not list((tmp_path).glob("out/*.whl"))
