@@ -217,7 +217,7 @@ function reset() {
 function apply(out) {
   const label = (entry) => state.submitted.label(entry) ?? `entry ${entry}`;
   for (const s of out.settle) {
-    log(`settle ${label(s.entry)} ${s.reason.tag}${s.reason.tag === 'stopped' ? ` after ${s.reason.val}` : ''}`);
+    log(`settle ${label(s.entry)} ${s.reason.kind}${s.reason.kind === 'stopped' ? ` after ${s.reason.after}` : ''}`);
   }
   for (const e of out.errors) log(`refused: ${e.input} #${e.index}: ${e.code}: ${e.message}`);
   for (const entry of out.start) {
@@ -301,13 +301,13 @@ function render() {
   const statuses = state.sched && state.submitted ? state.sched.inspect(state.submitted.batch) ?? [] : [];
   for (const st of statuses) {
     if (!st.wait) continue;
-    const why = st.wait.tag === 'batch-not-approved' ? `the batch is not approved yet (${st.wait.val} pending)`
-      : st.wait.tag === 'key-full' ? `key ${st.wait.val.key} is full (${st.wait.val.running.length}/${st.wait.val.limit}: ${st.wait.val.running.join(', ')})`
-        : `behind ${st.wait.val}, which has not started`;
+    const why = st.wait.kind === 'batch-not-approved' ? `the batch is not approved yet (${st.wait.pending} pending)`
+      : st.wait.kind === 'key-full' ? `key ${st.wait.key} is full (${st.wait.running.length}/${st.wait.limit}: ${st.wait.running.join(', ')})`
+        : `behind ${st.wait.label}, which has not started`;
     const li = document.createElement('li');
     li.textContent = `${st.label} (${st.tool}): ${why}`;
     waiting.append(li);
-    window.__playground.waiting.push({ label: st.label, wait: st.wait.tag });
+    window.__playground.waiting.push({ label: st.label, wait: st.wait.kind });
   }
   if (!waiting.children.length) waiting.innerHTML = '<li>nothing waits</li>';
 }

@@ -335,6 +335,12 @@ fn test() -> Result<()> {
     run(Command::new("node")
         .args(["e2e/playground.mjs"])
         .current_dir(&js_dir))?;
+    // The package as users get it: packed, installed in a fresh project, run in Node, a heap-capped
+    // worker thread, and an esbuild bundle in Chromium (page and Web Worker).
+    run(Command::new("node")
+        .args(["e2e/package.mjs"])
+        .env("TURNSTILE_WASM", &wasm)
+        .current_dir(&js_dir))?;
     let python = py(&wasm)?;
     run(Command::new(&python)
         .args([
@@ -350,10 +356,13 @@ fn test() -> Result<()> {
     Ok(())
 }
 
-/// Installs the npm packages of `hosts/js` when they are missing.
+/// Installs the npm packages of `hosts/js` when they are missing or older than the lock file.
 fn js_deps() -> Result<()> {
     let dir = root().join("hosts/js");
-    if dir.join("node_modules/.bin/jco").exists() {
+    let modified = |path: PathBuf| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let installed = modified(dir.join("node_modules/.package-lock.json"));
+    let locked = modified(dir.join("package-lock.json"));
+    if dir.join("node_modules/.bin/jco").exists() && installed.is_some() && installed >= locked {
         return Ok(());
     }
     run(Command::new("npm")

@@ -18,25 +18,25 @@ export function toolLine(t) {
 
 /** `LABEL REASON`, or `LABEL stopped AFTER`. */
 export function settleLine(label, reason) {
-  return reason.tag === 'stopped' ? `${label} stopped ${reason.val}` : `${label} ${reason.tag}`;
+  return reason.kind === 'stopped' ? `${label} stopped ${reason.after}` : `${label} ${reason.kind}`;
 }
 
 export function inspectLine(st) {
   let out;
-  switch (st.state.tag) {
+  switch (st.state.kind) {
     case 'ended':
-      out = `${st.label} ended-${st.state.val}`;
+      out = `${st.label} ended-${st.state.outcome}`;
       break;
     case 'settled':
-      out = settleLine(st.label, st.state.val);
+      out = settleLine(st.label, st.state.reason);
       break;
     default:
-      out = `${st.label} ${st.state.tag}`;
+      out = `${st.label} ${st.state.kind}`;
   }
   if (st.wait) {
-    if (st.wait.tag === 'batch-not-approved') out += ' waits batch-not-approved';
-    else if (st.wait.tag === 'key-full') out += ` waits key-full ${st.wait.val.key} ${st.wait.val.limit} ${st.wait.val.running.join(',')}`;
-    else out += ` waits behind ${st.wait.val}`;
+    if (st.wait.kind === 'batch-not-approved') out += ' waits batch-not-approved';
+    else if (st.wait.kind === 'key-full') out += ` waits key-full ${st.wait.key} ${st.wait.limit} ${st.wait.running.join(',')}`;
+    else out += ` waits behind ${st.wait.label}`;
   }
   return out;
 }

@@ -1,8 +1,9 @@
 // What a TypeScript/JavaScript agent host copies: resolve the user's config layers once, make one
-// scheduler for the conversation, and run each model response's tool calls through `runBatch`
-// (call ids may repeat once an earlier response's batch has finished). Run it with
-// `npm run example` after `npm run build`.
-import { ConfigError, RefusedInputError, Scheduler, Turnstile, runBatch } from '../dist/index.js';
+// scheduler and driver for the conversation, and run each model response's tool calls through
+// `driver.run` (call ids may repeat once an earlier response's batch has finished). Run it with
+// `npm run example` after `npm run build`; it imports the package by name, so it runs unchanged
+// in a project that installed it.
+import { ConfigError, Driver, RefusedInputError, Scheduler, Turnstile } from '@turnstile/scheduler';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 const layers = [
@@ -15,7 +16,8 @@ concurrency = { key = "rfd" }
 concurrency = { key = "rfd" }
 `,
   },
-  { name: 'user', text: '[conversation.tools.fs_read_file]\nfan_out = true\n' },
+  // A layer may also be a plain object of the same shape.
+  { name: 'user', value: { conversation: { tools: { fs_read_file: { fan_out: true } } } } },
 ];
 
 const turnstile = await Turnstile.load();
@@ -24,12 +26,12 @@ try {
   policy = turnstile.resolve(layers);
 } catch (e) {
   if (e instanceof ConfigError) {
-    console.error(e.message); // rustc-style, with the lines; e.diagnostics has the spans
+    console.error(e.message); // rustc-style, with the lines; e.diagnostics has codes, paths, spans
     process.exit(1);
   }
   throw e;
 }
-const scheduler = new Scheduler(policy);
+const driver = new Driver(new Scheduler(policy));
 
 // The tool calls of one model response, in the order the model wrote them.
 const calls = [
@@ -49,7 +51,13 @@ async function execute({ label, call, operation, signal }) {
 
 const controller = new AbortController(); // wire to Ctrl-C: process.on('SIGINT', () => controller.abort())
 try {
-  const outcomes = await runBatch(scheduler, calls, execute, { signal: controller.signal });
+  const outcomes = await driver.run(calls, execute, {
+    signal: controller.signal,
+    // Ask the user (or a remembered rule) before anything of the batch runs.
+    decide: (label, call) => (call.tool === 'fs_delete_file' ? 'reject' : 'approve'),
+    // A tool that ignores its signal frees its key 5 s after a cancel.
+    abortGraceMs: 5000,
+  });
   for (const call of outcomes) {
     console.log(call.id, call.tool, call.entries.map((e) => e.status).join(','));
   }
@@ -59,5 +67,6 @@ try {
   else throw e;
 }
 
-// To survive a crash, persist `scheduler.unfinished()` (plain data; bigints need a replacer in
-// JSON) and on restart: `Scheduler.resume(policy, state, { started: 'interrupt' })`.
+// To survive a crash, persist `driver.scheduler.unfinished()` (plain data; bigints need a JSON
+// replacer) and on restart: `Driver.resume(policy, state, { started: 'interrupt', execute })`.
+driver.dispose();

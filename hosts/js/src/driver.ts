@@ -2,36 +2,66 @@
 // releases it, reporting every decision, question and end, and resolving each batch with every
 // call's outcome in written order.
 //
-// One `Driver` per scheduler (`runBatch` keeps one; the package exports only `runBatch`) owns
-// its `step` calls: everything the batches report within one microtask (approvals, settlements,
-// questions, ends, cancellations) is sent in ONE `step`, and the outputs are dispatched to the
-// batches they belong to. Each input is judged on its own, so a refused input fails only its own
-// batch (with a `RefusedInputError`; the batch is then cancelled so that it frees its keys) and
-// every other input still applies. A batch's state is dropped when `step` reports it `retired`,
-// so memory is bounded by the live batches. Nothing else may call `step` on a scheduler that
-// `runBatch` drives: the outputs would be lost to the driver.
-import { RefusedInputError, type CallInput, type HostSettlement, type InputKind, type Reason, type Scheduler, type StepOutputs, type Submitted } from './index.js';
+// One `Driver` per scheduler owns its `step` calls: everything the batches report within one
+// microtask (approvals, settlements, questions, ends, cancellations) goes in ONE `step`, and the
+// outputs are dispatched to the batches they belong to. Each input is judged on its own, so a
+// refused input fails only its own batch (with a `RefusedInputError`; the batch is cancelled so
+// that it frees its keys) and every other input still applies. A batch's state is dropped when
+// `step` reports it retired, so memory follows the live batches. Nothing else may call `step` on
+// a driven scheduler: the outputs would be lost to the driver.
+//
+// Never hangs, never leaks:
+// - `decide` that throws, rejects or returns something else: the batch's undecided entries are
+//   settled as failed, the batch is cancelled (approved entries never start) and its promise
+//   rejects with the error; its keys are free for later batches.
+// - `execute` that throws synchronously, or returns something that is not a promise (or
+//   thenable): that entry failed (a forgotten `async` or `await` is a bug to report, not a
+//   result; the Python package treats a non-awaitable the same way). One entry's or one batch's
+//   bad end never affects another.
+// - A question still open when its execution ends is closed: its answer is not reported and its
+//   promise never raises an unhandled rejection.
+// - The abort listener on `RunOptions.signal` is removed when the batch ends.
+// - An execution that ignores its abort signal keeps its slot (its tool may still be running):
+//   `inspect()` lists it under `aborted`. `abortGraceMs` bounds that: once an execution's signal
+//   aborted (cancel, batch failure, `executionTimeoutMs`), after `abortGraceMs` more it is
+//   recorded as failed with a `TimeoutError` and its slot is freed, whatever it does later.
+//   `executionTimeoutMs` aborts an execution's signal (a `TimeoutError`) after it ran that long.
+import { DisposedError, RefusedInputError, TurnstileError } from './errors.js';
+import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
+import * as convert from './convert.js';
+import { Scheduler, Submitted, type CallInput, type ResumeOptions } from './scheduler.js';
+import type { Policy } from './turnstile.js';
+import type { EntryStatus, InputKind, Reason, SavedState, Unrestored } from './types.js';
+import { fail, func, millis, oneOf, record, signal as checkSignal } from './validate.js';
 
-/** What `execute` gets: the entry to run and a signal that fires when its batch is cancelled. */
-export interface Execution {
+/** What `execute` gets: the entry to run and a signal that fires when it should stop. */
+export interface Execution<C extends CallInput = CallInput> {
   /** The entry number (unique over the scheduler's life). */
-  entry: bigint;
+  readonly entry: bigint;
   /** `id`, or `id#i` for an operation. */
-  label: string;
-  call: CallInput;
+  readonly label: string;
+  /** The call as it was given to `run` (extra fields included). */
+  readonly call: C;
   /** The operation index for a fan-out call. */
-  operation?: number;
-  /** Aborted when the batch is cancelled or fails; the execution should stop soon. */
-  signal: AbortSignal;
-  /** Runs `answer` while the tool waits on a question; the execution keeps its slot. */
+  readonly operation: number | undefined;
+  /** Aborted when the batch is cancelled or fails, or `executionTimeoutMs` elapsed. */
+  readonly signal: AbortSignal;
+  /** Runs `answer` while the tool waits on a question (a user prompt); the execution keeps its
+   * slot. Closed when the execution ends: a late answer is dropped. */
   question<T>(answer: () => Promise<T>): Promise<T>;
 }
 
-/** How one entry ended. */
+/** How one entry ended. `entry` and `label` name it. */
 export type EntryOutcome =
-  | { label: string; status: 'ok'; value: unknown; cancelled: boolean }
-  | { label: string; status: 'failed'; error: unknown; cancelled: boolean }
-  | { label: string; status: 'settled'; reason: Reason };
+  /** Its execution returned `value`. */
+  | { entry: bigint; label: string; status: 'ok'; value: unknown }
+  /** Its execution threw or rejected with `error`. */
+  | { entry: bigint; label: string; status: 'failed'; error: unknown }
+  /** Its execution had started and its batch was cancelled before it ended; what it returned
+   * (`value`) or threw (`error`) afterwards is kept. */
+  | { entry: bigint; label: string; status: 'cancelled'; value?: unknown; error?: unknown }
+  /** It never ran (or stopped being needed): `reason` says why. */
+  | { entry: bigint; label: string; status: 'settled'; reason: Reason };
 
 /** One call's outcome: its entries' outcomes in operation order. */
 export interface CallOutcome {
@@ -43,179 +73,563 @@ export interface CallOutcome {
 /** What the host decided about an entry before the batch runs. */
 export type Decision = 'approve' | 'reject' | 'skip' | 'fail';
 
-export interface RunOptions {
-  /** Aborting cancels the batch: parked entries are settled, running ones are told to stop. */
+/** Runs one entry: returns a promise (or thenable) of its result. A synchronous throw or a
+ * non-promise result is that entry's failure. */
+export type Execute<C extends CallInput = CallInput> = (execution: Execution<C>) => unknown;
+
+export interface RunOptions<C extends CallInput = CallInput> {
+  /** Aborting cancels the batch: parked entries are settled, running ones' signals abort. */
   signal?: AbortSignal;
   /** Decides each entry in written order (default: approve all); may be async (a prompt). */
-  decide?: (label: string, call: CallInput) => Decision | Promise<Decision>;
+  decide?: (label: string, call: C) => Decision | Promise<Decision>;
+  /** Aborts an execution's signal (with a `TimeoutError`) once it has run this long. */
+  executionTimeoutMs?: number;
+  /** Once an execution's signal aborted, how long it may still take before the driver records it
+   * as failed (`TimeoutError`) and frees its slot. Default: it keeps its slot until it ends. */
+  abortGraceMs?: number;
 }
 
-type Execute = (execution: Execution) => unknown;
-
-interface BatchRun {
-  submitted: Submitted;
-  execute: Execute;
-  /** By offset from `submitted.first`. */
-  outcomes: (EntryOutcome | undefined)[];
-  /** Made when an execution first reads its `signal` (an AbortController costs microseconds). */
-  controller: AbortController | undefined;
-  /** A cancellation was sent. */
+/** A live batch as `Driver.inspect` shows it. */
+export interface LiveBatch {
+  batch: bigint;
+  /** Cancelled (by its signal, or because it failed). */
   cancelled: boolean;
-  /** The promise was settled (resolved at retirement, or rejected on the first error). */
-  done: boolean;
-  resolve: (outcomes: CallOutcome[]) => void;
-  reject: (error: unknown) => void;
-  /** Removes the listener on the caller's signal. */
-  detach: () => void;
+  /** Its promise was rejected (`decide` failed, an input was refused, the driver was disposed). */
+  failed: boolean;
+  /** The scheduler's view (`Scheduler.inspect`): every entry, and why approved ones wait. */
+  entries: EntryStatus[];
+  /** Executions still running whose signal aborted `sinceMs` ago (ignoring it, or slow to stop). */
+  aborted: { entry: bigint; label: string; sinceMs: number }[];
 }
-
-const labelOf = (call: CallInput, operation: number | undefined): string => (operation === undefined ? call.id : `${call.id}#${operation}`);
 
 const SETTLE_HOW = { reject: 'rejected', skip: 'skipped', fail: 'failed' } as const;
-
+const DECISIONS = ['approve', 'reject', 'skip', 'fail'] as const;
+const TWO_32 = 4294967296;
 const EMPTY = new BigUint64Array(0);
+/** Steps are queued as promise reactions: Node wraps `queueMicrotask` callbacks in an async
+ * resource, which costs more than the step's own bookkeeping. */
+const RESOLVED = Promise.resolve();
 
-/** A list of numbers that grows in place; `view` lends it to one `step` without a copy (jco
- * copies it into the component's memory before `step` returns). */
+/** A list of entry numbers, each with the batch it belongs to (for its errors), that grows in
+ * place and is written as 32-bit halves (no bigint per item); `view` lends it to one `step`
+ * without a copy. Clearing keeps the capacity (truncating would free and regrow every step). */
 class NumberList {
-  #buffer = new BigUint64Array(16);
+  #big = new BigUint64Array(16);
+  #words = new Uint32Array(this.#big.buffer);
+  readonly owners: (Batch | undefined)[] = [];
   length = 0;
 
-  push(value: bigint): void {
-    if (this.length === this.#buffer.length) {
+  push(value: number, owner: Batch): void {
+    if (this.length === this.#big.length) {
       const grown = new BigUint64Array(this.length * 2);
-      grown.set(this.#buffer);
-      this.#buffer = grown;
+      grown.set(this.#big);
+      this.#big = grown;
+      this.#words = new Uint32Array(grown.buffer);
     }
-    this.#buffer[this.length++] = value;
+    this.owners[this.length] = owner;
+    const at = this.length++ << 1;
+    this.#words[at] = value >>> 0;
+    this.#words[at + 1] = Math.floor(value / TWO_32);
   }
-  at(index: number): bigint {
-    return this.#buffer[index];
+  at(index: number): number {
+    return this.#words[index << 1] + this.#words[(index << 1) + 1] * TWO_32;
   }
   view(): BigUint64Array {
-    return this.length ? this.#buffer.subarray(0, this.length) : EMPTY;
+    return this.length ? this.#big.subarray(0, this.length) : EMPTY;
+  }
+  clear(): void {
+    const owners = this.owners;
+    for (let i = 0; i < this.length; i++) owners[i] = undefined;
+    this.length = 0;
   }
 }
 
-/** The inputs of the next `step`, each with the batch it belongs to (for its errors). */
+/** Entry numbers of a `list<u64>` result without a bigint per item. */
+function words(list: BigUint64Array): Uint32Array {
+  return new Uint32Array(list.buffer, list.byteOffset, list.length * 2);
+}
+
+/** The inputs of the next `step`. */
 class Pending {
   readonly approve = new NumberList();
-  readonly settle: HostSettlement[] = [];
+  readonly settle: ws.HostSettlement[] = [];
+  readonly settleOwners: Batch[] = [];
   readonly ask = new NumberList();
   readonly answer = new NumberList();
   readonly ok = new NumberList();
   readonly failed = new NumberList();
   readonly cancel = new NumberList();
-  readonly owners: Record<InputKind, BatchRun[]> = { approve: [], settle: [], ask: [], answer: [], ok: [], failed: [], cancel: [] };
+
+  owner(kind: InputKind, index: number): Batch | undefined {
+    return kind === 'settle' ? this.settleOwners[index] : this[kind].owners[index];
+  }
 
   target(kind: InputKind, index: number): bigint {
-    return kind === 'settle' ? this.settle[index].entry : this[kind].at(index);
+    return kind === 'settle' ? this.settle[index].entry : BigInt(this[kind].at(index));
   }
 
   clear(): void {
-    const o = this.owners;
-    this.approve.length = this.ask.length = this.answer.length = this.ok.length = this.failed.length = this.cancel.length = 0;
-    this.settle.length = o.approve.length = o.settle.length = o.ask.length = o.answer.length = o.ok.length = o.failed.length = o.cancel.length = 0;
+    this.approve.clear();
+    this.ask.clear();
+    this.answer.clear();
+    this.ok.clear();
+    this.failed.clear();
+    this.cancel.clear();
+    if (this.settle.length) this.settle.length = this.settleOwners.length = 0;
   }
 }
 
+/** One live batch. */
+class Batch {
+  readonly driver: Driver;
+  /** No call fans out: entry offset = call index. */
+  readonly plain: boolean;
+  readonly submitted: Submitted;
+  /** `submitted.first` as a number (entry numbers stay below 2^53 over any real life). */
+  readonly first: number;
+  readonly count: number;
+  readonly execute: Execute;
+  readonly options: RunOptions;
+  readonly outcomes: (EntryOutcome | undefined)[];
+  /** Started executions by offset. */
+  readonly running: (Run | undefined)[];
+  cancelled = false;
+  /** The promise was settled (resolved at retirement, or rejected on the first error). */
+  done = false;
+  failed = false;
+  /** Left the driver's live batches. */
+  retired = false;
+  /** Some execution may hold a timer (`executionTimeoutMs`, `abortGraceMs`). */
+  readonly timed: boolean;
+  abortReason: unknown = undefined;
+  resolve!: (outcomes: CallOutcome[]) => void;
+  reject!: (error: unknown) => void;
+  detach: () => void = () => {};
+  readonly promise: Promise<CallOutcome[]>;
+
+  constructor(driver: Driver, submitted: Submitted, execute: Execute, options: RunOptions) {
+    this.driver = driver;
+    this.plain = submitted.callStarts() === null;
+    this.submitted = submitted;
+    this.first = Number(submitted.first);
+    this.count = submitted.count;
+    this.execute = execute;
+    this.options = options;
+    this.outcomes = new Array(submitted.count);
+    this.running = new Array(submitted.count);
+    this.timed = options.executionTimeoutMs !== undefined || options.abortGraceMs !== undefined;
+    this.promise = new Promise<CallOutcome[]>((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  label(offset: number): string {
+    const { index, operation } = this.submitted.at(offset);
+    const id = this.submitted.calls[index].id;
+    return operation === undefined ? id : `${id}#${operation}`;
+  }
+}
+
+/** One started execution; it is the `Execution` handed to `execute`. */
+class Run implements Execution {
+  readonly batch: Batch;
+  readonly offset: number;
+  readonly #index: number;
+  readonly operation: number | undefined;
+  ended = false;
+  /** Made when the execution first reads `signal`. */
+  #controller: AbortController | undefined;
+  /** Set once its signal aborted: when, and why. */
+  aborted: { at: number; reason: unknown } | undefined;
+  timers: ReturnType<typeof setTimeout>[] | undefined;
+
+  constructor(batch: Batch, offset: number) {
+    this.batch = batch;
+    this.offset = offset;
+    if (batch.plain) {
+      this.#index = offset;
+      this.operation = undefined;
+    } else {
+      const at = batch.submitted.at(offset);
+      this.#index = at.index;
+      this.operation = at.operation;
+    }
+  }
+  get entry(): bigint {
+    return BigInt(this.batch.first + this.offset);
+  }
+  get call(): CallInput {
+    return this.batch.submitted.calls[this.#index];
+  }
+  get label(): string {
+    const id = this.batch.submitted.calls[this.#index].id;
+    return this.operation === undefined ? id : `${id}#${this.operation}`;
+  }
+  get signal(): AbortSignal {
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.aborted) this.#controller.abort(this.aborted.reason);
+    }
+    return this.#controller.signal;
+  }
+  /** Aborts the signal (once) and starts the grace timer. */
+  abort(reason: unknown): void {
+    if (this.aborted || this.ended) return;
+    this.aborted = { at: performance.now(), reason };
+    this.#controller?.abort(reason);
+    const grace = this.batch.options.abortGraceMs;
+    if (grace !== undefined) {
+      (this.timers ??= []).push(
+        setTimeout(() => this.batch.driver.end(this, false, new DOMException(`${this.label} ignored its abort signal for ${grace} ms; its slot was freed`, 'TimeoutError')), grace),
+      );
+    }
+  }
+  question<T>(answer: () => Promise<T>): Promise<T> {
+    return this.batch.driver.question(this, answer);
+  }
+}
+
+const drivers = new WeakMap<Scheduler, Driver>();
+
+/** Runs batches on one scheduler (see the module doc). Disposable: `dispose()` rejects every
+ * live batch with `DisposedError`, aborts its executions and disposes the scheduler. */
 export class Driver {
   readonly scheduler: Scheduler;
   /** Live batches in entry order (an entry's batch is found by binary search). */
-  readonly #live: BatchRun[] = [];
-  readonly #byBatch = new Map<bigint, BatchRun>();
+  readonly #live: Batch[] = [];
+  readonly #byBatch = new Map<bigint, Batch>();
   #pending = new Pending();
   /** The other buffer: the inputs of the step being dispatched, then reused. */
   #spare = new Pending();
   #scheduled = false;
+  #disposed = false;
+  /** The batch `#find` found last. */
+  #last: Batch | undefined;
+  readonly #step = () => this.#flush();
 
+  /** A driver for `scheduler`; a scheduler has at most one (`Driver.of` finds it). */
   constructor(scheduler: Scheduler) {
+    if (!(scheduler instanceof Scheduler)) fail('scheduler', 'a Scheduler', scheduler);
+    if (drivers.has(scheduler)) throw new TypeError('this scheduler already has a driver: use Driver.of(scheduler)');
+    drivers.set(scheduler, this);
     this.scheduler = scheduler;
   }
 
-  /** Batches submitted and not yet retired (for diagnostics). */
+  /** The scheduler's driver, made on first use. */
+  static of(scheduler: Scheduler): Driver {
+    return drivers.get(scheduler) ?? new Driver(scheduler);
+  }
+
+  /** Resumes a saved state (see `Scheduler.resume`) under a driver: each restored batch runs
+   * again next to new ones (`run`), its pending entries decided and executed with `execute`
+   * like a new batch's, and resolves like one. Entries that ended before the state was saved
+   * report `ok` / `failed` with no value or error (those were not saved). */
+  static resume(
+    policy: Policy,
+    state: SavedState,
+    options: ResumeOptions & RunOptions & { execute: Execute },
+  ): { driver: Driver; batches: Promise<CallOutcome[]>[]; unrestored: Unrestored[] } {
+    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs']);
+    func(o.execute, 'options.execute');
+    const runOptions = checkRunOptions({ signal: options.signal, decide: options.decide, executionTimeoutMs: options.executionTimeoutMs, abortGraceMs: options.abortGraceMs });
+    const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: options.started });
+    const driver = new Driver(scheduler);
+    const batches = state.batches.map((saved) => driver.#restore(saved, options.execute, runOptions));
+    return { driver, batches, unrestored };
+  }
+
+  /** Batches submitted and not yet retired. */
   get liveBatches(): number {
     return this.#live.length;
   }
 
   /** Submits `calls` as a batch, decides every entry, runs what is released, and resolves with
    * every call's outcome in written order once the batch retires. Rejects with `SubmitError` when
-   * the batch is refused, and with `RefusedInputError` when one of its inputs is refused. */
-  run(calls: readonly CallInput[], execute: Execute, options: RunOptions = {}): Promise<CallOutcome[]> {
-    let submitted: Submitted;
+   * the batch is refused, with `RefusedInputError` when one of its inputs is refused, with what
+   * `decide` threw when it failed. */
+  run<C extends CallInput>(calls: readonly C[], execute: Execute<C>, options: RunOptions<C> = {}): Promise<CallOutcome[]> {
+    let batch: Batch;
     try {
-      submitted = this.scheduler.submit(calls);
+      if (this.#disposed) throw new DisposedError('this driver');
+      func(execute, 'execute');
+      const checked = checkRunOptions(options);
+      batch = new Batch(this, this.scheduler.submit(calls), execute as Execute, checked as RunOptions);
     } catch (error) {
       return Promise.reject(error);
     }
-    return new Promise<CallOutcome[]>((resolve, reject) => {
-      const run: BatchRun = {
-        submitted,
-        execute,
-        outcomes: new Array(submitted.count),
-        controller: undefined,
-        cancelled: false,
-        done: false,
-        resolve,
-        reject,
-        detach: () => {},
-      };
-      this.#insert(run);
-      const signal = options.signal;
-      if (signal?.aborted) this.#cancel(run);
-      else if (signal) {
-        const cancel = () => this.#cancel(run);
-        signal.addEventListener('abort', cancel, { once: true });
-        run.detach = () => signal.removeEventListener('abort', cancel);
-      }
-      if (run.cancelled) return;
-      if (options.decide) this.#decideAll(run, options.decide).catch((error) => this.#fail(run, error));
-      else {
-        let entry = submitted.first;
-        for (let i = 0; i < submitted.count; i++, entry += 1n) this.#push('approve', entry, run);
-      }
+    this.#insert(batch);
+    this.#begin(batch, null);
+    return batch.promise;
+  }
+
+  /** Every live batch: the scheduler's view of its entries, and executions that ignore their
+   * abort signal. */
+  inspect(): LiveBatch[] {
+    const now = performance.now();
+    return this.#live.map((b) => {
+      const aborted: LiveBatch['aborted'] = [];
+      for (const run of b.running) if (run && !run.ended && run.aborted) aborted.push({ entry: run.entry, label: run.label, sinceMs: now - run.aborted.at });
+      return { batch: b.submitted.batch, cancelled: b.cancelled, failed: b.failed, entries: this.scheduler.inspect(b.submitted.batch) ?? [], aborted };
     });
   }
 
-  async #decideAll(run: BatchRun, decide: NonNullable<RunOptions['decide']>): Promise<void> {
-    const { submitted } = run;
-    for (let i = 0; i < submitted.count; i++) {
-      const entry = submitted.first + BigInt(i);
-      const { call, operation } = submitted.locate(entry)!;
-      const label = labelOf(call, operation);
-      const decision = await decide(label, call);
-      if (run.cancelled || run.done) return;
-      if (decision === 'approve') this.#push('approve', entry, run);
-      else {
-        const how = SETTLE_HOW[decision];
-        if (!how) throw new TypeError(`decide returned ${JSON.stringify(decision)}: approve, reject, skip or fail`);
-        run.outcomes[i] = { label, status: 'settled', reason: { tag: how } };
-        this.#pushSettle(entry, how, run);
-      }
+  /** Rejects every live batch with `DisposedError`, aborts its executions, disposes the scheduler. */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    const error = new DisposedError('the driver');
+    this.#last = undefined;
+    for (const batch of this.#live.splice(0)) {
+      this.#reject(batch, error);
+      this.#abortRunning(batch, error);
+      for (const run of batch.running) if (run) clearTimers(run);
+    }
+    this.#byBatch.clear();
+    drivers.delete(this.scheduler);
+    this.scheduler.dispose();
+  }
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  // --- batches ----------------------------------------------------------------------------
+
+  /** Wires the signal and decides the batch (`pending`: offsets to decide, null for all). */
+  #begin(batch: Batch, pending: number[] | null): void {
+    const signal = batch.options.signal;
+    if (signal?.aborted) {
+      this.#cancel(batch, signal.reason);
+      return;
+    }
+    if (signal) {
+      const onAbort = () => {
+        try {
+          this.#cancel(batch, signal.reason);
+        } catch {
+          // Cancelling never throws; nothing may escape an abort listener.
+        }
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      batch.detach = () => signal.removeEventListener('abort', onAbort);
+    }
+    if (batch.options.decide) {
+      this.#decideAll(batch, batch.options.decide, pending).catch((error) => this.#decideFailed(batch, error, pending));
+    } else if (pending === null) {
+      const approve = this.#pending.approve;
+      for (let i = 0; i < batch.count; i++) approve.push(batch.first + i, batch);
+      this.#schedule();
+    } else {
+      for (const i of pending) this.#push('approve', batch.first + i, batch);
     }
   }
 
-  #pushSettle(entry: bigint, how: HostSettlement['how'], run: BatchRun): void {
-    this.#pending.settle.push({ entry, how });
-    this.#pending.owners.settle.push(run);
+  #decided = new WeakMap<Batch, number>();
+
+  async #decideAll(batch: Batch, decide: NonNullable<RunOptions['decide']>, pending: number[] | null): Promise<void> {
+    const n = pending === null ? batch.count : pending.length;
+    for (let k = 0; k < n; k++) {
+      const i = pending === null ? k : pending[k];
+      this.#decided.set(batch, k);
+      const { index } = batch.submitted.at(i);
+      let decision = decide(batch.label(i), batch.submitted.calls[index]) as unknown;
+      if (decision !== null && typeof decision === 'object' && typeof (decision as PromiseLike<unknown>).then === 'function') decision = await decision;
+      if (batch.cancelled || batch.done) return;
+      const d = oneOf(decision, `decide(${JSON.stringify(batch.label(i))}) result`, DECISIONS);
+      if (d === 'approve') this.#push('approve', batch.first + i, batch);
+      else this.#settle(batch, i, SETTLE_HOW[d]);
+    }
+    this.#decided.delete(batch);
+  }
+
+  /** `decide` threw, rejected or returned something else: the undecided entries are settled as
+   * failed, the batch is cancelled and rejects with the error. */
+  #decideFailed(batch: Batch, error: unknown, pending: number[] | null): void {
+    if (!batch.done && !batch.cancelled) {
+      const from = this.#decided.get(batch) ?? 0;
+      const n = pending === null ? batch.count : pending.length;
+      for (let k = from; k < n; k++) this.#settle(batch, pending === null ? k : pending[k], 'failed');
+    }
+    this.#decided.delete(batch);
+    this.#fail(batch, error);
+  }
+
+  #settle(batch: Batch, offset: number, how: ws.HostSettle): void {
+    this.#record(batch, offset, { entry: BigInt(batch.first + offset), label: batch.label(offset), status: 'settled', reason: { kind: how } });
+    if (this.#disposed) return;
+    this.#pending.settle.push({ entry: BigInt(batch.first + offset), how });
+    this.#pending.settleOwners.push(batch);
     this.#schedule();
   }
 
-  #push(kind: Exclude<InputKind, 'settle'>, value: bigint, run: BatchRun): void {
-    this.#pending[kind].push(value);
-    this.#pending.owners[kind].push(run);
+  /** The one place an entry's outcome is recorded (a per-entry completion hook goes here). */
+  #record(batch: Batch, offset: number, outcome: EntryOutcome): void {
+    batch.outcomes[offset] = outcome;
+  }
+
+  #cancel(batch: Batch, reason: unknown): void {
+    if (batch.cancelled || !this.#byBatch.has(batch.submitted.batch)) return;
+    batch.cancelled = true;
+    batch.abortReason = reason ?? new DOMException('the batch was cancelled', 'AbortError');
+    this.#abortRunning(batch, batch.abortReason);
+    this.#push('cancel', Number(batch.submitted.batch), batch);
+  }
+
+  #abortRunning(batch: Batch, reason: unknown): void {
+    batch.abortReason ??= reason;
+    for (const run of batch.running) if (run && !run.ended) run.abort(reason);
+  }
+
+  /** Rejects the batch's promise with its first error and cancels the batch, so that its parked
+   * entries free their keys; its running executions still report their ends. */
+  #fail(batch: Batch, error: unknown): void {
+    if (batch.done) return;
+    batch.failed = true;
+    this.#reject(batch, error);
+    this.#cancel(batch, error);
+  }
+
+  #reject(batch: Batch, error: unknown): void {
+    if (batch.done) return;
+    batch.done = true;
+    batch.detach();
+    batch.reject(error);
+  }
+
+  #restore(saved: SavedState['batches'][number], execute: Execute, options: RunOptions): Promise<CallOutcome[]> {
+    const calls: CallInput[] = saved.calls.map((c) => (c.operations === undefined ? { id: c.id, tool: c.tool } : { id: c.id, tool: c.tool, operations: c.operations }));
+    const count = calls.reduce((n, c) => n + (c.operations ?? 1), 0);
+    const batch = new Batch(this, new Submitted(saved.batch, saved.first, count, calls), execute, options);
+    const statuses = this.scheduler.inspect(saved.batch);
+    const pending: number[] = [];
+    for (let i = 0; i < count; i++) {
+      const status = statuses?.[i];
+      const entry = BigInt(batch.first + i);
+      const label = batch.label(i);
+      if (!status || status.state.kind === 'settled') {
+        const fromSave = savedEntry(saved, batch.submitted, i);
+        const reason: Reason = status?.state.kind === 'settled' ? status.state.reason : fromSave?.kind === 'settled' ? fromSave.reason : { kind: 'interrupted' };
+        if (fromSave?.kind === 'ended') this.#record(batch, i, fromSave.outcome === 'ok' ? { entry, label, status: 'ok', value: undefined } : { entry, label, status: 'failed', error: undefined });
+        else this.#record(batch, i, { entry, label, status: 'settled', reason });
+      } else if (status.state.kind === 'ended') {
+        this.#record(batch, i, status.state.outcome === 'ok' ? { entry, label, status: 'ok', value: undefined } : { entry, label, status: 'failed', error: undefined });
+      } else pending.push(i);
+    }
+    if (!statuses) {
+      // Nothing of it is live (every call unrestored): it is done as saved.
+      batch.done = true;
+      batch.resolve(callOutcomes(batch) ?? []);
+      return batch.promise;
+    }
+    batch.cancelled = saved.cancelled;
+    this.#insert(batch);
+    if (pending.length) this.#begin(batch, pending);
+    else this.#schedule();
+    return batch.promise;
+  }
+
+  // --- executions -------------------------------------------------------------------------
+
+  #start(batch: Batch, offset: number): void {
+    if (batch.done || this.#disposed) {
+      // The batch failed: its promise is settled, so nothing runs; the slot is handed back.
+      this.#record(batch, offset, { entry: BigInt(batch.first + offset), label: batch.label(offset), status: 'settled', reason: { kind: 'cancelled' } });
+      this.#push('failed', batch.first + offset, batch);
+      return;
+    }
+    const run = new Run(batch, offset);
+    batch.running[offset] = run;
+    const timeout = batch.options.executionTimeoutMs;
+    if (timeout !== undefined) {
+      (run.timers ??= []).push(setTimeout(() => run.abort(new DOMException(`${run.label} ran longer than ${timeout} ms`, 'TimeoutError')), timeout));
+    }
+    if (batch.cancelled) run.abort(batch.abortReason);
+    let result: unknown;
+    try {
+      result = batch.execute(run);
+    } catch (error) {
+      this.end(run, false, error);
+      return;
+    }
+    if (result instanceof Promise) void this.#settleWhen(run, result);
+    else if (result !== null && (typeof result === 'object' || typeof result === 'function') && typeof (result as PromiseLike<unknown>).then === 'function') {
+      Promise.resolve(result).then(
+        (value) => this.end(run, true, value),
+        (error) => this.end(run, false, error),
+      );
+    } else {
+      const got = result === null ? 'null' : typeof result;
+      this.end(run, false, new TypeError(`execute must return a promise (an async function), not ${got}; ${run.label} counts as failed`));
+    }
+  }
+
+  /** Reports the execution's end when its promise settles (an async method allocates less than
+   * `then` with two closures). */
+  async #settleWhen(run: Run, result: Promise<unknown>): Promise<void> {
+    let value: unknown;
+    try {
+      value = await result;
+    } catch (error) {
+      this.end(run, false, error);
+      return;
+    }
+    this.end(run, true, value);
+  }
+
+  /** @internal An execution ended (or was given up after `abortGraceMs`). */
+  end(run: Run, ok: boolean, value: unknown): void {
+    if (run.ended) return;
+    run.ended = true;
+    if (run.timers) clearTimers(run);
+    const batch = run.batch;
+    const entry = BigInt(batch.first + run.offset);
+    const label = run.label;
+    let outcome: EntryOutcome;
+    if (batch.cancelled && !batch.failed) outcome = ok ? { entry, label, status: 'cancelled', value } : { entry, label, status: 'cancelled', error: value };
+    else outcome = ok ? { entry, label, status: 'ok', value } : { entry, label, status: 'failed', error: value };
+    this.#record(batch, run.offset, outcome);
+    if (this.#disposed) return;
+    const p = this.#pending;
+    if (ok) p.ok.push(batch.first + run.offset, batch);
+    else p.failed.push(batch.first + run.offset, batch);
+    this.#schedule();
+  }
+
+  /** @internal */
+  question<T>(run: Run, answer: () => Promise<T>): Promise<T> {
+    const asked = (async () => {
+      if (run.ended) throw new TurnstileError('not-running', `${run.label} asked a question after its execution ended`);
+      this.#push('ask', run.batch.first + run.offset, run.batch);
+      try {
+        return await answer();
+      } finally {
+        // Closed when the execution ended: the answer is not reported.
+        if (!run.ended) this.#push('answer', run.batch.first + run.offset, run.batch);
+      }
+    })();
+    // The execution may have ended without awaiting its question: never an unhandled rejection.
+    asked.catch(() => {});
+    return asked;
+  }
+
+  // --- the step ---------------------------------------------------------------------------
+
+  #push(kind: Exclude<InputKind, 'settle'>, value: number, batch: Batch): void {
+    if (this.#disposed) return;
+    this.#pending[kind].push(value, batch);
     this.#schedule();
   }
 
   #schedule(): void {
-    if (this.#scheduled) return;
+    if (this.#scheduled || this.#disposed) return;
     this.#scheduled = true;
-    queueMicrotask(() => this.#step());
+    void RESOLVED.then(this.#step);
   }
 
   /** Sends every input queued since the last step in one `step`, and dispatches the outputs. */
-  #step(): void {
+  #flush(): void {
     this.#scheduled = false;
+    if (this.#disposed) return;
     const p = this.#pending;
     this.#pending = this.#spare;
     this.#spare = p;
@@ -227,9 +641,9 @@ export class Driver {
   }
 
   #dispatch(p: Pending): void {
-    let out: StepOutputs;
+    let out: ws.Outputs;
     try {
-      out = this.scheduler.step({
+      out = this.scheduler.stepRaw({
         approve: p.approve.view(),
         settle: p.settle,
         ask: p.ask.view(),
@@ -239,160 +653,143 @@ export class Driver {
         cancel: p.cancel.view(),
       });
     } catch (error) {
-      // A trap: the instance is gone, and every batch on it with it.
+      // A trap (InstanceBrokenError) or a disposed scheduler: every batch on it goes with it.
       this.#byBatch.clear();
-      for (const run of this.#live.splice(0)) {
-        run.detach();
-        this.#fail(run, error);
+      this.#last = undefined;
+      for (const batch of this.#live.splice(0)) {
+        this.#reject(batch, error);
+        this.#abortRunning(batch, error);
       }
       return;
     }
     for (const s of out.settle) {
-      const run = this.#find(s.entry);
-      if (run) run.outcomes[Number(s.entry - run.submitted.first)] = { label: run.submitted.label(s.entry)!, status: 'settled', reason: s.reason };
+      const offset = Number(s.entry);
+      const batch = this.#find(offset);
+      if (batch) this.#record(batch, offset - batch.first, { entry: s.entry, label: batch.label(offset - batch.first), status: 'settled', reason: convert.reason(s.reason) });
     }
     for (const e of out.errors) {
-      const run = p.owners[e.input][e.index];
-      if (run) this.#fail(run, new RefusedInputError(e, p.target(e.input, e.index)));
+      const batch = p.owner(e.input, e.index);
+      // A cancellation that came too late (the batch retired) or twice changes nothing.
+      if (!batch || (e.input === 'cancel' && (e.code === 'batch-cancelled' || e.code === 'unknown-batch'))) continue;
+      this.#fail(batch, new RefusedInputError(e, p.target(e.input, e.index)));
     }
-    for (const entry of out.start) {
-      const run = this.#find(entry);
-      if (run) this.#start(run, entry);
+    const start = out.start;
+    if (start.length) {
+      const w = words(start);
+      for (let i = 0; i < start.length; i++) {
+        const entry = w[i << 1] + w[(i << 1) + 1] * TWO_32;
+        const batch = this.#find(entry);
+        if (batch) this.#start(batch, entry - batch.first);
+      }
     }
     for (const batch of out.retired) this.#retire(batch);
   }
 
-  #start(run: BatchRun, entry: bigint): void {
-    if (run.done) {
-      // The batch failed: its promise is settled, so nothing runs; the slot is handed back.
-      this.#push('failed', entry, run);
-      return;
-    }
-    const { call, operation } = run.submitted.locate(entry)!;
-    const label = labelOf(call, operation);
-    const execution: Execution = {
-      entry,
-      label,
-      call,
-      operation,
-      get signal() {
-        run.controller ??= new AbortController();
-        if (run.cancelled || run.done) run.controller.abort();
-        return run.controller.signal;
-      },
-      // A step applies `ask` before `answer`, yet a question asked after an answer never shares
-      // its step: the answer's push queues the step's microtask (or finds it queued), and the
-      // code that asks next resumes in a later microtask.
-      question: async <T>(answer: () => Promise<T>): Promise<T> => {
-        this.#push('ask', entry, run);
-        try {
-          return await answer();
-        } finally {
-          this.#push('answer', entry, run);
-        }
-      },
-    };
-    let promise: Promise<unknown>;
-    try {
-      promise = Promise.resolve(run.execute(execution));
-    } catch (error) {
-      promise = Promise.reject(error);
-    }
-    const offset = Number(entry - run.submitted.first);
-    promise.then(
-      (value) => {
-        run.outcomes[offset] = { label, status: 'ok', value, cancelled: run.cancelled };
-        this.#push('ok', entry, run);
-      },
-      (error) => {
-        run.outcomes[offset] = { label, status: 'failed', error, cancelled: run.cancelled };
-        this.#push('failed', entry, run);
-      },
-    );
+  #retire(number: bigint): void {
+    const batch = this.#byBatch.get(number);
+    if (!batch) return;
+    this.#byBatch.delete(number);
+    this.#live.splice(this.#index(batch.first), 1);
+    batch.retired = true;
+    if (this.#last === batch) this.#last = undefined;
+    batch.detach();
+    if (batch.timed) for (const run of batch.running) if (run?.timers) clearTimers(run);
+    if (batch.done) return;
+    batch.done = true;
+    const outcomes = callOutcomes(batch);
+    if (outcomes) batch.resolve(outcomes);
+    else batch.reject(new Error(`turnstile driver: batch ${number} retired with an entry unanswered (a bug)`));
   }
 
-  #cancel(run: BatchRun): void {
-    if (run.cancelled || !this.#byBatch.has(run.submitted.batch)) return;
-    run.cancelled = true;
-    run.controller?.abort();
-    this.#push('cancel', run.submitted.batch, run);
-  }
-
-  /** Rejects the batch's promise with its first error and cancels the batch, so that its parked
-   * entries free their keys for later batches; its running executions still report their ends. */
-  #fail(run: BatchRun, error: unknown): void {
-    if (run.done) return;
-    run.done = true;
-    run.reject(error);
-    this.#cancel(run);
-  }
-
-  #retire(batch: bigint): void {
-    const run = this.#byBatch.get(batch);
-    if (!run) return;
-    this.#byBatch.delete(batch);
-    this.#live.splice(this.#index(run.submitted.first), 1);
-    run.detach();
-    if (run.done) return;
-    run.done = true;
-    const { calls } = run.submitted;
-    const outcomes: CallOutcome[] = [];
-    let at = 0;
-    for (const c of calls) {
-      const n = c.operations ?? 1;
-      const entries = run.outcomes.slice(at, at + n);
-      at += n;
-      if (entries.some((e) => e === undefined)) {
-        run.reject(new Error(`turnstile driver: batch ${batch} retired with call ${c.id} unanswered`));
-        return;
-      }
-      outcomes.push({ id: c.id, tool: c.tool, entries: entries as EntryOutcome[] });
-    }
-    run.resolve(outcomes);
-  }
-
-  #insert(run: BatchRun): void {
-    this.#byBatch.set(run.submitted.batch, run);
-    const at = this.#index(run.submitted.first);
-    this.#live.splice(at, 0, run);
+  #insert(batch: Batch): void {
+    this.#byBatch.set(batch.submitted.batch, batch);
+    this.#live.splice(this.#index(batch.first), 0, batch);
   }
 
   /** The position of the first live batch whose `first` is not below `first`. */
-  #index(first: bigint): number {
+  #index(first: number): number {
     let lo = 0;
     let hi = this.#live.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
-      if (this.#live[mid].submitted.first < first) lo = mid + 1;
+      if (this.#live[mid].first < first) lo = mid + 1;
       else hi = mid;
     }
     return lo;
   }
 
   /** The live batch holding an entry. */
-  #find(entry: bigint): BatchRun | undefined {
+  #find(entry: number): Batch | undefined {
+    // Outputs come in batch order: the batch of the previous entry is the likely one.
+    const last = this.#last;
+    if (last !== undefined && entry >= last.first && entry - last.first < last.count && !last.retired) return last;
     const live = this.#live;
     let lo = 0;
     let hi = live.length - 1;
     while (lo < hi) {
       const mid = (lo + hi + 1) >>> 1;
-      if (live[mid].submitted.first <= entry) lo = mid;
+      if (live[mid].first <= entry) lo = mid;
       else hi = mid - 1;
     }
-    const run = live[lo];
-    return run && entry >= run.submitted.first && entry - run.submitted.first < BigInt(run.submitted.count) ? run : undefined;
+    const batch = live[lo];
+    if (batch && entry >= batch.first && entry - batch.first < batch.count) {
+      this.#last = batch;
+      return batch;
+    }
+    return undefined;
   }
 }
 
-const drivers = new WeakMap<Scheduler, Driver>();
-
-/** Runs one batch on a scheduler (see `Driver.run`) with the scheduler's one driver; batches run
- * at once share its keys. */
-export function runBatch(scheduler: Scheduler, calls: readonly CallInput[], execute: Execute, options: RunOptions = {}): Promise<CallOutcome[]> {
-  let driver = drivers.get(scheduler);
-  if (!driver) {
-    driver = new Driver(scheduler);
-    drivers.set(scheduler, driver);
-  }
-  return driver.run(calls, execute, options);
+function clearTimers(run: Run): void {
+  if (!run.timers) return;
+  for (const t of run.timers) clearTimeout(t);
+  run.timers = undefined;
 }
+
+function callOutcomes(batch: Batch): CallOutcome[] | undefined {
+  const { calls } = batch.submitted;
+  const out: CallOutcome[] = new Array(calls.length);
+  let at = 0;
+  const outcomes = batch.outcomes;
+  for (let c = 0; c < calls.length; c++) {
+    const call = calls[c];
+    let entries: EntryOutcome[];
+    if (call.operations === undefined) {
+      const e = outcomes[at++];
+      if (e === undefined) return undefined;
+      entries = [e];
+    } else {
+      const n = call.operations;
+      const slice = outcomes.slice(at, at + n);
+      at += n;
+      for (const e of slice) if (e === undefined) return undefined;
+      entries = slice as EntryOutcome[];
+    }
+    out[c] = { id: call.id, tool: call.tool, entries };
+  }
+  return out;
+}
+
+function savedEntry(saved: SavedState['batches'][number], submitted: Submitted, offset: number): import('./types.js').SavedEntryState | undefined {
+  const { index, operation } = submitted.at(offset);
+  return saved.calls[index].entries.find((e) => e.operation === (operation ?? 0))?.state;
+}
+
+function checkRunOptions(options: unknown): RunOptions {
+  const o = record(options, 'options', ['signal', 'decide', 'executionTimeoutMs', 'abortGraceMs']);
+  checkSignal(o.signal, 'options.signal');
+  if (o.decide !== undefined) func(o.decide, 'options.decide');
+  if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
+  if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
+  return o as RunOptions;
+}
+
+/** Runs one batch on the scheduler's driver (`Driver.of(scheduler).run(...)`). */
+export function runBatch<C extends CallInput>(scheduler: Scheduler, calls: readonly C[], execute: Execute<C>, options: RunOptions<C> = {}): Promise<CallOutcome[]> {
+  try {
+    return Driver.of(scheduler).run(calls, execute, options);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+

@@ -1,0 +1,142 @@
+// The boundary between jco's generated types (`{ tag, val }` variants) and the package's own
+// (`types.ts`). Records whose shape is the same are typed, not copied: the compiler checks here
+// that jco's still fit, so a jco upgrade that changes one fails the build instead of the API.
+// Everything that comes in from the host (a saved state) is validated on the way.
+import type * as wc from './component/interfaces/turnstile-scheduler-config.js';
+import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
+import type { Diagnostic, EntryState, EntryStatus, Reason, SavedEntryState, SavedState, Settled, Started, StepOutputs, ToolPolicy, Unrestored, Wait } from './types.js';
+import { array, boolean, oneOf, record, string, u32, u64 } from './validate.js';
+
+export const diagnostics = (list: wc.Diagnostic[]): Diagnostic[] => list;
+export const toolPolicy = (p: wc.ToolPolicy): ToolPolicy => p;
+export const unrestored = (list: ws.Unrestored[]): Unrestored[] => list;
+
+export function reason(r: ws.Reason): Reason {
+  return r.tag === 'stopped' ? { kind: 'stopped', after: r.val } : { kind: r.tag };
+}
+
+const REASONS = ['rejected', 'skipped', 'failed', 'cancelled', 'stopped', 'interrupted'] as const;
+
+function reasonIn(value: unknown, name: string): ws.Reason {
+  const r = record(value, name, ['kind', 'after']);
+  const kind = oneOf(r.kind, `${name}.kind`, REASONS);
+  if (kind === 'stopped') return { tag: 'stopped', val: u32(r.after, `${name}.after`, 1) };
+  if (r.after !== undefined) throw new TypeError(`${name}.after is only for kind 'stopped'`);
+  return { tag: kind };
+}
+
+export function outputs(out: ws.Outputs): StepOutputs {
+  const settle: Settled[] = new Array(out.settle.length);
+  for (let i = 0; i < settle.length; i++) settle[i] = { entry: out.settle[i].entry, reason: reason(out.settle[i].reason) };
+  return { start: out.start, settle, errors: out.errors, retired: out.retired };
+}
+
+function state(s: ws.State): EntryState {
+  switch (s.tag) {
+    case 'ended':
+      return { kind: 'ended', outcome: s.val };
+    case 'settled':
+      return { kind: 'settled', reason: reason(s.val) };
+    default:
+      return { kind: s.tag };
+  }
+}
+
+function wait(w: ws.Wait): Wait {
+  switch (w.tag) {
+    case 'batch-not-approved':
+      return { kind: 'batch-not-approved', pending: w.val };
+    case 'key-full':
+      return { kind: 'key-full', key: w.val.key, limit: w.val.limit, running: w.val.running };
+    case 'behind':
+      return { kind: 'behind', label: w.val };
+  }
+}
+
+export function entryStatus(s: ws.EntryStatus): EntryStatus {
+  const out: EntryStatus = { entry: s.entry, label: s.label, tool: s.tool, state: state(s.state) };
+  if (s.key !== undefined) out.key = s.key;
+  if (s.wait !== undefined) out.wait = wait(s.wait);
+  return out;
+}
+
+function saved(s: ws.Saved): SavedEntryState {
+  switch (s.tag) {
+    case 'started':
+      return { kind: 'started' };
+    case 'ended':
+      return { kind: 'ended', outcome: s.val };
+    case 'settled':
+      return { kind: 'settled', reason: reason(s.val) };
+  }
+}
+
+export function savedState(s: ws.SavedState): SavedState {
+  return {
+    version: s.version,
+    policy: s.policy,
+    nextBatch: s.nextBatch,
+    nextEntry: s.nextEntry,
+    batches: s.batches.map((b) => ({
+      batch: b.batch,
+      first: b.first,
+      cancelled: b.cancelled,
+      calls: b.calls.map((c) => {
+        const call: SavedState['batches'][number]['calls'][number] = { id: c.id, tool: c.tool, entries: c.entries.map((e) => ({ operation: e.operation, state: saved(e.state) })) };
+        if (c.operations !== undefined) call.operations = c.operations;
+        return call;
+      }),
+    })),
+  };
+}
+
+function savedIn(value: unknown, name: string): ws.Saved {
+  const s = record(value, name, ['kind', 'outcome', 'reason']);
+  const kind = oneOf(s.kind, `${name}.kind`, ['started', 'ended', 'settled'] as const);
+  if (kind === 'started') {
+    if (s.outcome !== undefined || s.reason !== undefined) throw new TypeError(`${name}: 'started' has no outcome or reason`);
+    return { tag: 'started' };
+  }
+  if (kind === 'ended') {
+    if (s.reason !== undefined) throw new TypeError(`${name}: 'ended' has no reason`);
+    return { tag: 'ended', val: oneOf(s.outcome, `${name}.outcome`, ['ok', 'failed'] as const) };
+  }
+  if (s.outcome !== undefined) throw new TypeError(`${name}: 'settled' has no outcome`);
+  return { tag: 'settled', val: reasonIn(s.reason, `${name}.reason`) };
+}
+
+/** A saved state as the host gives it back, checked field by field. */
+export function savedStateIn(value: unknown, name = 'state'): ws.SavedState {
+  const s = record(value, name, ['version', 'policy', 'nextBatch', 'nextEntry', 'batches']);
+  return {
+    version: u32(s.version, `${name}.version`),
+    policy: u64(s.policy, `${name}.policy`),
+    nextBatch: u64(s.nextBatch, `${name}.nextBatch`),
+    nextEntry: u64(s.nextEntry, `${name}.nextEntry`),
+    batches: array(s.batches, `${name}.batches`).map((bv, i) => {
+      const bn = `${name}.batches[${i}]`;
+      const b = record(bv, bn, ['batch', 'first', 'cancelled', 'calls']);
+      return {
+        batch: u64(b.batch, `${bn}.batch`),
+        first: u64(b.first, `${bn}.first`),
+        cancelled: boolean(b.cancelled, `${bn}.cancelled`),
+        calls: array(b.calls, `${bn}.calls`).map((cv, j) => {
+          const cn = `${bn}.calls[${j}]`;
+          const c = record(cv, cn, ['id', 'tool', 'operations', 'entries']);
+          return {
+            id: string(c.id, `${cn}.id`),
+            tool: string(c.tool, `${cn}.tool`),
+            operations: c.operations === undefined ? undefined : u32(c.operations, `${cn}.operations`),
+            entries: array(c.entries, `${cn}.entries`).map((ev, k) => {
+              const en = `${cn}.entries[${k}]`;
+              const e = record(ev, en, ['operation', 'state']);
+              return { operation: u32(e.operation, `${en}.operation`), state: savedIn(e.state, `${en}.state`) };
+            }),
+          };
+        }),
+      };
+    }),
+  };
+}
+
+export const started = (value: unknown, name: string): Started => oneOf(value, name, ['run-again', 'interrupt'] as const);

@@ -1,0 +1,251 @@
+// The package's public data types: plain objects with string-literal unions, the package's own
+// (never jco's generated `{ tag, val }` variants), so a jco upgrade is no API change.
+// `convert.ts` converts at the boundary; the compiler checks that jco's records still fit.
+//
+// Numbers. Batch, entry and ticket numbers are WIT `u64`s, never reused over a scheduler's (or a
+// controller's) life, so they are `bigint`s here, and lists of them are `BigUint64Array`s (one
+// memory copy across the boundary); `readonly bigint[]` is accepted wherever a list goes in.
+
+/** A list of numbers as it goes in. */
+export type Numbers = BigUint64Array | readonly bigint[];
+
+// --- config ---------------------------------------------------------------------------------
+
+/** Stable diagnostic codes. */
+export type DiagnosticCode =
+  | 'toml-syntax'
+  | 'too-many-layers'
+  | 'too-large'
+  | 'too-many-tools'
+  | 'table-type'
+  | 'concurrency-type'
+  | 'concurrency-negative'
+  | 'concurrency-key-missing'
+  | 'concurrency-key-empty'
+  | 'concurrency-unknown-field'
+  | 'concurrency-on-defaults'
+  | 'fan-out-type'
+  | 'fan-out-on-defaults'
+  | 'fan-out-concurrency-removed'
+  | 'fan-out-on-error-value'
+  | 'fan-out-unknown-field'
+  | 'concurrency-limit-conflict'
+  | 'stop-without-limit'
+  | 'enable-value';
+
+/** A place in one layer. Offsets are bytes into the layer's text (for a layer given as an
+ * object: into the TOML the package generated from it); line and column are one-based. */
+export interface Span {
+  layer: number;
+  layerName: string;
+  start: number;
+  end: number;
+  line: number;
+  column: number;
+}
+
+/** A span and what it shows there; a diagnostic's first label is its primary one. */
+export interface Label {
+  span: Span;
+  message: string;
+}
+
+/** One config problem: a stable code, the dotted key path, the tools involved, labelled spans,
+ * and `rendered`, the rustc-style plain text ready to print. */
+export interface Diagnostic {
+  code: DiagnosticCode;
+  message: string;
+  path: string[];
+  tools: string[];
+  labels: Label[];
+  help?: string;
+  rendered: string;
+}
+
+/** What a failed operation does to the later operations of its call. */
+export type OnError = 'continue' | 'stop';
+
+/** One tool's resolved policy; `concurrency` is absent when the tool is unbounded. */
+export interface ToolPolicy {
+  name: string;
+  concurrency?: { key: string; limit: number };
+  fanOut: boolean;
+  onError: OnError;
+}
+
+/** One config layer: TOML text, or a plain object of the same shape
+ * (`{ conversation: { tools: { name: { concurrency: 1 } } } }`). `name` is shown in diagnostics. */
+export type Layer = { name: string; text: string } | { name: string; value: Record<string, unknown> };
+
+// --- scheduler ------------------------------------------------------------------------------
+
+/** Why the scheduler or the host settled an entry without a response from its execution. */
+export type ReasonKind = 'rejected' | 'skipped' | 'failed' | 'cancelled' | 'stopped' | 'interrupted';
+
+/** `after` (the one-based position of the failed operation) only for `stopped`. */
+export type Reason = { kind: Exclude<ReasonKind, 'stopped'> } | { kind: 'stopped'; after: number };
+
+/** How the host settles a pending entry without running it. */
+export type HostSettle = 'rejected' | 'skipped' | 'failed';
+
+export interface HostSettlement {
+  entry: bigint;
+  how: HostSettle;
+}
+
+/** How an execution ended. */
+export type Outcome = 'ok' | 'failed';
+
+/** Which list of step inputs an input was in. */
+export type InputKind = 'approve' | 'settle' | 'ask' | 'answer' | 'ok' | 'failed' | 'cancel';
+
+export type InputErrorCode = 'unknown-entry' | 'unknown-batch' | 'already-decided' | 'not-running' | 'not-asking' | 'already-ended' | 'batch-cancelled';
+
+/** A refused step input: its list, its position there, and why. It changed nothing. */
+export interface InputError {
+  input: InputKind;
+  index: number;
+  code: InputErrorCode;
+  message: string;
+}
+
+/** An entry the scheduler settled, with why. */
+export interface Settled {
+  entry: bigint;
+  reason: Reason;
+}
+
+/** Inputs of one `step`, every field optional, applied in this field order, each list in
+ * order; each input is judged on its own. */
+export interface StepInputs {
+  /** Pending entries the user approved. */
+  approve?: Numbers;
+  /** Pending entries the host settles without running them. */
+  settle?: readonly HostSettlement[];
+  /** Running executions that asked a question (they keep their slot). */
+  ask?: Numbers;
+  /** Questions answered; the tool runs on. A declined question is an end (`ok`). */
+  answer?: Numbers;
+  /** Executions that ended with a result. */
+  ok?: Numbers;
+  /** Executions that ended with an error. */
+  failed?: Numbers;
+  /** Batches to cancel: their pending and approved entries are settled as cancelled. */
+  cancel?: Numbers;
+}
+
+/** What one `step` decided: entries to `start`, entries the scheduler `settle`d (each needs its
+ * response), refused inputs (`errors`), and `retired` batches (every entry has a response; their
+ * numbers are never valid again). */
+export interface StepOutputs {
+  start: BigUint64Array;
+  settle: Settled[];
+  errors: InputError[];
+  retired: BigUint64Array;
+}
+
+/** Where an entry is. */
+export type EntryState =
+  | { kind: 'pending' | 'approved' | 'running' | 'asking' }
+  | { kind: 'ended'; outcome: Outcome }
+  | { kind: 'settled'; reason: Reason };
+
+/** Why an approved entry waits: its batch still has `pending` undecided entries, its key is
+ * full (these executions hold its slots), or an earlier entry with its key (`label`) has not
+ * started yet. */
+export type Wait =
+  | { kind: 'batch-not-approved'; pending: number }
+  | { kind: 'key-full'; key: string; limit: number; running: string[] }
+  | { kind: 'behind'; label: string };
+
+/** One entry as `inspect` reports it. */
+export interface EntryStatus {
+  entry: bigint;
+  label: string;
+  tool: string;
+  key?: string;
+  state: EntryState;
+  wait?: Wait;
+}
+
+/** An entry's state in a saved state: started (running or asking at export), ended, or
+ * settled. Entries not listed were pending or approved. */
+export type SavedEntryState = { kind: 'started' } | { kind: 'ended'; outcome: Outcome } | { kind: 'settled'; reason: Reason };
+
+export interface SavedEntry {
+  /** The operation index (0 for a plain call). */
+  operation: number;
+  state: SavedEntryState;
+}
+
+/** A call of a live batch; `operations` is absent for a plain call. */
+export interface SavedCall {
+  id: string;
+  tool: string;
+  operations?: number;
+  entries: SavedEntry[];
+}
+
+export interface SavedBatch {
+  batch: bigint;
+  first: bigint;
+  cancelled: boolean;
+  calls: SavedCall[];
+}
+
+/** A scheduler's state as `unfinished` exports it: plain data (with bigints: persist them with
+ * a JSON replacer). `version` is 2; `policy` is the fingerprint of the policy it ran under. */
+export interface SavedState {
+  version: number;
+  policy: bigint;
+  nextBatch: bigint;
+  nextEntry: bigint;
+  batches: SavedBatch[];
+}
+
+/** What `resume` does with entries that had started and have no response: `'run-again'`
+ * (pending again, RFD 129) or `'interrupt'` (settled as interrupted, reported by the first step). */
+export type Started = 'run-again' | 'interrupt';
+
+export type UnrestoredCode = 'invalid-operations' | 'invalid-id' | 'duplicate-id' | 'invalid-numbers';
+
+/** A call `resume` left out; the host answers it itself. */
+export interface Unrestored {
+  batch: bigint;
+  call: string;
+  code: UnrestoredCode;
+  message: string;
+}
+
+export type SubmitErrorCode = 'empty-batch' | 'invalid-id' | 'duplicate-id' | 'not-fan-out' | 'invalid-operations' | 'too-large';
+export type ResumeErrorCode = 'unsupported-version' | 'too-large';
+
+// --- admission ------------------------------------------------------------------------------
+
+/** The kind of work an admission request is. */
+export type AdmissionClass = 'call' | 'request' | 'control' | 'reentrant';
+
+/** A binding's policy: `maxConcurrent` requests over every class (0 is taken as 1), tool calls
+ * one at a time unless `allowParallel`. */
+export interface AdmissionConfig {
+  maxConcurrent: number;
+  allowParallel: boolean;
+}
+
+export type AdmissionErrorCode =
+  | 'shutdown'
+  | 'duplicate-request'
+  | 'unknown-request'
+  | 'invalid-id'
+  | 'invalid-parent'
+  | 'would-deadlock'
+  | 'not-admitted'
+  | 'not-queued'
+  | 'too-many';
+
+/** What `shutdown` reports: in-flight requests to cancel (each still needs its `end`) and the
+ * requests it refused (their tickets are retired). */
+export interface ShutdownReport {
+  cancel: BigUint64Array;
+  refused: BigUint64Array;
+}

@@ -1,0 +1,145 @@
+// `Admission.acquire`: failure paths first (abort and timeout while queued abandon and consume
+// nothing, time queued counts against timeoutMs, shutdown rejects waiters and aborts permits,
+// would-deadlock, double release), then the happy path and the synchronous API next to it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { AdmissionError, Permit, ShutdownError, Turnstile } from '../dist/index.js';
+
+async function controller(config = { maxConcurrent: 1, allowParallel: false }) {
+  const t = await Turnstile.load();
+  return t.admission(config);
+}
+
+test('an abort while queued rejects with the signal\'s reason, abandons the request and consumes nothing', { timeout: 10_000 }, async () => {
+  const adm = await controller();
+  const holder = await adm.acquire('call');
+  const c = new AbortController();
+  const waiting = adm.acquire('call', { signal: c.signal, id: 'waiter' });
+  const behind = adm.acquire('call', { id: 'behind' });
+  await sleep(2);
+  c.abort(new Error('user pressed stop'));
+  await assert.rejects(waiting, /user pressed stop/);
+  holder.release();
+  // The abandoned request took nothing: the next in line gets the slot.
+  const next = await behind;
+  assert.equal(next.id, 'behind');
+  assert.equal(adm.inFlight(), 1);
+  next.release();
+  assert.equal(adm.inFlight(), 0);
+  // The abandoned id is free again.
+  (await adm.acquire('call', { id: 'waiter' })).release();
+});
+
+test('an already aborted signal rejects at once without a request', { timeout: 10_000 }, async () => {
+  const adm = await controller();
+  await assert.rejects(adm.acquire('call', { signal: AbortSignal.abort(new Error('gone')) }), /gone/);
+  assert.equal(adm.inFlight(), 0);
+  (await adm.acquire('call')).release();
+});
+
+test('time queued counts against timeoutMs: a TimeoutError DOMException, the request abandoned', { timeout: 10_000 }, async () => {
+  const adm = await controller();
+  const holder = await adm.acquire('call');
+  const started = performance.now();
+  await assert.rejects(adm.acquire('call', { timeoutMs: 20 }), (e) => e instanceof DOMException && e.name === 'TimeoutError');
+  assert.ok(performance.now() - started >= 15);
+  holder.release();
+  assert.equal(adm.inFlight(), 0);
+  // Admitted in time: the timer is cleared, the permit lives on past the deadline.
+  const quick = await adm.acquire('call', { timeoutMs: 20 });
+  await sleep(30);
+  assert.equal(quick.signal.aborted, false);
+  quick.release();
+});
+
+test('shutdown rejects every waiter with ShutdownError and aborts the permits in flight', { timeout: 10_000 }, async () => {
+  const adm = await controller({ maxConcurrent: 2, allowParallel: false });
+  const call = await adm.acquire('call');
+  const request = await adm.acquire('request');
+  const queuedCall = adm.acquire('call');
+  const queuedRequest = adm.acquire('request');
+  await sleep(1);
+  const report = adm.shutdown();
+  await assert.rejects(queuedCall, (e) => e instanceof ShutdownError && e instanceof AdmissionError && e.code === 'shutdown');
+  await assert.rejects(queuedRequest, ShutdownError);
+  assert.equal(call.signal.aborted, true);
+  assert.ok(call.signal.reason instanceof ShutdownError);
+  assert.equal(request.signal.aborted, true);
+  assert.deepEqual([...report.cancel].sort(), [call.ticket, request.ticket].sort());
+  assert.equal(report.refused.length, 2);
+  // In-flight permits still release; later acquires reject at once.
+  call.release();
+  request.release();
+  assert.equal(adm.inFlight(), 0);
+  await assert.rejects(adm.acquire('call'), ShutdownError);
+  assert.throws(() => adm.begin('late', 'call'), ShutdownError);
+});
+
+test('refusals: would-deadlock, invalid parent, duplicate id; double release is harmless', { timeout: 10_000 }, async () => {
+  const adm = await controller({ maxConcurrent: 1, allowParallel: false });
+  const outer = await adm.acquire('call', { id: 'outer' });
+  await assert.rejects(adm.acquire('reentrant', { parent: outer }), (e) => e instanceof AdmissionError && e.code === 'would-deadlock');
+  await assert.rejects(adm.acquire('reentrant'), (e) => e.code === 'invalid-parent');
+  await assert.rejects(adm.acquire('request', { id: 'outer' }), (e) => e.code === 'duplicate-request');
+  outer.release();
+  outer.release();
+  outer[Symbol.dispose]();
+  assert.equal(outer.released, true);
+  assert.equal(adm.inFlight(), 0);
+});
+
+test('a re-entrant call descends from its parent permit; permits are disposable', { timeout: 10_000 }, async () => {
+  const adm = await controller({ maxConcurrent: 2, allowParallel: false });
+  const outer = await adm.acquire('call');
+  const inner = await adm.acquire('reentrant', { parent: outer });
+  assert.ok(inner instanceof Permit);
+  assert.equal(inner.class, 'reentrant');
+  assert.equal(adm.inFlight(), 2);
+  inner[Symbol.dispose]();
+  outer[Symbol.dispose]();
+  assert.equal(adm.inFlight(), 0);
+});
+
+test('waiters are admitted first come, first served, each as a slot frees', { timeout: 10_000 }, async () => {
+  const adm = await controller({ maxConcurrent: 1, allowParallel: true });
+  const order = [];
+  const work = async (id) => {
+    const permit = await adm.acquire('request', { id });
+    order.push(`start ${id}`);
+    await sleep(2);
+    order.push(`end ${id}`);
+    permit.release();
+  };
+  await Promise.all(['a', 'b', 'c'].map(work));
+  assert.deepEqual(order, ['start a', 'end a', 'start b', 'end b', 'start c', 'end c']);
+});
+
+test('the synchronous API next to acquire: nextAdmissions returns only begin\'s tickets', { timeout: 10_000 }, async () => {
+  const adm = await controller({ maxConcurrent: 1, allowParallel: true });
+  const t1 = adm.begin('sync-1', 'request');
+  const waiting = adm.acquire('request', { id: 'async-1' });
+  const t2 = adm.begin('sync-2', 'request');
+  assert.deepEqual([...adm.nextAdmissions()], [t1]);
+  adm.end(t1);
+  const permit = await waiting;
+  assert.equal(permit.id, 'async-1');
+  assert.deepEqual([...adm.nextAdmissions()], []);
+  // A permit's ticket is not the synchronous API's to end.
+  assert.throws(() => adm.end(permit.ticket), AdmissionError);
+  permit.release();
+  assert.deepEqual([...adm.nextAdmissions()], [t2]);
+  adm.end(t2);
+  assert.equal(adm.inFlight(), 0);
+});
+
+test('dispose shuts the controller down: waiters reject, permits abort', { timeout: 10_000 }, async () => {
+  const adm = await controller();
+  const held = await adm.acquire('call');
+  const waiting = adm.acquire('call');
+  adm.dispose();
+  await assert.rejects(waiting, ShutdownError);
+  assert.equal(held.signal.aborted, true);
+  held.release();
+  adm.dispose();
+});

@@ -1,0 +1,87 @@
+// Config layers as TOML text or plain objects of the same shape: wrong shapes first (never an
+// empty policy), then objects that resolve like their TOML, diagnostics that still name key paths,
+// tools and the layer, and spans into the generated text.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ConfigError, Turnstile, TurnstileError } from '../dist/index.js';
+
+const TOML = `
+[conversation.tools.github_issues]
+concurrency = { key = "github", limit = 4 }
+[conversation.tools.github_pulls]
+concurrency = { key = "github", limit = 4 }
+[conversation.tools.fs_delete_file]
+concurrency = 1
+fan_out = { on_error = "stop" }
+`;
+const OBJECT = {
+  conversation: {
+    tools: {
+      github_issues: { concurrency: { key: 'github', limit: 4 } },
+      github_pulls: { concurrency: { key: 'github', limit: 4 } },
+      fs_delete_file: { concurrency: 1, fan_out: { on_error: 'stop' } },
+    },
+  },
+};
+
+test('wrong shapes are TypeErrors naming what is wrong, never an empty policy', async () => {
+  const t = await Turnstile.load();
+  for (const [bad, mention] of [
+    [{ user: TOML }, 'layers must be an array'],
+    [TOML, 'layers must be an array'],
+    [42, 'layers must be an array'],
+    [[42], 'layers[0]'],
+    [[TOML, null], 'layers[1]'],
+    [[{ name: 'x', text: 1 }], 'layers[0].text'],
+    [[{ name: 'x', value: 'not an object' }], 'layers[0].value'],
+    [[{ conversation: { tools: { t: { concurrency: Symbol('x') } } } }], 'layers[0].conversation.tools.t.concurrency'],
+    [[{ conversation: { tools: { t: { run: null } } } }], 'layers[0].conversation.tools.t.run'],
+  ]) {
+    assert.throws(() => t.resolve(bad), (e) => e instanceof TypeError && e.message.includes(mention), `${mention}`);
+  }
+});
+
+test('a plain object resolves exactly like its TOML', async () => {
+  const t = await Turnstile.load();
+  const fromText = t.resolve([{ name: 'user.toml', text: TOML }]);
+  const fromObject = t.resolve([{ name: 'user', value: OBJECT }]);
+  const bare = t.resolve([OBJECT]);
+  assert.deepEqual(fromObject.tools(), fromText.tools());
+  assert.deepEqual(bare.tools(), fromText.tools());
+  assert.equal(fromObject.fingerprint(), fromText.fingerprint());
+  // Fields RFD 129 does not own are ignored, as in TOML; odd keys are quoted.
+  const rich = t.resolve([{ conversation: { tools: { 'a.b': { concurrency: 2, source: 'mcp', parameters: [{ name: 'x', 'needs "quotes"': true }], created: new Date(0) } } }, assistant: { model: 'm' } }]);
+  assert.deepEqual(rich.tools(), [{ name: 'a.b', concurrency: { key: 'a.b', limit: 2 }, fanOut: false, onError: 'continue' }]);
+});
+
+test('text and objects mix, lowest precedence first; a later object lifts a limit', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([TOML, { conversation: { tools: { fs_delete_file: { concurrency: 0, fan_out: false } } } }]);
+  assert.equal(policy.tool('fs_delete_file').concurrency, undefined);
+  assert.equal(policy.tool('github_pulls').concurrency.limit, 4);
+});
+
+test('diagnostics of an object layer name the key path, the tools and the layer; spans point into the generated TOML', async () => {
+  const t = await Turnstile.load();
+  const conflicting = { conversation: { tools: { github_issues: { concurrency: { key: 'github', limit: 4 } }, github_pulls: { concurrency: { key: 'github', limit: 2 } }, bad: { concurrency: 'two' } } } };
+  let error;
+  assert.throws(
+    () => t.resolve([{ name: 'plugin', value: conflicting }]),
+    (e) => {
+      error = e;
+      return e instanceof ConfigError && e instanceof TurnstileError && e.code === 'invalid-config';
+    },
+  );
+  const byCode = Object.fromEntries(error.diagnostics.map((d) => [d.code, d]));
+  assert.deepEqual(Object.keys(byCode).sort(), ['concurrency-limit-conflict', 'concurrency-type']);
+  const conflict = byCode['concurrency-limit-conflict'];
+  assert.deepEqual(conflict.tools, ['github_issues', 'github_pulls']);
+  assert.equal(conflict.labels[0].span.layerName, 'plugin');
+  assert.ok(conflict.rendered.includes('concurrency = { key = "github", limit = 2 }'), conflict.rendered);
+  const type = byCode['concurrency-type'];
+  assert.deepEqual(type.path, ['conversation', 'tools', 'bad', 'concurrency']);
+  assert.ok(type.rendered.includes('--> plugin:'), type.rendered);
+  assert.ok(error.message.includes('error[concurrency-type]'));
+  // A bare object is named by its position.
+  assert.throws(() => t.resolve([{}, { conversation: { tools: { x: { concurrency: -1 } } } }]), (e) => e.diagnostics[0].labels[0].span.layerName === 'layer 2');
+});
