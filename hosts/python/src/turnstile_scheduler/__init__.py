@@ -3,7 +3,8 @@
 `Policy.resolve(layers)` turns config layers (TOML text or plain dicts) into a validated policy
 (or raises `ConfigError` with every diagnostic); `Driver(Scheduler(policy))` runs batches of
 tool calls under it with asyncio (`await driver.run(calls, execute)`); `Scheduler` is the
-sans-IO scheduler underneath (`submit`, then one `step` per round); `Admission` admits requests
+sans-IO scheduler underneath (`submit`, then one `step` per round); `Gate` batches the calls of
+frameworks that run tools themselves (`await gate.call(tool, call_id, run, *args)`); `Admission` admits requests
 on one shared MCP connection (`async with admission.slot("call") as permit:`).
 
 Every argument is checked before it crosses into the component (TypeError / ValueError naming
@@ -19,6 +20,7 @@ from ._component import Instance
 from .admission import Admission, Permit, Slot
 from .config import Layer, Policy
 from .driver import Driver, Execution, run_batch
+from .gate import CallSettledError, Gate, settled_text
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
 from .errors import (
     AdmissionError,
@@ -81,6 +83,7 @@ __all__ = [
     "Behind",
     "Call",
     "CallOutcome",
+    "CallSettledError",
     "ConfigError",
     "Diagnostic",
     "DisposedError",
@@ -89,6 +92,7 @@ __all__ = [
     "EntryState",
     "EntryStatus",
     "Execution",
+    "Gate",
     "HostSettle",
     "InputErrorCode",
     "InputKind",
@@ -131,4 +135,5 @@ __all__ = [
     "UnrestoredCode",
     "Wait",
     "run_batch",
+    "settled_text",
 ]

@@ -129,7 +129,7 @@ Execute = Callable[[Execution], Awaitable[Any]]
 class _Batch:
     __slots__ = (
         "driver", "batch", "first", "calls", "labels", "call_of", "ops", "execute", "outcomes", "tasks",
-        "asking", "expired", "finished", "cancelled", "count", "since", "timers", "begun",
+        "asking", "expired", "finished", "cancelled", "count", "since", "timers", "begun", "on_settled",
     )
 
     def __init__(self, driver: "Driver", batch: int, first: int, calls: list[Call], execute: Execute) -> None:
@@ -165,6 +165,13 @@ class _Batch:
         # Resolved when the batch retires; an exception when it must fail (refused input, trap).
         self.finished: asyncio.Future[None] = driver._loop.create_future()  # type: ignore[union-attr]
         self.cancelled = False
+        # Told of each entry the moment it is settled (the gate resolves that call's awaitable).
+        self.on_settled: Optional[Callable[[int, EntryOutcome], None]] = None
+
+    def settle(self, i: int, outcome: EntryOutcome) -> None:
+        self.outcomes[i] = outcome
+        if self.on_settled is not None:
+            self.on_settled(i, outcome)
 
     def fail(self, error: BaseException) -> None:
         if not self.finished.done():
@@ -277,6 +284,17 @@ class Driver:
         b = _Batch(self, batch, first, calls, execute)
         self._add(b)
         return await self._drive(b, decide, range(b.count))
+
+    def _submit(self, calls: list[Call], execute: Execute, on_settled: Callable[[int, EntryOutcome], None]) -> _Batch:
+        """For the gate: submits a batch (raising SubmitError at once) whose settled entries are
+        reported to `on_settled(index, outcome)` as they are settled; `_drive` runs it."""
+        self._check_open()
+        ids, tools, operations = pack_calls(calls)
+        batch, first, _count = self._step_submit(ids, tools, operations)
+        b = _Batch(self, batch, first, calls, execute)
+        b.on_settled = on_settled
+        self._add(b)
+        return b
 
     def restored(self) -> list[int]:
         """The live batches of the scheduler no `run` or `run_restored` drives (after
@@ -532,13 +550,13 @@ class Driver:
             if (_SETTLE, i) not in refused:
                 b = owner.get(entry)
                 if b is not None:
-                    self._record(b, entry - b.first, EntryOutcome(entry, b.labels[entry - b.first], SETTLED, reason=_REASONS[how]))
+                    b.settle(entry - b.first, EntryOutcome(entry, b.labels[entry - b.first], SETTLED, reason=_REASONS[how]))
         if settled:
             for s in settled:
                 b = owner.get(s.entry)
                 if b is not None:
                     i = s.entry - b.first
-                    self._record(b, i, EntryOutcome(s.entry, b.labels[i], SETTLED, reason=_lift_reason(s.reason)))
+                    b.settle(i, EntryOutcome(s.entry, b.labels[i], SETTLED, reason=_lift_reason(s.reason)))
         for entry in start:
             b = owner.get(entry)
             if b is not None:
@@ -550,15 +568,11 @@ class Driver:
                 if not b.finished.done():
                     b.finished.set_result(None)
 
-    @staticmethod
-    def _record(b: _Batch, i: int, outcome: EntryOutcome) -> None:
-        b.outcomes[i] = outcome
-
     def _start(self, b: _Batch, i: int) -> None:
         entry = b.first + i
         if b.cancelled:
             # Released in the step that also carried its batch's cancellation: it never runs.
-            b.outcomes[i] = EntryOutcome(entry, b.labels[i], SETTLED, reason=_CANCELLED_REASON)
+            b.settle(i, EntryOutcome(entry, b.labels[i], SETTLED, reason=_CANCELLED_REASON))
             self._queue(_FAILED, entry, b)
             return
         x = Execution(entry, b.labels[i], b.call_of[i], b.ops[i], b, i)
@@ -588,7 +602,7 @@ class Driver:
                 close = getattr(awaitable, "close", None)
                 if close is not None:
                     close()
-                b.outcomes[i] = EntryOutcome(entry, label, SETTLED, reason=_CANCELLED_REASON)
+                b.settle(i, EntryOutcome(entry, label, SETTLED, reason=_CANCELLED_REASON))
                 self._queue(_FAILED, entry, b)
                 return
             b.begun.add(i)

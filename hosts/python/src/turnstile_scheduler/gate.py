@@ -1,0 +1,326 @@
+"""The gate: Turnstile for frameworks that run tools themselves (pydantic-ai, an MCP client, any
+loop that starts one task per tool call and gives no batch boundary).
+
+```python
+gate = Gate(policy)                                    # or Gate(scheduler) / Gate(driver)
+result = await gate.call("rfd_draft", "toolu_01", draft_rfd, title="x")   # draft_rfd(title="x")
+```
+
+`await gate.call(tool, call_id, run, *args, **kwargs)` waits until the scheduler releases the
+call, then awaits `run(*args, **kwargs)` **in the caller's own task** (its contextvars, its
+cancel scopes, its traceback) and returns what it returns. The types follow `run`
+(`ParamSpec` and a `TypeVar`), so a checker sees the arguments and the result.
+
+What forms a batch. The gate relies on one thing: calls that arrive in the same event-loop
+turn belong together, in arrival order. The first call of a turn schedules a flush with
+`loop.call_soon`; every call that arrives before that callback runs (every task step that was
+already queued, in the order the loop runs them) joins the batch. A framework that starts one
+task per tool call of a response in written order, in one go (`asyncio.gather`, `create_task`
+in a loop, an anyio task group), and reaches `gate.call` without suspending on the way, thus
+submits the calls of one response as one batch in the order the model wrote them. A call that
+arrives in a later turn is a batch of its own: still limited, still behind earlier batches
+of its key, but the scheduler does not wait for it before starting the others. The
+integrations test this assumption against the framework itself.
+
+Each call settles on its own entry: `gate.call` returns when ITS run ends, not when the
+batch ends. A call the scheduler settles raises `CallSettledError` (a `TurnstileError`)
+carrying the `Reason`; its `str()` is the truthful text for the model (`settled_text`). A
+`run` that raises fails only its call (the exception propagates from `gate.call`; the slot is
+free at once). Cancelling the task awaiting `gate.call` cancels that call: queued, it is
+withdrawn and, when the scheduler releases it, ends at once without running (its key moves
+on); running, `run` is cancelled with the task. When every call of a batch was withdrawn,
+the batch is cancelled. `execution_timeout` (the driver's) cancels a run that takes too long:
+`gate.call` raises TimeoutError. `close()` cancels every batch: queued calls raise
+`CallSettledError` (cancelled), running ones are cancelled and raise `DisposedError`.
+
+Fan-out: one `gate.call` is one plain call (one entry). Frameworks hand over one function per
+tool call, so the gate never submits fan-out envelopes; a host that splits a call into
+operations uses `Driver.run` with `Call(id, tool, operations=n)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, Optional, ParamSpec, TypeVar, Union
+
+from . import _check
+from .config import Policy
+from .driver import Decide, Driver, Execution, _Batch
+from .errors import DisposedError, TurnstileError
+from .outcomes import EntryOutcome
+from .scheduler import Scheduler
+from .types import Call, Reason, ReasonKind
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_TEXTS = {
+    ReasonKind.REJECTED: "not run: the user rejected this call",
+    ReasonKind.SKIPPED: "not run: this call was skipped",
+    ReasonKind.FAILED: "not run: this call failed before it could start",
+    ReasonKind.CANCELLED: "not run: the batch was cancelled",
+    ReasonKind.INTERRUPTED: "not run again: it was running when the host stopped, and its result is unknown",
+}
+
+
+def settled_text(reason: Reason) -> str:
+    """The truthful text for the model about a call the scheduler settled (the JavaScript
+    package uses the same texts)."""
+    if reason.kind is ReasonKind.STOPPED:
+        return (
+            f"not run: operation #{reason.after} of this call failed, and this tool stops at its first failed operation"
+        )
+    return _TEXTS[reason.kind]
+
+
+class CallSettledError(TurnstileError):
+    """The scheduler settled this call instead of running it (or stopped it being needed).
+    `code` is the `ReasonKind`, `reason` the `Reason`; `str(error)` is exactly the text for
+    the model (`settled_text(reason)`)."""
+
+    code: ReasonKind
+
+    def __init__(self, call_id: str, tool: str, reason: Reason) -> None:
+        super().__init__(reason.kind, settled_text(reason))
+        self.reason = reason
+        self.call_id = call_id
+        self.tool = tool
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _Pending:
+    """One `gate.call` on its way: `go` resolves when its entry starts (or raises when it is
+    settled); `done` carries its run's end back to the driver's execution."""
+
+    __slots__ = ("tool", "call_id", "go", "done", "task", "why", "withdrawn")
+
+    def __init__(self, tool: str, call_id: str, go: "asyncio.Future[None]", task: Optional["asyncio.Task[Any]"]) -> None:
+        self.tool = tool
+        self.call_id = call_id
+        self.go = go
+        self.done: Optional[asyncio.Future[Any]] = None
+        self.task = task
+        self.why: Optional[str] = None  # "timeout" or "closed" once the gate cancelled the run
+        self.withdrawn = False
+
+
+class _GateBatch:
+    __slots__ = ("pending", "batch", "task")
+
+    def __init__(self, pending: list[_Pending]) -> None:
+        self.pending = pending
+        self.batch: Optional[_Batch] = None
+        self.task: Optional[asyncio.Task[Any]] = None
+
+
+class Gate:
+    """Batches the calls a framework starts itself (see the module doc). `target` is a
+    `Policy` (the gate makes and owns a scheduler and driver), a `Scheduler` (its driver, made
+    on first use) or a `Driver`. `decide(label, call)` is the driver's (approve by default);
+    `execution_timeout` only applies when the gate makes the driver."""
+
+    def __init__(
+        self,
+        target: Union[Policy, Scheduler, Driver],
+        *,
+        decide: Optional[Decide] = None,
+        execution_timeout: Optional[float] = None,
+    ) -> None:
+        if decide is not None and not callable(decide):
+            raise TypeError(f"decide must be callable, not {type(decide).__name__}")
+        self._owns = False
+        if isinstance(target, Driver):
+            self.driver = target
+        elif isinstance(target, Scheduler):
+            self.driver = Driver.of(target)
+        elif isinstance(target, Policy):
+            self.driver = Driver(Scheduler(target), execution_timeout=execution_timeout, owns_scheduler=True)
+            self._owns = True
+        else:
+            raise TypeError(f"target must be a Policy, Scheduler or Driver, not {type(target).__name__}")
+        if execution_timeout is not None and not self._owns:
+            raise ValueError("execution_timeout is the driver's: set it on the Driver you pass")
+        self._decide = decide
+        self._arriving: list[_Pending] = []
+        self._batches: set[_GateBatch] = set()
+        self._closed = False
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.driver.scheduler
+
+    async def call(self, tool: str, call_id: str, run: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Runs `run(*args, **kwargs)` as the call `call_id` of `tool` once the scheduler
+        releases it, in this task, and returns its result. Raises `CallSettledError` when the
+        scheduler settles the call, `SubmitError` when its batch is refused (a call id already
+        live), TimeoutError past the driver's `execution_timeout`, `DisposedError` after
+        `close()`, and whatever `run` raises."""
+        tool = _check.string(tool, "tool")
+        call_id = _check.string(call_id, "call_id")
+        if not callable(run):
+            raise TypeError(f"run must be callable, not {type(run).__name__}")
+        if self._closed:
+            raise DisposedError("the gate")
+        loop = asyncio.get_running_loop()
+        p = _Pending(tool, call_id, loop.create_future(), asyncio.current_task())
+        if not self._arriving:
+            loop.call_soon(self._flush)
+        self._arriving.append(p)
+        try:
+            await p.go
+        except asyncio.CancelledError:
+            self._withdraw(p)
+            raise
+        # Released: run it here, in the caller's task.
+        done = p.done
+        assert done is not None
+        try:
+            value = await run(*args, **kwargs)
+        except asyncio.CancelledError as e:
+            if not done.done():
+                done.cancel()
+            if p.why is not None and _only_ours(p.task):
+                if p.why == "timeout":
+                    raise TimeoutError(f"{call_id} ({tool}) ran past execution_timeout") from e
+                raise DisposedError("the gate") from e
+            raise
+        except BaseException as e:
+            if not done.done():
+                done.set_exception(e)
+            raise
+        if not done.done():
+            done.set_result(value)
+        return value
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Refuses new calls (`DisposedError`) and cancels every batch in flight: queued calls
+        raise `CallSettledError` (cancelled), running runs are cancelled. Closes the driver
+        when the gate made it. Closing twice is fine."""
+        if self._closed:
+            return
+        self._closed = True
+        for p in self._arriving:
+            if not p.go.done():
+                p.go.set_exception(DisposedError("the gate"))
+        self._arriving = []
+        for gb in list(self._batches):
+            if gb.task is not None:
+                gb.task.cancel()
+        if self._owns:
+            self.driver.close()
+
+    async def aclose(self) -> None:
+        """`close()`, then waits until every batch of the gate ended."""
+        tasks = [gb.task for gb in self._batches if gb.task is not None]
+        self.close()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> "Gate":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        arriving, self._arriving = self._arriving, []
+        pending = [p for p in arriving if not p.go.done()]
+        if not pending or self._closed:
+            return
+        gb = _GateBatch(pending)
+        calls = [Call(p.call_id, p.tool) for p in pending]
+
+        async def execute(x: Execution) -> Any:
+            return await self._execute(pending[x._index], x)
+
+        def on_settled(i: int, outcome: EntryOutcome) -> None:
+            p = pending[i]
+            if not p.go.done() and outcome.reason is not None:
+                p.go.set_exception(CallSettledError(p.call_id, p.tool, outcome.reason))
+
+        try:
+            gb.batch = self.driver._submit(calls, execute, on_settled)
+        except Exception as e:  # SubmitError, DisposedError: the whole batch is refused
+            for p in pending:
+                if not p.go.done():
+                    p.go.set_exception(e)
+            return
+        self._batches.add(gb)
+        gb.task = asyncio.get_running_loop().create_task(self._drive(gb))
+
+    async def _drive(self, gb: _GateBatch) -> None:
+        assert gb.batch is not None
+        error: Optional[BaseException] = None
+        cancelled = False
+        try:
+            await self.driver._drive(gb.batch, self._decide, range(gb.batch.count))
+        except asyncio.CancelledError:  # close(), or every waiter withdrew: the batch was cancelled
+            cancelled = True
+        except Exception as e:  # decide raised, a refused input, the driver closed
+            error = e
+        finally:
+            self._batches.discard(gb)
+            # Every call has its answer by now; one without (a failed batch) gets the error.
+            for p in gb.pending:
+                if not p.go.done():
+                    if cancelled or error is None:
+                        p.go.set_exception(CallSettledError(p.call_id, p.tool, Reason(ReasonKind.CANCELLED)))
+                    else:
+                        p.go.set_exception(error)
+
+    async def _execute(self, p: _Pending, x: Execution) -> Any:
+        """The driver's execution of one call: lets its waiter go and waits for its run's end."""
+        if p.withdrawn or p.go.done():
+            # Its waiter was cancelled while it was queued: it ends now without running.
+            raise asyncio.CancelledError()
+        done = p.done = asyncio.get_running_loop().create_future()
+        p.go.set_result(None)
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            if done.done():
+                raise
+            # The driver stops this execution: its timeout passed, or its batch was cancelled.
+            b = x._batch
+            p.why = "timeout" if x._index in b.expired and not b.cancelled else "closed"
+            if p.task is not None:
+                p.task.cancel()
+            try:
+                await asyncio.shield(done)
+            except BaseException:
+                pass
+            raise
+
+    def _withdraw(self, p: _Pending) -> None:
+        """The task awaiting `p` was cancelled."""
+        if p in self._arriving:
+            self._arriving.remove(p)
+            return
+        if p.done is not None:
+            # Released in the very turn its waiter was cancelled: it ends without running.
+            if not p.done.done():
+                p.done.cancel()
+            return
+        p.withdrawn = True
+        for gb in self._batches:
+            if p in gb.pending:
+                if gb.task is not None and all(q.withdrawn for q in gb.pending):
+                    gb.task.cancel()
+                break
+
+
+def _only_ours(task: Optional["asyncio.Task[Any]"]) -> bool:
+    """Whether the gate's cancellation is the only one pending on `task` (Python 3.11+ can
+    tell; before, the gate's is assumed)."""
+    uncancel = getattr(task, "uncancel", None)
+    return uncancel is None or uncancel() == 0

@@ -1,0 +1,87 @@
+"""pydantic-ai: a toolset wrapper that runs every tool call through a `Gate`
+(`pip install "turnstile-scheduler[pydantic-ai]"`).
+
+```python
+from turnstile_scheduler.pydantic_ai import limited
+
+agent = Agent(model, toolsets=[limited(my_toolset, policy)])
+```
+
+Every `call_tool` of the wrapped toolset becomes `gate.call(name, ctx.tool_call_id, ...)`:
+the call waits until the scheduler releases it, then the wrapped toolset runs it in
+pydantic-ai's own task. `name` is the name the wrapped toolset knows (the config's tool name);
+the call id is pydantic-ai's `tool_call_id`, unique among the calls in flight.
+
+A call the scheduler settles is answered with the truthful text (`settled_text`, e.g.
+"not run: the user rejected this call") as the tool's return, so the model reads why it did
+not run, the way pydantic-ai answers a denied call; `settled="raise"` raises
+`CallSettledError` instead. A tool that raises (ModelRetry, ApprovalRequired, any error) fails
+only its own call; pydantic-ai handles the exception as usual.
+
+What this relies on in pydantic-ai (checked by `tests/test_pydantic_ai.py`, so an upgrade
+that changes it fails a test instead of racing): the function tool calls of one model
+response are started as one task each, in the order the model wrote them, in one go, and each
+reaches `toolset.call_tool` without suspending on the way, so they all arrive in the same
+event-loop turn (pydantic-ai 2.x: `asyncio.create_task` per call of a segment in
+`_tool_execution`). Tools marked `sequential=True`, and `parallel_execution_mode("sequential")`,
+split a response into segments started one after another: each segment is then a batch of
+its own (still in written order per key). The next model response only comes after every
+call of this one ended, so each response is one batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union
+
+from pydantic_ai import RunContext
+from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+from .config import Policy
+from .driver import Decide, Driver
+from .gate import CallSettledError, Gate
+from .scheduler import Scheduler
+
+__all__ = ["LimitedToolset", "limited"]
+
+
+@dataclass
+class LimitedToolset(WrapperToolset[Any]):
+    """A `WrapperToolset` whose every tool call goes through `gate` (see the module doc)."""
+
+    gate: Gate = field(kw_only=True)
+    settled: Literal["return", "raise"] = field(default="return", kw_only=True)
+
+    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]) -> Any:
+        call_id = ctx.tool_call_id
+        if call_id is None:  # pydantic-ai always sets it for a model's tool call
+            raise ValueError(f"{name}: pydantic-ai gave no tool_call_id")
+        try:
+            return await self.gate.call(name, call_id, self.wrapped.call_tool, name, tool_args, ctx, tool)
+        except CallSettledError as e:
+            if self.settled == "raise":
+                raise
+            return str(e)
+
+
+def limited(
+    toolset: AbstractToolset[Any],
+    target: Union[Gate, Policy, Scheduler, Driver],
+    *,
+    decide: Optional[Decide] = None,
+    settled: Literal["return", "raise"] = "return",
+) -> LimitedToolset:
+    """`toolset`, limited: every tool call goes through a gate. `target` is a `Gate`, or what a
+    `Gate` is made from (a `Policy` makes a scheduler that every run of this toolset shares;
+    pass one gate per conversation to keep conversations apart). `decide` goes to a gate made
+    here."""
+    if settled not in ("return", "raise"):
+        raise ValueError(f"settled must be 'return' or 'raise', not {settled!r}")
+    if isinstance(target, Gate):
+        if decide is not None:
+            raise ValueError("decide belongs to the gate: pass it to Gate(...)")
+        gate = target
+    else:
+        gate = Gate(target, decide=decide)
+    return LimitedToolset(toolset, gate=gate, settled=settled)

@@ -1,0 +1,303 @@
+"""The gate (`Gate.call`): failure paths first (settled calls raise CallSettledError with the
+model's text, a run that raises fails only its call, cancelling a waiter withdraws its call and
+never hangs its key, a cancelled running call, close, timeouts, a refused batch), then what
+forms a batch (one loop turn, in arrival order) and per-call resolution."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from turnstile_scheduler import (
+    CallSettledError,
+    DisposedError,
+    Driver,
+    Gate,
+    Policy,
+    Reason,
+    ReasonKind,
+    Scheduler,
+    SubmitError,
+    TurnstileError,
+    settled_text,
+)
+
+CONFIG = """
+[conversation.tools.rfd_draft]
+concurrency = { key = "rfd" }
+[conversation.tools.rfd_renumber]
+concurrency = { key = "rfd" }
+[conversation.tools.github_issues]
+concurrency = { key = "github", limit = 2 }
+"""
+
+
+def policy() -> Policy:
+    return Policy.resolve([("test", CONFIG)])
+
+
+class Log:
+    """Records start and end of every run, and the peak in flight per tool key."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.running: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+
+    def tool(self, name: str, key: str, seconds: float = 0.01):
+        async def run(arg: str) -> str:
+            self.events.append(f"start {name} {arg}")
+            self.running[key] = self.running.get(key, 0) + 1
+            self.peak[key] = max(self.peak.get(key, 0), self.running[key])
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                self.running[key] -= 1
+                self.events.append(f"end {name} {arg}")
+            return f"{name}({arg})"
+
+        return run
+
+
+def test_the_texts_are_the_shared_ones() -> None:
+    assert settled_text(Reason(ReasonKind.REJECTED)) == "not run: the user rejected this call"
+    assert settled_text(Reason(ReasonKind.SKIPPED)) == "not run: this call was skipped"
+    assert settled_text(Reason(ReasonKind.FAILED)) == "not run: this call failed before it could start"
+    assert settled_text(Reason(ReasonKind.CANCELLED)) == "not run: the batch was cancelled"
+    assert settled_text(Reason(ReasonKind.STOPPED, 2)) == (
+        "not run: operation #2 of this call failed, and this tool stops at its first failed operation"
+    )
+    assert settled_text(Reason(ReasonKind.INTERRUPTED)) == (
+        "not run again: it was running when the host stopped, and its result is unknown"
+    )
+    e = CallSettledError("toolu_1", "rfd_draft", Reason(ReasonKind.REJECTED))
+    assert isinstance(e, TurnstileError) and e.code is ReasonKind.REJECTED
+    assert str(e) == "not run: the user rejected this call"
+
+
+def test_a_rejected_call_raises_at_once_and_the_others_run() -> None:
+    async def main():
+        log = Log()
+        decide = lambda label, call: "reject" if label == "b" else "approve"  # noqa: E731
+        async with Gate(policy(), decide=decide) as gate:
+            slow = log.tool("rfd_draft", "rfd", 0.05)
+            a = asyncio.ensure_future(gate.call("rfd_draft", "a", slow, "1"))
+            b = asyncio.ensure_future(gate.call("rfd_draft", "b", slow, "2"))
+            with pytest.raises(CallSettledError) as e:
+                await b
+            assert not a.done(), "the rejection is known before the batch ends"
+            assert e.value.reason == Reason(ReasonKind.REJECTED)
+            assert str(e.value) == "not run: the user rejected this call"
+            assert await a == "rfd_draft(1)"
+        assert log.events == ["start rfd_draft 1", "end rfd_draft 1"]
+
+    asyncio.run(main())
+
+
+def test_a_run_that_raises_fails_only_its_call_and_frees_the_key() -> None:
+    async def main():
+        log = Log()
+
+        async def broken(arg: str) -> str:
+            raise ValueError("boom")
+
+        async with Gate(policy()) as gate:
+            ok = log.tool("rfd_draft", "rfd")
+            results = await asyncio.gather(
+                gate.call("rfd_draft", "a", broken, "1"),
+                gate.call("rfd_renumber", "b", ok, "2"),
+                return_exceptions=True,
+            )
+        assert isinstance(results[0], ValueError) and str(results[0]) == "boom"
+        assert results[1] == "rfd_draft(2)"
+
+    asyncio.run(main())
+
+
+def test_cancelling_a_queued_call_withdraws_it_and_never_hangs_the_key() -> None:
+    async def main():
+        log = Log()
+        async with Gate(policy()) as gate:
+            run = log.tool("rfd_draft", "rfd", 0.03)
+            a = asyncio.ensure_future(gate.call("rfd_draft", "a", run, "1"))
+            b = asyncio.ensure_future(gate.call("rfd_draft", "b", run, "2"))
+            c = asyncio.ensure_future(gate.call("rfd_draft", "c", run, "3"))
+            await asyncio.sleep(0.01)  # a runs; b and c are parked behind it
+            b.cancel()
+            assert await a == "rfd_draft(1)"
+            assert await c == "rfd_draft(3)"
+            assert b.cancelled()
+            # A later batch on the same key still runs.
+            assert await gate.call("rfd_draft", "d", run, "4") == "rfd_draft(4)"
+        assert log.events == ["start rfd_draft 1", "end rfd_draft 1", "start rfd_draft 3", "end rfd_draft 3", "start rfd_draft 4", "end rfd_draft 4"]
+
+    asyncio.run(main())
+
+
+def test_cancelling_every_waiter_cancels_the_batch() -> None:
+    async def main():
+        gate = Gate(policy())
+        run = Log().tool("rfd_draft", "rfd", 10)
+        holder = asyncio.ensure_future(gate.call("rfd_draft", "x", run, "0"))
+        await asyncio.sleep(0.01)  # x holds the key for 10 s
+        a = asyncio.ensure_future(gate.call("rfd_draft", "a", run, "1"))
+        b = asyncio.ensure_future(gate.call("rfd_draft", "b", run, "2"))
+        await asyncio.sleep(0.01)  # a and b are parked behind x, in a batch of their own
+        assert len(gate._batches) == 2
+        a.cancel()
+        b.cancel()
+        await asyncio.gather(a, b, return_exceptions=True)
+        await asyncio.sleep(0.01)
+        assert len(gate._batches) == 1, "the withdrawn batch is cancelled, not left parked behind x"
+        assert [r.label for r in gate.driver.running()] == ["x"]
+        holder.cancel()
+        await gate.aclose()
+
+    asyncio.run(main())
+
+
+def test_cancelling_a_running_call_cancels_its_run() -> None:
+    async def main():
+        log = Log()
+        async with Gate(policy()) as gate:
+            slow = log.tool("rfd_draft", "rfd", 10)
+            fast = log.tool("rfd_draft", "rfd", 0.01)
+            a = asyncio.ensure_future(gate.call("rfd_draft", "a", slow, "1"))
+            b = asyncio.ensure_future(gate.call("rfd_draft", "b", fast, "2"))
+            await asyncio.sleep(0.02)
+            a.cancel()
+            assert await b == "rfd_draft(2)"
+            assert a.cancelled()
+        assert log.events == ["start rfd_draft 1", "end rfd_draft 1", "start rfd_draft 2", "end rfd_draft 2"]
+
+    asyncio.run(main())
+
+
+def test_close_cancels_queued_and_running_calls_and_refuses_new_ones() -> None:
+    async def main():
+        gate = Gate(policy())
+        run = Log().tool("rfd_draft", "rfd", 10)
+        a = asyncio.ensure_future(gate.call("rfd_draft", "a", run, "1"))
+        b = asyncio.ensure_future(gate.call("rfd_draft", "b", run, "2"))
+        await asyncio.sleep(0.01)
+        await gate.aclose()
+        ra, rb = await asyncio.gather(a, b, return_exceptions=True)
+        assert isinstance(ra, DisposedError)  # it was running
+        assert isinstance(rb, CallSettledError) and str(rb) == "not run: the batch was cancelled"
+        with pytest.raises(DisposedError):
+            await gate.call("rfd_draft", "c", run, "3")
+
+    asyncio.run(main())
+
+
+def test_a_run_past_the_execution_timeout_raises_timeout_error() -> None:
+    async def main():
+        log = Log()
+        async with Gate(policy(), execution_timeout=0.02) as gate:
+            slow = log.tool("rfd_draft", "rfd", 10)
+            fast = log.tool("rfd_draft", "rfd", 0.001)
+            ra, rb = await asyncio.gather(
+                gate.call("rfd_draft", "a", slow, "1"), gate.call("rfd_draft", "b", fast, "2"), return_exceptions=True
+            )
+        assert isinstance(ra, TimeoutError)
+        assert rb == "rfd_draft(2)"
+
+    asyncio.run(main())
+
+
+def test_a_refused_batch_raises_submit_error_in_each_call() -> None:
+    async def main():
+        async with Gate(policy()) as gate:
+            run = Log().tool("rfd_draft", "rfd")
+            results = await asyncio.gather(
+                gate.call("rfd_draft", "same", run, "1"), gate.call("rfd_draft", "same", run, "2"), return_exceptions=True
+            )
+        assert all(isinstance(r, SubmitError) for r in results)
+
+    asyncio.run(main())
+
+
+def test_wrong_arguments_raise_before_anything_is_queued() -> None:
+    async def main():
+        async with Gate(policy()) as gate:
+            with pytest.raises(TypeError):
+                await gate.call("rfd_draft", 1, Log().tool("x", "x"), "1")  # type: ignore[arg-type]
+            with pytest.raises(TypeError):
+                await gate.call("rfd_draft", "a", "not callable")  # type: ignore[arg-type]
+            assert gate._arriving == []
+
+    with pytest.raises(TypeError):
+        Gate("not a policy")  # type: ignore[arg-type]
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# What forms a batch, and when each call resolves
+
+
+def test_calls_of_one_turn_form_one_batch_in_arrival_order() -> None:
+    async def main():
+        log = Log()
+        sched = Scheduler(policy())
+        submitted: list[list[str]] = []
+        driver = Driver(sched)
+        submit = driver._submit
+
+        def recording(calls, execute, on_settled):
+            submitted.append([c.id for c in calls])
+            return submit(calls, execute, on_settled)
+
+        driver._submit = recording  # type: ignore[method-assign]
+        gate = Gate(driver)
+        draft, renumber = log.tool("rfd_draft", "rfd"), log.tool("rfd_renumber", "rfd")
+        await asyncio.gather(
+            gate.call("rfd_renumber", "r1", renumber, "1"),
+            gate.call("rfd_draft", "d1", draft, "1"),
+            gate.call("rfd_renumber", "r2", renumber, "2"),
+        )
+        await gate.call("rfd_draft", "d2", draft, "2")  # a later turn: a batch of its own
+        assert submitted == [["r1", "d1", "r2"], ["d2"]]
+        assert [e for e in log.events if e.startswith("start")] == [
+            "start rfd_renumber 1",
+            "start rfd_draft 1",
+            "start rfd_renumber 2",
+            "start rfd_draft 2",
+        ]
+        assert log.peak == {"rfd": 1}
+        await gate.aclose()
+        driver.close()
+
+    asyncio.run(main())
+
+
+def test_each_call_resolves_when_its_own_entry_ends() -> None:
+    async def main():
+        log = Log()
+        async with Gate(policy()) as gate:
+            quick = log.tool("github_issues", "github", 0.001)
+            slow = log.tool("github_issues", "github", 0.2)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            a = asyncio.ensure_future(gate.call("github_issues", "a", slow, "1"))
+            b = asyncio.ensure_future(gate.call("github_issues", "b", quick, "2"))
+            assert await b == "github_issues(2)"
+            assert not a.done(), "b resolved before its batch ended"
+            await a
+        assert log.peak == {"github": 2}
+
+    asyncio.run(main())
+
+
+def test_a_key_shared_across_tools_keeps_its_limit_and_written_order() -> None:
+    async def main():
+        log = Log()
+        async with Gate(policy()) as gate:
+            issues = log.tool("github_issues", "github", 0.005)
+            draft = log.tool("rfd_draft", "rfd", 0.005)
+            await asyncio.gather(*(gate.call("github_issues", f"g{i}", issues, str(i)) for i in range(6)),
+                                 *(gate.call("rfd_draft", f"r{i}", draft, str(i)) for i in range(3)))
+        assert log.peak == {"github": 2, "rfd": 1}
+        assert [e for e in log.events if e.startswith("start rfd")] == [f"start rfd_draft {i}" for i in range(3)]
+
+    asyncio.run(main())

@@ -1,0 +1,215 @@
+"""The MCP Python SDK through `turnstile_scheduler.mcp.AdmittedClientSession`, against a real
+MCP server over stdio (`mcp_server/server.py`, written with the SDK's server API) that records
+overlapping calls and fails a tool call that overlaps another on a serialized binding.
+Failure paths first: the race without admission, closing with work queued and in flight, time
+queued counting against a request's timeout, a sampling chain deeper than the budget; then the
+serialized binding, `allow_parallel` with a budget, the method table, and a nested sampling
+chain that does not deadlock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.shared.exceptions import MCPError
+
+from turnstile_scheduler import AdmissionClass, ShutdownError
+from turnstile_scheduler.mcp import METHOD_CLASS, AdmittedClientSession
+
+SERVER = Path(__file__).parent / "mcp_server" / "server.py"
+HANG_GUARD_S = 30  # only so that a deadlock fails the test instead of hanging CI
+
+
+def run(mode: str, body: Callable[[Any], Awaitable[Any]], session_class: type = AdmittedClientSession, **kwargs: Any) -> Any:
+    """Starts the server in `mode`, opens a session of `session_class` over stdio, runs `body`."""
+
+    async def main() -> Any:
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER), mode])
+        async with stdio_client(params) as (read, write):
+            async with session_class(read, write, **kwargs) as session:
+                await session.initialize()
+                return await asyncio.wait_for(body(session), HANG_GUARD_S)
+
+    return asyncio.run(main())
+
+
+async def stats(session: Any) -> dict[str, Any]:
+    result = await session.read_resource("test://stats")
+    return json.loads(result.contents[0].text)
+
+
+def text(result: types.CallToolResult) -> str:
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+def nesting_callback(box: dict[str, Any]):
+    """A sampling callback that answers "depth d" by calling `nest(d)` on the same session."""
+
+    async def callback(ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        depth = int(params.messages[0].content.text)  # type: ignore[union-attr]
+        result = await box["session"].call_tool("nest", {"depth": depth})
+        answer = text(result) if not result.is_error else f"error: {text(result)}"
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=answer), model="m")
+
+    return callback
+
+
+# ---------------------------------------------------------------------------------------------
+# Failure paths
+
+
+def test_without_admission_tool_calls_overlap_and_the_serialized_server_fails_them() -> None:
+    async def body(session: Any) -> None:
+        results = await asyncio.gather(*(session.call_tool("work", {"label": f"w{i}"}) for i in range(4)))
+        assert sum(r.is_error for r in results) == 3
+        assert (await stats(session))["overlaps"] == 3
+
+    run("serialized", body, session_class=ClientSession)
+
+
+def test_closing_refuses_new_work_and_cancels_queued_and_in_flight_requests() -> None:
+    async def body(session: AdmittedClientSession) -> None:
+        tasks = [asyncio.ensure_future(session.call_tool("work", {"label": f"w{i}", "seconds": 30})) for i in range(3)]
+        await asyncio.sleep(0.3)  # w0 runs on the server, w1 and w2 are queued
+        assert session.admission.in_flight() == 1
+        session.shutdown()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(r, ShutdownError) for r in results), results
+        with pytest.raises(ShutdownError):
+            await session.call_tool("work", {"label": "late"})
+        with pytest.raises(ShutdownError):
+            await session.send_ping()
+
+    run("serialized", body)
+
+
+def test_leaving_the_session_shuts_admission_down() -> None:
+    box: dict[str, Any] = {}
+
+    async def body(session: AdmittedClientSession) -> None:
+        box["session"] = session
+
+    run("serialized", body)
+    assert box["session"].admission.closed
+
+
+def test_time_queued_counts_against_the_request_timeout() -> None:
+    async def body(session: AdmittedClientSession) -> None:
+        # Alone, 0.2 s of work fits a 0.6 s timeout.
+        assert text(await session.call_tool("work", {"label": "alone", "seconds": 0.2}, read_timeout_seconds=0.6)) == "done alone"
+        # Queued for 0.5 s behind another call, the same request has 0.1 s left: it times out.
+        first = asyncio.ensure_future(session.call_tool("work", {"label": "first", "seconds": 0.5}))
+        await asyncio.sleep(0.05)
+        with pytest.raises(MCPError) as e:
+            await session.call_tool("work", {"label": "queued", "seconds": 0.2}, read_timeout_seconds=0.6)
+        assert e.value.error.code == types.REQUEST_TIMEOUT
+        await first
+        # Queued past its whole timeout: it never reached the server and consumed nothing.
+        first = asyncio.ensure_future(session.call_tool("work", {"label": "first2", "seconds": 0.5}))
+        await asyncio.sleep(0.05)
+        with pytest.raises(MCPError) as e:
+            await session.call_tool("work", {"label": "never", "seconds": 0.1}, read_timeout_seconds=0.2)
+        assert "waiting for admission" in e.value.error.message
+        await first
+        log = (await stats(session))["log"]
+        assert "start never" not in log
+        assert session.admission.in_flight() == 0
+
+    run("serialized", body)
+
+
+def test_a_sampling_chain_deeper_than_the_budget_fails_at_once_instead_of_hanging() -> None:
+    box: dict[str, Any] = {}
+
+    async def body(session: AdmittedClientSession) -> None:
+        box["session"] = session
+        # nest3 -> nest2 -> nest1 hold the budget of 3; nest0 would wait on them forever. The
+        # callback's AdmissionError reaches the server as the sampling error, and back.
+        with pytest.raises(MCPError) as e:
+            await session.call_tool("nest", {"depth": 3})
+        assert "would-deadlock" in str(e.value)
+        assert session.admission.in_flight() == 0
+
+    run("serialized", body, sampling_callback=nesting_callback(box), max_concurrent=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# What admission guarantees
+
+
+def test_a_serialized_binding_never_overlaps_tool_calls() -> None:
+    async def body(session: AdmittedClientSession) -> None:
+        results = await asyncio.gather(*(session.call_tool("work", {"label": f"w{i}"}) for i in range(4)))
+        assert [text(r) for r in results] == [f"done w{i}" for i in range(4)]
+        s = await stats(session)
+        assert s["overlaps"] == 0 and s["peak_tools"] == 1
+        assert s["log"] == [f"{what} w{i}" for i in range(4) for what in ("start", "end")]
+
+    run("serialized", body)
+
+
+def test_allow_parallel_with_a_budget_never_exceeds_the_budget() -> None:
+    async def body(session: AdmittedClientSession) -> None:
+        work = [session.call_tool("work", {"label": f"w{i}"}) for i in range(6)]
+        reads = [session.read_resource(f"test://slow/r{i}") for i in range(3)]
+        prompts = [session.get_prompt("greet", {"name": f"p{i}"}) for i in range(2)]
+        await asyncio.gather(*work, *reads, *prompts)
+        s = await stats(session)
+        assert s["peak_requests"] == 2  # the budget, used and never exceeded
+        assert s["peak_tools"] == 2
+
+    run("parallel", body, max_concurrent=2, allow_parallel=True)
+
+
+def test_every_method_goes_through_admission_under_its_class() -> None:
+    seen: list[tuple[str, AdmissionClass]] = []
+
+    async def body(session: AdmittedClientSession) -> None:
+        slot = session.admission.slot
+
+        def recording(cls: Any, **kw: Any) -> Any:
+            seen.append((kw["id"].split(" #")[0], AdmissionClass(cls)))
+            return slot(cls, **kw)
+
+        session.admission.slot = recording  # type: ignore[method-assign]
+        await session.send_ping()
+        await session.list_tools()
+        await session.list_resources()
+        await session.list_prompts()
+        await session.call_tool("work", {"label": "w"})
+        await session.read_resource("test://slow/r")
+        await session.get_prompt("greet", {"name": "p"})
+
+    run("parallel", body)
+    assert seen == [
+        ("ping", AdmissionClass.CONTROL),
+        ("tools/list", AdmissionClass.CONTROL),
+        ("resources/list", AdmissionClass.CONTROL),
+        ("prompts/list", AdmissionClass.CONTROL),
+        ("tools/call", AdmissionClass.CALL),
+        ("resources/read", AdmissionClass.REQUEST),
+        ("prompts/get", AdmissionClass.REQUEST),
+    ]
+    assert all(METHOD_CLASS[m] is c for m, c in seen)
+
+
+def test_a_nested_sampling_chain_does_not_deadlock() -> None:
+    box: dict[str, Any] = {}
+
+    async def body(session: AdmittedClientSession) -> None:
+        box["session"] = session
+        # nest2 asks the client to sample; the callback calls nest1 on the same serialized
+        # session (re-entrant, parent nest2), which samples again and calls nest0.
+        result = await session.call_tool("nest", {"depth": 2})
+        assert not result.is_error, result
+        assert text(result) == "2>1>bottom"
+        s = await stats(session)
+        assert s["log"] == ["start nest2", "start nest1", "start nest0", "end nest0", "end nest1", "end nest2"]
+        assert session.admission.in_flight() == 0
+
+    run("serialized", body, sampling_callback=nesting_callback(box), max_concurrent=4)

@@ -1,0 +1,207 @@
+"""pydantic-ai through `turnstile_scheduler.pydantic_ai.limited`, driven by pydantic-ai's own
+`FunctionModel` emitting several tool calls in one response over several model turns, with
+tools that record their start and end. First the race without the wrapper (the renumber chain
+fails, two drafts take the same id), then the same run limited, a rejected call's text reaching
+the model, and the assumption the adapter rests on, tested directly."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.toolsets import FunctionToolset, WrapperToolset
+
+from turnstile_scheduler import Gate, Policy
+from turnstile_scheduler.pydantic_ai import LimitedToolset, limited
+
+CONFIG = """
+[conversation.tools.rfd_draft]
+concurrency = { key = "rfd" }
+[conversation.tools.rfd_renumber]
+concurrency = { key = "rfd" }
+[conversation.tools.github_issues]
+concurrency = { key = "github", limit = 2 }
+"""
+LIMITS = {"rfd": 1, "github": 2}
+KEY = {"rfd_draft": "rfd", "rfd_renumber": "rfd", "github_issues": "github", "read": "read"}
+
+
+class World:
+    """The tools' shared state, and a record of every start and end."""
+
+    def __init__(self) -> None:
+        self.rfds: dict[int, str] = {1: "existing"}
+        self.events: list[tuple[str, str, str]] = []  # (start|end, tool, call label)
+        self.running: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+
+    def toolset(self) -> FunctionToolset[Any]:
+        tools: FunctionToolset[Any] = FunctionToolset()
+        world = self
+
+        async def recorded(tool: str, label: str, seconds: float) -> None:
+            key = KEY[tool]
+            world.events.append(("start", tool, label))
+            world.running[key] = world.running.get(key, 0) + 1
+            world.peak[key] = max(world.peak.get(key, 0), world.running[key])
+            await asyncio.sleep(seconds)
+            world.running[key] -= 1
+
+        @tools.tool_plain
+        async def rfd_draft(title: str) -> int:
+            """Allocates the next RFD number (read, think, write: racy by nature)."""
+            number = max(world.rfds) + 1
+            await recorded("rfd_draft", title, 0.02)
+            world.rfds[number] = title
+            world.events.append(("end", "rfd_draft", title))
+            return number
+
+        @tools.tool_plain
+        async def rfd_renumber(old: int, new: int) -> str:
+            """Moves RFD `old` to `new`; `old` must exist and `new` be free."""
+            try:
+                if old not in world.rfds:
+                    raise ModelRetry(f"no RFD {old}")
+                if new in world.rfds:
+                    raise ModelRetry(f"RFD {new} exists")
+                await recorded("rfd_renumber", f"{old}->{new}", 0.01)
+                world.rfds[new] = world.rfds.pop(old)
+                return f"{old} is now {new}"
+            finally:
+                world.events.append(("end", "rfd_renumber", f"{old}->{new}"))
+
+        @tools.tool_plain
+        async def github_issues(n: int) -> str:
+            await recorded("github_issues", str(n), 0.01)
+            world.events.append(("end", "github_issues", str(n)))
+            return f"issue {n}"
+
+        @tools.tool_plain
+        async def read(path: str) -> str:
+            await recorded("read", path, 0.005)
+            world.events.append(("end", "read", path))
+            return f"contents of {path}"
+
+        return tools
+
+    def starts(self, tool_key: str) -> list[str]:
+        return [label for kind, tool, label in self.events if kind == "start" and KEY[tool] == tool_key]
+
+
+def call(tool: str, args: dict[str, Any], call_id: str) -> ToolCallPart:
+    return ToolCallPart(tool, args, tool_call_id=call_id)
+
+
+# Three model turns, each one response with several tool calls, then the answer. Each turn
+# asserts what the model received for the previous one.
+TURNS = [
+    [call("rfd_draft", {"title": "A"}, "d1"), call("read", {"path": "x"}, "x1"), call("rfd_draft", {"title": "B"}, "d2")],
+    [call("rfd_renumber", {"old": 2, "new": 5}, "r1"), call("rfd_renumber", {"old": 5, "new": 6}, "r2"),
+     call("rfd_renumber", {"old": 6, "new": 7}, "r3")],
+    [call("github_issues", {"n": i}, f"g{i}") for i in range(5)],
+]
+
+
+class Script:
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = len(self.received)
+        if turn > 0:
+            last = messages[-1]
+            assert isinstance(last, ModelRequest)
+            # A tool's return, or (ModelRetry) the retry text pydantic-ai sends back.
+            self.received.append({p.tool_call_id: p.content for p in last.parts if hasattr(p, "tool_call_id")})
+        else:
+            self.received.append({})
+        if turn < len(TURNS):
+            return ModelResponse(parts=list(TURNS[turn]))
+        return ModelResponse(parts=[TextPart("done")])
+
+
+def run_agent(toolset: Any) -> Script:
+    script = Script()
+    agent = Agent(FunctionModel(script), toolsets=[toolset], retries=5)
+    result = asyncio.run(agent.run("go"))
+    assert result.output == "done"
+    return script
+
+
+def test_without_the_wrapper_the_calls_race() -> None:
+    world = World()
+    script = run_agent(world.toolset())
+    drafts = script.received[1]
+    assert drafts["d1"] == drafts["d2"] == 2, "two drafts took the same id"
+    # The chain ran at once: 5 -> 6 and 6 -> 7 found nothing to move.
+    renumbered = script.received[2]
+    assert renumbered["r1"] == "2 is now 5"
+    assert (renumbered["r2"], renumbered["r3"]) == ("no RFD 5", "no RFD 6")
+    assert world.peak["rfd"] > 1 and world.peak["github"] > 2
+
+
+def test_limited_keeps_every_key_within_its_limit_and_in_written_order() -> None:
+    world = World()
+    script = run_agent(limited(world.toolset(), Policy.resolve([("test", CONFIG)])))
+    # Results delivered to the model, per turn.
+    assert script.received[1] == {"d1": 2, "x1": "contents of x", "d2": 3}
+    assert script.received[2] == {"r1": "2 is now 5", "r2": "5 is now 6", "r3": "6 is now 7"}
+    assert script.received[3] == {f"g{i}": f"issue {i}" for i in range(5)}
+    assert world.rfds == {1: "existing", 3: "B", 7: "A"}
+    # No key over its limit; written order per key.
+    for key, limit in LIMITS.items():
+        assert world.peak[key] <= limit, key
+    assert world.peak["github"] == 2, "the limit is used, not serialized"
+    assert world.starts("rfd") == ["A", "B", "2->5", "5->6", "6->7"]
+    assert world.starts("github") == [str(i) for i in range(5)]
+    # An unrelated tool does not wait for the key: `read` started before draft A ended.
+    first_end = world.events.index(("end", "rfd_draft", "A"))
+    assert world.events.index(("start", "read", "x")) < first_end
+
+
+def test_a_rejected_call_answers_the_model_with_the_truthful_text() -> None:
+    world = World()
+    policy = Policy.resolve([("test", CONFIG)])
+    decide = lambda label, call: "reject" if label == "d2" else "approve"  # noqa: E731
+    script = run_agent(limited(world.toolset(), policy, decide=decide))
+    assert script.received[1]["d2"] == "not run: the user rejected this call"
+    assert script.received[1]["d1"] == 2
+    assert ("start", "rfd_draft", "B") not in world.events
+
+
+def test_limited_takes_a_gate_and_checks_its_arguments() -> None:
+    gate = Gate(Policy.resolve([("test", CONFIG)]))
+    wrapped = limited(World().toolset(), gate)
+    assert isinstance(wrapped, LimitedToolset) and wrapped.gate is gate
+    with pytest.raises(ValueError):
+        limited(World().toolset(), gate, decide=lambda label, call: "approve")
+    with pytest.raises(ValueError):
+        limited(World().toolset(), gate, settled="ignore")  # type: ignore[arg-type]
+
+
+def test_pydantic_ai_hands_over_one_response_in_one_loop_turn_in_written_order() -> None:
+    """The assumption `limited` rests on: the tool calls of one response reach
+    `toolset.call_tool` in written order before a callback scheduled by the first of them runs
+    (what `Gate` treats as one batch). If pydantic-ai ever starts them across turns, this
+    fails instead of the wrapper silently splitting batches."""
+    arrivals: list[tuple[str, bool]] = []
+    flushed = {"done": False}
+    firsts = {turn[0].tool_call_id for turn in TURNS}
+
+    class Probe(WrapperToolset[Any]):
+        async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
+            if ctx.tool_call_id in firsts:  # the first call of a response
+                flushed["done"] = False
+                asyncio.get_running_loop().call_soon(flushed.__setitem__, "done", True)
+            arrivals.append((ctx.tool_call_id, flushed["done"]))
+            return await super().call_tool(name, tool_args, ctx, tool)
+
+    run_agent(Probe(World().toolset()))
+    ids = [c.tool_call_id for turn in TURNS for c in turn]
+    assert [a for a, _ in arrivals] == ids
+    # Within a turn, nobody arrived after the first arrival's callback ran.
+    assert [late for _, late in arrivals] == [False] * len(ids)
