@@ -1,11 +1,12 @@
 """The build hook: a wheel or sdist always carries the component and the licenses.
 
-In a checkout of the repository, the component is copied from `../../target/turnstile.wasm`
-into the package (built first with `cargo xtask build-guest` when it is missing), and the
+In a checkout of the repository, the component is copied from `$TURNSTILE_WASM`, else
+`$CARGO_TARGET_DIR/turnstile.wasm`, else `../../target/turnstile.wasm`, into the package (built first with `cargo xtask build-guest` when it is missing), and the
 repository's LICENSE-MIT and LICENSE-APACHE next to this file. Outside one (building from an
 sdist), they must already be there. Either way a build without the component fails loudly
 instead of producing a package that fails at the first `Policy.resolve`."""
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,9 +21,10 @@ SHIPPED = HERE / "src" / "turnstile_scheduler" / "turnstile.wasm"
 def stage() -> None:
     in_repo = (ROOT / "Cargo.toml").is_file() and (ROOT / "wit" / "turnstile.wit").is_file()
     if in_repo:
-        built = ROOT / "target" / "turnstile.wasm"
+        target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+        built = Path(os.environ.get("TURNSTILE_WASM") or target / "turnstile.wasm")
         if not built.is_file():
-            print("turnstile-scheduler: target/turnstile.wasm is missing; running `cargo xtask build-guest`")
+            print(f"turnstile-scheduler: {built} is missing; running `cargo xtask build-guest`")
             try:
                 subprocess.run(["cargo", "xtask", "build-guest"], cwd=ROOT, check=True)
             except (OSError, subprocess.CalledProcessError) as e:

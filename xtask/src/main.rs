@@ -399,7 +399,8 @@ fn py(wasm: &Path) -> Result<PathBuf> {
             "--quiet",
             "--disable-pip-version-check",
         ])
-        .arg(format!("{}[test]", package.display())))?;
+        .arg(format!("{}[test]", package.display()))
+        .env("TURNSTILE_WASM", wasm))?;
     // Reinstall the package itself every time: the component inside may have changed.
     run(Command::new(&python)
         .args([
@@ -411,7 +412,8 @@ fn py(wasm: &Path) -> Result<PathBuf> {
             "--force-reinstall",
             "--no-deps",
         ])
-        .arg(&package))?;
+        .arg(&package)
+        .env("TURNSTILE_WASM", wasm))?;
     Ok(python)
 }
 
