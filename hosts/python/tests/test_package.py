@@ -16,6 +16,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1]
 ROOT = PACKAGE.parents[1]
+# Where xtask wrote the component; the build hook (setup.py) looks in the same places.
+COMPONENT = Path(
+    os.environ.get("TURNSTILE_WASM") or Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target") / "turnstile.wasm"
+)
 
 
 def run(*args, **kw) -> subprocess.CompletedProcess:
@@ -24,8 +28,8 @@ def run(*args, **kw) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    if not (ROOT / "target" / "turnstile.wasm").is_file():
-        pytest.fail("target/turnstile.wasm is missing: run `cargo xtask build-guest` first")
+    if not COMPONENT.is_file():
+        pytest.fail(f"{COMPONENT} is missing: run `cargo xtask build-guest` first")
     out = tmp_path_factory.mktemp("dist")
     r = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--disable-pip-version-check", "-w", out, PACKAGE)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -37,7 +41,7 @@ def test_the_wheel_carries_the_component_licenses_and_urls(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         assert "turnstile_scheduler/turnstile.wasm" in names
-        assert z.read("turnstile_scheduler/turnstile.wasm") == (ROOT / "target" / "turnstile.wasm").read_bytes()
+        assert z.read("turnstile_scheduler/turnstile.wasm") == COMPONENT.read_bytes()
         assert "turnstile_scheduler/py.typed" in names and "turnstile_scheduler/__main__.py" in names
         assert not any(n.startswith("turnstile/") for n in names), "the import name must not clash with PyPI's turnstile"
         licenses = [n for n in names if n.endswith(("LICENSE-MIT", "LICENSE-APACHE"))]
