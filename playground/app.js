@@ -301,9 +301,13 @@ function render() {
   const statuses = state.sched && state.submitted ? state.sched.inspect(state.submitted.batch) ?? [] : [];
   for (const st of statuses) {
     if (!st.wait) continue;
-    const why = st.wait.kind === 'batch-not-approved' ? `the batch is not approved yet (${st.wait.pending} pending)`
-      : st.wait.kind === 'key-full' ? `key ${st.wait.key} is full (${st.wait.running.length}/${st.wait.limit}: ${st.wait.running.join(', ')})`
-        : `behind ${st.wait.label}, which has not started`;
+    const w = st.wait;
+    const why = w.kind === 'batch-not-approved' ? `the batch is not approved yet (${w.pending} pending)`
+      : w.kind === 'key-full' ? `key ${w.key} is full (${w.running.length}/${w.limit}: ${w.running.join(', ')})`
+        : w.kind === 'behind' ? `behind ${w.label}, which has not started`
+          : w.kind === 'key-paused' ? `key ${w.key} is paused until ${w.until} ms`
+            : w.kind === 'key-spacing' ? `key ${w.key} spaces its starts: next at ${w.until} ms`
+              : `rate limited: runs again at ${w.until} ms`;
     const li = document.createElement('li');
     li.textContent = `${st.label} (${st.tool}): ${why}`;
     waiting.append(li);

@@ -171,6 +171,9 @@ fn empty_inputs() -> ws::Inputs {
         ok: Vec::new(),
         failed: Vec::new(),
         cancel: Vec::new(),
+        now: None,
+        retry: Vec::new(),
+        pause: Vec::new(),
     }
 }
 

@@ -129,6 +129,11 @@ pub struct Step {
     /// Admission `shutdown`: queued requests refused.
     #[serde(default)]
     pub refused: Vec<String>,
+    /// The host's clock for this step's inputs (`now`), in milliseconds.
+    pub at: Option<u64>,
+    /// When the step's output must say to wake the scheduler next: milliseconds, or `"none"`
+    /// (checked only when given).
+    pub wake_at: Option<toml::Value>,
     /// For people; never interpreted.
     #[serde(default, alias = "note", alias = "why")]
     pub comment: Option<toml::Value>,
@@ -189,6 +194,12 @@ pub struct StepInputs {
     pub failed: Vec<u64>,
     /// Batches to cancel.
     pub cancel: Vec<u64>,
+    /// The host's clock.
+    pub now: Option<u64>,
+    /// Executions that hit a rate limit, with when they may run again.
+    pub retry: Vec<(u64, u64)>,
+    /// Keys to pause, with until when.
+    pub pause: Vec<(String, u64)>,
 }
 
 /// What one `step` returned, by number.
@@ -202,6 +213,8 @@ pub struct StepOutput {
     pub errors: Vec<(String, u32, String)>,
     /// Batches that retired.
     pub retired: Vec<u64>,
+    /// When to wake the scheduler next.
+    pub wake_at: Option<u64>,
 }
 
 /// A host of the component (or the engine itself) as the runner drives it. Errors are the
@@ -247,10 +260,36 @@ pub trait Subject {
 /// become, so that the subject itself reports them.
 pub const UNKNOWN: u64 = u64::MAX;
 
-/// `NAME unbounded` or `NAME KEY/LIMIT`, then ` fan-out` and ` stop` when they apply.
-pub fn tool_line(name: &str, key: Option<(&str, u32)>, fan_out: bool, stop: bool) -> String {
+/// The retry cap a key has when the config does not set one (`RETRIES_DEFAULT`).
+pub const RETRIES_DEFAULT: u32 = 3;
+
+/// A tool's key as [`tool_line`] renders it: name, limit, delay in milliseconds, retry cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyView<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// Its limit.
+    pub limit: u32,
+    /// Milliseconds between starts.
+    pub delay_ms: u32,
+    /// Rate-limit retries per entry.
+    pub retries: u32,
+}
+
+/// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS` and ` retries=N` when they are not
+/// the defaults, 0 and 3), then ` fan-out` and ` stop` when they apply.
+pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool) -> String {
     let mut out = match key {
-        Some((key, limit)) => format!("{name} {key}/{limit}"),
+        Some(k) => {
+            let mut s = format!("{name} {}/{}", k.key, k.limit);
+            if k.delay_ms > 0 {
+                let _ = write!(s, " delay={}", k.delay_ms);
+            }
+            if k.retries != RETRIES_DEFAULT {
+                let _ = write!(s, " retries={}", k.retries);
+            }
+            s
+        }
         None => format!("{name} unbounded"),
     };
     if fan_out {
@@ -286,10 +325,30 @@ pub enum WaitView<'a> {
     },
     /// Behind an earlier entry.
     Behind(&'a str),
+    /// First in line with room, the key paused until a time.
+    KeyPaused {
+        /// The key.
+        key: &'a str,
+        /// When the pause ends.
+        until: u64,
+    },
+    /// First in line with room, the key's delay not yet passed.
+    KeySpacing {
+        /// The key.
+        key: &'a str,
+        /// When it may start.
+        until: u64,
+    },
+    /// An unkeyed entry waiting to run again after a rate limit.
+    RetryAt {
+        /// When it runs again.
+        until: u64,
+    },
 }
 
-/// `LABEL STATE`, then ` waits batch-not-approved`, ` waits key-full KEY LIMIT R1,R2` or
-/// ` waits behind LABEL`. A stopped entry's state is `stopped AFTER`.
+/// `LABEL STATE`, then ` waits batch-not-approved`, ` waits key-full KEY LIMIT R1,R2`,
+/// ` waits behind LABEL`, ` waits key-paused KEY UNTIL`, ` waits key-spacing KEY UNTIL` or
+/// ` waits retry-at UNTIL`. A stopped entry's state is `stopped AFTER`.
 pub fn inspect_line(
     label: &str,
     state: &str,
@@ -309,6 +368,15 @@ pub fn inspect_line(
         }
         Some(WaitView::Behind(label)) => {
             let _ = write!(out, " waits behind {label}");
+        }
+        Some(WaitView::KeyPaused { key, until }) => {
+            let _ = write!(out, " waits key-paused {key} {until}");
+        }
+        Some(WaitView::KeySpacing { key, until }) => {
+            let _ = write!(out, " waits key-spacing {key} {until}");
+        }
+        Some(WaitView::RetryAt { until }) => {
+            let _ = write!(out, " waits retry-at {until}");
         }
     }
     out
@@ -599,6 +667,7 @@ impl Runner {
                     Err(code) => refused.push(code),
                 }
                 step_once(
+                    step.at,
                     subject,
                     StepInputs::default(),
                     &mut out,
@@ -621,7 +690,7 @@ impl Runner {
                         "ask" => inputs.ask.push(e),
                         _ => inputs.answer.push(e),
                     }
-                    step_once(subject, inputs, &mut out, &mut refused, false);
+                    step_once(step.at, subject, inputs, &mut out, &mut refused, false);
                     if !refused.is_empty() {
                         break;
                     }
@@ -633,7 +702,7 @@ impl Runner {
                     approve: args.iter().map(|l| self.entry(l)).collect(),
                     ..StepInputs::default()
                 };
-                step_once(subject, inputs, &mut out, &mut refused, true);
+                step_once(step.at, subject, inputs, &mut out, &mut refused, true);
             }
             "end-many" => {
                 single = false;
@@ -657,7 +726,7 @@ impl Runner {
                     (0..order.len()).filter(|&i| !order[i]).collect();
                 let n_ok = inputs.ok.len();
                 let mut raw = Vec::new();
-                step_once(subject, inputs, &mut out, &mut raw, true);
+                step_once(step.at, subject, inputs, &mut out, &mut raw, true);
                 for r in raw {
                     let (pos, code) = r.split_once(' ').unwrap_or(("0", &r));
                     let pos: usize = pos.parse().unwrap_or(0);
@@ -686,7 +755,39 @@ impl Runner {
                     failed: if ok { Vec::new() } else { vec![e] },
                     ..StepInputs::default()
                 };
-                step_once(subject, inputs, &mut out, &mut refused, false);
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+            }
+            "now" => {
+                let [t] = args.as_slice() else {
+                    return Err("expected `now MILLISECONDS`".to_owned());
+                };
+                let inputs = StepInputs {
+                    now: Some(t.parse().map_err(|_| format!("bad time {t:?}"))?),
+                    ..StepInputs::default()
+                };
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+            }
+            "retry" => {
+                let [label, until] = args.as_slice() else {
+                    return Err("expected `retry LABEL UNTIL`".to_owned());
+                };
+                let until: u64 = until.parse().map_err(|_| format!("bad time {until:?}"))?;
+                let inputs = StepInputs {
+                    retry: vec![(self.entry(label), until)],
+                    ..StepInputs::default()
+                };
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+            }
+            "pause" => {
+                let [key, until] = args.as_slice() else {
+                    return Err("expected `pause KEY UNTIL`".to_owned());
+                };
+                let until: u64 = until.parse().map_err(|_| format!("bad time {until:?}"))?;
+                let inputs = StepInputs {
+                    pause: vec![((*key).to_owned(), until)],
+                    ..StepInputs::default()
+                };
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
             }
             "cancel" => {
                 let batch = self.batch(args.first().copied())?;
@@ -694,7 +795,7 @@ impl Runner {
                     cancel: vec![batch],
                     ..StepInputs::default()
                 };
-                step_once(subject, inputs, &mut out, &mut refused, false);
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
             }
             "restart" => {
                 let interrupt = match args.as_slice() {
@@ -708,6 +809,7 @@ impl Runner {
                     Err(code) => refused.push(code),
                 }
                 step_once(
+                    step.at,
                     subject,
                     StepInputs::default(),
                     &mut out,
@@ -729,6 +831,7 @@ impl Runner {
                     None => refused.push("unknown-batch".to_owned()),
                 }
                 step_once(
+                    step.at,
                     subject,
                     StepInputs::default(),
                     &mut out,
@@ -771,6 +874,20 @@ impl Runner {
                 ));
             }
         }
+        if let Some(want) = &step.wake_at {
+            let want = match want {
+                toml::Value::Integer(t) => u64::try_from(*t).ok(),
+                toml::Value::String(s) if s == "none" => None,
+                other => {
+                    return Err(format!(
+                        "wake_at: expected milliseconds or \"none\", got {other:?}"
+                    ));
+                }
+            };
+            if out.wake_at != want {
+                return Err(format!("want wake_at {want:?}, got {:?}", out.wake_at));
+            }
+        }
         if let Some(want) = &step.retired {
             let got: Vec<u32> = out
                 .retired
@@ -793,16 +910,21 @@ impl Runner {
 /// One `step` call, its output gathered into `out`; refusals are rendered `CODE`, or
 /// `INDEX CODE` (the index within the input's own list) when `indexed`.
 fn step_once(
+    at: Option<u64>,
     subject: &mut impl Subject,
-    inputs: StepInputs,
+    mut inputs: StepInputs,
     out: &mut StepOutput,
     refused: &mut Vec<String>,
     indexed: bool,
 ) {
+    if inputs.now.is_none() {
+        inputs.now = at;
+    }
     let got = subject.step(&inputs);
     out.start.extend(got.start);
     out.settle.extend(got.settle);
     out.retired.extend(got.retired);
+    out.wake_at = got.wake_at;
     for (list, index, code) in got.errors {
         let position = match list.as_str() {
             "failed" => index as usize + inputs.ok.len(),

@@ -46,6 +46,10 @@ pub enum Code {
     StopWithoutLimit,
     /// `enable` is not a JP enable value.
     EnableValue,
+    /// Tools naming one concurrency key give it different delays.
+    ConcurrencyDelayConflict,
+    /// Tools naming one concurrency key give it different retry caps.
+    ConcurrencyRetriesConflict,
 }
 
 impl Code {
@@ -70,6 +74,8 @@ impl Code {
         Self::ConcurrencyLimitConflict,
         Self::StopWithoutLimit,
         Self::EnableValue,
+        Self::ConcurrencyDelayConflict,
+        Self::ConcurrencyRetriesConflict,
     ];
 
     /// The stable kebab-case spelling.
@@ -94,6 +100,8 @@ impl Code {
             Self::ConcurrencyLimitConflict => "concurrency-limit-conflict",
             Self::StopWithoutLimit => "stop-without-limit",
             Self::EnableValue => "enable-value",
+            Self::ConcurrencyDelayConflict => "concurrency-delay-conflict",
+            Self::ConcurrencyRetriesConflict => "concurrency-retries-conflict",
         }
     }
 }

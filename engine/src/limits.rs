@@ -20,3 +20,7 @@ pub const OPERATIONS_PER_CALL_MAX: u32 = 100_000;
 pub const ENTRIES_MAX: usize = 4_000_000;
 /// Requests an admission controller holds at once, in flight and queued together.
 pub const REQUESTS_MAX: usize = 100_000;
+/// Rate-limit retries one entry may be given (`concurrency.retries`).
+pub const RETRIES_MAX: u32 = 100;
+/// Retries per entry when the config does not say (`concurrency.retries`, and unkeyed tools).
+pub const RETRIES_DEFAULT: u32 = 3;

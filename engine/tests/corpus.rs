@@ -38,6 +38,7 @@ impl Native {
 fn after(reason: Reason) -> Option<u32> {
     match reason {
         Reason::Stopped { after } => Some(after),
+        Reason::RateLimited { retries } => Some(retries),
         _ => None,
     }
 }
@@ -77,9 +78,12 @@ impl Subject for Native {
         match self.policy.tool(name) {
             Some(t) => corpus::tool_line(
                 name,
-                t.concurrency
-                    .as_ref()
-                    .map(|c| (c.key.as_str(), c.limit.get())),
+                t.concurrency.as_ref().map(|c| corpus::KeyView {
+                    key: c.key.as_str(),
+                    limit: c.limit.get(),
+                    delay_ms: c.delay_ms,
+                    retries: c.retries,
+                }),
                 t.fan_out,
                 t.on_error == config::OnError::Stop,
             ),
@@ -128,6 +132,16 @@ impl Subject for Native {
             ids(&inputs.failed),
         );
         let cancel: Vec<BatchId> = inputs.cancel.iter().map(|&b| BatchId(b)).collect();
+        let retry: Vec<(EntryId, u64)> = inputs
+            .retry
+            .iter()
+            .map(|&(e, until)| (EntryId(e), until))
+            .collect();
+        let pause: Vec<(&str, u64)> = inputs
+            .pause
+            .iter()
+            .map(|(k, until)| (k.as_str(), *until))
+            .collect();
         let mut out = Outputs::default();
         self.sched().step(
             &Inputs {
@@ -138,6 +152,9 @@ impl Subject for Native {
                 ok: &ok,
                 failed: &failed,
                 cancel: &cancel,
+                now: inputs.now,
+                retry: &retry,
+                pause: &pause,
             },
             &mut out,
         );
@@ -160,6 +177,7 @@ impl Subject for Native {
                 })
                 .collect(),
             retired: out.retired.iter().map(|b| b.0).collect(),
+            wake_at: out.wake_at,
         }
     }
 
@@ -186,6 +204,13 @@ impl Subject for Native {
                             running,
                         },
                         Wait::Behind(label) => WaitView::Behind(label),
+                        Wait::KeyPaused { key, until } => {
+                            WaitView::KeyPaused { key, until: *until }
+                        }
+                        Wait::KeySpacing { key, until } => {
+                            WaitView::KeySpacing { key, until: *until }
+                        }
+                        Wait::RetryAt { until } => WaitView::RetryAt { until: *until },
                     });
                     corpus::inspect_line(&st.label, state, after, wait)
                 })
@@ -273,6 +298,9 @@ fn kind(input: InputKind) -> &'static str {
         InputKind::Ok => "ok",
         InputKind::Failed => "failed",
         InputKind::Cancel => "cancel",
+        InputKind::Now => "now",
+        InputKind::Retry => "retry",
+        InputKind::Pause => "pause",
     }
 }
 

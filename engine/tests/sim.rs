@@ -1447,6 +1447,7 @@ impl Sim {
             ok: &ok,
             failed: &failed,
             cancel: &cancel,
+            ..Inputs::default()
         };
         self.engine.step(&inputs, &mut self.out);
         let got = Out::of(&self.out);
@@ -1724,6 +1725,9 @@ fn kind_name(kind: InputKind) -> &'static str {
         InputKind::Ok => "refused ok",
         InputKind::Failed => "refused failed",
         InputKind::Cancel => "refused cancel",
+        InputKind::Now => "refused now",
+        InputKind::Retry => "refused retry",
+        InputKind::Pause => "refused pause",
     }
 }
 

@@ -64,6 +64,8 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::ConcurrencyLimitConflict => W::ConcurrencyLimitConflict,
         Code::StopWithoutLimit => W::StopWithoutLimit,
         Code::EnableValue => W::EnableValue,
+        Code::ConcurrencyDelayConflict => W::ConcurrencyDelayConflict,
+        Code::ConcurrencyRetriesConflict => W::ConcurrencyRetriesConflict,
     }
 }
 
@@ -73,6 +75,8 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
         concurrency: t.concurrency.as_ref().map(|c| wc::Concurrency {
             key: c.key.as_str().to_owned(),
             limit: c.limit.get(),
+            delay_ms: c.delay_ms,
+            retries: c.retries,
         }),
         fan_out: t.fan_out,
         on_error: match t.on_error {
@@ -112,6 +116,7 @@ fn reason_out(r: Reason) -> ws::Reason {
         Reason::Cancelled => ws::Reason::Cancelled,
         Reason::Stopped { after } => ws::Reason::Stopped(after),
         Reason::Interrupted => ws::Reason::Interrupted,
+        Reason::RateLimited { retries } => ws::Reason::RateLimited(retries),
     }
 }
 
@@ -123,6 +128,7 @@ fn reason_in(r: ws::Reason) -> Reason {
         ws::Reason::Cancelled => Reason::Cancelled,
         ws::Reason::Stopped(after) => Reason::Stopped { after },
         ws::Reason::Interrupted => Reason::Interrupted,
+        ws::Reason::RateLimited(retries) => Reason::RateLimited { retries },
     }
 }
 
@@ -199,6 +205,9 @@ fn input_kind(k: InputKind) -> ws::InputKind {
         InputKind::Ok => ws::InputKind::Ok,
         InputKind::Failed => ws::InputKind::Failed,
         InputKind::Cancel => ws::InputKind::Cancel,
+        InputKind::Now => ws::InputKind::Now,
+        InputKind::Retry => ws::InputKind::Retry,
+        InputKind::Pause => ws::InputKind::Pause,
     }
 }
 
@@ -216,6 +225,8 @@ fn input_error(e: &InputError) -> ws::InputError {
             E::NotAsking => W::NotAsking,
             E::AlreadyEnded => W::AlreadyEnded,
             E::BatchCancelled => W::BatchCancelled,
+            E::TimeBackwards => W::TimeBackwards,
+            E::UnknownKey => W::UnknownKey,
         },
         message: e.message.clone(),
     }
@@ -234,6 +245,7 @@ pub(crate) fn outputs(out: &Outputs) -> ws::Outputs {
             .collect(),
         errors: out.errors.iter().map(input_error).collect(),
         retired: out.retired.iter().map(|b| b.0).collect(),
+        wake_at: out.wake_at,
     }
 }
 
@@ -267,6 +279,9 @@ pub(crate) fn entry_status(st: EntryStatus) -> ws::EntryStatus {
                 running,
             }),
             Wait::Behind(label) => ws::Wait::Behind(label),
+            Wait::KeyPaused { key, until } => ws::Wait::KeyPaused(ws::KeyUntil { key, until }),
+            Wait::KeySpacing { key, until } => ws::Wait::KeySpacing(ws::KeyUntil { key, until }),
+            Wait::RetryAt { until } => ws::Wait::RetryAt(until),
         }),
     }
 }

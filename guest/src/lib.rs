@@ -36,6 +36,7 @@ pub struct SchedulerResource {
 struct Scratch {
     settle: Vec<(EntryId, HostSettle)>,
     cancel: Vec<BatchId>,
+    retry: Vec<(EntryId, u64)>,
     out: Outputs,
 }
 
@@ -145,6 +146,7 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
         let Scratch {
             settle,
             cancel,
+            retry,
             out,
         } = &mut *scratch;
         settle.clear();
@@ -156,15 +158,25 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
         );
         cancel.clear();
         cancel.extend(inputs.cancel.iter().map(|&b| BatchId(b)));
+        retry.clear();
+        retry.extend(inputs.retry.iter().map(|r| (EntryId(r.entry), r.until)));
+        let pause: Vec<(&str, u64)> = inputs
+            .pause
+            .iter()
+            .map(|p| (p.key.as_str(), p.until))
+            .collect();
         self.inner.borrow_mut().step(
             &Inputs {
+                now: inputs.now,
                 approve: entries(&inputs.approve),
                 settle,
                 ask: entries(&inputs.ask),
                 answer: entries(&inputs.answer),
                 ok: entries(&inputs.ok),
                 failed: entries(&inputs.failed),
+                retry,
                 cancel,
+                pause: &pause,
             },
             out,
         );

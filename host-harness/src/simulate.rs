@@ -110,6 +110,9 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
         ok: Vec::new(),
         failed: Vec::new(),
         cancel: Vec::new(),
+        now: Some(0),
+        retry: Vec::new(),
+        pause: Vec::new(),
     };
     loop {
         let step = iface.call_step(&mut *store, sched, &inputs).map_err(trap)?;
@@ -151,12 +154,32 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
                 let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {why}", "wait", st.label);
             }
         }
-        let Some(next) = running
+        let next = running
             .iter()
             .enumerate()
             .min_by_key(|(_, r)| (r.ends_at_ms, r.seq))
-            .map(|(i, _)| i)
-        else {
+            .map(|(i, r)| (i, r.ends_at_ms));
+        // Something waits on time (a key's delay) and nothing ends before it: wake then.
+        if let Some(wake) = step
+            .wake_at
+            .filter(|&w| next.is_none_or(|(_, end)| w < end))
+        {
+            now_ms = wake.max(now_ms);
+            inputs = ws::Inputs {
+                approve: Vec::new(),
+                settle: Vec::new(),
+                ask: Vec::new(),
+                answer: Vec::new(),
+                ok: Vec::new(),
+                failed: Vec::new(),
+                cancel: Vec::new(),
+                now: Some(now_ms),
+                retry: Vec::new(),
+                pause: Vec::new(),
+            };
+            continue;
+        }
+        let Some((next, _)) = next else {
             break;
         };
         let done = running.swap_remove(next);
@@ -171,6 +194,9 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
             ok: if failed { Vec::new() } else { vec![done.entry] },
             failed: if failed { vec![done.entry] } else { Vec::new() },
             cancel: Vec::new(),
+            now: Some(now_ms),
+            retry: Vec::new(),
+            pause: Vec::new(),
         };
         let word = if failed { "failed" } else { "ok" };
         let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {word}", "end", done_label);

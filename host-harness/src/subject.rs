@@ -188,6 +188,20 @@ impl Subject for ComponentSubject {
             ok: inputs.ok.clone(),
             failed: inputs.failed.clone(),
             cancel: inputs.cancel.clone(),
+            now: inputs.now,
+            retry: inputs
+                .retry
+                .iter()
+                .map(|&(entry, until)| ws::RetryAfter { entry, until })
+                .collect(),
+            pause: inputs
+                .pause
+                .iter()
+                .map(|(key, until)| ws::KeyPause {
+                    key: key.clone(),
+                    until: *until,
+                })
+                .collect(),
         };
         let iface = self
             .instance
@@ -217,6 +231,7 @@ impl Subject for ComponentSubject {
                     })
                     .collect(),
                 retired: out.retired,
+                wake_at: out.wake_at,
             },
             Err(e) => trapped(trap(e)),
         }
@@ -359,7 +374,12 @@ impl Subject for ComponentSubject {
 pub(crate) fn tool_line(t: &wc::ToolPolicy) -> String {
     corpus::tool_line(
         &t.name,
-        t.concurrency.as_ref().map(|c| (c.key.as_str(), c.limit)),
+        t.concurrency.as_ref().map(|c| corpus::KeyView {
+            key: &c.key,
+            limit: c.limit,
+            delay_ms: c.delay_ms,
+            retries: c.retries,
+        }),
         t.fan_out,
         t.on_error == wc::OnError::Stop,
     )
@@ -373,6 +393,7 @@ fn reason(r: &ws::Reason) -> (&'static str, Option<u32>) {
         ws::Reason::Cancelled => ("cancelled", None),
         ws::Reason::Stopped(after) => ("stopped", Some(*after)),
         ws::Reason::Interrupted => ("interrupted", None),
+        ws::Reason::RateLimited(retries) => ("rate-limited", Some(*retries)),
     }
 }
 
@@ -394,6 +415,9 @@ fn input_kind(k: ws::InputKind) -> &'static str {
         K::Ok => "ok",
         K::Failed => "failed",
         K::Cancel => "cancel",
+        K::Now => "now",
+        K::Retry => "retry",
+        K::Pause => "pause",
     }
 }
 
@@ -415,6 +439,15 @@ pub(crate) fn inspect_line(st: &ws::EntryStatus) -> String {
             running: &full.running,
         },
         ws::Wait::Behind(label) => WaitView::Behind(label),
+        ws::Wait::KeyPaused(k) => WaitView::KeyPaused {
+            key: &k.key,
+            until: k.until,
+        },
+        ws::Wait::KeySpacing(k) => WaitView::KeySpacing {
+            key: &k.key,
+            until: k.until,
+        },
+        ws::Wait::RetryAt(until) => WaitView::RetryAt { until: *until },
     });
     corpus::inspect_line(&st.label, state, after, wait)
 }
@@ -441,6 +474,8 @@ pub(crate) fn input_code(code: ws::InputErrorCode) -> &'static str {
         E::NotAsking => "not-asking",
         E::AlreadyEnded => "already-ended",
         E::BatchCancelled => "batch-cancelled",
+        E::TimeBackwards => "time-backwards",
+        E::UnknownKey => "unknown-key",
     }
 }
 
@@ -498,5 +533,7 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::ConcurrencyLimitConflict => "concurrency-limit-conflict",
         D::StopWithoutLimit => "stop-without-limit",
         D::EnableValue => "enable-value",
+        D::ConcurrencyDelayConflict => "concurrency-delay-conflict",
+        D::ConcurrencyRetriesConflict => "concurrency-retries-conflict",
     }
 }

@@ -167,7 +167,9 @@ fn config_survives_hostile_layers() {
         tools[0].concurrency,
         Some(wc::Concurrency {
             key: "f".to_owned(),
-            limit: 2
+            limit: 2,
+            delay_ms: 0,
+            retries: 3,
         })
     );
     // The same instance still schedules.
@@ -199,6 +201,18 @@ fn step_refuses_unknown_numbers_one_by_one() {
         ok: vec![0],
         failed: vec![u64::MAX - 1],
         cancel: vec![0, 1, u64::MAX],
+        now: None,
+        retry: vec![
+            ws::RetryAfter { entry: 0, until: 5 },
+            ws::RetryAfter {
+                entry: u64::MAX,
+                until: u64::MAX,
+            },
+        ],
+        pause: vec![ws::KeyPause {
+            key: "no such key".to_owned(),
+            until: 1,
+        }],
     });
     let expected = [
         (K::Approve, 0, C::UnknownEntry),
@@ -210,9 +224,12 @@ fn step_refuses_unknown_numbers_one_by_one() {
         (K::Answer, 0, C::UnknownEntry),
         (K::Ok, 0, C::UnknownEntry),
         (K::Failed, 0, C::UnknownEntry),
+        (K::Retry, 0, C::UnknownEntry),
+        (K::Retry, 1, C::UnknownEntry),
         (K::Cancel, 0, C::UnknownBatch),
         (K::Cancel, 1, C::UnknownBatch),
         (K::Cancel, 2, C::UnknownBatch),
+        (K::Pause, 0, C::UnknownKey),
     ];
     assert_out(&out, &[], &[], &expected, &[]);
 

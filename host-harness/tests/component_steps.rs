@@ -100,6 +100,7 @@ fn every_kind_of_mistake_in_one_step_leaves_the_good_inputs_applied() {
         ok: vec![1, 4, 3],
         failed: vec![u64::MAX],
         cancel: vec![1_000, 4, 4],
+        ..none()
     });
     assert_out(
         &out,

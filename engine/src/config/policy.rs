@@ -20,13 +20,20 @@ impl ConcurrencyKey {
     }
 }
 
-/// A keyed limit: at most `limit` executions with `key` run at once.
+/// A keyed limit: at most `limit` executions with `key` run at once, consecutive starts at
+/// least `delay_ms` apart, and an execution that hits a rate limit is retried up to `retries`
+/// times.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Concurrency {
     /// The shared key.
     pub key: ConcurrencyKey,
-    /// The limit, at least 1 (a limit of 0 resolves to no key at all).
+    /// The limit, at least 1. A limit of 0 resolves to no key at all, unless the key has a
+    /// delay: then it is `u32::MAX` (unbounded, but spaced).
     pub limit: NonZeroU32,
+    /// Minimum milliseconds between consecutive starts on the key (0: none).
+    pub delay_ms: u32,
+    /// How many times one entry with this key may end rate-limited and run again.
+    pub retries: u32,
 }
 
 /// What `fan_out.on_error` says happens after an operation fails.
@@ -85,6 +92,15 @@ impl Policy {
     /// The configured tools, in configuration order.
     pub fn tools(&self) -> &[ToolPolicy] {
         &self.tools
+    }
+
+    /// The concurrency of a key some configured tool declares (every tool naming a key agrees on
+    /// it), or `None`.
+    pub fn concurrency_of_key(&self, key: &str) -> Option<&Concurrency> {
+        self.tools
+            .iter()
+            .filter_map(|t| t.concurrency.as_ref())
+            .find(|c| c.key.as_str() == key)
     }
 
     /// A configured tool's policy, or `None` when no layer names it (it is then unbounded;

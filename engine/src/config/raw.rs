@@ -10,7 +10,7 @@ use toml::de::{DeTable, DeValue};
 use super::policy::OnError;
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
-use crate::limits::NAME_BYTES_MAX;
+use crate::limits::{NAME_BYTES_MAX, RETRIES_MAX};
 
 /// One layer's view of `conversation.tools`.
 #[derive(Debug, Default)]
@@ -40,6 +40,10 @@ pub(crate) enum RawConcurrency {
     Table {
         key: Option<(String, Loc)>,
         limit: Option<(u32, Loc)>,
+        /// Milliseconds between consecutive starts on the key.
+        delay: Option<(u32, Loc)>,
+        /// Rate-limit retries per entry.
+        retries: Option<(u32, Loc)>,
         loc: Loc,
     },
 }
@@ -210,7 +214,7 @@ fn parse_tool(
     tool
 }
 
-const CONCURRENCY_SHAPES: &str = "a non-negative integer or a { key, limit } table";
+const CONCURRENCY_SHAPES: &str = "a non-negative integer or a { key, limit, delay, retries } table";
 
 fn parse_concurrency(
     layer: u32,
@@ -227,6 +231,8 @@ fn parse_concurrency(
         DeValue::Table(table) => {
             let mut key = None;
             let mut limit = None;
+            let mut delay = None;
+            let mut retries = None;
             let mut ok = true;
             for (field, v) in table.iter() {
                 let mut fpath = path.to_vec();
@@ -272,6 +278,25 @@ fn parse_concurrency(
                         Some(n) => limit = Some((n, vloc)),
                         None => ok = false,
                     },
+                    "delay" => match duration(layer, &fpath, v, sink) {
+                        Some(ms) => delay = Some((ms, vloc)),
+                        None => ok = false,
+                    },
+                    "retries" => {
+                        match non_negative(layer, &fpath, v, sink, Code::ConcurrencyType) {
+                            Some(n) if n <= RETRIES_MAX => retries = Some((n, vloc)),
+                            Some(n) => {
+                                ok = false;
+                                sink.push(
+                                    Code::ConcurrencyType,
+                                    &fpath,
+                                    format!("{n} retries is above the largest, {RETRIES_MAX}"),
+                                )
+                                .label(vloc, "too many");
+                            }
+                            None => ok = false,
+                        }
+                    }
                     other => {
                         ok = false;
                         let floc = Loc::from_span(layer, field.span()).to(v.span());
@@ -279,14 +304,21 @@ fn parse_concurrency(
                             Code::ConcurrencyUnknownField,
                             &fpath,
                             format!(
-                                "unknown field `{other}`; concurrency accepts `key` and `limit`"
+                                "unknown field `{other}`; concurrency accepts `key`, `limit`, \
+                                 `delay` and `retries`"
                             ),
                         )
                         .label(floc, "unknown field");
                     }
                 }
             }
-            ok.then_some(RawConcurrency::Table { key, limit, loc })
+            ok.then_some(RawConcurrency::Table {
+                key,
+                limit,
+                delay,
+                retries,
+                loc,
+            })
         }
         other => {
             sink.push(
@@ -295,10 +327,97 @@ fn parse_concurrency(
                 format!("expected {CONCURRENCY_SHAPES}, found {}", found(other)),
             )
             .label(loc, "not an integer or a table")
-            .help("write concurrency = 1, or concurrency = { key = \"name\", limit = 2 }");
+            .help(
+                "write concurrency = 1, or concurrency = { key = \"name\", limit = 2 }, \
+                 optionally with delay = \"250ms\"",
+            );
             None
         }
     }
+}
+
+/// A duration in whole milliseconds: an integer (milliseconds) or a string of digits (with an
+/// optional fraction) followed by `ms`, `s`, `m` or `h`: `250`, `"250ms"`, `"1.5s"`, `"2m"`.
+/// At most `u32::MAX` milliseconds (about 49 days).
+fn duration(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> Option<u32> {
+    let loc = Loc::from_span(layer, value.span());
+    let text = match value.get_ref() {
+        DeValue::Integer(_) => {
+            return non_negative(layer, path, value, sink, Code::ConcurrencyNegative);
+        }
+        DeValue::String(text) => text,
+        other => {
+            sink.push(
+                Code::ConcurrencyType,
+                path,
+                format!(
+                    "expected milliseconds or a duration string, found {}",
+                    found(other)
+                ),
+            )
+            .label(loc, "not a duration")
+            .help("write delay = 250 (milliseconds) or delay = \"250ms\", \"1.5s\", \"2m\"");
+            return None;
+        }
+    };
+    match parse_duration(text) {
+        Ok(ms) => Some(ms),
+        Err(why) => {
+            sink.push(
+                Code::ConcurrencyType,
+                path,
+                format!("{text:?} is not a duration: {why}"),
+            )
+            .label(loc, "not a duration")
+            .help("write delay = 250 (milliseconds) or delay = \"250ms\", \"1.5s\", \"2m\"");
+            None
+        }
+    }
+}
+
+/// `"250ms"`, `"1.5s"`, `"2m"`, `"1h"` in milliseconds.
+fn parse_duration(text: &str) -> Result<u32, &'static str> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or("it has no unit (ms, s, m or h)")?;
+    let (number, unit) = text.split_at(split);
+    let scale: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err("the unit is not ms, s, m or h"),
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() || number.ends_with('.') || fraction.contains('.') {
+        return Err("the number is not digits with an optional fraction");
+    }
+    if fraction.len() > 3 {
+        return Err("it is finer than a millisecond");
+    }
+    let parse = |digits: &str| -> Result<u64, &'static str> {
+        if digits.len() > 12 {
+            return Err("it is longer than about 49 days");
+        }
+        digits.parse().map_err(|_| "the number is not digits")
+    };
+    let whole = parse(whole)?;
+    let fraction_ms = if fraction.is_empty() {
+        0
+    } else {
+        // The fraction in thousandths of the unit, then in milliseconds.
+        let thousandths = parse(fraction)? * 10u64.pow(3 - fraction.len() as u32);
+        let ms = thousandths * scale;
+        if !ms.is_multiple_of(1_000) {
+            return Err("it is finer than a millisecond");
+        }
+        ms / 1_000
+    };
+    whole
+        .checked_mul(scale)
+        .and_then(|ms| ms.checked_add(fraction_ms))
+        .and_then(|ms| u32::try_from(ms).ok())
+        .ok_or("it is longer than about 49 days")
 }
 
 /// An integer in `0..=u32::MAX`. Negative values get `negative_code`; everything else that is

@@ -9,7 +9,7 @@ use super::policy::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
 use super::raw::{RawConcurrency, RawFanOut, RawLayer};
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
-use crate::limits::TOOLS_MAX;
+use crate::limits::{RETRIES_DEFAULT, TOOLS_MAX};
 
 /// One tool after every layer is applied.
 #[derive(Debug)]
@@ -24,13 +24,17 @@ struct Merged {
     bad_fan_out: bool,
 }
 
-/// What a tool declares: the key it names and the limit it gives it.
-#[derive(Debug)]
+/// What a tool declares: the key it names and the limit, spacing and retry cap it gives it.
+#[derive(Debug, Clone)]
 struct Declared {
     key: String,
     limit: u32,
     loc: Loc,
     integer_form: bool,
+    /// Milliseconds between starts, and where it was written.
+    delay: (u32, Option<Loc>),
+    /// Rate-limit retries per entry, and where it was written.
+    retries: (u32, Option<Loc>),
 }
 
 pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &mut Sink) -> Policy {
@@ -72,22 +76,22 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                     declared_by_key.len() - 1
                 });
                 if let Some((_, list)) = declared_by_key.get_mut(slot) {
-                    list.push((
-                        tool.name.clone(),
-                        Declared {
-                            key: d.key.clone(),
-                            limit: d.limit,
-                            loc: d.loc,
-                            integer_form: d.integer_form,
-                        },
-                    ));
+                    list.push((tool.name.clone(), d.clone()));
                 }
             }
         }
+        // A limit of 0 lifts the key, unless it spaces starts: then it stays, unbounded.
         let concurrency = declared.and_then(|d| {
-            NonZeroU32::new(d.limit).map(|limit| Concurrency {
+            let limit = match NonZeroU32::new(d.limit) {
+                Some(limit) => limit,
+                None if d.delay.0 > 0 => NonZeroU32::MAX,
+                None => return None,
+            };
+            Some(Concurrency {
                 key: ConcurrencyKey::new(d.key),
                 limit,
+                delay_ms: d.delay.0,
+                retries: d.retries.0,
             })
         });
         policies.push(ToolPolicy {
@@ -101,6 +105,12 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
         let first = list.first().map(|(_, d)| d.limit);
         if list.iter().any(|(_, d)| Some(d.limit) != first) {
             conflict(key, list, sink);
+        }
+        for what in [Agreed::Delay, Agreed::Retries] {
+            let first = list.first().map(|(_, d)| what.of(d).0);
+            if list.iter().any(|(_, d)| Some(what.of(d).0) != first) {
+                disagreement(key, what, list, sink);
+            }
         }
     }
     Policy::new(policies)
@@ -164,12 +174,22 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
             Some(RawConcurrency::Table {
                 key: old_key,
                 limit: old_limit,
+                delay: old_delay,
+                retries: old_retries,
                 ..
             }),
-            RawConcurrency::Table { key, limit, loc },
+            RawConcurrency::Table {
+                key,
+                limit,
+                delay,
+                retries,
+                loc,
+            },
         ) => RawConcurrency::Table {
             key: key.or(old_key),
             limit: limit.or(old_limit),
+            delay: delay.or(old_delay),
+            retries: retries.or(old_retries),
             loc,
         },
         (_, new) => new,
@@ -185,8 +205,16 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             limit: *n,
             loc: *loc,
             integer_form: true,
+            delay: (0, None),
+            retries: (RETRIES_DEFAULT, None),
         }),
-        RawConcurrency::Table { key, limit, loc } => {
+        RawConcurrency::Table {
+            key,
+            limit,
+            delay,
+            retries,
+            loc,
+        } => {
             let Some((key, _)) = key else {
                 if let Some(sink) = sink.filter(|_| !tool.bad_concurrency) {
                     let path = tool_path(&tool.name, Some("concurrency"));
@@ -209,6 +237,8 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
                 limit: limit.as_ref().map_or(1, |(n, _)| *n),
                 loc: *loc,
                 integer_form: false,
+                delay: delay.map_or((0, None), |(ms, l)| (ms, Some(l))),
+                retries: retries.map_or((RETRIES_DEFAULT, None), |(n, l)| (n, Some(l))),
             })
         }
     }
@@ -264,6 +294,62 @@ fn conflict(key: &str, list: &[(String, Declared)], sink: &mut Sink) {
     }
     d.tools(list.iter().map(|(tool, _)| tool.clone()).collect())
         .help("the check covers every configured tool, enabled or not");
+}
+
+/// The fields besides the limit that every tool naming a key must agree on.
+#[derive(Clone, Copy)]
+enum Agreed {
+    Delay,
+    Retries,
+}
+
+impl Agreed {
+    fn of(self, d: &Declared) -> (u32, Option<Loc>) {
+        match self {
+            Self::Delay => d.delay,
+            Self::Retries => d.retries,
+        }
+    }
+}
+
+/// V5 for `delay` and `retries`: one value per key. A tool that does not write the field gives
+/// the default (no delay, `RETRIES_DEFAULT` retries), and the label says so.
+fn disagreement(key: &str, what: Agreed, list: &[(String, Declared)], sink: &mut Sink) {
+    let (code, field, noun, unit) = match what {
+        Agreed::Delay => (Code::ConcurrencyDelayConflict, "delay", "delays", " ms"),
+        Agreed::Retries => (
+            Code::ConcurrencyRetriesConflict,
+            "retries",
+            "retry caps",
+            "",
+        ),
+    };
+    let describe = |(tool, d): &(String, Declared)| {
+        let (value, at) = what.of(d);
+        match at {
+            Some(_) => format!("{tool} = {value}{unit}"),
+            None => format!("{tool} = {value}{unit} (not set: the default)"),
+        }
+    };
+    let listing: Vec<String> = list.iter().map(describe).collect();
+    let d = sink.push(
+        code,
+        &["conversation".to_owned(), "tools".to_owned()],
+        format!(
+            "concurrency key {key:?} has conflicting {noun}: {}; every tool naming a key must \
+             give it the same {field}",
+            listing.join(", ")
+        ),
+    );
+    for (entry, text) in list.iter().zip(&listing) {
+        let (_, at) = what.of(&entry.1);
+        d.label(at.unwrap_or(entry.1.loc), text.clone());
+    }
+    d.tools(list.iter().map(|(tool, _)| tool.clone()).collect())
+        .help(format!(
+            "write the same {field} in every tool's concurrency table; the check covers every \
+             configured tool, enabled or not"
+        ));
 }
 
 fn tool_path(tool: &str, field: Option<&str>) -> Vec<String> {

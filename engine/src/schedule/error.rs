@@ -38,6 +38,10 @@ codes! {
         AlreadyEnded => "already-ended",
         /// The batch was already cancelled.
         BatchCancelled => "batch-cancelled",
+        /// `now` is earlier than a `now` given before (the host's clock must be monotonic).
+        TimeBackwards => "time-backwards",
+        /// A pause names a key no configured tool declares.
+        UnknownKey => "unknown-key",
     }
 }
 
@@ -82,6 +86,12 @@ pub enum InputKind {
     Failed,
     /// [`Inputs::cancel`](super::Inputs::cancel).
     Cancel,
+    /// [`Inputs::now`](super::Inputs::now).
+    Now,
+    /// [`Inputs::retry`](super::Inputs::retry).
+    Retry,
+    /// [`Inputs::pause`](super::Inputs::pause).
+    Pause,
 }
 
 error_type!(

@@ -38,6 +38,27 @@ pub enum Wait {
     },
     /// An earlier entry with the same key (this label) has not started yet.
     Behind(String),
+    /// It is first in line for its key and there is room, but the key is paused (by the host,
+    /// or after a rate limit) until `until`.
+    KeyPaused {
+        /// The key.
+        key: String,
+        /// When the pause ends (the host's clock).
+        until: u64,
+    },
+    /// It is first in line for its key and there is room, but the key's `delay` since its last
+    /// start has not passed: it may start at `until`.
+    KeySpacing {
+        /// The key.
+        key: String,
+        /// When it may start (the host's clock).
+        until: u64,
+    },
+    /// An unkeyed entry that hit a rate limit; it runs again at `until`.
+    RetryAt {
+        /// When it runs again (the host's clock).
+        until: u64,
+    },
 }
 
 impl Scheduler {
@@ -62,6 +83,19 @@ impl Scheduler {
                     }
                     let wait = match previous {
                         Some(p) => Wait::Behind(self.label(EntryId(p)).unwrap_or_default()),
+                        None if key.running < key.limit && key.gate() > self.now => {
+                            if key.paused_until >= key.gate() {
+                                Wait::KeyPaused {
+                                    key: key.name.clone(),
+                                    until: key.paused_until,
+                                }
+                            } else {
+                                Wait::KeySpacing {
+                                    key: key.name.clone(),
+                                    until: key.gate(),
+                                }
+                            }
+                        }
                         None => Wait::KeyFull {
                             key: key.name.clone(),
                             limit: key.limit,
@@ -90,7 +124,11 @@ impl Scheduler {
                     State::Approved if !rec.open => Some(Wait::BatchNotApproved {
                         pending: rec.pending,
                     }),
-                    State::Approved => waits.get_mut(i).and_then(Option::take),
+                    State::Approved => waits.get_mut(i).and_then(Option::take).or_else(|| {
+                        self.not_before
+                            .get(&e)
+                            .map(|&until| Wait::RetryAt { until })
+                    }),
                     _ => None,
                 };
                 EntryStatus {

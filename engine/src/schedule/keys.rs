@@ -1,10 +1,12 @@
-//! Concurrency keys and tools: each key's limit, its running count and its FIFO of entries not
-//! yet released; tools interned with their policy resolved once.
+//! Concurrency keys and tools: each key's limit, its running count, its FIFO of entries not
+//! yet released and its time gate (spacing and pauses); tools interned with their policy
+//! resolved once.
 
 use std::collections::VecDeque;
 
 use super::names::FxHashMap;
-use crate::config::{OnError, Policy, ToolPolicy};
+use crate::config::{Concurrency, OnError, Policy, ToolPolicy};
+use crate::limits::RETRIES_DEFAULT;
 
 #[derive(Debug)]
 pub(crate) struct KeyRec {
@@ -18,6 +20,31 @@ pub(crate) struct KeyRec {
     dirty: bool,
     /// The last entry released with this key, for the FIFO assertion.
     last_released: Option<u64>,
+    /// Minimum milliseconds between consecutive starts.
+    pub(crate) delay: u32,
+    /// Rate-limit retries per entry.
+    pub(crate) retries: u32,
+    /// When the last entry with this key started (the host's `now` then).
+    pub(crate) last_start: Option<u64>,
+    /// Nothing with this key starts before this time (a pause only ever extends).
+    pub(crate) paused_until: u64,
+    /// The time a wake-up is queued for this key, if one is.
+    pub(crate) armed: Option<u64>,
+}
+
+impl KeyRec {
+    /// The earliest time the next entry may start: spacing after the last start, and the pause.
+    pub(crate) fn gate(&self) -> u64 {
+        let spaced = self
+            .last_start
+            .map_or(0, |t| t.saturating_add(u64::from(self.delay)));
+        spaced.max(self.paused_until)
+    }
+
+    /// Whether the front entry may start by the clock at `now` (paired with `gate`).
+    pub(crate) fn open_at(&self, now: u64) -> bool {
+        self.gate() <= now
+    }
 }
 
 /// A tool as submitted calls name it, with its policy resolved once.
@@ -68,10 +95,7 @@ impl Keys {
             .tool(name)
             .cloned()
             .unwrap_or_else(|| ToolPolicy::unconfigured(name));
-        let key = tool
-            .concurrency
-            .as_ref()
-            .map(|c| self.intern_key(c.key.as_str(), c.limit.get()));
+        let key = tool.concurrency.as_ref().map(|c| self.intern_key(c));
         let t = self.tools.len() as u32;
         self.tools.push(ToolRec {
             name: name.to_owned(),
@@ -83,7 +107,8 @@ impl Keys {
         t
     }
 
-    fn intern_key(&mut self, name: &str, limit: u32) -> u32 {
+    fn intern_key(&mut self, c: &Concurrency) -> u32 {
+        let name = c.key.as_str();
         if let Some(&k) = self.index.get(name) {
             return k;
         }
@@ -91,13 +116,44 @@ impl Keys {
         self.index.insert(name.to_owned(), k);
         self.recs.push(KeyRec {
             name: name.to_owned(),
-            limit,
+            limit: c.limit.get(),
             running: 0,
             queue: VecDeque::new(),
             dirty: false,
             last_released: None,
+            delay: c.delay_ms,
+            retries: c.retries,
+            last_start: None,
+            paused_until: 0,
+            armed: None,
         });
         k
+    }
+
+    /// A configured key by name, interning it when no call has named it yet; `None` when no
+    /// configured tool declares it.
+    pub(crate) fn key_named(&mut self, policy: &Policy, name: &str) -> Option<u32> {
+        if let Some(&k) = self.index.get(name) {
+            return Some(k);
+        }
+        let c = policy.concurrency_of_key(name)?.clone();
+        Some(self.intern_key(&c))
+    }
+
+    /// The retry cap of an entry with key `k` (or unkeyed).
+    pub(crate) fn retry_cap(&self, k: Option<u32>) -> u32 {
+        k.map_or(RETRIES_DEFAULT, |k| self.recs[k as usize].retries)
+    }
+
+    /// Puts a retried entry back in its place at the front of the key's queue, in entry order,
+    /// and lets the FIFO assertion start over from it.
+    pub(crate) fn requeue(&mut self, k: u32, e: u64) {
+        let key = &mut self.recs[k as usize];
+        let at = key.queue.partition_point(|&q| q < e);
+        debug_assert!(key.queue.get(at) != Some(&e), "requeued twice");
+        key.queue.insert(at, e);
+        // The FIFO check starts over below the lowest entry back in the queue.
+        key.last_released = key.last_released.min(e.checked_sub(1));
     }
 
     /// The key must walk its queue before this step ends.
@@ -142,6 +198,13 @@ impl Keys {
         let key = &mut self.recs[k as usize];
         debug_assert!(key.running < key.limit, "limit exceeded on {}", key.name);
         key.running += 1;
+    }
+
+    /// A release at `now` on a key: it must be open (paired with [`KeyRec::open_at`]).
+    pub(crate) fn started_at(&mut self, k: u32, now: u64) {
+        let key = &mut self.recs[k as usize];
+        debug_assert!(key.open_at(now), "started before its gate on {}", key.name);
+        key.last_start = Some(now);
     }
 
     /// An end frees a slot (paired with [`Keys::take_slot`]).

@@ -5,13 +5,17 @@
 //! ```text
 //!            approve              (release)           ask
 //! pending ───────────▶ approved ───────────▶ running ◀────▶ asking
-//!    │                    │                     │   answer    │
-//!    │ reject/skip/fail   │ cancel / stop       │ end         │ end
-//!    ▼                    ▼                     ▼             ▼
-//! settled(reason) ◀───────┘                  ended(ok | failed)
+//!    │                 │  ▲   │                 │   answer    │
+//!    │ reject/skip/fail│  └───┼──── retry ──────┴─────────────┤
+//!    │                 │      │ cancel / stop   │ end         │ end
+//!    ▼                 ▼      ▼                 ▼             ▼
+//! settled(reason) ◀────┘ ◀── (give up) ──── ended(ok | failed)
 //!    ▲ cancel
 //! pending
 //! ```
+//!
+//! `retry` (the execution hit a rate limit) puts a running or asking entry back to approved;
+//! past its retry cap the scheduler gives up instead: settled `rate-limited`.
 //!
 //! A restart (`resume`) is not an event: it builds entries anew from a saved state with
 //! [`Lifecycle::restored`], where what had started comes back `pending` or settled
@@ -54,7 +58,8 @@ impl State {
     pub fn is_failure(self) -> bool {
         matches!(
             self,
-            Self::Ended(Outcome::Failed) | Self::Settled(Reason::Failed)
+            Self::Ended(Outcome::Failed)
+                | Self::Settled(Reason::Failed | Reason::RateLimited { .. })
         )
     }
 
@@ -103,6 +108,12 @@ pub enum Reason {
     /// It had started and had no response when the state was exported; the host chose, on
     /// resume, not to run it again (scheduler).
     Interrupted,
+    /// Its execution hit a rate limit once more than its key's retry cap allows (scheduler).
+    /// Counts as a failure for `on_error = "stop"`.
+    RateLimited {
+        /// How many times it had already run again.
+        retries: u32,
+    },
 }
 
 impl Reason {
@@ -115,6 +126,7 @@ impl Reason {
             Self::Cancelled => "cancelled",
             Self::Stopped { .. } => "stopped",
             Self::Interrupted => "interrupted",
+            Self::RateLimited { .. } => "rate-limited",
         }
     }
 }
@@ -140,7 +152,12 @@ pub(crate) enum Event {
     Answer,
     End(Outcome),
     Cancel,
-    Stop { after: u32 },
+    Stop {
+        after: u32,
+    },
+    Retry,
+    /// The scheduler will not run a retried execution again (its cap, or its batch cancelled).
+    GiveUp(Reason),
 }
 
 impl Event {
@@ -154,6 +171,8 @@ impl Event {
             Self::End(_) => "end",
             Self::Cancel => "cancel",
             Self::Stop { .. } => "stop",
+            Self::Retry => "retry",
+            Self::GiveUp(_) => "give up on",
         }
     }
 }
@@ -258,10 +277,12 @@ fn next(state: State, event: Event) -> Result<State, Illegal> {
         (S::Running | S::Asking, Event::End(outcome)) => S::Ended(outcome),
         (S::Pending | S::Approved, Event::Cancel) => S::Settled(Reason::Cancelled),
         (S::Approved, Event::Stop { after }) => S::Settled(Reason::Stopped { after }),
+        (S::Running | S::Asking, Event::Retry) => S::Approved,
+        (S::Running | S::Asking, Event::GiveUp(reason)) => S::Settled(reason),
         (_, event) => {
             let code = match (state, event) {
                 (_, Event::Approve | Event::Settle(_)) => InputErrorCode::AlreadyDecided,
-                (S::Ended(_), Event::Ask | Event::Answer | Event::End(_)) => {
+                (S::Ended(_), Event::Ask | Event::Answer | Event::End(_) | Event::Retry) => {
                     InputErrorCode::AlreadyEnded
                 }
                 (_, Event::Answer) => InputErrorCode::NotAsking,

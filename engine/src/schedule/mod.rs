@@ -14,6 +14,11 @@
 //! 4. Under `on_error = "stop"`, once an operation fails (ended failed, or settled failed before
 //!    running) the approved operations behind it in the same call are settled as stopped.
 //!    Other calls are never stopped (`stop.rs`).
+//! 5. A key with a `delay` starts its entries at least that many milliseconds apart, and a
+//!    paused key starts nothing before its pause ends. Time is the host's `now`; the output
+//!    says when to wake the scheduler next. An execution that hit a rate limit (`retry`) goes
+//!    back to its place at the front of its key's queue and runs again after the pause, up to
+//!    its key's retry cap (`time.rs`).
 //!
 //! # Semantics, answered
 //!
@@ -53,6 +58,7 @@ mod lifecycle;
 mod names;
 mod restart;
 mod stop;
+mod time;
 
 pub use batch::Call;
 pub use error::{
@@ -69,6 +75,9 @@ use batch::{Batches, Entry, OptU32};
 use keys::Keys;
 use lifecycle::{Event, Lifecycle};
 use names::{CallRef, FxHashMap, id_hash};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use time::Timer;
 
 /// Sorts numbers, unless they already are (the usual case). One instantiation of the sort
 /// serves every output, which keeps the component small.
@@ -102,6 +111,9 @@ pub struct Submitted {
 /// Everything that happened since the last [`Scheduler::step`], applied in field order.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Inputs<'a> {
+    /// The host's clock: monotonic milliseconds, never earlier than a `now` given before.
+    /// `None` leaves the scheduler's clock where it was (it starts at 0).
+    pub now: Option<u64>,
     /// Pending entries the user approved.
     pub approve: &'a [EntryId],
     /// Pending entries the host settles without running them.
@@ -114,8 +126,14 @@ pub struct Inputs<'a> {
     pub ok: &'a [EntryId],
     /// Executions that ended with an error.
     pub failed: &'a [EntryId],
+    /// Executions that hit a rate limit, with the time they may run again (`Retry-After`):
+    /// each frees its slot, pauses its key until then and goes back to the front of its
+    /// key's queue; past the key's retry cap it is settled `rate-limited` instead.
+    pub retry: &'a [(EntryId, u64)],
     /// Batches to cancel.
     pub cancel: &'a [BatchId],
+    /// Keys to pause until a time (a pause only ever extends), by name.
+    pub pause: &'a [(&'a str, u64)],
 }
 
 /// What one [`Scheduler::step`] decided. Reuse one value across steps to keep its capacity.
@@ -130,6 +148,8 @@ pub struct Outputs {
     pub errors: Vec<InputError>,
     /// Batches whose every entry now has a response; their numbers are retired.
     pub retired: Vec<BatchId>,
+    /// When to call `step` again with a later `now`, because something waits on time.
+    pub wake_at: Option<u64>,
 }
 
 impl Outputs {
@@ -146,6 +166,7 @@ impl Outputs {
         self.settle.clear();
         self.errors.clear();
         self.retired.clear();
+        self.wake_at = None;
     }
 }
 
@@ -168,6 +189,15 @@ pub struct Scheduler {
     /// Scratch for `submit`: each call's id hash and entry count.
     scratch: Vec<(u64, u32)>,
     scratch_ids: FxHashMap<u64, u64>,
+    /// The host's clock as last given (`time.rs`).
+    now: u64,
+    /// Wake-ups, earliest first; stale items are skipped.
+    timers: BinaryHeap<Reverse<(u64, Timer)>>,
+    /// How many times each retried entry ran again (`u64` values: the map shares its code with
+    /// the other `u64 -> u64` maps, which keeps the component small).
+    retries: FxHashMap<u64, u64>,
+    /// Unkeyed retried entries and the time they may run again.
+    not_before: FxHashMap<u64, u64>,
 }
 
 impl Scheduler {
@@ -186,6 +216,10 @@ impl Scheduler {
             errors: Vec::new(),
             scratch: Vec::new(),
             scratch_ids: FxHashMap::default(),
+            now: 0,
+            timers: BinaryHeap::new(),
+            retries: FxHashMap::default(),
+            not_before: FxHashMap::default(),
         }
     }
 
@@ -197,6 +231,13 @@ impl Scheduler {
     /// Entries of live batches.
     pub fn live_entries(&self) -> usize {
         self.batches.live_entries()
+    }
+
+    /// How many entries carry retry bookkeeping: `(retried entries, unkeyed entries waiting on
+    /// time)`. For tests that check nothing outlives its batch.
+    #[doc(hidden)]
+    pub fn pending_wakeups_for_tests(&self) -> (usize, usize) {
+        (self.retries.len(), self.not_before.len())
     }
 
     /// Adds a batch in written order, all or nothing. Its entries start pending; nothing of it
@@ -313,6 +354,7 @@ impl Scheduler {
     /// (cleared first) with what to do.
     pub fn step(&mut self, inputs: &Inputs<'_>, out: &mut Outputs) {
         // The output vectors are empty here, or hold what `resume` settled.
+        self.advance(inputs.now);
         for (i, &e) in inputs.approve.iter().enumerate() {
             self.judged(InputKind::Approve, i, e, Event::Approve);
         }
@@ -331,17 +373,36 @@ impl Scheduler {
         for (i, &e) in inputs.failed.iter().enumerate() {
             self.judged(InputKind::Failed, i, e, Event::End(Outcome::Failed));
         }
+        for (i, &(e, until)) in inputs.retry.iter().enumerate() {
+            let result = self.retry(e, until);
+            self.refused(InputKind::Retry, i, result);
+        }
         for (i, &b) in inputs.cancel.iter().enumerate() {
-            if let Err((code, message)) = self.cancel(b) {
-                self.errors.push(InputError {
-                    input: InputKind::Cancel,
-                    index: i as u32,
-                    code,
-                    message,
-                });
-            }
+            let result = self.cancel(b);
+            self.refused(InputKind::Cancel, i, result);
+        }
+        for (i, &(key, until)) in inputs.pause.iter().enumerate() {
+            let result = self.pause(key, until);
+            self.refused(InputKind::Pause, i, result);
         }
         self.finish_step(out);
+    }
+
+    /// Records why an input was refused, if it was.
+    fn refused(
+        &mut self,
+        input: InputKind,
+        index: usize,
+        result: Result<(), (InputErrorCode, String)>,
+    ) {
+        if let Err((code, message)) = result {
+            self.errors.push(InputError {
+                input,
+                index: index as u32,
+                code,
+                message,
+            });
+        }
     }
 
     /// Applies one entry input, or records why it was refused.
@@ -386,12 +447,19 @@ impl Scheduler {
                 if let Some(k) = key {
                     self.keys.free_slot(k);
                 }
+                if !self.retries.is_empty() {
+                    self.retries.remove(&e.0);
+                }
                 if outcome == Outcome::Failed {
                     self.record_failure(slot, index);
                 }
             }
             Event::Ask | Event::Answer => {}
-            Event::Release | Event::Cancel | Event::Stop { .. } => {
+            Event::Release
+            | Event::Cancel
+            | Event::Stop { .. }
+            | Event::Retry
+            | Event::GiveUp(_) => {
                 debug_assert!(false, "{event:?} is the scheduler's, not an input");
             }
         }
@@ -484,6 +552,7 @@ impl Scheduler {
         debug_assert!(released.is_ok(), "released an entry that was not approved");
         if let Some(k) = entry.key.get() {
             self.keys.take_slot(k);
+            self.keys.started_at(k, self.now);
         }
         self.started.push(batch.first + u64::from(index));
     }
@@ -519,12 +588,18 @@ impl Scheduler {
         }
         out.errors.append(&mut self.errors);
         // Batch numbers follow submission order, like entry numbers.
-        for slot in self.retiring.drain(..) {
-            self.retired.push(self.batches.slot(slot).id);
+        let mut retiring = std::mem::take(&mut self.retiring);
+        for slot in retiring.drain(..) {
+            let batch = self.batches.slot(slot);
+            self.retired.push(batch.id);
+            let (first, end) = (batch.first, batch.first + batch.entries.len() as u64);
+            self.forget_times(first, end);
             self.batches.retire(slot);
         }
+        self.retiring = retiring;
         sort(&mut self.retired);
         out.retired.extend(self.retired.drain(..).map(BatchId));
+        out.wake_at = self.wake_at();
     }
 
     /// Releases from the front of a key's queue while there is room (rule 2). Each entry is
@@ -536,11 +611,16 @@ impl Scheduler {
                 return;
             };
             let room = key.running < key.limit;
+            let gate = key.gate();
             if let Some((slot, index)) = self.batches.locate(e) {
                 let batch = self.batches.slot(slot);
                 match batch.entries[index as usize].life.get() {
                     State::Pending => return,
                     State::Approved if !batch.open || !room => return,
+                    State::Approved if gate > self.now => {
+                        self.arm_key(k, gate);
+                        return;
+                    }
                     State::Approved => {
                         self.keys.released_in_order(k, e);
                         self.release(slot, index);

@@ -63,6 +63,9 @@ pub(crate) fn none() -> ws::Inputs {
         ok: Vec::new(),
         failed: Vec::new(),
         cancel: Vec::new(),
+        now: None,
+        retry: Vec::new(),
+        pause: Vec::new(),
     }
 }
 
@@ -106,6 +109,7 @@ pub(crate) fn state_name(state: &ws::State) -> String {
         ws::Reason::Cancelled => "cancelled".to_owned(),
         ws::Reason::Stopped(after) => format!("stopped {after}"),
         ws::Reason::Interrupted => "interrupted".to_owned(),
+        ws::Reason::RateLimited(retries) => format!("rate-limited {retries}"),
     };
     match state {
         ws::State::Pending => "pending".to_owned(),

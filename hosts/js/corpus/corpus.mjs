@@ -11,14 +11,18 @@ export const NOTHING = 18446744073709551615n;
 
 export function toolLine(t) {
   let out = t.concurrency ? `${t.name} ${t.concurrency.key}/${t.concurrency.limit}` : `${t.name} unbounded`;
+  if (t.concurrency?.delayMs) out += ` delay=${t.concurrency.delayMs}`;
+  if (t.concurrency && t.concurrency.retries !== 3) out += ` retries=${t.concurrency.retries}`;
   if (t.fanOut) out += ' fan-out';
   if (t.onError === 'stop') out += ' stop';
   return out;
 }
 
-/** `LABEL REASON`, or `LABEL stopped AFTER`. */
+/** `LABEL REASON`, `LABEL stopped AFTER` or `LABEL rate-limited RETRIES`. */
 export function settleLine(label, reason) {
-  return reason.kind === 'stopped' ? `${label} stopped ${reason.after}` : `${label} ${reason.kind}`;
+  if (reason.kind === 'stopped') return `${label} stopped ${reason.after}`;
+  if (reason.kind === 'rate-limited') return `${label} rate-limited ${reason.retries}`;
+  return `${label} ${reason.kind}`;
 }
 
 export function inspectLine(st) {
@@ -36,7 +40,9 @@ export function inspectLine(st) {
   if (st.wait) {
     if (st.wait.kind === 'batch-not-approved') out += ' waits batch-not-approved';
     else if (st.wait.kind === 'key-full') out += ` waits key-full ${st.wait.key} ${st.wait.limit} ${st.wait.running.join(',')}`;
-    else out += ` waits behind ${st.wait.label}`;
+    else if (st.wait.kind === 'behind') out += ` waits behind ${st.wait.label}`;
+    else if (st.wait.kind === 'retry-at') out += ` waits retry-at ${st.wait.until}`;
+    else out += ` waits ${st.wait.kind} ${st.wait.key} ${st.wait.until}`;
   }
   return out;
 }
@@ -70,7 +76,7 @@ const FIELDS = {
   batch: ['calls'],
   admission: ['max_concurrent', 'allow_parallel'],
   simulate: ['duration_ms', 'durations', 'fail'],
-  step: ['do', 'start', 'settle', 'error', 'errors', 'retired', 'unrestored', 'layers', 'inspect', 'admit', 'cancel', 'refused', 'drain', 'comment', 'note', 'why'],
+  step: ['do', 'start', 'settle', 'error', 'errors', 'retired', 'unrestored', 'layers', 'inspect', 'admit', 'cancel', 'refused', 'drain', 'at', 'wake_at', 'comment', 'note', 'why'],
 };
 
 function checkFields(value, kind, where) {
@@ -176,7 +182,13 @@ class ScheduleRunner {
   /** Runs one `do` line; returns what it observed. */
   run(step) {
     const [verb, ...args] = step.do.trim().split(/\s+/);
-    const seen = { error: null, inputs: 0, many: false, errors: [], start: [], settle: [], retired: [], unrestored: null, inspect: null };
+    const seen = { error: null, inputs: 0, many: false, errors: [], start: [], settle: [], retired: [], unrestored: null, inspect: null, wakeAt: undefined };
+    // `at = T` is the host's clock for every step call this step makes.
+    const stepAt = (inputs = {}) => this.sched.step(step.at === undefined || inputs.now !== undefined ? inputs : { ...inputs, now: step.at });
+    const time = (word) => {
+      if (!/^[0-9]+$/.test(word ?? '')) throw new Error(`bad time ${json(word)}`);
+      return Number(word);
+    };
     const gather = (out, positions) => {
       for (const e of out.start) {
         // The scheduler's own labels must agree with the runner's.
@@ -186,6 +198,7 @@ class ScheduleRunner {
       }
       seen.settle.push(...out.settle.map((s) => settleLine(this.label(s.entry), s.reason)));
       seen.retired.push(...[...out.retired].map((b) => this.fileBatch.get(b) ?? `?${b}`));
+      seen.wakeAt = out.wakeAt;
       for (const e of out.errors) {
         if (positions) seen.errors.push([positions(e), e.code]);
         else seen.error ??= e.code;
@@ -196,7 +209,7 @@ class ScheduleRunner {
       if (!labels.length) throw new Error('expected at least one entry');
       for (const label of labels) {
         seen.inputs += 1;
-        if (!gather(this.sched.step({ [field]: [wrap(this.entry(label))] }))) break;
+        if (!gather(stepAt({ [field]: [wrap(this.entry(label))] }))) break;
       }
     };
     switch (verb) {
@@ -208,7 +221,7 @@ class ScheduleRunner {
         const calls = parseCalls(spec);
         seen.inputs = 1;
         seen.error = codeOf(SubmitError, () => this.submit(n, calls));
-        gather(this.sched.step());
+        gather(stepAt());
         break;
       }
       case 'approve':
@@ -234,7 +247,7 @@ class ScheduleRunner {
       case 'approve-many':
         seen.many = true;
         seen.inputs = args.length;
-        gather(this.sched.step({ approve: args.map((l) => this.entry(l)) }), (e) => e.index);
+        gather(stepAt({ approve: args.map((l) => this.entry(l)) }), (e) => e.index);
         break;
       case 'end-many': {
         seen.many = true;
@@ -248,13 +261,28 @@ class ScheduleRunner {
           lists[outcome].push(this.entry(arg.slice(0, eqAt)));
           positions[outcome].push(i);
         });
-        gather(this.sched.step(lists), (e) => positions[e.input][e.index]);
+        gather(stepAt(lists), (e) => positions[e.input][e.index]);
         break;
       }
+      case 'now':
+        if (args.length !== 1) throw new Error('expected `now MILLISECONDS`');
+        seen.inputs = 1;
+        gather(stepAt({ now: time(args[0]) }));
+        break;
+      case 'retry':
+        if (args.length !== 2) throw new Error('expected `retry LABEL UNTIL`');
+        seen.inputs = 1;
+        gather(stepAt({ retry: [{ entry: this.entry(args[0]), until: time(args[1]) }] }));
+        break;
+      case 'pause':
+        if (args.length !== 2) throw new Error('expected `pause KEY UNTIL`');
+        seen.inputs = 1;
+        gather(stepAt({ pause: [{ key: args[0], until: time(args[1]) }] }));
+        break;
       case 'cancel':
         if (args.length !== 1) throw new Error('expected `cancel N`');
         seen.inputs = 1;
-        gather(this.sched.step({ cancel: [this.batch(args[0])] }));
+        gather(stepAt({ cancel: [this.batch(args[0])] }));
         break;
       case 'restart': {
         if (args.length > 1 || (args.length === 1 && args[0] !== 'interrupt')) throw new Error('expected `restart` or `restart interrupt`');
@@ -266,7 +294,7 @@ class ScheduleRunner {
           this.sched = scheduler;
           seen.unrestored = unrestored.map((u) => `${u.call} ${u.code}`);
         });
-        gather(this.sched.step());
+        gather(stepAt());
         break;
       }
       case 'inspect': {
@@ -274,7 +302,7 @@ class ScheduleRunner {
         const statuses = this.sched.inspect(this.batch(args[0]));
         if (statuses === undefined) seen.error = 'unknown-batch';
         else seen.inspect = statuses.map(inspectLine);
-        gather(this.sched.step());
+        gather(stepAt());
         break;
       }
       default:
@@ -323,6 +351,11 @@ class ScheduleRunner {
     }
     if (step.retired !== undefined && !eq(seen.retired, step.retired)) {
       throw new Error(`want retired ${json(step.retired)}, got ${json(seen.retired)}`);
+    }
+    if (step.wake_at !== undefined) {
+      const want = step.wake_at === 'none' ? undefined : step.wake_at;
+      if (want !== undefined && typeof want !== 'number') throw new Error(`wake_at: expected milliseconds or "none", got ${json(step.wake_at)}`);
+      if (seen.wakeAt !== want) throw new Error(`want wake_at ${json(want ?? null)}, got ${json(seen.wakeAt ?? null)}`);
     }
   }
 }

@@ -8,7 +8,7 @@
 // $CHROMIUM; `--no-browser` skips the Chromium part).
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { extname, join, resolve } from 'node:path';
@@ -34,7 +34,7 @@ try {
   const packed = JSON.parse(packOut.slice(packOut.search(/^\[/m)));
   const tarball = join(work, packed[0].filename);
   const files = packed[0].files.map((f) => f.path);
-  for (const need of ['package.json', 'README.md', 'LICENSE-MIT', 'LICENSE-APACHE', 'dist/index.js', 'dist/node.js', 'dist/browser.js', 'dist/index.d.ts', 'dist/cli.js', 'dist/component/turnstile.js', 'dist/component/turnstile.core.wasm', 'dist/component/turnstile.core2.wasm', 'dist/component/turnstile.core3.wasm']) {
+  for (const need of ['package.json', 'README.md', 'LICENSE-MIT', 'LICENSE-APACHE', 'dist/index.js', 'dist/node.js', 'dist/browser.js', 'dist/index.d.ts', 'dist/cli.js', 'dist/component/turnstile.js', 'dist/component/turnstile.core.wasm', 'dist/component/turnstile.core2.wasm', 'dist/component/turnstile.core3.wasm', 'dist/gate.js', 'dist/ai.js', 'dist/ai.d.ts', 'dist/mcp.js', 'dist/mcp.d.ts']) {
     assert.ok(files.includes(need), `the tarball lacks ${need}`);
   }
   assert.ok(!files.some((f) => f.startsWith('src/') || f.startsWith('test/')), 'the tarball ships sources or tests');
@@ -45,6 +45,15 @@ try {
   assert.equal(manifest.exports['.'].browser, './dist/browser.js');
   assert.equal(manifest.exports['.'].node, './dist/node.js');
   assert.deepEqual(Object.keys(manifest.dependencies ?? {}), [], 'the package has no runtime dependency');
+  // The integrations: own entry points; the frameworks are optional peers, imported by no file.
+  assert.equal(manifest.exports['./ai'].default, './dist/ai.js');
+  assert.equal(manifest.exports['./mcp'].default, './dist/mcp.js');
+  const peers = ['ai', '@modelcontextprotocol/sdk'];
+  for (const peer of peers) assert.equal(manifest.peerDependenciesMeta?.[peer]?.optional, true, `${peer} is an optional peer`);
+  for (const file of readdirSync(join(here, 'dist')).filter((f) => f.endsWith('.js'))) {
+    const source = readFileSync(join(here, 'dist', file), 'utf8');
+    assert.ok(!/from ['"](ai|ai\/[^'"]*|@modelcontextprotocol\/[^'"]*|zod)['"]|import\(['"](ai|@modelcontextprotocol)/.test(source), `dist/${file} imports a framework`);
+  }
 
   // 2. A fresh project outside the repository.
   const app = join(work, 'app');
@@ -52,6 +61,11 @@ try {
   writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'fresh-host', private: true, type: 'module' }));
   step(`npm install ${packed[0].filename} into ${app}`);
   execFileSync('npm', ['install', '--no-audit', '--no-fund', '--offline', tarball], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'] });
+
+  for (const peer of ['ai', '@modelcontextprotocol/sdk', 'zod']) assert.ok(!existsSync(join(app, 'node_modules', peer)), `installing the package pulled ${peer}`);
+  writeFileSync(join(app, 'bare.mjs'), "await import('@turnstile/scheduler/ai'); await import('@turnstile/scheduler/mcp'); console.log('bare ok');\n");
+  const bare = run('node', ['bare.mjs'], { cwd: app });
+  assert.equal(bare.status, 0, bare.stderr);
 
   // 3. The example, unchanged.
   step('example');
@@ -97,6 +111,79 @@ driver.dispose();
   );
   const tsc = run(bin('tsc'), ['--noEmit', '--strict', '--target', 'es2022', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--skipLibCheck', 'false', '--types', 'node', '--typeRoots', join(here, 'node_modules', '@types'), 'host.ts'], { cwd: app });
   assert.equal(tsc.status, 0, `tsc:\n${tsc.stdout}${tsc.stderr}`);
+
+  // 5b. The integrations, as a user adds them: the frameworks installed next to the package (the
+  // versions the package is tested with), the README's usage run and type-checked.
+  step('integrations: ai and @modelcontextprotocol/sdk');
+  const dev = manifest.devDependencies;
+  execFileSync('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', `ai@${dev.ai}`, `zod@${dev.zod}`, `@modelcontextprotocol/sdk@${dev['@modelcontextprotocol/sdk']}`], { cwd: app, stdio: ['ignore', 'inherit', 'inherit'] });
+  writeFileSync(
+    join(app, 'ai-host.mjs'),
+    `import { generateText, isStepCount, tool } from 'ai';
+import { MockLanguageModelV4 } from 'ai/test';
+import { z } from 'zod';
+import { Turnstile } from '@turnstile/scheduler';
+import { limitTools } from '@turnstile/scheduler/ai';
+const policy = (await Turnstile.load()).resolve(['[conversation.tools.draft]\\nconcurrency = 1\\n']);
+let running = 0, peak = 0, next = 1;
+const draft = tool({ inputSchema: z.object({}), execute: async () => { peak = Math.max(peak, ++running); const id = next; await new Promise((r) => setTimeout(r, 5)); next = id + 1; running--; return 'draft ' + id; } });
+const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
+let step = 0;
+const model = new MockLanguageModelV4({ doGenerate: async () => step++ === 0
+  ? { content: ['c1', 'c2', 'c3'].map((id) => ({ type: 'tool-call', toolCallId: id, toolName: 'draft', input: '{}' })), finishReason: { unified: 'tool-calls', raw: undefined }, usage, warnings: [] }
+  : { content: [{ type: 'text', text: 'done' }], finishReason: { unified: 'stop', raw: undefined }, usage, warnings: [] } });
+const { text, steps } = await generateText({ model, tools: limitTools({ draft }, policy), stopWhen: isStepCount(3), prompt: 'go' });
+console.log(JSON.stringify({ text, peak, results: steps[0].toolResults.map((r) => r.output) }));
+`,
+  );
+  const aiHost = run('node', ['ai-host.mjs'], { cwd: app });
+  assert.equal(aiHost.status, 0, aiHost.stderr);
+  assert.deepEqual(JSON.parse(aiHost.stdout.trim()), { text: 'done', peak: 1, results: ['draft 1', 'draft 2', 'draft 3'] });
+  copyFileSync(join(here, 'test', 'fixtures', 'mcp-server.mjs'), join(app, 'mcp-server.mjs'));
+  writeFileSync(
+    join(app, 'mcp-host.mjs'),
+    `import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { Turnstile } from '@turnstile/scheduler';
+import { admitClient } from '@turnstile/scheduler/mcp';
+const admission = (await Turnstile.load()).admission({ maxConcurrent: 2, allowParallel: false });
+const client = admitClient(new Client({ name: 'host', version: '1.0.0' }), admission);
+await client.connect(new StdioClientTransport({ command: process.execPath, args: ['mcp-server.mjs'], env: { PATH: process.env.PATH ?? '', MCP_LOG: 'mcp.jsonl', MCP_SERIAL: '1' } }));
+const results = await Promise.all(['a', 'b', 'c'].map((name) => client.callTool({ name: 'work', arguments: { name, ms: 10 } })));
+await client.close();
+console.log(JSON.stringify(results.map((r) => r.content[0].text)));
+`,
+  );
+  const mcpHost = run('node', ['mcp-host.mjs'], { cwd: app });
+  assert.equal(mcpHost.status, 0, mcpHost.stderr);
+  assert.deepEqual(JSON.parse(mcpHost.stdout.trim()), ['a done', 'b done', 'c done']);
+  writeFileSync(
+    join(app, 'integrations.ts'),
+    `import { tool } from 'ai';
+import { z } from 'zod';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { CreateMessageRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CallSettledError, Gate, Turnstile } from '@turnstile/scheduler';
+import { limitTools } from '@turnstile/scheduler/ai';
+import { admitClient, admittedFrom } from '@turnstile/scheduler/mcp';
+const t = await Turnstile.load();
+const policy = t.resolve([{ conversation: { tools: { draft: { concurrency: 1 } } } }]);
+const tools = { draft: tool({ inputSchema: z.object({ title: z.string() }), execute: async ({ title }) => title.length }) };
+const limited: typeof tools = limitTools(tools, policy);
+const gate = new Gate(policy);
+// The argument and result types flow through the gate.
+const n: number = await gate.call('draft', 'id1', { title: 'x' }, async (args, signal) => args.title.length + (signal.aborted ? 1 : 0));
+try { await gate.call('draft', 'id2', 1, async (x) => x + 1); } catch (e) { if (e instanceof CallSettledError) console.log(e.reason.kind, e.message); }
+const client: Client = admitClient(new Client({ name: 'h', version: '1' }), t.admission({ maxConcurrent: 1, allowParallel: false }));
+client.setRequestHandler(CreateMessageRequestSchema, async (_request, extra) => {
+  await admittedFrom<Client>(extra).ping();
+  return { model: 'm', role: 'assistant', content: { type: 'text', text: 'ok' } };
+});
+console.log(limited, n);
+`,
+  );
+  const tscIntegrations = run(bin('tsc'), ['--noEmit', '--strict', '--target', 'es2022', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--skipLibCheck', 'true', '--types', 'node', '--typeRoots', join(here, 'node_modules', '@types'), 'integrations.ts'], { cwd: app });
+  assert.equal(tscIntegrations.status, 0, `tsc (integrations):\n${tscIntegrations.stdout}${tscIntegrations.stderr}`);
 
   // 6. A worker thread with a heap cap (the sandboxed hosts editors use).
   step('worker_threads with resourceLimits');

@@ -12,23 +12,37 @@ export const toolPolicy = (p: wc.ToolPolicy): ToolPolicy => p;
 export const unrestored = (list: ws.Unrestored[]): Unrestored[] => list;
 
 export function reason(r: ws.Reason): Reason {
-  return r.tag === 'stopped' ? { kind: 'stopped', after: r.val } : { kind: r.tag };
+  switch (r.tag) {
+    case 'stopped':
+      return { kind: 'stopped', after: r.val };
+    case 'rate-limited':
+      return { kind: 'rate-limited', retries: r.val };
+    default:
+      return { kind: r.tag };
+  }
 }
 
-const REASONS = ['rejected', 'skipped', 'failed', 'cancelled', 'stopped', 'interrupted'] as const;
+const REASONS = ['rejected', 'skipped', 'failed', 'cancelled', 'stopped', 'interrupted', 'rate-limited'] as const;
 
 function reasonIn(value: unknown, name: string): ws.Reason {
-  const r = record(value, name, ['kind', 'after']);
+  const r = record(value, name, ['kind', 'after', 'retries']);
   const kind = oneOf(r.kind, `${name}.kind`, REASONS);
+  if (kind !== 'stopped' && r.after !== undefined) throw new TypeError(`${name}.after is only for kind 'stopped'`);
+  if (kind !== 'rate-limited' && r.retries !== undefined) throw new TypeError(`${name}.retries is only for kind 'rate-limited'`);
   if (kind === 'stopped') return { tag: 'stopped', val: u32(r.after, `${name}.after`, 1) };
-  if (r.after !== undefined) throw new TypeError(`${name}.after is only for kind 'stopped'`);
+  if (kind === 'rate-limited') return { tag: 'rate-limited', val: u32(r.retries, `${name}.retries`) };
   return { tag: kind };
 }
+
+/** A time the component reported (u64 milliseconds) as a JS number. */
+const ms = (t: bigint): number => Number(t);
 
 export function outputs(out: ws.Outputs): StepOutputs {
   const settle: Settled[] = new Array(out.settle.length);
   for (let i = 0; i < settle.length; i++) settle[i] = { entry: out.settle[i].entry, reason: reason(out.settle[i].reason) };
-  return { start: out.start, settle, errors: out.errors, retired: out.retired };
+  const result: StepOutputs = { start: out.start, settle, errors: out.errors, retired: out.retired };
+  if (out.wakeAt !== undefined) result.wakeAt = ms(out.wakeAt);
+  return result;
 }
 
 function state(s: ws.State): EntryState {
@@ -50,6 +64,11 @@ function wait(w: ws.Wait): Wait {
       return { kind: 'key-full', key: w.val.key, limit: w.val.limit, running: w.val.running };
     case 'behind':
       return { kind: 'behind', label: w.val };
+    case 'key-paused':
+    case 'key-spacing':
+      return { kind: w.tag, key: w.val.key, until: ms(w.val.until) };
+    case 'retry-at':
+      return { kind: 'retry-at', until: ms(w.val) };
   }
 }
 

@@ -26,7 +26,7 @@
 //   aborted (cancel, batch failure, `executionTimeoutMs`), after `abortGraceMs` more it is
 //   recorded as failed with a `TimeoutError` and its slot is freed, whatever it does later.
 //   `executionTimeoutMs` aborts an execution's signal (a `TimeoutError`) after it ran that long.
-import { DisposedError, RefusedInputError, TurnstileError } from './errors.js';
+import { DisposedError, RateLimitedError, RefusedInputError, TurnstileError } from './errors.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import * as convert from './convert.js';
 import { Scheduler, Submitted, type CallInput, type ResumeOptions } from './scheduler.js';
@@ -87,6 +87,11 @@ export interface RunOptions<C extends CallInput = CallInput> {
   /** Once an execution's signal aborted, how long it may still take before the driver records it
    * as failed (`TimeoutError`) and frees its slot. Default: it keeps its slot until it ends. */
   abortGraceMs?: number;
+  /** Called once per entry as soon as its outcome is known (an execution's end, a settlement),
+   * before the batch resolves, with the call it belongs to: what a host needs to answer each
+   * call when it ends rather than when its batch ends (the `Gate` is built on it). Called
+   * synchronously from the driver's round: it must not block; what it throws is ignored. */
+  onOutcome?: (outcome: EntryOutcome, call: C) => void;
 }
 
 /** A live batch as `Driver.inspect` shows it. */
@@ -109,6 +114,10 @@ const EMPTY = new BigUint64Array(0);
 /** Steps are queued as promise reactions: Node wraps `queueMicrotask` callbacks in an async
  * resource, which costs more than the step's own bookkeeping. */
 const RESOLVED = Promise.resolve();
+
+/** The driver's clock for the scheduler: whole milliseconds, monotonic (`performance.now()`). */
+const clock = (): number => Math.floor(performance.now());
+const NO_PAUSES: ws.KeyPause[] = [];
 
 /** A list of entry numbers, each with the batch it belongs to (for its errors), that grows in
  * place and is written as 32-bit halves (no bigint per item); `view` lends it to one `step`
@@ -159,12 +168,19 @@ class Pending {
   readonly ok = new NumberList();
   readonly failed = new NumberList();
   readonly cancel = new NumberList();
+  readonly retry: ws.RetryAfter[] = [];
+  readonly retryOwners: Batch[] = [];
 
+  /** The batch whose input this was; none for the driver's own `now` (and it sends no pause). */
   owner(kind: InputKind, index: number): Batch | undefined {
+    if (kind === 'retry') return this.retryOwners[index];
+    if (kind === 'now' || kind === 'pause') return undefined;
     return kind === 'settle' ? this.settleOwners[index] : this[kind].owners[index];
   }
 
   target(kind: InputKind, index: number): bigint {
+    if (kind === 'retry') return this.retry[index].entry;
+    if (kind === 'now' || kind === 'pause') return 0n;
     return kind === 'settle' ? this.settle[index].entry : BigInt(this[kind].at(index));
   }
 
@@ -176,6 +192,7 @@ class Pending {
     this.failed.clear();
     this.cancel.clear();
     if (this.settle.length) this.settle.length = this.settleOwners.length = 0;
+    if (this.retry.length) this.retry.length = this.retryOwners.length = 0;
   }
 }
 
@@ -303,6 +320,8 @@ export class Driver {
   /** The other buffer: the inputs of the step being dispatched, then reused. */
   #spare = new Pending();
   #scheduled = false;
+  /** The one timer that steps again when the scheduler asked to be woken (`wakeAt`). */
+  #wake: ReturnType<typeof setTimeout> | undefined;
   #disposed = false;
   /** The batch `#find` found last. */
   #last: Batch | undefined;
@@ -330,9 +349,9 @@ export class Driver {
     state: SavedState,
     options: ResumeOptions & RunOptions & { execute: Execute },
   ): { driver: Driver; batches: Promise<CallOutcome[]>[]; unrestored: Unrestored[] } {
-    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs']);
+    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome']);
     func(o.execute, 'options.execute');
-    const runOptions = checkRunOptions({ signal: options.signal, decide: options.decide, executionTimeoutMs: options.executionTimeoutMs, abortGraceMs: options.abortGraceMs });
+    const runOptions = checkRunOptions({ signal: options.signal, decide: options.decide, executionTimeoutMs: options.executionTimeoutMs, abortGraceMs: options.abortGraceMs, onOutcome: options.onOutcome });
     const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: options.started });
     const driver = new Driver(scheduler);
     const batches = state.batches.map((saved) => driver.#restore(saved, options.execute, runOptions));
@@ -386,6 +405,8 @@ export class Driver {
       for (const run of batch.running) if (run) clearTimers(run);
     }
     this.#byBatch.clear();
+    clearTimeout(this.#wake);
+    this.#wake = undefined;
     drivers.delete(this.scheduler);
     this.scheduler.dispose();
   }
@@ -462,9 +483,18 @@ export class Driver {
     this.#schedule();
   }
 
-  /** The one place an entry's outcome is recorded (a per-entry completion hook goes here). */
+  /** The one place an entry's outcome is recorded; the first one recorded is reported to
+   * `onOutcome`. */
   #record(batch: Batch, offset: number, outcome: EntryOutcome): void {
+    const first = batch.outcomes[offset] === undefined;
     batch.outcomes[offset] = outcome;
+    const hook = batch.options.onOutcome;
+    if (hook === undefined || !first) return;
+    try {
+      hook(outcome, batch.submitted.calls[batch.submitted.at(offset).index]);
+    } catch {
+      // A host's hook must not break the driver's round.
+    }
   }
 
   #cancel(batch: Batch, reason: unknown): void {
@@ -582,6 +612,16 @@ export class Driver {
     run.ended = true;
     if (run.timers) clearTimers(run);
     const batch = run.batch;
+    if (!ok && value instanceof RateLimitedError && !batch.cancelled && !this.#disposed) {
+      // Not an end: the entry goes back in line and runs again after the pause (or is settled
+      // rate-limited past its key's retries, which the next step reports).
+      if (batch.running[run.offset] === run) batch.running[run.offset] = undefined;
+      const p = this.#pending;
+      p.retry.push({ entry: BigInt(batch.first + run.offset), until: BigInt(clock() + value.retryAfterMs) });
+      p.retryOwners.push(batch);
+      this.#schedule();
+      return;
+    }
     const entry = BigInt(batch.first + run.offset);
     const label = run.label;
     let outcome: EntryOutcome;
@@ -614,7 +654,7 @@ export class Driver {
 
   // --- the step ---------------------------------------------------------------------------
 
-  #push(kind: Exclude<InputKind, 'settle'>, value: number, batch: Batch): void {
+  #push(kind: Exclude<InputKind, 'settle' | 'now' | 'retry' | 'pause'>, value: number, batch: Batch): void {
     if (this.#disposed) return;
     this.#pending[kind].push(value, batch);
     this.#schedule();
@@ -651,6 +691,9 @@ export class Driver {
         ok: p.ok.view(),
         failed: p.failed.view(),
         cancel: p.cancel.view(),
+        now: BigInt(clock()),
+        retry: p.retry,
+        pause: NO_PAUSES,
       });
     } catch (error) {
       // A trap (InstanceBrokenError) or a disposed scheduler: every batch on it goes with it.
@@ -661,6 +704,17 @@ export class Driver {
         this.#abortRunning(batch, error);
       }
       return;
+    }
+    // Something waits on time (a key's delay or pause): step again then, with a later `now`.
+    if (this.#wake !== undefined) {
+      clearTimeout(this.#wake);
+      this.#wake = undefined;
+    }
+    if (out.wakeAt !== undefined) {
+      this.#wake = setTimeout(() => {
+        this.#wake = undefined;
+        this.#schedule();
+      }, Math.max(0, Number(out.wakeAt) - clock()));
     }
     for (const s of out.settle) {
       const offset = Number(s.entry);
@@ -776,9 +830,10 @@ function savedEntry(saved: SavedState['batches'][number], submitted: Submitted, 
 }
 
 function checkRunOptions(options: unknown): RunOptions {
-  const o = record(options, 'options', ['signal', 'decide', 'executionTimeoutMs', 'abortGraceMs']);
+  const o = record(options, 'options', ['signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome']);
   checkSignal(o.signal, 'options.signal');
   if (o.decide !== undefined) func(o.decide, 'options.decide');
+  if (o.onOutcome !== undefined) func(o.onOutcome, 'options.onOutcome');
   if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
   if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
   return o as RunOptions;

@@ -1,7 +1,7 @@
 // Every error the package throws on purpose. One base class, `TurnstileError`, with a stable
 // string `code`; argument mistakes are the language's own `TypeError` / `RangeError` with a
 // message naming the parameter (see `validate.ts`).
-import type { AdmissionErrorCode, Diagnostic, InputError, InputErrorCode, InputKind, ResumeErrorCode, SubmitErrorCode } from './types.js';
+import type { AdmissionErrorCode, Diagnostic, InputError, InputErrorCode, InputKind, Reason, ResumeErrorCode, SubmitErrorCode } from './types.js';
 
 /** A refused call: it changed nothing. `code` is stable; subclasses narrow it. */
 export class TurnstileError extends Error {
@@ -76,10 +76,80 @@ export class InstanceBrokenError extends TurnstileError {
   }
 }
 
+/** Thrown (or rejected with) by an execution that hit a rate limit (a 429): the driver reports
+ * it as `retry`, so the entry's key pauses for `retryAfterMs` (a pause only extends), the entry
+ * keeps its place in line and runs again (`execute` is called again for it); past its key's
+ * `retries` it is settled `rate-limited`. `RateLimitedError.fromHeader(response.headers.get(
+ * 'retry-after'))` reads a `Retry-After` header (seconds or an HTTP date). */
+export class RateLimitedError extends TurnstileError {
+  declare readonly code: 'rate-limited';
+  readonly retryAfterMs: number;
+  constructor(retryAfterMs: number, message = `rate limited; retry after ${retryAfterMs} ms`) {
+    if (typeof retryAfterMs !== 'number' || !(retryAfterMs >= 0) || !Number.isFinite(retryAfterMs)) {
+      throw new RangeError(`retryAfterMs must be a finite number of milliseconds >= 0, got ${String(retryAfterMs)}`);
+    }
+    super('rate-limited', message);
+    this.retryAfterMs = Math.ceil(retryAfterMs);
+  }
+
+  /** From a `Retry-After` header value: delay-seconds or an HTTP date; `fallbackMs` when it is
+   * absent or unreadable. */
+  static fromHeader(value: string | null | undefined, fallbackMs = 1000): RateLimitedError {
+    const text = (value ?? '').trim();
+    if (/^[0-9]+$/.test(text)) return new RateLimitedError(Number(text) * 1000);
+    const date = text ? Date.parse(text) : NaN;
+    return new RateLimitedError(Number.isNaN(date) ? fallbackMs : Math.max(0, date - Date.now()));
+  }
+}
+
 /** A disposed scheduler, controller or driver was used (code `'disposed'`). */
 export class DisposedError extends TurnstileError {
   declare readonly code: 'disposed';
   constructor(what: string) {
     super('disposed', `${what} was disposed`);
+  }
+}
+
+/** The text a model should read for a call the scheduler or the host settled without running
+ * it (the Python package uses the same texts). */
+export function settledMessage(reason: Reason): string {
+  switch (reason.kind) {
+    case 'rejected':
+      return 'not run: the user rejected this call';
+    case 'skipped':
+      return 'not run: this call was skipped';
+    case 'failed':
+      return 'not run: this call failed before it could start';
+    case 'cancelled':
+      return 'not run: the batch was cancelled';
+    case 'stopped':
+      return `not run: operation #${reason.after} of this call failed, and this tool stops at its first failed operation`;
+    case 'rate-limited':
+      return `not run again: rate limited ${reason.retries} times; the endpoint asked to wait`;
+    case 'interrupted':
+      return 'not run again: it was running when the host stopped, and its result is unknown';
+  }
+  // A kind this package does not know yet (data from a newer component).
+  return `not run: ${(reason as { kind: string }).kind}`;
+}
+
+/** A `Gate` call that never ran (code `'call-settled'`): `reason` says why, and `message` is
+ * exactly the text the model should read (`settledMessage`), with no code prefix; so is
+ * `toString()`, which frameworks use for a tool error's text (the AI SDK does). `callId` and
+ * `tool` name the call. */
+export class CallSettledError extends TurnstileError {
+  declare readonly code: 'call-settled';
+  readonly reason: Reason;
+  readonly callId: string;
+  readonly tool: string;
+  constructor(reason: Reason, callId: string, tool: string) {
+    super('call-settled', settledMessage(reason));
+    this.message = settledMessage(reason);
+    this.reason = reason;
+    this.callId = callId;
+    this.tool = tool;
+  }
+  override toString(): string {
+    return this.message;
   }
 }

@@ -118,7 +118,30 @@ export class Submitted {
 }
 
 const HOW = ['rejected', 'skipped', 'failed'] as const;
-const STEP_FIELDS = ['approve', 'settle', 'ask', 'answer', 'ok', 'failed', 'cancel'] as const;
+const STEP_FIELDS = ['approve', 'settle', 'ask', 'answer', 'ok', 'failed', 'cancel', 'now', 'retry', 'pause'] as const;
+
+/** A time in milliseconds on the host's clock: a non-negative safe integer. */
+function time(value: unknown, name: string): bigint {
+  if (typeof value !== 'number') fail(name, 'a number of milliseconds', value);
+  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be an integer number of milliseconds in 0 ..= 2^53 - 1, got ${value}`);
+  return BigInt(value);
+}
+
+function retries(value: unknown): ws.RetryAfter[] {
+  if (value === undefined) return [];
+  return array(value, 'inputs.retry').map((v, i) => {
+    const r = record(v, `inputs.retry[${i}]`, ['entry', 'until']);
+    return { entry: u64(r.entry, `inputs.retry[${i}].entry`), until: time(r.until, `inputs.retry[${i}].until`) };
+  });
+}
+
+function pauses(value: unknown): ws.KeyPause[] {
+  if (value === undefined) return [];
+  return array(value, 'inputs.pause').map((v, i) => {
+    const p = record(v, `inputs.pause[${i}]`, ['key', 'until']);
+    return { key: string(p.key, `inputs.pause[${i}].key`), until: time(p.until, `inputs.pause[${i}].until`) };
+  });
+}
 
 function settlements(value: unknown): ws.HostSettlement[] {
   if (value === undefined) return [];
@@ -218,6 +241,9 @@ export class Scheduler {
         ok: numbers(i.ok, 'inputs.ok'),
         failed: numbers(i.failed, 'inputs.failed'),
         cancel: numbers(i.cancel, 'inputs.cancel'),
+        now: i.now === undefined ? undefined : time(i.now, 'inputs.now'),
+        retry: retries(i.retry),
+        pause: pauses(i.pause),
       }),
     );
   }

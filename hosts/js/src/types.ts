@@ -31,7 +31,9 @@ export type DiagnosticCode =
   | 'fan-out-unknown-field'
   | 'concurrency-limit-conflict'
   | 'stop-without-limit'
-  | 'enable-value';
+  | 'enable-value'
+  | 'concurrency-delay-conflict'
+  | 'concurrency-retries-conflict';
 
 /** A place in one layer. Offsets are bytes into the layer's text (for a layer given as an
  * object: into the TOML the package generated from it); line and column are one-based. */
@@ -65,10 +67,12 @@ export interface Diagnostic {
 /** What a failed operation does to the later operations of its call. */
 export type OnError = 'continue' | 'stop';
 
-/** One tool's resolved policy; `concurrency` is absent when the tool is unbounded. */
+/** One tool's resolved policy; `concurrency` is absent when the tool is unbounded. `delayMs` is
+ * the minimum gap between consecutive starts on the key, `retries` how many times one entry may
+ * hit a rate limit and run again (a key with `limit = 0` and a delay has limit 4294967295). */
 export interface ToolPolicy {
   name: string;
-  concurrency?: { key: string; limit: number };
+  concurrency?: { key: string; limit: number; delayMs: number; retries: number };
   fanOut: boolean;
   onError: OnError;
 }
@@ -80,10 +84,15 @@ export type Layer = { name: string; text: string } | { name: string; value: Reco
 // --- scheduler ------------------------------------------------------------------------------
 
 /** Why the scheduler or the host settled an entry without a response from its execution. */
-export type ReasonKind = 'rejected' | 'skipped' | 'failed' | 'cancelled' | 'stopped' | 'interrupted';
+export type ReasonKind = 'rejected' | 'skipped' | 'failed' | 'cancelled' | 'stopped' | 'interrupted' | 'rate-limited';
 
-/** `after` (the one-based position of the failed operation) only for `stopped`. */
-export type Reason = { kind: Exclude<ReasonKind, 'stopped'> } | { kind: 'stopped'; after: number };
+/** `after` (the one-based position of the failed operation) only for `stopped`; `retries` (how
+ * many times it had run again) only for `rate-limited`: it hit a rate limit once more than its
+ * key's `retries` allow. */
+export type Reason =
+  | { kind: Exclude<ReasonKind, 'stopped' | 'rate-limited'> }
+  | { kind: 'stopped'; after: number }
+  | { kind: 'rate-limited'; retries: number };
 
 /** How the host settles a pending entry without running it. */
 export type HostSettle = 'rejected' | 'skipped' | 'failed';
@@ -97,9 +106,18 @@ export interface HostSettlement {
 export type Outcome = 'ok' | 'failed';
 
 /** Which list of step inputs an input was in. */
-export type InputKind = 'approve' | 'settle' | 'ask' | 'answer' | 'ok' | 'failed' | 'cancel';
+export type InputKind = 'approve' | 'settle' | 'ask' | 'answer' | 'ok' | 'failed' | 'cancel' | 'now' | 'retry' | 'pause';
 
-export type InputErrorCode = 'unknown-entry' | 'unknown-batch' | 'already-decided' | 'not-running' | 'not-asking' | 'already-ended' | 'batch-cancelled';
+export type InputErrorCode =
+  | 'unknown-entry'
+  | 'unknown-batch'
+  | 'already-decided'
+  | 'not-running'
+  | 'not-asking'
+  | 'already-ended'
+  | 'batch-cancelled'
+  | 'time-backwards'
+  | 'unknown-key';
 
 /** A refused step input: its list, its position there, and why. It changed nothing. */
 export interface InputError {
@@ -132,6 +150,15 @@ export interface StepInputs {
   failed?: Numbers;
   /** Batches to cancel: their pending and approved entries are settled as cancelled. */
   cancel?: Numbers;
+  /** The host's clock in milliseconds, monotonic (applied first; the scheduler never reads a
+   * clock). Give it on every step when keys have a `delay` or may pause. */
+  now?: number;
+  /** Executions that hit a rate limit, with the time (ms, the same clock) they may run again:
+   * each frees its slot, pauses its key until then and goes back to its place in line; past
+   * its key's `retries` it is settled `rate-limited`. */
+  retry?: readonly { entry: bigint; until: number }[];
+  /** Keys to pause until a time (a pause only ever extends), by name. */
+  pause?: readonly { key: string; until: number }[];
 }
 
 /** What one `step` decided: entries to `start`, entries the scheduler `settle`d (each needs its
@@ -142,6 +169,9 @@ export interface StepOutputs {
   settle: Settled[];
   errors: InputError[];
   retired: BigUint64Array;
+  /** When to `step` again with a later `now` because something waits on time; absent when
+   * nothing does. */
+  wakeAt?: number;
 }
 
 /** Where an entry is. */
@@ -151,12 +181,15 @@ export type EntryState =
   | { kind: 'settled'; reason: Reason };
 
 /** Why an approved entry waits: its batch still has `pending` undecided entries, its key is
- * full (these executions hold its slots), or an earlier entry with its key (`label`) has not
- * started yet. */
+ * full (these executions hold its slots), an earlier entry with its key (`label`) has not
+ * started yet, its key is paused or spacing its starts `until` a time, or (unkeyed) it runs
+ * again `until` a time after a rate limit. */
 export type Wait =
   | { kind: 'batch-not-approved'; pending: number }
   | { kind: 'key-full'; key: string; limit: number; running: string[] }
-  | { kind: 'behind'; label: string };
+  | { kind: 'behind'; label: string }
+  | { kind: 'key-paused' | 'key-spacing'; key: string; until: number }
+  | { kind: 'retry-at'; until: number };
 
 /** One entry as `inspect` reports it. */
 export interface EntryStatus {

@@ -28,7 +28,7 @@ from turnstile_scheduler import (
     Started,
     SubmitError,
 )
-from turnstile_scheduler.types import BatchNotApproved, Behind, KeyFull
+from turnstile_scheduler.types import RETRIES_DEFAULT, BatchNotApproved, Behind, KeyFull, KeyPaused, KeySpacing, RetryAt
 
 NONE = 2**64 - 1
 """The number no scheduler or controller hands out: what an unknown label, batch or request
@@ -45,7 +45,7 @@ SETTLE_VERBS = {"reject": HostSettle.REJECTED, "skip": HostSettle.SKIPPED, "fail
 # Fields of each table; a descriptive group allows at most one of its names and is never read.
 CASE_FIELDS = {"description", "layer", "diagnostics", "rendered", "tools", "batch", "admission", "step", "simulate"}
 CASE_DESCRIPTIVE = {"name", "title", "notes", "comment", "reference"}
-SCHED_STEP_FIELDS = {"do", "start", "settle", "error", "errors", "retired", "unrestored", "layers", "inspect"}
+SCHED_STEP_FIELDS = {"do", "start", "settle", "error", "errors", "retired", "unrestored", "layers", "inspect", "at", "wake_at"}
 ADMISSION_STEP_FIELDS = {"do", "error", "admit", "cancel", "refused", "drain"}
 STEP_DESCRIPTIVE = {"comment", "note", "why"}
 LAYER_FIELDS = {"name", "text"}
@@ -64,6 +64,10 @@ class CaseError(AssertionError):
 
 def tool_line(t) -> str:
     out = f"{t.name} {t.key}/{t.limit}" if t.key is not None else f"{t.name} unbounded"
+    if t.key is not None and t.delay_ms:
+        out += f" delay={t.delay_ms}"
+    if t.key is not None and t.retries != RETRIES_DEFAULT:
+        out += f" retries={t.retries}"
     if t.fan_out:
         out += " fan-out"
     if t.on_error == "stop":
@@ -72,7 +76,8 @@ def tool_line(t) -> str:
 
 
 def reason_text(reason: Reason) -> str:
-    return reason.kind.value + (f" {reason.after}" if reason.after is not None else "")
+    out = reason.kind.value + (f" {reason.after}" if reason.after is not None else "")
+    return out + (f" {reason.retries}" if reason.retries is not None else "")
 
 
 def inspect_line(st) -> str:
@@ -90,6 +95,12 @@ def inspect_line(st) -> str:
         out += f" waits key-full {w.key} {w.limit} {','.join(w.running)}"
     elif isinstance(w, Behind):
         out += f" waits behind {w.label}"
+    elif isinstance(w, KeyPaused):
+        out += f" waits key-paused {w.key} {w.until}"
+    elif isinstance(w, KeySpacing):
+        out += f" waits key-spacing {w.key} {w.until}"
+    elif isinstance(w, RetryAt):
+        out += f" waits retry-at {w.until}"
     return out
 
 
@@ -148,6 +159,12 @@ def parse_calls(batch: dict) -> list[Call]:
     return calls
 
 
+def millis(word: str) -> int:
+    if not re.fullmatch(r"[0-9]+", word):
+        raise CaseError(f"bad time {word!r}")
+    return int(word)
+
+
 def batch_number(args: list[str]) -> int:
     if len(args) != 1 or not re.fullmatch(r"[0-9]+", args[0]):
         raise CaseError("expected a batch number")
@@ -186,6 +203,8 @@ class SchedulingRun:
         self.start: list[str] = []
         self.settle: list[str] = []
         self.retired: list[int] = []
+        self.at: Optional[int] = None  # the step's `at`: the `now` of each step call it makes
+        self.wake_at: Optional[int] = None  # what its last step call said
 
     def entry(self, label: str) -> int:
         cid, sep, index = label.partition("#")
@@ -203,7 +222,10 @@ class SchedulingRun:
         return self.batches.get(n, NONE)
 
     def step(self, **inputs: Any) -> Outputs:
+        if inputs.get("now") is None and self.at is not None:
+            inputs["now"] = self.at
         out = self.sched.step(**inputs)
+        self.wake_at = out.wake_at
         for e in out.start:  # the scheduler's labels must agree with the runner's
             if self.sched.label(e) != self.labels.get(e):
                 raise AssertionError(f"label({e}): want {self.labels.get(e)!r}, got {self.sched.label(e)!r}")
@@ -212,11 +234,11 @@ class SchedulingRun:
         self.retired += [self.file_batch.get(b, -1) for b in out.retired]
         return out
 
-    def one_by_one(self, kind: str, values: list[Any]) -> Optional[str]:
+    def one_by_one(self, kind: str, values: list[Any], single: bool = False) -> Optional[str]:
         """One `step` per input, stopping at the first refused one; a refused input must change
-        nothing."""
+        nothing. `single`: the input is a value, not a list of one (`now`)."""
         for value in values:
-            out = self.step(**{kind: [value]})
+            out = self.step(**{kind: value if single else [value]})
             if out.errors:
                 if out.start or out.settle:
                     raise AssertionError(f"a refused input changed something: {out}")
@@ -231,6 +253,10 @@ class SchedulingRun:
             if key in step and not allowed:
                 raise CaseError(f"`{key}` does not apply to `{verb}`")
         self.start, self.settle, self.retired = [], [], []
+        at = step.get("at")
+        if at is not None and (type(at) is not int or at < 0):
+            raise CaseError("`at` must be milliseconds (an integer >= 0)")
+        self.at = at
         err: Optional[str] = None
         errors: list[str] = []
         unrestored: list[str] = []
@@ -271,6 +297,18 @@ class SchedulingRun:
             errors = [f"{i} {code}" for i, code in refused]
         elif verb == "cancel":
             err = self.one_by_one("cancel", [self.batch(batch_number(args))])
+        elif verb == "now":
+            if len(args) != 1:
+                raise CaseError("expected `now MILLISECONDS`")
+            err = self.one_by_one("now", [millis(args[0])], single=True)
+        elif verb == "retry":
+            if len(args) != 2:
+                raise CaseError("expected `retry LABEL UNTIL`")
+            err = self.one_by_one("retry", [(self.entry(args[0]), millis(args[1]))])
+        elif verb == "pause":
+            if len(args) != 2:
+                raise CaseError("expected `pause KEY UNTIL`")
+            err = self.one_by_one("pause", [(args[0], millis(args[1]))])
         elif verb == "restart":
             if args not in ([], ["interrupt"]):
                 raise CaseError("expected `restart` or `restart interrupt`")
@@ -302,6 +340,13 @@ class SchedulingRun:
             raise AssertionError(f"want start {want_start} settle {want_settle}, got start {self.start} settle {self.settle}")
         if "retired" in step:
             compare("retired", step["retired"], self.retired)
+        if "wake_at" in step:
+            want = step["wake_at"]
+            if want == "none":
+                want = None
+            elif type(want) is not int or want < 0:
+                raise CaseError('`wake_at` must be milliseconds or "none"')
+            compare("wake_at", want, self.wake_at)
 
     def submit(self, n: int) -> Optional[str]:
         specs = self.case.get("batch", [])

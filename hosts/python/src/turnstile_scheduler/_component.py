@@ -105,10 +105,11 @@ class Instance:
             self._funcs[key] = bound
         return bound
 
-    def step_func(self) -> Callable[[Any, Any], tuple[list[int], list[Any], list[Any], list[int]]]:
+    def step_func(self) -> Callable[[Any, Any], tuple[list[int], list[Any], list[Any], list[int], Optional[int]]]:
         """`scheduler.step` on its thin path (see `_fastcall.step_call`): `(resource, inputs)`
-        to `(start, settle, errors, retired)`, with `inputs` an object with the WIT field
-        names (`settle` elements with `entry` and `how`)."""
+        to `(start, settle, errors, retired, wake_at)`, with `inputs` an object with the WIT
+        field names (`settle` elements with `entry` and `how`, `retry` with `entry` and
+        `until`, `pause` with `key` and `until`; `now` an int or None)."""
         key = ("scheduler", "[method]scheduler.step#thin")
         bound = self._funcs.get(key)
         if bound is None:
@@ -117,9 +118,10 @@ class Instance:
             if bound is None:
                 generic = self.func("scheduler", "[method]scheduler.step")
 
-                def bound(resource: Any, inputs: Any) -> tuple[list[int], list[Any], list[Any], list[int]]:
+                def bound(resource: Any, inputs: Any) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int]]:
                     o = generic(resource, inputs)
-                    return o.start, o.settle, o.errors, o.retired
+                    # A component before 0.3 has no `wake-at` (and ignores the new inputs).
+                    return o.start, o.settle, o.errors, o.retired, getattr(o, "wake-at", None)
 
             self._funcs[key] = bound
         return bound

@@ -219,17 +219,21 @@ def bound_call(func: Any, store: Any, instance: Any, what: str, lift: Optional[C
 # ---------------------------------------------------------------------------------------------
 # The thin path for `scheduler.step`: the driver's hot function.
 
-_INPUT_FIELDS = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel")
-_OUTPUT_FIELDS = ("start", "settle", "errors", "retired")
+_INPUT_FIELDS = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel", "now", "retry", "pause")
+_OUTPUT_FIELDS = ("start", "settle", "errors", "retired", "wake-at")
+_WORDS = (0, 2, 3, 4, 5, 6)  # the list<u64> fields, written in bulk
+_LOWERED = (1, 8, 9)  # settle, retry, pause: lowered by wasmtime-py when not empty
 
 
 def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Callable[..., Any]]:
-    """`step(resource, inputs) -> (start, settle, errors, retired)` with the `inputs` record
-    built once and reused: its field names and its lists of numbers live in Python-owned
-    memory the call only reads, so a call allocates nothing in wasmtime for them. `settle`
-    (records with an enum) is lowered by wasmtime-py; `start` and `retired` are read in bulk,
-    `settle` and `errors` lifted by wasmtime-py (records, as `Record` objects) and only when
-    not empty. None when this wasmtime-py or the function's type is not the expected one."""
+    """`step(resource, inputs) -> (start, settle, errors, retired, wake_at)` with the `inputs`
+    record built once and reused: its field names and its lists of numbers live in
+    Python-owned memory the call only reads, so a call allocates nothing in wasmtime for them.
+    `now` points at a number it owns too; `settle`, `retry` and `pause` are lowered by
+    wasmtime-py, and only when not empty;
+    `start` and `retired` are read in bulk, `wake-at` directly, `settle` and `errors` lifted by
+    wasmtime-py (records, as `Record` objects) and only when not empty. None when this
+    wasmtime-py or the function's type is not the expected one."""
     if not _BULK:
         return None
     try:
@@ -239,7 +243,8 @@ def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Calla
         if [n for n, _ in inputs_ty.fields] != list(_INPUT_FIELDS) or [n for n, _ in result_ty.fields] != list(_OUTPUT_FIELDS):
             return None
         resource_ty = _cached(resource_ty)
-        settle_in = _cached(dict(inputs_ty.fields)["settle"])
+        in_fields = dict(inputs_ty.fields)
+        lowered_ty = {k: _cached(in_fields[_INPUT_FIELDS[k]]) for k in _LOWERED}
         out_fields = dict(result_ty.fields)
         settle_out, errors_out = _cached(out_fields["settle"]), _cached(out_fields["errors"])
         raw = func._func
@@ -247,28 +252,35 @@ def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Calla
         func_call = ffi.wasmtime_component_func_call
         val_delete = ffi.wasmtime_component_val_delete
         entry_t = ffi.wasmtime_component_valrecord_entry_t
+        OPTION = ffi.WASMTIME_COMPONENT_OPTION.value
     except Exception:  # pragma: no cover - another wasmtime-py layout
         return None
 
     raw_ref = byref(raw)
     LIST, U64_KIND = ffi.WASMTIME_COMPONENT_LIST.value, ffi.WASMTIME_COMPONENT_U64.value
+    count = len(_INPUT_FIELDS)
     params = (val_t * 2)()
-    entries = (entry_t * 7)()
+    entries = (entry_t * count)()
     names = [ctypes.create_string_buffer(n.encode()) for n in _INPUT_FIELDS]
     for i, n in enumerate(_INPUT_FIELDS):
         entries[i].name.size = len(n)
         entries[i].name.data = ctypes.cast(names[i], type(entries[i].name.data))
         entries[i].val.kind = LIST
+    entries[7].val.kind = OPTION  # `now`: none (a null option pointer)
     params[1].kind = ffi.WASMTIME_COMPONENT_RECORD
-    params[1].of.record.size = 7
+    params[1].of.record.size = count
     params[1].of.record.data = ctypes.cast(entries, type(params[1].of.record.data))
     data_type = type(entries[0].val.of.list.data)
+    option_null = type(entries[7].val.of.option)()
+    now_val = val_t()  # `now`'s payload when given: Python-owned, read by the call
+    now_val.kind = U64_KIND
+    now_some = ctypes.pointer(now_val)
     kinds: dict[int, array] = {}
     bool_kind = ffi.WASMTIME_COMPONENT_BOOL
 
-    views = [entries[i].val.of.list for i in range(7)]  # views into `entries`, made once
+    views = [entries[i].val.of.list for i in range(count)]  # views into `entries`, made once
     null = data_type()
-    filled = [False] * 7
+    filled = [False] * count
 
     def lower_words(i: int, values: list[int], keep: list[Any]) -> None:
         n = len(values)
@@ -302,7 +314,13 @@ def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Calla
         words.frombytes(ctypes.string_at(address, _VAL_SIZE * n))
         return words[1::4].tolist()
 
-    def call(resource: Any, inputs: Any) -> tuple[list[int], list[Any], list[Any], list[int]]:
+    def reset(k: int) -> None:
+        """Field `k` back to its empty value (the lowered value it pointed to is freed apart)."""
+        entries[k].val.kind = LIST
+        views[k].size = 0
+        views[k].data = null
+
+    def call(resource: Any, inputs: Any) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int]]:
         if instance.broken is not None:
             raise instance.broken
         keep: list[Any] = []
@@ -312,16 +330,24 @@ def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Calla
         lower_words(4, inputs.ok, keep)
         lower_words(5, inputs.failed, keep)
         lower_words(6, inputs.cancel, keep)
-        settle = inputs.settle
-        settle_val = val_t() if settle else None
-        settled_lowered = False
+        now = inputs.now
+        if now is None:
+            entries[7].val.of.option = option_null
+        else:
+            now_val.of.u64 = now
+            entries[7].val.of.option = now_some
+        given = (inputs.settle, inputs.retry, inputs.pause)
+        lowered: list[tuple[int, Any]] = []  # (field, the value wasmtime-py lowered)
         resource_lowered = False
         result_space = val_t()
         try:
-            if settle:
-                settle_in.convert_to_c(store, settle, pointer(settle_val))
-                settled_lowered = True
-                ctypes.memmove(byref(entries[1].val), byref(settle_val), _VAL_SIZE)
+            for k, value in zip(_LOWERED, given):
+                if not value:
+                    continue
+                tmp = val_t()
+                lowered_ty[k].convert_to_c(store, value, pointer(tmp))
+                lowered.append((k, tmp))
+                ctypes.memmove(byref(entries[k].val), byref(tmp), _VAL_SIZE)
             resource_ty.convert_to_c(store, resource, pointer(params[0]))
             resource_lowered = True
 
@@ -332,6 +358,8 @@ def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Calla
                 fields = result_space.of.record.data
                 start = read_words(fields[0].val)
                 retired = read_words(fields[3].val)
+                wake = fields[4].val.of.option
+                wake_at = wake.contents.of.u64 if wake else None
                 s_val, e_val = fields[1].val, fields[2].val
                 settled = []
                 errors = []
@@ -343,17 +371,15 @@ def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Calla
                     e_val.kind = bool_kind
             finally:
                 val_delete(byref(result_space))
-            return start, settled, errors, retired
+            return start, settled, errors, retired, wake_at
         finally:
-            if settled_lowered:
-                entries[1].val.kind = LIST
-                views[1].size = 0
-                views[1].data = null
-                val_delete(byref(settle_val))
+            for k, tmp in lowered:
+                reset(k)
+                val_delete(byref(tmp))
             if resource_lowered:
                 val_delete(byref(params[0]))
 
-    call._keep = (fty, names, entries, params)  # type: ignore[attr-defined]
+    call._keep = (fty, names, entries, params, now_val, now_some)  # type: ignore[attr-defined]
     return call
 
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from . import _check, _toml
 from ._component import Instance, shared_instance
 from .errors import ConfigError, DisposedError
-from .types import Diagnostic, Label, OnError, Span, ToolPolicy
+from .types import Diagnostic, DiagnosticCode, Label, OnError, Span, ToolPolicy
 
 Source = Union[str, Mapping[str, Any]]
 
@@ -145,7 +145,14 @@ def _diagnostic(d: Any) -> Diagnostic:
         )
         for l in d.labels
     ]
-    return Diagnostic(d.code, d.message, list(d.path), list(d.tools), labels, d.help, d.rendered)
+    return Diagnostic(_code(d.code), d.message, list(d.path), list(d.tools), labels, d.help, d.rendered)
+
+
+def _code(code: str) -> "DiagnosticCode | str":
+    try:
+        return DiagnosticCode(code)
+    except ValueError:  # a code from a newer component
+        return code
 
 
 def _tool(t: Any) -> ToolPolicy:
@@ -156,4 +163,7 @@ def _tool(t: Any) -> ToolPolicy:
         limit=c.limit if c is not None else None,
         fan_out=getattr(t, "fan-out"),
         on_error=OnError(getattr(t, "on-error")),
+        # A component before 0.3 has neither field: no delay, the default cap.
+        delay_ms=getattr(c, "delay-ms", 0) if c is not None else None,
+        retries=getattr(c, "retries", 3) if c is not None else None,
     )

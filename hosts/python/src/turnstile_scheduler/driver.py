@@ -38,6 +38,18 @@ visible in `Driver.running()` (`cancel_requested`) and in `Scheduler.inspect` (r
 named in `KeyFull.running` of the entries waiting for its key). `execution_timeout` bounds how
 long any execution may run: when it passes, the execution's task is cancelled and, if it ends
 by that cancellation, it failed with TimeoutError.
+
+Time and rate limits. The driver gives the scheduler its clock on every step: `now` is the
+event loop's `loop.time()` in whole milliseconds (`Driver.now()`), never less than before.
+When a step says something waits on time (a key's `delay`, a paused key, a retry), the driver
+keeps ONE timer (`loop.call_at`) for the step's `wake_at`, which steps again with only `now`;
+a later step replaces or cancels it, and `close()` cancels it. An execution signals a rate
+limit by raising `RateLimited(retry_after)` (seconds; `RateLimited.from_header` reads a
+`Retry-After` header): its slot is freed, its key pauses until then, and `execute` is called
+again for the same entry when the scheduler releases it (in written order on its key). Past
+the key's `retries` the entry is settled with `Reason(ReasonKind.RATE_LIMITED, retries=n)`
+(its `EntryOutcome.error` is the last `RateLimited`). `await driver.pause(key, seconds)`
+pauses a key from the host.
 """
 
 from __future__ import annotations
@@ -45,13 +57,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect as _inspect
+import math
 import weakref
 from types import CoroutineType as _CoroutineType
 from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional, Sequence, Union
 
 from . import _check
 from .config import Policy
-from .errors import DisposedError, RefusedInputError, SubmitError, TurnstileError
+from .errors import DisposedError, RateLimited, RefusedInputError, SubmitError, TurnstileError
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
 from .scheduler import Scheduler, pack_calls
 from .types import (
@@ -76,7 +89,7 @@ _HOW: dict[str, HostSettle] = {"reject": HostSettle.REJECTED, "skip": HostSettle
 _HOW_WIT: dict[str, str] = {"reject": "rejected", "skip": "skipped", "fail": "failed"}
 
 OK, FAILED, CANCELLED, SETTLED = OutcomeStatus.OK, OutcomeStatus.FAILED, OutcomeStatus.CANCELLED, OutcomeStatus.SETTLED
-_REASONS: dict[str, Reason] = {k.value: Reason(k) for k in ReasonKind if k is not ReasonKind.STOPPED}
+_REASONS: dict[str, Reason] = {k.value: Reason(k) for k in ReasonKind if k not in (ReasonKind.STOPPED, ReasonKind.RATE_LIMITED)}
 _CANCELLED_REASON = _REASONS["cancelled"]
 
 # ---------------------------------------------------------------------------------------------
@@ -130,6 +143,7 @@ class _Batch:
     __slots__ = (
         "driver", "batch", "first", "calls", "labels", "call_of", "ops", "execute", "outcomes", "tasks",
         "asking", "expired", "finished", "cancelled", "count", "since", "timers", "begun", "on_settled",
+        "limited",
     )
 
     def __init__(self, driver: "Driver", batch: int, first: int, calls: list[Call], execute: Execute) -> None:
@@ -162,6 +176,9 @@ class _Batch:
         self.asking = [False] * n
         self.expired: set[int] = set()
         self.begun: set[int] = set()
+        # The last RateLimited each entry's execution raised (kept on its outcome if it is
+        # settled rate-limited).
+        self.limited: dict[int, RateLimited] = {}
         # Resolved when the batch retires; an exception when it must fail (refused input, trap).
         self.finished: asyncio.Future[None] = driver._loop.create_future()  # type: ignore[union-attr]
         self.cancelled = False
@@ -202,12 +219,14 @@ class _Inputs:
 
     def __init__(self) -> None:
         self.lists: list[list[Any]] = [[] for _ in _KINDS]
-        self.owners: list[list[_Batch]] = [[] for _ in _KINDS]
+        # A batch for each input; for a pause, the future `Driver.pause` awaits.
+        self.owners: list[list[Any]] = [[] for _ in _KINDS]
 
 
 _KINDS = list(InputKind)
 _KIND_INDEX = {k.value: i for i, k in enumerate(_KINDS)}  # by WIT name
-_APPROVE, _SETTLE, _ASK, _ANSWER, _OK, _FAILED, _CANCEL = range(7)
+_APPROVE, _SETTLE, _ASK, _ANSWER, _OK, _FAILED, _CANCEL, _NOW, _RETRY, _PAUSE = range(10)
+_U64_MAX = 2**64 - 1
 
 # ---------------------------------------------------------------------------------------------
 # The driver
@@ -243,6 +262,9 @@ class Driver:
         self._waiters: list[asyncio.Future[None]] = []
         self._closed = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._clock = 0  # the last `now` given (milliseconds): never goes back
+        self._wake: Optional[asyncio.TimerHandle] = None  # the one timer, for `wake_at`
+        self._wake_at: Optional[int] = None
         # The backstop closes an owned scheduler through its own finalizer (holding the
         # scheduler itself here would keep both alive forever).
         self._finalizer = weakref.finalize(self, _finalize, scheduler._finalizer if owns_scheduler else None)
@@ -387,6 +409,68 @@ class Driver:
             raise error
         return b.results()
 
+    # -- time ------------------------------------------------------------------------------------
+
+    def now(self) -> int:
+        """The driver's clock as it gives it to the scheduler (`now` on every step): the event
+        loop's `loop.time()` in whole milliseconds, never less than a time it gave before."""
+        t = int(self._loop.time() * 1000) if self._loop is not None else 0  # type: ignore[union-attr]
+        if t < self._clock:
+            return self._clock
+        self._clock = t
+        return t
+
+    async def pause(self, key: str, seconds: float) -> None:
+        """Pauses `key` for `seconds` from now (a `Retry-After` the host learned elsewhere, or
+        its own back-off): nothing on the key starts before then, in any batch. A pause only
+        ever extends. Returns once the pause reached the scheduler; raises `RefusedInputError`
+        (code `unknown-key`) when no configured tool declares the key."""
+        self._check_open()
+        key = _check.string(key, "key")
+        span = _check.number(seconds, "seconds", allow_none=False)
+        until = min(self.now() + math.ceil(span * 1000), _U64_MAX)  # type: ignore[operator]
+        done: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
+        self._queue(_PAUSE, (key, until), done)
+        await done
+
+    def _retry(self, b: _Batch, i: int, limited: RateLimited) -> None:
+        """An execution raised `RateLimited`: the entry runs again after it (or is settled
+        rate-limited past its key's cap)."""
+        entry = b.first + i
+        b.limited[i] = limited
+        if limited.until is not None:
+            until = math.ceil(limited.until * 1000)
+        else:
+            until = self.now() + math.ceil(limited.retry_after * 1000)  # type: ignore[operator]
+        until = min(max(until, 0), _U64_MAX)
+        if b.asking[i]:  # a question still open is closed with its execution
+            b.asking[i] = False
+            self._queue(_ANSWER, entry, b)
+        self._queue(_RETRY, (entry, until), b)
+
+    def _disarm(self) -> None:
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
+        self._wake_at = None
+
+    def _arm(self, wake_at: Optional[int]) -> None:
+        """Keeps ONE timer, for the scheduler's latest `wake_at` (none: no timer)."""
+        if wake_at == self._wake_at and (wake_at is None or self._wake is not None):
+            return
+        self._disarm()
+        if wake_at is None or self._closed:
+            return
+        self._wake_at = wake_at
+        # A little past the millisecond, so that `now()` reads it when the timer runs.
+        self._wake = self._loop.call_at(wake_at / 1000 + 0.0002, self._on_wake)  # type: ignore[union-attr]
+
+    def _on_wake(self) -> None:
+        self._wake = None
+        self._wake_at = None
+        if not self._closed:
+            self._queue(_NOW, None, None)  # a step with only `now`
+
     # -- inspection and lifetime ---------------------------------------------------------------
 
     def running(self) -> list[Running]:
@@ -409,6 +493,7 @@ class Driver:
         if self._closed:
             return
         self._closed = True
+        self._disarm()
         if getattr(self.scheduler, "_driver", None) is self:
             self.scheduler._driver = None
         for b in list(self._batches.values()):
@@ -494,9 +579,9 @@ class Driver:
             self._scheduled = True
             self._loop.call_soon(self._flush)  # type: ignore[union-attr]
 
-    def _queue(self, k: int, value: Any, b: Optional[_Batch]) -> None:
-        """Queues an input of kind `k` (`_APPROVE` .. `_CANCEL`) for the next step; None only
-        asks for a step."""
+    def _queue(self, k: int, value: Any, b: Any) -> None:
+        """Queues an input of kind `k` (`_APPROVE` .. `_PAUSE`, not `_NOW`) for the next step;
+        None only asks for a step. `b` is its batch (a future for a pause)."""
         if value is not None:
             self._pending.lists[k].append(value)
             self._pending.owners[k].append(b)  # type: ignore[arg-type]
@@ -521,15 +606,26 @@ class Driver:
                 error: BaseException = DisposedError("the scheduler (closed under its driver)")
                 for b in list(self._batches.values()):
                     b.fail(error)
+                for f in q.owners[_PAUSE]:
+                    if not f.done():
+                        f.set_exception(error)
                 return
             lists = q.lists
             settle = [_Settlement(e, how) for e, how in lists[_SETTLE]] if lists[_SETTLE] else []
-            inputs = _StepInputs(lists[_APPROVE], settle, lists[_ASK], lists[_ANSWER], lists[_OK], lists[_FAILED], lists[_CANCEL])
+            retry = [_RetryAfter(e, until) for e, until in lists[_RETRY]] if lists[_RETRY] else []
+            pause = [_KeyPause(key, until) for key, until in lists[_PAUSE]] if lists[_PAUSE] else []
+            inputs = _StepInputs(
+                lists[_APPROVE], settle, lists[_ASK], lists[_ANSWER], lists[_OK], lists[_FAILED], lists[_CANCEL],
+                self.now(), retry, pause,
+            )
             try:
                 out = self._step(self._resource, inputs)
             except TurnstileError as e:  # InstanceBrokenError: every batch fails
                 for b in list(self._batches.values()):
                     b.fail(e)
+                for f in q.owners[_PAUSE]:
+                    if not f.done():
+                        f.set_exception(e)
                 return
             self._dispatch(q, *out)
         finally:
@@ -537,7 +633,9 @@ class Driver:
                 if not f.done():
                     f.set_result(None)
 
-    def _dispatch(self, q: _Inputs, start: list[int], settled: list[Any], errors: list[Any], retired: list[int]) -> None:
+    def _dispatch(
+        self, q: _Inputs, start: list[int], settled: list[Any], errors: list[Any], retired: list[int], wake_at: Optional[int] = None
+    ) -> None:
         owner = self._owner
         refused: set[tuple[int, int]] = set()
         if errors:
@@ -545,7 +643,17 @@ class Driver:
                 k = _KIND_INDEX[r.input]
                 refused.add((k, r.index))
                 refusal = RefusedInput(InputKind(r.input), r.index, InputErrorCode(r.code), r.message)
-                q.owners[k][r.index].fail(RefusedInputError(refusal))
+                if k == _NOW:  # the clock went back (a scheduler stepped with another clock)
+                    for b in list(self._batches.values()):
+                        b.fail(RefusedInputError(refusal))
+                elif k == _PAUSE:
+                    q.owners[k][r.index].set_exception(RefusedInputError(refusal))
+                else:
+                    q.owners[k][r.index].fail(RefusedInputError(refusal))
+        for f in q.owners[_PAUSE]:
+            if not f.done():
+                f.set_result(None)
+        self._arm(wake_at)
         for i, (entry, how) in enumerate(q.lists[_SETTLE]):
             if (_SETTLE, i) not in refused:
                 b = owner.get(entry)
@@ -556,7 +664,9 @@ class Driver:
                 b = owner.get(s.entry)
                 if b is not None:
                     i = s.entry - b.first
-                    b.settle(i, EntryOutcome(s.entry, b.labels[i], SETTLED, reason=_lift_reason(s.reason)))
+                    reason = _lift_reason(s.reason)
+                    error = b.limited.pop(i, None) if reason.kind is ReasonKind.RATE_LIMITED else None
+                    b.settle(i, EntryOutcome(s.entry, b.labels[i], SETTLED, error=error, reason=reason))
         for entry in start:
             b = owner.get(entry)
             if b is not None:
@@ -578,6 +688,9 @@ class Driver:
         x = Execution(entry, b.labels[i], b.call_of[i], b.ops[i], b, i)
         try:
             awaitable = b.execute(x)
+        except RateLimited as e:  # raised before returning an awaitable: a rate limit all the same
+            self._retry(b, i, e)
+            return
         except Exception as e:  # execute is not async, or raised before returning: its failure
             self._ended(b, i, EntryOutcome(entry, x.label, FAILED, error=e), False)
             return
@@ -614,6 +727,11 @@ class Driver:
                     self._ended(b, i, EntryOutcome(entry, label, FAILED, error=error), False)
                 else:
                     self._ended(b, i, EntryOutcome(entry, label, CANCELLED), False)
+            except RateLimited as e:
+                if b.cancelled:  # its batch is going: it ends here
+                    self._ended(b, i, EntryOutcome(entry, label, CANCELLED, error=e), False)
+                else:
+                    self._retry(b, i, e)
             except Exception as e:
                 status = CANCELLED if b.cancelled else FAILED
                 self._ended(b, i, EntryOutcome(entry, label, status, error=e), False)
@@ -625,6 +743,7 @@ class Driver:
         finally:
             del b.tasks[i]
             del b.since[i]
+            b.begun.discard(i)  # it may run again (a retry), as a task not yet begun
             if b.timers:
                 timer = b.timers.pop(i, None)
                 if timer is not None:
@@ -666,11 +785,29 @@ class Driver:
 class _StepInputs:
     """The WIT `inputs` record as wasmtime-py reads it (attributes by field name)."""
 
-    __slots__ = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel")
+    __slots__ = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel", "now", "retry", "pause")
 
-    def __init__(self, approve: list[int], settle: list[Any], ask: list[int], answer: list[int], ok: list[int], failed: list[int], cancel: list[int]) -> None:
+    def __init__(
+        self, approve: list[int], settle: list[Any], ask: list[int], answer: list[int], ok: list[int], failed: list[int],
+        cancel: list[int], now: Optional[int], retry: list[Any], pause: list[Any],
+    ) -> None:
         self.approve, self.settle, self.ask, self.answer = approve, settle, ask, answer
         self.ok, self.failed, self.cancel = ok, failed, cancel
+        self.now, self.retry, self.pause = now, retry, pause
+
+
+class _RetryAfter:
+    __slots__ = ("entry", "until")
+
+    def __init__(self, entry: int, until: int) -> None:
+        self.entry, self.until = entry, until
+
+
+class _KeyPause:
+    __slots__ = ("key", "until")
+
+    def __init__(self, key: str, until: int) -> None:
+        self.key, self.until = key, until
 
 
 class _Settlement:
@@ -684,7 +821,9 @@ def _lift_reason(v: Any) -> Reason:
     r = _REASONS.get(v.tag)  # type: ignore[call-overload]
     if r is not None:
         return r
-    return Reason(ReasonKind(v.tag), v.payload if v.tag == "stopped" else None)
+    if v.tag == "rate-limited":
+        return Reason(ReasonKind.RATE_LIMITED, retries=v.payload)
+    return Reason(ReasonKind(v.tag), v.payload)
 
 
 def _callable(f: Any, what: str) -> None:

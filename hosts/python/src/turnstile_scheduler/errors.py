@@ -12,7 +12,7 @@ refuses every later use. A wrong argument type or value is the language's own `T
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
     from .types import (
@@ -105,3 +105,63 @@ class DisposedError(TurnstileError, RuntimeError):
 
     def __init__(self, what: str) -> None:
         super().__init__("disposed", f"{what} is closed")
+
+
+class RateLimited(Exception):
+    """Raised by an execution (the driver's `execute`, a `Gate` call's `run`) that hit a rate
+    limit: "429, try again after `retry_after` seconds". It is the host's signal to the
+    driver, not an error the package raises.
+
+    The driver then frees the entry's slot, pauses its key until then (a pause only ever
+    extends, and holds every call on the key, in every batch), puts the entry back at its
+    place at the front of its key's queue, and calls `execute` again for the same entry when
+    the pause ends, in written order with the calls behind it. Past its key's `retries` (3
+    unless the config sets `retries`) the entry is settled instead, with
+    `Reason(ReasonKind.RATE_LIMITED, retries=n)`; under `on_error = "stop"` that is its
+    failure. Raised while its batch is being cancelled, it ends the entry as cancelled.
+
+    `retry_after` is in seconds (an int or float >= 0, from a `Retry-After` header:
+    `RateLimited.from_header`); `until` is the alternative, a time on the event loop's clock
+    (`loop.time()`, seconds). Give one, not both."""
+
+    def __init__(self, retry_after: Optional[float] = None, *, until: Optional[float] = None, message: Optional[str] = None) -> None:
+        if (retry_after is None) == (until is None):
+            raise TypeError("RateLimited takes retry_after (seconds) or until (loop.time() seconds), one of them")
+        self.retry_after = _seconds(retry_after, "retry_after")
+        self.until = _seconds(until, "until")
+        if message is None:
+            message = f"rate limited: retry after {retry_after} s" if retry_after is not None else f"rate limited: retry at {until}"
+        super().__init__(message)
+
+    @classmethod
+    def from_header(cls, value: Optional[str], *, default: float = 1.0, now: Optional[float] = None) -> "RateLimited":
+        """From a `Retry-After` header: delta-seconds ("5") or an HTTP date (seconds from
+        `now`, a Unix time, default `time.time()`); `default` seconds when it is missing or
+        unreadable."""
+        seconds = default
+        if value is not None:
+            text = str(value).strip()
+            if text.isdigit():
+                seconds = float(text)
+            else:
+                try:
+                    from email.utils import parsedate_to_datetime
+
+                    import time as _time
+
+                    when = parsedate_to_datetime(text).timestamp()
+                    seconds = max(0.0, when - (_time.time() if now is None else now))
+                except (TypeError, ValueError, IndexError, OverflowError):
+                    seconds = default
+        return cls(seconds, message=f"rate limited: Retry-After {value!r}")
+
+
+def _seconds(value: Any, what: str) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    f = float(value)
+    if not (f >= 0 and f != float("inf")):
+        raise ValueError(f"{what} must be a finite number of seconds >= 0, not {value!r}")
+    return f

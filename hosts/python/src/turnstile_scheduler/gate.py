@@ -33,6 +33,13 @@ the batch is cancelled. `execution_timeout` (the driver's) cancels a run that ta
 `gate.call` raises TimeoutError. `close()` cancels every batch: queued calls raise
 `CallSettledError` (cancelled), running ones are cancelled and raise `DisposedError`.
 
+Rate limits: a `run` that raises `RateLimited(retry_after)` retries in place. Its slot is
+freed, its key pauses (every call on the key waits, in every batch), and `gate.call` waits in
+the caller's task until the scheduler releases the call again, in its written place, then
+awaits `run(*args, **kwargs)` again. Past the key's `retries`, `gate.call` raises
+`CallSettledError` with `Reason(ReasonKind.RATE_LIMITED, retries=n)`, whose text is "not run
+again: rate limited n times; the endpoint asked to wait".
+
 Fan-out: one `gate.call` is one plain call (one entry). Frameworks hand over one function per
 tool call, so the gate never submits fan-out envelopes; a host that splits a call into
 operations uses `Driver.run` with `Call(id, tool, operations=n)`.
@@ -46,7 +53,7 @@ from typing import Any, Awaitable, Callable, Optional, ParamSpec, TypeVar, Union
 from . import _check
 from .config import Policy
 from .driver import Decide, Driver, Execution, _Batch
-from .errors import DisposedError, TurnstileError
+from .errors import DisposedError, RateLimited, TurnstileError
 from .outcomes import EntryOutcome
 from .scheduler import Scheduler
 from .types import Call, Reason, ReasonKind
@@ -70,6 +77,8 @@ def settled_text(reason: Reason) -> str:
         return (
             f"not run: operation #{reason.after} of this call failed, and this tool stops at its first failed operation"
         )
+    if reason.kind is ReasonKind.RATE_LIMITED:
+        return f"not run again: rate limited {reason.retries} times; the endpoint asked to wait"
     return _TEXTS[reason.kind]
 
 
@@ -173,26 +182,42 @@ class Gate:
         except asyncio.CancelledError:
             self._withdraw(p)
             raise
-        # Released: run it here, in the caller's task.
-        done = p.done
-        assert done is not None
-        try:
-            value = await run(*args, **kwargs)
-        except asyncio.CancelledError as e:
-            if not done.done():
-                done.cancel()
-            if p.why is not None and _only_ours(p.task):
-                if p.why == "timeout":
-                    raise TimeoutError(f"{call_id} ({tool}) ran past execution_timeout") from e
-                raise DisposedError("the gate") from e
-            raise
-        except BaseException as e:
-            if not done.done():
+        while True:
+            # Released: run it here, in the caller's task.
+            done = p.done
+            assert done is not None
+            try:
+                value = await run(*args, **kwargs)
+            except asyncio.CancelledError as e:
+                if not done.done():
+                    done.cancel()
+                if p.why is not None and _only_ours(p.task):
+                    if p.why == "timeout":
+                        raise TimeoutError(f"{call_id} ({tool}) ran past execution_timeout") from e
+                    raise DisposedError("the gate") from e
+                raise
+            except RateLimited as e:
+                if done.done():
+                    raise
+                # Retry in place: the driver puts the entry back in its line and releases it
+                # again after the pause; this task waits for that (or raises CallSettledError
+                # once the key's retries are spent, or the batch is cancelled).
+                p.go = loop.create_future()
+                p.done = None
                 done.set_exception(e)
-            raise
-        if not done.done():
-            done.set_result(value)
-        return value
+                try:
+                    await p.go
+                except asyncio.CancelledError:
+                    self._withdraw(p)
+                    raise
+                continue
+            except BaseException as e:
+                if not done.done():
+                    done.set_exception(e)
+                raise
+            if not done.done():
+                done.set_result(value)
+            return value
 
     # -- lifetime ---------------------------------------------------------------------------
 

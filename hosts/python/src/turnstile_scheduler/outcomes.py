@@ -23,7 +23,8 @@ class OutcomeStatus(str, Enum):
     returned (`value`) or raised (`error`, None for the cancellation itself) is kept."""
     SETTLED = "settled"
     """It never ran, or stopped being needed: `reason` says why (rejected, skipped, failed
-    before running, cancelled, stopped after a failed operation, interrupted)."""
+    before running, cancelled, stopped after a failed operation, interrupted, rate limited past
+    its key's retries: then `error` is the last `RateLimited` its execution raised)."""
 
 
 @dataclass(eq=True, slots=True)

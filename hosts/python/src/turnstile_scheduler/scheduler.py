@@ -33,12 +33,15 @@ from .types import (
     InputErrorCode,
     InputKind,
     KeyFull,
+    KeyPaused,
+    KeySpacing,
     Outcome,
     Outputs,
     Reason,
     ReasonKind,
     RefusedInput,
     ResumeErrorCode,
+    RetryAt,
     Saved,
     SavedBatch,
     SavedCall,
@@ -61,10 +64,14 @@ def _lower_reason(r: Reason, what: str) -> Variant:
     if not isinstance(r, Reason):
         raise TypeError(f"{what} must be a Reason, not {type(r).__name__}")
     kind = _enum(ReasonKind, r.kind, f"{what}.kind")
+    if kind is not ReasonKind.STOPPED and r.after is not None:
+        raise ValueError(f"{what}.after is only for stopped")
+    if kind is not ReasonKind.RATE_LIMITED and r.retries is not None:
+        raise ValueError(f"{what}.retries is only for rate-limited")
     if kind is ReasonKind.STOPPED:
         return Variant(kind.value, _u32(r.after, f"{what}.after"))
-    if r.after is not None:
-        raise ValueError(f"{what}.after is only for stopped")
+    if kind is ReasonKind.RATE_LIMITED:
+        return Variant(kind.value, _u32(r.retries, f"{what}.retries"))
     return Variant(kind.value)
 
 
@@ -133,13 +140,35 @@ def _lower_state(state: SavedState) -> SimpleNamespace:
 
 def _reason(v: Variant) -> Reason:
     kind = ReasonKind(v.tag)
-    return Reason(kind, v.payload if kind is ReasonKind.STOPPED else None)
+    if kind is ReasonKind.STOPPED:
+        return Reason(kind, v.payload)
+    if kind is ReasonKind.RATE_LIMITED:
+        return Reason(kind, retries=v.payload)
+    return Reason(kind)
 
 
 def _wait(w: Any) -> Optional[Wait]:
-    # `wait` is untagged: u32, string and record lift to int, str and a Record.
     if w is None:
         return None
+    if isinstance(w, Variant):
+        # Tagged since two of its cases lift to the same Python types (u32 and u64 to int,
+        # two records to a Record).
+        tag, v = w.tag, w.payload
+        if tag == "batch-not-approved":
+            return BatchNotApproved(v)
+        if tag == "key-full":
+            return KeyFull(v.key, v.limit, list(v.running))
+        if tag == "behind":
+            return Behind(v)
+        if tag == "key-paused":
+            return KeyPaused(v.key, v.until)
+        if tag == "key-spacing":
+            return KeySpacing(v.key, v.until)
+        if tag == "retry-at":
+            return RetryAt(v)
+        raise ValueError(f"unknown wait {tag!r}")
+    # A component before 0.3 passes `wait` untagged: u32, string and record lift to int, str
+    # and a Record.
     if isinstance(w, int):
         return BatchNotApproved(w)
     if isinstance(w, str):
@@ -181,13 +210,36 @@ def _saved_state(s: Any) -> SavedState:
     )
 
 
-def _outputs(start: list[int], settle: list[Any], errors: list[Any], retired: list[int]) -> Outputs:
+def _outputs(start: list[int], settle: list[Any], errors: list[Any], retired: list[int], wake_at: Optional[int] = None) -> Outputs:
     return Outputs(
         start=start,
         settle=[Settled(s.entry, _reason(s.reason)) for s in settle],
         errors=[RefusedInput(InputKind(e.input), e.index, InputErrorCode(e.code), e.message) for e in errors],
         retired=retired,
+        wake_at=wake_at,
     )
+
+
+def check_retry(retry: Any) -> list[SimpleNamespace]:
+    """`(entry, until)` pairs as the WIT's `retry-after` records."""
+    out = []
+    for i, pair in enumerate(_check.sequence(retry, "retry")):
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError(f"retry[{i}] must be an (entry, until) pair, not {type(pair).__name__}")
+        entry, until = pair
+        out.append(SimpleNamespace(entry=_u64(entry, f"retry[{i}] entry"), until=_u64(until, f"retry[{i}] until")))
+    return out
+
+
+def check_pause(pause: Any) -> list[SimpleNamespace]:
+    """`(key, until)` pairs as the WIT's `key-pause` records."""
+    out = []
+    for i, pair in enumerate(_check.sequence(pause, "pause")):
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError(f"pause[{i}] must be a (key, until) pair, not {type(pair).__name__}")
+        key, until = pair
+        out.append(SimpleNamespace(key=_str(key, f"pause[{i}] key"), until=_u64(until, f"pause[{i}] until")))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,14 +335,28 @@ class Scheduler:
         ok: Sequence[int] = (),
         failed: Sequence[int] = (),
         cancel: Sequence[int] = (),
+        now: Optional[int] = None,
+        retry: Sequence[tuple[int, int]] = (),
+        pause: Sequence[tuple[str, int]] = (),
     ) -> Outputs:
         """One driver round: every input since the last step (entry numbers; batch numbers for
-        `cancel`; `(entry, how)` pairs for `settle`). Inputs apply in the order of the keywords
-        above, each list in order, and each on its own: a refused one is reported in
-        `Outputs.errors` with its list and position and changes nothing; every other input
-        still applies. Returns what to start, what the scheduler settled, and which batches
-        retired."""
+        `cancel`; `(entry, how)` pairs for `settle`). Each list applies in order, and each
+        input on its own: a refused one is reported in `Outputs.errors` with its list and
+        position and changes nothing; every other input still applies. Returns what to start,
+        what the scheduler settled, which batches retired, and when to step again
+        (`wake_at`).
+
+        Time is the host's: the scheduler never reads a clock. `now` is the host's monotonic
+        clock in milliseconds (None leaves the scheduler's clock where it was; it starts at 0;
+        an earlier `now` than before is refused as `time-backwards`). `retry` holds
+        `(entry, until)` pairs: executions that hit a rate limit and may run again at `until`
+        (each frees its slot, pauses its key until then, and goes back to its place at the
+        front of its key's queue; past its key's `retries` it is settled `rate-limited`).
+        `pause` holds `(key, until)` pairs (a pause only ever extends; a key no tool declares
+        is refused as `unknown-key`). The order they apply in: `now` first, then approve,
+        settle, ask, answer, ok, failed, retry, cancel, pause."""
         resource = self._live()
+        now = _check.opt_u64(now, "now")
         settlements = []
         for i, pair in enumerate(_check.sequence(settle, "settle")):
             if not isinstance(pair, tuple) or len(pair) != 2:
@@ -307,6 +373,9 @@ class Scheduler:
             ok=_u64s(ok, "ok"),
             failed=_u64s(failed, "failed"),
             cancel=_u64s(cancel, "cancel"),
+            now=now,
+            retry=check_retry(retry),
+            pause=check_pause(pause),
         )
         return _outputs(*self._step(resource, inputs))
 

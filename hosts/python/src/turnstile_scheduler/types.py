@@ -51,6 +51,9 @@ class ReasonKind(str, Enum):
     """Stopped after a failed operation of its call (`Reason.after` says which)."""
     INTERRUPTED = "interrupted"
     """It had started when the state was exported and was not run again on `resume`."""
+    RATE_LIMITED = "rate-limited"
+    """Its execution hit a rate limit once more than its key's `retries` allow
+    (`Reason.retries` says how many times it had run again). A failure for `on_error = "stop"`."""
 
 
 class Started(str, Enum):
@@ -72,6 +75,9 @@ class InputKind(str, Enum):
     OK = "ok"
     FAILED = "failed"
     CANCEL = "cancel"
+    NOW = "now"
+    RETRY = "retry"
+    PAUSE = "pause"
 
 
 class InputErrorCode(str, Enum):
@@ -84,6 +90,39 @@ class InputErrorCode(str, Enum):
     NOT_ASKING = "not-asking"
     ALREADY_ENDED = "already-ended"
     BATCH_CANCELLED = "batch-cancelled"
+    TIME_BACKWARDS = "time-backwards"
+    """`now` is earlier than a `now` given before: the clock must be monotonic."""
+    UNKNOWN_KEY = "unknown-key"
+    """A pause names a key no configured tool declares."""
+
+
+class DiagnosticCode(str, Enum):
+    """What a config problem is (`Diagnostic.code`; a code this package does not know yet, from
+    a newer component, stays a plain `str`)."""
+
+    TOML_SYNTAX = "toml-syntax"
+    TOO_MANY_LAYERS = "too-many-layers"
+    TOO_LARGE = "too-large"
+    TOO_MANY_TOOLS = "too-many-tools"
+    TABLE_TYPE = "table-type"
+    CONCURRENCY_TYPE = "concurrency-type"
+    CONCURRENCY_NEGATIVE = "concurrency-negative"
+    CONCURRENCY_KEY_MISSING = "concurrency-key-missing"
+    CONCURRENCY_KEY_EMPTY = "concurrency-key-empty"
+    CONCURRENCY_UNKNOWN_FIELD = "concurrency-unknown-field"
+    CONCURRENCY_ON_DEFAULTS = "concurrency-on-defaults"
+    FAN_OUT_TYPE = "fan-out-type"
+    FAN_OUT_ON_DEFAULTS = "fan-out-on-defaults"
+    FAN_OUT_CONCURRENCY_REMOVED = "fan-out-concurrency-removed"
+    FAN_OUT_ON_ERROR_VALUE = "fan-out-on-error-value"
+    FAN_OUT_UNKNOWN_FIELD = "fan-out-unknown-field"
+    CONCURRENCY_LIMIT_CONFLICT = "concurrency-limit-conflict"
+    STOP_WITHOUT_LIMIT = "stop-without-limit"
+    ENABLE_VALUE = "enable-value"
+    CONCURRENCY_DELAY_CONFLICT = "concurrency-delay-conflict"
+    """Tools naming one concurrency key give it different `delay`s."""
+    CONCURRENCY_RETRIES_CONFLICT = "concurrency-retries-conflict"
+    """Tools naming one concurrency key give it different `retries`."""
 
 
 class SubmitErrorCode(str, Enum):
@@ -184,9 +223,10 @@ class Label:
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """One config problem; `rendered` is the rustc-style text with the source lines."""
+    """One config problem; `rendered` is the rustc-style text with the source lines. `code` is
+    a `DiagnosticCode` (a `str` enum; a code this package does not know is a plain `str`)."""
 
-    code: str
+    code: "DiagnosticCode | str"
     message: str
     path: list[str]
     tools: list[str]
@@ -195,15 +235,25 @@ class Diagnostic:
     rendered: str
 
 
+RETRIES_DEFAULT = 3
+"""The retry cap of a key whose config does not set `retries`."""
+
+
 @dataclass(frozen=True)
 class ToolPolicy:
-    """A tool's resolved policy; `key` and `limit` are None when it is unbounded."""
+    """A tool's resolved policy; `key`, `limit`, `delay_ms` and `retries` are None when it is
+    unbounded. `delay_ms` is the minimum gap in milliseconds between consecutive starts on the
+    key (0: none); `retries` how many times one entry may hit a rate limit and run again (3
+    unless the config says otherwise). A key written with `limit = 0` and a delay is unbounded
+    but spaced: its limit is then 4294967295."""
 
     name: str
     key: Optional[str]
     limit: Optional[int]
     fan_out: bool
     on_error: OnError
+    delay_ms: Optional[int] = None
+    retries: Optional[int] = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,11 +292,14 @@ class Submitted:
 
 @dataclass(frozen=True)
 class Reason:
-    """Why an entry was settled; `after` is the one-based position of the failed operation a
-    stopped entry was stopped after (None for every other kind)."""
+    """Why an entry was settled. `after` is the one-based position of the failed operation a
+    STOPPED entry was stopped after; `retries` how many times a RATE_LIMITED entry had run
+    again when it hit the rate limit once more (`Reason(ReasonKind.RATE_LIMITED, retries=3)`).
+    Both are None for every other kind."""
 
     kind: ReasonKind
     after: Optional[int] = None
+    retries: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -281,6 +334,9 @@ class Outputs:
     """Inputs that were refused."""
     retired: list[int]
     """Batches whose every entry now has a response: their numbers are retired."""
+    wake_at: Optional[int] = None
+    """When to `step` again with a later `now` (milliseconds on the host's clock), because
+    something waits on time (a key's delay or pause, a retry); None when nothing does."""
 
 
 @dataclass(frozen=True)
@@ -306,7 +362,32 @@ class Behind:
     label: str
 
 
-Wait = Union[BatchNotApproved, KeyFull, Behind]
+@dataclass(frozen=True)
+class KeyPaused:
+    """It is first in line on `key` with a slot free, and the key is paused (a `Retry-After`,
+    or the host's pause) until `until` (milliseconds on the host's clock)."""
+
+    key: str
+    until: int
+
+
+@dataclass(frozen=True)
+class KeySpacing:
+    """It is first in line on `key` with a slot free, and the key's `delay` since its last
+    start has not passed: it may start at `until`."""
+
+    key: str
+    until: int
+
+
+@dataclass(frozen=True)
+class RetryAt:
+    """An unkeyed entry that hit a rate limit: it runs again at `until`."""
+
+    until: int
+
+
+Wait = Union[BatchNotApproved, KeyFull, Behind, KeyPaused, KeySpacing, RetryAt]
 """Why an approved entry waits."""
 
 
@@ -429,6 +510,8 @@ def _saved_entry_dict(e: SavedEntry) -> dict[str, Any]:
         out["reason"] = ReasonKind(e.reason.kind).value
         if e.reason.after is not None:
             out["after"] = e.reason.after
+        if e.reason.retries is not None:
+            out["retries"] = e.reason.retries
     return out
 
 
@@ -439,7 +522,7 @@ def _saved_entry_from_dict(d: dict[str, Any]) -> SavedEntry:
         operation=d["operation"],
         state=Saved(d["state"]),
         outcome=None if outcome is None else Outcome(outcome),
-        reason=None if reason is None else Reason(ReasonKind(reason), d.get("after")),
+        reason=None if reason is None else Reason(ReasonKind(reason), d.get("after"), d.get("retries")),
     )
 
 

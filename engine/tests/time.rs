@@ -1,0 +1,494 @@
+//! Time: `delay` (spacing), `now` and `wake_at`, pauses, and retries after a rate limit. Failure
+//! paths first: bad values in the config, a clock that goes backwards, pauses of unknown keys,
+//! retries of entries that are not running, a retry cap that runs out.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use turnstile_engine::config::{self, Layer, Policy};
+use turnstile_engine::schedule::{
+    BatchId, Call, EntryId, InputErrorCode, InputKind, Inputs, Outputs, Reason, Scheduler, State,
+    Wait,
+};
+
+fn policy(text: &str) -> Policy {
+    config::resolve(&[Layer::new("t.toml", text)]).expect("valid config")
+}
+
+fn codes(text: &str) -> Vec<(String, String)> {
+    match config::resolve(&[Layer::new("t.toml", text)]) {
+        Ok(_) => Vec::new(),
+        Err(diags) => diags
+            .iter()
+            .map(|d| (d.code.as_str().to_owned(), d.message.clone()))
+            .collect(),
+    }
+}
+
+/// A scheduler over `text`, with one batch of `calls` (`id tool`) submitted and approved.
+struct T {
+    s: Scheduler,
+    out: Outputs,
+    first: u64,
+}
+
+impl T {
+    fn new(text: &str, calls: &[(&str, &str)]) -> Self {
+        let mut s = Scheduler::new(policy(text));
+        let calls: Vec<Call<'_>> = calls
+            .iter()
+            .map(|&(id, tool)| Call {
+                id,
+                tool,
+                operations: None,
+            })
+            .collect();
+        let b = s.submit(&calls).expect("submit");
+        Self {
+            s,
+            out: Outputs::default(),
+            first: b.first.0,
+        }
+    }
+
+    fn e(&self, i: u64) -> EntryId {
+        EntryId(self.first + i)
+    }
+
+    fn step(&mut self, inputs: Inputs<'_>) -> &Outputs {
+        self.s.step(&inputs, &mut self.out);
+        &self.out
+    }
+
+    fn started(&self) -> Vec<u64> {
+        self.out.start.iter().map(|e| e.0 - self.first).collect()
+    }
+
+    fn approve_all(&mut self, n: u64, now: u64) {
+        let all: Vec<EntryId> = (0..n).map(|i| self.e(i)).collect();
+        self.step(Inputs {
+            now: Some(now),
+            approve: &all,
+            ..Inputs::default()
+        });
+    }
+
+    fn at(&mut self, now: u64) -> Vec<u64> {
+        self.step(Inputs {
+            now: Some(now),
+            ..Inputs::default()
+        });
+        self.started()
+    }
+
+    fn ok(&mut self, i: u64, now: u64) -> Vec<u64> {
+        let e = [self.e(i)];
+        self.step(Inputs {
+            now: Some(now),
+            ok: &e,
+            ..Inputs::default()
+        });
+        self.started()
+    }
+
+    fn retry(&mut self, i: u64, now: u64, until: u64) -> &Outputs {
+        let r = [(self.e(i), until)];
+        self.step(Inputs {
+            now: Some(now),
+            retry: &r,
+            ..Inputs::default()
+        })
+    }
+}
+
+const SPACED: &str = r#"
+[conversation.tools.get.concurrency]
+key = "api"
+limit = 2
+delay = "100ms"
+"#;
+
+#[test]
+fn bad_delays_and_retries_are_diagnostics() {
+    for (value, needle) in [
+        ("-5", "negative"),
+        ("\"5\"", "no unit"),
+        ("\"5x\"", "not ms, s, m or h"),
+        ("\"1.5ms\"", "finer than a millisecond"),
+        ("\"0.0001s\"", "finer than a millisecond"),
+        ("\"1..5s\"", "digits"),
+        ("\".5s\"", "digits"),
+        ("\"5.s\"", "digits"),
+        ("\"50d\"", "not ms, s, m or h"),
+        ("\"1200h\"", "49 days"),
+        ("\"99999999999999ms\"", "49 days"),
+        ("4294967296", "above the largest"),
+        ("true", "expected milliseconds or a duration string"),
+        ("1.5", "expected milliseconds or a duration string"),
+    ] {
+        let text = format!(
+            "[conversation.tools.t.concurrency]\nkey = \"k\"\nlimit = 1\ndelay = {value}\n"
+        );
+        let got = codes(&text);
+        assert_eq!(got.len(), 1, "delay = {value}: {got:?}");
+        assert!(
+            got[0].1.contains(needle),
+            "delay = {value}: want {needle:?} in {:?}",
+            got[0].1
+        );
+    }
+    let got = codes("[conversation.tools.t.concurrency]\nkey = \"k\"\nretries = 101\n");
+    assert_eq!(got.len(), 1);
+    assert!(got[0].1.contains("above the largest, 100"), "{got:?}");
+    let got = codes("[conversation.tools.t.concurrency]\nkey = \"k\"\nwait = 1\n");
+    assert_eq!(got[0].0, "concurrency-unknown-field");
+    assert!(got[0].1.contains("`delay` and `retries`"), "{got:?}");
+}
+
+#[test]
+fn tools_naming_a_key_agree_on_delay_and_retries() {
+    let text = r#"
+[conversation.tools.a.concurrency]
+key = "api"
+limit = 2
+delay = 100
+[conversation.tools.b.concurrency]
+key = "api"
+limit = 2
+delay = "1s"
+retries = 5
+"#;
+    let got = codes(text);
+    let got: Vec<&str> = got.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(
+        got,
+        ["concurrency-delay-conflict", "concurrency-retries-conflict"]
+    );
+    let diags = config::resolve(&[Layer::new("t.toml", text)]).unwrap_err();
+    assert_eq!(diags[0].tools, ["a", "b"]);
+    assert!(
+        diags[0].message.contains("a = 100 ms, b = 1000 ms"),
+        "{}",
+        diags[0].message
+    );
+    assert!(
+        diags[1]
+            .message
+            .contains("a = 3 (not set: the default), b = 5"),
+        "{}",
+        diags[1].message
+    );
+    // Each label points at the line that gives the value (or the table, for a default).
+    let lines: Vec<u32> = diags[0].labels.iter().map(|l| l.span.line).collect();
+    assert_eq!(lines, [5, 9]);
+    // The same values in every tool: no diagnostic; written the same in different forms.
+    assert!(
+        codes(
+            &text
+                .replace("\"1s\"", "\"100ms\"")
+                .replace("retries = 5\n", "")
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn a_delay_keeps_a_key_with_limit_zero_and_is_exposed() {
+    let p =
+        policy("[conversation.tools.t.concurrency]\nkey = \"k\"\nlimit = 0\ndelay = \"1.5s\"\n");
+    let c = p.tool("t").unwrap().concurrency.as_ref().unwrap();
+    assert_eq!((c.limit.get(), c.delay_ms, c.retries), (u32::MAX, 1500, 3));
+    let p = policy("[conversation.tools.t.concurrency]\nkey = \"k\"\nlimit = 0\n");
+    assert!(p.tool("t").unwrap().concurrency.is_none());
+    let p = policy("[conversation.tools.t]\nconcurrency = 2\n");
+    let c = p.tool("t").unwrap().concurrency.as_ref().unwrap();
+    assert_eq!((c.delay_ms, c.retries), (0, 3));
+}
+
+#[test]
+fn a_clock_that_goes_backwards_is_refused_and_changes_nothing() {
+    let mut t = T::new(SPACED, &[("a", "get"), ("b", "get"), ("c", "get")]);
+    t.approve_all(3, 1000);
+    assert_eq!(t.started(), [0]);
+    assert_eq!(t.out.wake_at, Some(1100));
+    let e = [t.e(0)];
+    t.step(Inputs {
+        now: Some(999),
+        ok: &e,
+        ..Inputs::default()
+    });
+    assert_eq!(t.out.errors.len(), 1);
+    assert_eq!(
+        (t.out.errors[0].input, t.out.errors[0].code),
+        (InputKind::Now, InputErrorCode::TimeBackwards)
+    );
+    // The end still applied; the clock stayed at 1000, so b still waits for 1100.
+    assert_eq!(
+        t.s.state(t.e(0)),
+        Some(State::Ended(turnstile_engine::schedule::Outcome::Ok))
+    );
+    assert!(t.started().is_empty());
+    assert_eq!(t.out.wake_at, Some(1100));
+    assert_eq!(t.at(1100), [1]);
+}
+
+#[test]
+fn spacing_holds_between_consecutive_starts_on_a_key() {
+    let mut t = T::new(
+        SPACED,
+        &[("a", "get"), ("b", "get"), ("c", "get"), ("u", "free")],
+    );
+    t.approve_all(4, 0);
+    // The unkeyed call starts at once; the key starts one entry, then waits 100 ms.
+    assert_eq!(t.started(), [0, 3]);
+    assert_eq!(t.out.wake_at, Some(100));
+    assert!(t.at(99).is_empty());
+    assert_eq!(t.out.wake_at, Some(100));
+    assert_eq!(t.at(100), [1]);
+    // The limit (2) holds as well as the spacing: c waits for a slot, not for time.
+    assert!(t.at(500).is_empty());
+    assert_eq!(t.out.wake_at, None);
+    let inspected = t.s.inspect(BatchId(1)).unwrap();
+    assert!(matches!(inspected[2].wait, Some(Wait::KeyFull { .. })));
+    assert_eq!(t.ok(0, 501), [2]);
+    assert_eq!(t.out.wake_at, None);
+}
+
+#[test]
+fn inspect_says_when_an_entry_waits_on_time() {
+    let mut t = T::new(SPACED, &[("a", "get"), ("b", "get"), ("c", "get")]);
+    t.approve_all(3, 40);
+    let st = t.s.inspect(BatchId(1)).unwrap();
+    assert_eq!(
+        st[1].wait,
+        Some(Wait::KeySpacing {
+            key: "api".to_owned(),
+            until: 140
+        })
+    );
+    assert!(matches!(st[2].wait, Some(Wait::Behind(ref l)) if l == "b"));
+    t.step(Inputs {
+        pause: &[("api", 5000)],
+        ..Inputs::default()
+    });
+    let st = t.s.inspect(BatchId(1)).unwrap();
+    assert_eq!(
+        st[1].wait,
+        Some(Wait::KeyPaused {
+            key: "api".to_owned(),
+            until: 5000
+        })
+    );
+}
+
+#[test]
+fn pauses_only_extend_and_unknown_keys_are_refused() {
+    let mut t = T::new(SPACED, &[("a", "get"), ("b", "get")]);
+    t.step(Inputs {
+        now: Some(10),
+        pause: &[("api", 1000), ("nope", 5), ("api", 500)],
+        ..Inputs::default()
+    });
+    assert_eq!(t.out.errors.len(), 1);
+    assert_eq!(
+        (
+            t.out.errors[0].input,
+            t.out.errors[0].index,
+            t.out.errors[0].code
+        ),
+        (InputKind::Pause, 1, InputErrorCode::UnknownKey)
+    );
+    t.approve_all(2, 20);
+    assert!(t.started().is_empty());
+    assert_eq!(t.out.wake_at, Some(1000));
+    assert_eq!(t.at(1000), [0]);
+    assert_eq!(t.out.wake_at, Some(1100));
+}
+
+#[test]
+fn a_retried_entry_keeps_its_place_and_pauses_its_key() {
+    let text = "[conversation.tools.get.concurrency]\nkey = \"api\"\nlimit = 2\n";
+    let mut t = T::new(text, &[("a", "get"), ("b", "get"), ("c", "get")]);
+    t.approve_all(3, 0);
+    assert_eq!(t.started(), [0, 1]);
+    // b hits a rate limit first, then a: both go back in front of c, in written order.
+    t.retry(1, 5, 2000);
+    assert!(t.out.start.is_empty() && t.out.errors.is_empty());
+    assert_eq!(t.out.wake_at, Some(2000));
+    assert_eq!(t.s.state(t.e(1)), Some(State::Approved));
+    t.retry(0, 6, 1500);
+    assert_eq!(t.out.wake_at, Some(2000), "a pause only extends");
+    // Before the pause ends nothing starts, not even c, which never ran.
+    assert!(t.at(1999).is_empty());
+    assert_eq!(t.at(2000), [0, 1]);
+    assert_eq!(t.ok(0, 2001), [2]);
+}
+
+#[test]
+fn retries_run_out_into_rate_limited_and_count_as_a_failure_under_stop() {
+    let text = r#"
+[conversation.tools.f]
+concurrency = { key = "api", limit = 1, retries = 1 }
+fan_out = { on_error = "stop" }
+"#;
+    let mut s = Scheduler::new(policy(text));
+    let b = s
+        .submit(&[Call {
+            id: "f",
+            tool: "f",
+            operations: Some(3),
+        }])
+        .unwrap();
+    let e = |i: u64| EntryId(b.first.0 + i);
+    let mut out = Outputs::default();
+    let all = [e(0), e(1), e(2)];
+    s.step(
+        &Inputs {
+            approve: &all,
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.start, [e(0)]);
+    s.step(
+        &Inputs {
+            retry: &[(e(0), 10)],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert!(
+        out.settle.is_empty(),
+        "one retry is allowed: not a failure yet"
+    );
+    s.step(
+        &Inputs {
+            now: Some(10),
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.start, [e(0)]);
+    s.step(
+        &Inputs {
+            retry: &[(e(0), 20)],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(
+        out.settle,
+        [
+            (e(0), Reason::RateLimited { retries: 1 }),
+            (e(1), Reason::Stopped { after: 1 }),
+            (e(2), Reason::Stopped { after: 1 }),
+        ]
+    );
+    assert_eq!(out.retired, [b.batch]);
+}
+
+#[test]
+fn a_retry_must_name_a_running_entry_and_never_touches_another() {
+    let text = "[conversation.tools.get.concurrency]\nkey = \"api\"\nlimit = 1\n";
+    let mut t = T::new(text, &[("a", "get"), ("b", "get")]);
+    t.approve_all(2, 0);
+    let stale = EntryId(999);
+    let r = [(t.e(1), 50), (stale, 50), (t.e(0), 50), (t.e(0), 60)];
+    t.step(Inputs {
+        retry: &r,
+        ..Inputs::default()
+    });
+    let errs: Vec<(u32, InputErrorCode)> = t.out.errors.iter().map(|e| (e.index, e.code)).collect();
+    assert_eq!(
+        errs,
+        [
+            (0, InputErrorCode::NotRunning),
+            (1, InputErrorCode::UnknownEntry),
+            (3, InputErrorCode::NotRunning)
+        ]
+    );
+    assert_eq!(t.s.state(t.e(0)), Some(State::Approved));
+    assert_eq!(t.s.state(t.e(1)), Some(State::Approved));
+    assert_eq!(t.at(50), [0]);
+}
+
+#[test]
+fn an_unkeyed_entry_waits_alone_and_a_cancelled_batch_gives_up() {
+    let mut t = T::new("", &[("a", "free"), ("b", "free")]);
+    t.approve_all(2, 0);
+    assert_eq!(t.started(), [0, 1]);
+    t.retry(0, 1, 300);
+    assert_eq!(t.out.wake_at, Some(300));
+    let st = t.s.inspect(BatchId(1)).unwrap();
+    assert_eq!(st[0].wait, Some(Wait::RetryAt { until: 300 }));
+    assert_eq!(t.at(300), [0]);
+    // A retry with a time already past runs again in the same step.
+    t.retry(1, 301, 0);
+    assert_eq!(t.started(), [1]);
+    // Cancelled while running: a rate limit then settles it as cancelled, it never runs again.
+    t.step(Inputs {
+        cancel: &[BatchId(1)],
+        ..Inputs::default()
+    });
+    t.retry(0, 302, 400);
+    assert_eq!(t.out.settle, [(t.e(0), Reason::Cancelled)]);
+    assert_eq!(t.out.wake_at, None);
+}
+
+#[test]
+fn retry_bookkeeping_is_forgotten_when_batches_retire() {
+    let text = "[conversation.tools.get.concurrency]\nkey = \"api\"\nlimit = 1\nretries = 100\n";
+    let mut s = Scheduler::new(policy(text));
+    let mut out = Outputs::default();
+    let mut now = 0;
+    for round in 0..2_000u64 {
+        let b = s
+            .submit(&[Call {
+                id: "x",
+                tool: "get",
+                operations: None,
+            }])
+            .unwrap();
+        let e = b.first;
+        s.step(
+            &Inputs {
+                approve: &[e],
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        now += 1;
+        s.step(
+            &Inputs {
+                now: Some(now),
+                retry: &[(e, now)],
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        assert_eq!(out.start, [e], "round {round}");
+        s.step(
+            &Inputs {
+                ok: &[e],
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        assert_eq!(out.retired, [b.batch]);
+    }
+    assert_eq!(s.live_entries(), 0);
+    assert_eq!(s.pending_wakeups_for_tests(), (0, 0));
+}
+
+#[test]
+fn retried_entries_requeue_in_written_order_whatever_order_they_hit_the_limit() {
+    let mut t = T::new(SPACED, &[("a", "get"), ("b", "get"), ("c", "get")]);
+    t.approve_all(3, 0);
+    assert_eq!(t.started(), [0]);
+    assert_eq!(t.at(100), [1]);
+    // a hits the limit first, then b; spacing then releases one at a time: a, b, c.
+    t.retry(0, 101, 1000);
+    t.retry(1, 102, 1000);
+    assert_eq!(t.at(1000), [0]);
+    assert_eq!(t.at(1100), [1]);
+    assert_eq!(t.ok(0, 1150), Vec::<u64>::new());
+    assert_eq!(t.at(1200), [2]);
+}

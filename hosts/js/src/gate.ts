@@ -1,0 +1,277 @@
+// The gate: for frameworks that run tools themselves (the Vercel AI SDK, an MCP client, a
+// hand-written `Promise.all`) and give no batch boundary. Each tool invocation calls
+// `gate.call(tool, callId, args, run)`; the gate rebuilds the batch from calls that arrive
+// together and runs it on a `Driver`, and each call's promise settles when its own entry ends.
+//
+// What "together" means, exactly. The first call that finds no open batch opens one and
+// schedules its close as a macrotask: `setImmediate` where it exists (Node, Bun, Deno), else
+// `setTimeout(0)`. Every call made before that task runs joins the batch in arrival order: calls
+// made synchronously one after another, and calls made from promise reactions (microtasks) the
+// current task queued, however deep their `await` chains, since the event loop drains every
+// microtask before it runs the next task. A call that arrives after I/O or a timer (a macrotask)
+// opens the next batch. Later batches queue behind earlier ones per key, so a batch boundary in
+// the wrong place never breaks a limit or the order per key; it only means that entries of the
+// later batch are not decided together with the earlier ones. Arrival order is taken as written
+// order: the framework must call its tools in the order the model wrote them (the adapters test
+// that their framework does).
+//
+// Each call's promise:
+// - resolves with what `run` returned, or rejects with what it threw, when its entry ends
+//   (not when the batch ends); a `run` that throws fails only its own call;
+// - rejects with `CallSettledError` (the `Reason`, and the text the model should read) when the
+//   scheduler or `decide` settled it without running it;
+// - rejects with its signal's reason as soon as its `signal` aborts: a call still queued then
+//   never runs (when its turn comes it ends at once, so it holds no key), a running one has the
+//   signal given to `run` aborted and keeps its key's slot until `run` ends, or until
+//   `abortGraceMs` more passed when that option is set;
+// - rejects with the batch's error when the whole batch failed (`SubmitError`, a failed
+//   `decide`, a disposed driver).
+// `gate.cancel()` cancels every live batch and every call not yet submitted.
+import { Driver, type Decision, type EntryOutcome } from './driver.js';
+import { CallSettledError, SubmitError } from './errors.js';
+import { Scheduler } from './scheduler.js';
+import { Policy } from './turnstile.js';
+import { fail, func, millis, record, signal as checkSignal, string } from './validate.js';
+
+/** What `run` gets: the call's arguments and a signal that aborts when the call is cancelled
+ * (its own signal, the batch's cancellation, `executionTimeoutMs`). */
+export type GateRun<A, R> = (args: A, signal: AbortSignal) => Promise<R>;
+
+/** A call as the gate submits it (what `decide` sees). `id` is the call id, or `ID@N` when an
+ * earlier call with that id has settled but its batch is still live. */
+export interface GateCallInput {
+  id: string;
+  tool: string;
+  args: unknown;
+}
+
+export interface GateOptions {
+  /** Decides each call of a batch in arrival order (default: approve all); may be async. */
+  decide?: (label: string, call: GateCallInput) => Decision | Promise<Decision>;
+  /** Aborts a running call's signal (a `TimeoutError`) once it has run this long. */
+  executionTimeoutMs?: number;
+  /** Once a running call's signal aborted, how long `run` may still take before its slot is
+   * freed anyway (its result is then ignored). Default: it keeps its slot until it ends. */
+  abortGraceMs?: number;
+}
+
+export interface GateCallOptions {
+  /** Aborting cancels this call only (see the module doc). */
+  signal?: AbortSignal;
+}
+
+/** One call, from `gate.call` to its end. */
+class Pending {
+  readonly id: string;
+  readonly tool: string;
+  readonly args: unknown;
+  readonly run: GateRun<unknown, unknown>;
+  readonly signal: AbortSignal | undefined;
+  readonly resolve: (value: unknown) => void;
+  readonly reject: (error: unknown) => void;
+  done = false;
+  /** Set when its own signal aborted. */
+  aborted = false;
+  detach: () => void = () => {};
+  onSettle: () => void = () => {};
+
+  constructor(id: string, tool: string, args: unknown, run: GateRun<unknown, unknown>, signal: AbortSignal | undefined, resolve: (value: unknown) => void, reject: (error: unknown) => void) {
+    this.id = id;
+    this.tool = tool;
+    this.args = args;
+    this.run = run;
+    this.signal = signal;
+    this.resolve = resolve;
+    this.reject = reject;
+  }
+
+  settle(ok: boolean, value: unknown): void {
+    if (this.done) return;
+    this.done = true;
+    this.detach();
+    this.onSettle();
+    if (ok) this.resolve(value);
+    else this.reject(value);
+  }
+}
+
+/** What the driver carries per call. */
+interface Submitted extends GateCallInput {
+  readonly pending: Pending;
+}
+
+const nextTask: (f: () => void) => void =
+  typeof setImmediate === 'function' ? (f) => void setImmediate(f) : (f) => void setTimeout(f, 0);
+const encoder = new TextEncoder();
+
+/** Batches calls that arrive together (see the module doc) and runs them on a driver. */
+export class Gate {
+  readonly driver: Driver;
+  readonly #options: GateOptions;
+  /** Calls of the open batch, in arrival order. */
+  #open: Pending[] = [];
+  /** Ids of calls not yet settled: a second call with one of them is refused. */
+  readonly #ids = new Set<string>();
+  /** Ids submitted in live batches: the scheduler frees an id when its batch retires, which may
+   * be after the call settled, so a call reusing it then is submitted as `ID@N`. */
+  readonly #held = new Set<string>();
+  /** Cancels each live batch. */
+  readonly #batches = new Set<AbortController>();
+
+  /** A gate over a driver, a scheduler (its driver, `Driver.of`) or a policy (a new scheduler:
+   * one gate per conversation). */
+  constructor(target: Driver | Scheduler | Policy, options: GateOptions = {}) {
+    if (target instanceof Driver) this.driver = target;
+    else if (target instanceof Scheduler) this.driver = Driver.of(target);
+    else if (target instanceof Policy) this.driver = new Driver(new Scheduler(target));
+    else fail('target', 'a Driver, Scheduler or Policy', target);
+    const o = record(options, 'options', ['decide', 'executionTimeoutMs', 'abortGraceMs']);
+    if (o.decide !== undefined) func(o.decide, 'options.decide');
+    if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
+    if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
+    this.#options = options;
+  }
+
+  /** Runs `run(args, signal)` when the scheduler releases call `callId` of `tool`; resolves or
+   * rejects when that call ends (see the module doc). */
+  call<A, R>(tool: string, callId: string, args: A, run: GateRun<A, R>, options: GateCallOptions = {}): Promise<R> {
+    let signal: AbortSignal | undefined;
+    try {
+      string(tool, 'tool');
+      string(callId, 'callId');
+      func(run, 'run');
+      signal = checkSignal(record(options, 'options', ['signal']).signal, 'options.signal');
+      checkName(tool, 'tool');
+      checkName(callId, 'callId');
+      if (callId.includes('#')) throw new SubmitError('invalid-id', `call id ${JSON.stringify(callId)} contains '#'`);
+      if (this.#ids.has(callId)) throw new SubmitError('duplicate-id', `call id ${JSON.stringify(callId)} is used by a call that has not settled`);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return new Promise<R>((resolve, reject) => {
+      const pending = new Pending(callId, tool, args, run as GateRun<unknown, unknown>, signal, resolve as (value: unknown) => void, reject);
+      pending.onSettle = () => this.#ids.delete(callId);
+      if (signal) {
+        const onAbort = () => {
+          pending.aborted = true;
+          pending.settle(false, signal!.reason);
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        pending.detach = () => signal!.removeEventListener('abort', onAbort);
+      }
+      this.#ids.add(callId);
+      if (this.#open.length === 0) nextTask(() => this.#close());
+      this.#open.push(pending);
+    });
+  }
+
+  /** Cancels every live batch (parked calls reject with `CallSettledError` `cancelled`, running
+   * ones have their signal aborted) and every call not yet submitted. */
+  cancel(reason?: unknown): void {
+    for (const pending of this.#open) pending.settle(false, new CallSettledError({ kind: 'cancelled' }, pending.id, pending.tool));
+    this.#open = [];
+    for (const controller of this.#batches) controller.abort(reason);
+  }
+
+  /** Submits the open batch. */
+  #close(): void {
+    const open = this.#open;
+    this.#open = [];
+    const calls: Submitted[] = [];
+    for (const pending of open) {
+      if (pending.done) continue;
+      let id = pending.id;
+      for (let n = 2; this.#held.has(id); n++) id = `${pending.id}@${n}`;
+      this.#held.add(id);
+      calls.push({ id, tool: pending.tool, args: pending.args, pending });
+    }
+    if (calls.length === 0) return;
+    const controller = new AbortController();
+    this.#batches.add(controller);
+    const { decide, executionTimeoutMs, abortGraceMs } = this.#options;
+    const done = this.driver.run(calls, (execution) => this.#execute(execution.call, execution.signal), {
+      signal: controller.signal,
+      ...(decide && { decide }),
+      ...(executionTimeoutMs !== undefined && { executionTimeoutMs }),
+      ...(abortGraceMs !== undefined && { abortGraceMs }),
+      onOutcome: (outcome, call) => answer(call.pending, outcome),
+    });
+    const end = (error: unknown, failed: boolean) => {
+      this.#batches.delete(controller);
+      for (const call of calls) {
+        this.#held.delete(call.id);
+        // Every entry is answered when a batch resolves; a failed batch answers the rest.
+        if (failed) call.pending.settle(false, error);
+      }
+    };
+    done.then(
+      () => end(undefined, false),
+      (error) => end(error, true),
+    );
+  }
+
+  /** Runs one released call. */
+  #execute(call: Submitted, batchSignal: AbortSignal): Promise<unknown> {
+    const pending = call.pending;
+    // Cancelled by its own signal while queued: it ends at once and holds no slot.
+    if (pending.done) return Promise.reject(new Error(`${pending.id} was cancelled before it started`));
+    const signal = pending.signal ? AbortSignal.any([batchSignal, pending.signal]) : batchSignal;
+    let result: Promise<unknown>;
+    try {
+      result = Promise.resolve(pending.run(pending.args, signal));
+    } catch (error) {
+      result = Promise.reject(error);
+    }
+    const grace = this.#options.abortGraceMs;
+    if (grace === undefined || !pending.signal) return result;
+    // Its own signal aborts: it keeps its slot for at most `abortGraceMs` more.
+    return new Promise((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const onAbort = () => {
+        timer = setTimeout(() => reject(new DOMException(`${pending.id} ignored its abort signal for ${grace} ms; its slot was freed`, 'TimeoutError')), grace);
+      };
+      if (pending.signal!.aborted) onAbort();
+      else pending.signal!.addEventListener('abort', onAbort, { once: true });
+      const finish = () => {
+        if (timer !== undefined) clearTimeout(timer);
+        pending.signal!.removeEventListener('abort', onAbort);
+      };
+      result.then(
+        (value) => {
+          finish();
+          resolve(value);
+        },
+        (error) => {
+          finish();
+          reject(error);
+        },
+      );
+    });
+  }
+}
+
+/** Settles a call with its entry's outcome. */
+function answer(pending: Pending, outcome: EntryOutcome): void {
+  switch (outcome.status) {
+    case 'ok':
+      pending.settle(true, outcome.value);
+      return;
+    case 'failed':
+      pending.settle(false, outcome.error);
+      return;
+    case 'cancelled':
+      // It ran: what it returned or threw is the truth.
+      if ('error' in outcome) pending.settle(false, outcome.error);
+      else pending.settle(true, outcome.value);
+      return;
+    case 'settled':
+      pending.settle(false, new CallSettledError(outcome.reason, pending.id, pending.tool));
+  }
+}
+
+function checkName(name: string, what: string): void {
+  if (name.length === 0 || name.includes('\n') || encoder.encode(name).length > 256) {
+    throw new SubmitError('invalid-id', `${what} ${JSON.stringify(name.slice(0, 40))} must be 1 to 256 bytes without a newline`);
+  }
+}

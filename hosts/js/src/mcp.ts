@@ -1,0 +1,152 @@
+// `@turnstile/scheduler/mcp`: the MCP TypeScript SDK (`@modelcontextprotocol/sdk`, tested with
+// 1.32) adapter. `admitClient(client, admission)` makes every request of one connected `Client`
+// wait for an admission `Permit` of the binding's controller; it imports nothing from the SDK.
+//
+// | method                                                        | class       |
+// | ------------------------------------------------------------- | ----------- |
+// | `tools/call`                                                  | `call`      |
+// | `resources/read`, `prompts/get`, `completion/complete`, other | `request`   |
+// | `initialize`, `ping`, `tools/list`, `prompts/list`,           | `control`   |
+// | `resources/list`, `resources/templates/list`,                 |             |
+// | `resources/subscribe`, `resources/unsubscribe`,               |             |
+// | `logging/setLevel`                                            |             |
+// | any request made through `extra.admitted` in a handler of a   | `reentrant` |
+// | server request (sampling, elicitation, roots)                 |             |
+//
+// What it relies on in the SDK (tested in test/mcp.test.mjs against the pinned version):
+// 1. Every `Client` method that sends a request (`callTool`, `listTools`, `readResource`,
+//    `getPrompt`, `ping`, `connect`'s `initialize`, ...) calls `this.request(request, schema,
+//    options)`. `admitClient` replaces `request` on the instance; a nested client for handlers
+//    is `Object.create(client)` with its own `request`, so the SDK's methods run unchanged on it.
+// 2. `request` options `timeout` (default 60 s), `maxTotalTimeout` and `signal`: the time spent
+//    queued is taken off `timeout` and `maxTotalTimeout`, and the wait itself is bounded by
+//    `timeout` (then a `TimeoutError` `DOMException`, as `Admission.acquire` rejects).
+// 3. `setRequestHandler(schema, handler)` registers the handler of a server request (sampling):
+//    handlers registered after `admitClient` get `extra.admitted`, a client whose requests are
+//    `reentrant` with their parent. Over stdio nothing on the wire names the tool call a
+//    sampling request came from, so the parent is the tool call on this connection admitted
+//    last and still in flight: exact without `allowParallel` (one at a time, or a nested chain),
+//    a guess with several unrelated calls in flight (the budget is still counted).
+// 4. `close()` closes the transport and rejects what is in flight. `admitClient` shuts the
+//    controller down first: queued requests reject with `ShutdownError`, in-flight ones have
+//    their signal aborted (the SDK then sends `notifications/cancelled` and rejects them), and
+//    every later request rejects with `ShutdownError`.
+import type { Admission, Permit } from './admission.js';
+import type { AdmissionClass } from './types.js';
+
+/** The MCP SDK's request options that `admitClient` reads (others are passed through). */
+export interface McpRequestOptions {
+  signal?: AbortSignal;
+  timeout?: number;
+  maxTotalTimeout?: number;
+  [option: string]: unknown;
+}
+
+/** What `admitClient` needs of an MCP `Client` (structural: the SDK's `Client` fits). */
+export interface McpClientLike {
+  request(request: { method: string; params?: any }, resultSchema: any, options?: any): Promise<any>;
+  setRequestHandler(schema: any, handler: (request: any, extra: any) => any): void;
+  close(): Promise<void>;
+}
+
+/** The extra a handler registered on an admitted client gets: `admitted` sends `reentrant`
+ * requests descending from the tool call in flight (the client itself when none is). */
+export type AdmittedExtra<C, E = Record<string, unknown>> = E & { admitted: C };
+
+/** The client to send re-entrant requests with from a handler registered on an admitted client
+ * (`extra.admitted`, typed). Throws a `TypeError` for an `extra` without one (a handler
+ * registered before `admitClient`). */
+export function admittedFrom<C extends McpClientLike>(extra: object): C {
+  const client = (extra as { admitted?: C } | null)?.admitted;
+  if (typeof client?.request !== 'function') throw new TypeError('this handler was not registered through an admitted client: call admitClient before setRequestHandler');
+  return client;
+}
+
+/** The SDK's default request timeout. */
+const DEFAULT_TIMEOUT_MS = 60_000;
+
+const CONTROL = new Set([
+  'initialize',
+  'ping',
+  'tools/list',
+  'prompts/list',
+  'resources/list',
+  'resources/templates/list',
+  'resources/subscribe',
+  'resources/unsubscribe',
+  'logging/setLevel',
+]);
+
+/** The admission class of an MCP client request (the table above, without re-entrance). */
+export function classOf(method: string): Exclude<AdmissionClass, 'reentrant'> {
+  if (method === 'tools/call') return 'call';
+  return CONTROL.has(method) ? 'control' : 'request';
+}
+
+const admitted = new WeakSet<object>();
+
+/** Makes every request of `client` go through `admission` (one controller per connection) and
+ * returns the same client. Call it before `connect` to admit `initialize` too, and before
+ * registering handlers of server requests (sampling) so that they get `extra.admitted`. */
+export function admitClient<C extends McpClientLike>(client: C, admission: Admission): C {
+  if (typeof client?.request !== 'function' || typeof client.setRequestHandler !== 'function' || typeof client.close !== 'function') {
+    throw new TypeError('client must be an MCP Client (request, setRequestHandler and close)');
+  }
+  if (typeof admission?.acquire !== 'function' || typeof admission.shutdown !== 'function') throw new TypeError('admission must be an Admission');
+  if (admitted.has(client)) throw new TypeError('this client is already admitted');
+  admitted.add(client);
+  const send = client.request.bind(client);
+  const register = client.setRequestHandler.bind(client);
+  const close = client.close.bind(client);
+  /** Tool calls in flight, in admission order (the last is a handler's parent). */
+  const tools: bigint[] = [];
+  let count = 0;
+
+  const request = async (req: { method: string; params?: unknown }, schema: unknown, options: McpRequestOptions | undefined, parent: bigint | undefined): Promise<unknown> => {
+    const method = req?.method;
+    const cls: AdmissionClass = parent === undefined ? classOf(String(method)) : 'reentrant';
+    const timeoutMs = options?.timeout ?? DEFAULT_TIMEOUT_MS;
+    const queuedAt = performance.now();
+    const permit: Permit = await admission.acquire(cls, {
+      signal: options?.signal,
+      timeoutMs,
+      ...(parent !== undefined && { parent }),
+      id: `${String(method).slice(0, 200)} #${++count}`,
+    });
+    const isTool = method === 'tools/call';
+    if (isTool) tools.push(permit.ticket);
+    try {
+      const queuedMs = performance.now() - queuedAt;
+      const signal = options?.signal ? AbortSignal.any([options.signal, permit.signal]) : permit.signal;
+      const forwarded: McpRequestOptions = { ...options, signal, timeout: Math.max(1, timeoutMs - queuedMs) };
+      if (options?.maxTotalTimeout !== undefined) forwarded.maxTotalTimeout = Math.max(1, options.maxTotalTimeout - queuedMs);
+      return await send(req, schema, forwarded);
+    } finally {
+      if (isTool) tools.splice(tools.lastIndexOf(permit.ticket), 1);
+      permit.release();
+    }
+  };
+
+  /** A client whose requests are re-entrant, descending from `parent`. */
+  const nested = (parent: bigint): C => {
+    const child = Object.create(client) as C;
+    child.request = (req, schema, options) => request(req, schema, options, parent) as Promise<never>;
+    return child;
+  };
+
+  client.request = (req, schema, options) => request(req, schema, options, undefined) as Promise<never>;
+  client.setRequestHandler = (schema, handler) =>
+    register(schema, (req: unknown, extra: Record<string, unknown>) => {
+      const parent = tools.at(-1);
+      return handler(req, { ...extra, admitted: parent === undefined ? client : nested(parent) });
+    });
+  client.close = async () => {
+    try {
+      admission.shutdown();
+    } catch {
+      // Already shut down or disposed: nothing more to refuse.
+    }
+    await close();
+  };
+  return client;
+}

@@ -1,0 +1,128 @@
+// Time through the driver: a key's `delay` spaces its starts (the driver steps again when the
+// scheduler asks to be woken), an execution that throws RateLimitedError runs again in its place
+// after the pause, a cap that runs out settles the entry `rate-limited`, and disposal with a
+// wake-up armed leaves nothing behind. Failure paths first.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Driver, RateLimitedError, Scheduler, Turnstile, settledMessage } from '../dist/index.js';
+
+const CONFIG = `
+[conversation.tools.api]
+concurrency = { key = "api", limit = 2, retries = 2 }
+[conversation.tools.spaced]
+concurrency = { key = "spaced", limit = 2, delay = 30 }
+`;
+
+async function setup() {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'time', text: CONFIG }]);
+  return new Driver(new Scheduler(policy));
+}
+
+const calls = (tool, ...ids) => ids.map((id) => ({ id, tool }));
+
+function drained(driver) {
+  assert.deepEqual(driver.inspect(), []);
+  assert.deepEqual(driver.scheduler.unfinished().batches, []);
+}
+
+test('RateLimitedError validates its delay, and reads Retry-After as seconds or a date', () => {
+  assert.throws(() => new RateLimitedError(-1), RangeError);
+  assert.throws(() => new RateLimitedError(NaN), RangeError);
+  assert.throws(() => new RateLimitedError('5'), RangeError);
+  assert.equal(RateLimitedError.fromHeader('3').retryAfterMs, 3000);
+  assert.equal(RateLimitedError.fromHeader(null, 250).retryAfterMs, 250);
+  assert.equal(RateLimitedError.fromHeader('soon', 250).retryAfterMs, 250);
+  const inAMinute = new Date(Date.now() + 60_000).toUTCString();
+  assert.ok(RateLimitedError.fromHeader(inAMinute).retryAfterMs > 50_000);
+  assert.equal(new RateLimitedError(5).code, 'rate-limited');
+});
+
+test('a cap that runs out settles the entry rate-limited, with the text the model reads', { timeout: 10_000 }, async () => {
+  const driver = await setup();
+  let runs = 0;
+  const out = await driver.run(calls('api', 'always'), async () => {
+    runs += 1;
+    throw new RateLimitedError(5);
+  });
+  // One run and two retries (retries = 2), then the scheduler gives up.
+  assert.equal(runs, 3);
+  const e = out[0].entries[0];
+  assert.equal(e.status, 'settled');
+  assert.deepEqual(e.reason, { kind: 'rate-limited', retries: 2 });
+  assert.equal(settledMessage(e.reason), 'not run again: rate limited 2 times; the endpoint asked to wait');
+  drained(driver);
+});
+
+test('a 429 storm: every call is rate limited once, runs again in its place, the limit holds', { timeout: 10_000 }, async () => {
+  const driver = await setup();
+  const seen = new Set();
+  let running = 0;
+  let peak = 0;
+  const starts = [];
+  const out = await driver.run(calls('api', 'a', 'b', 'c', 'd', 'e'), async ({ label }) => {
+    running += 1;
+    peak = Math.max(peak, running);
+    starts.push(label);
+    try {
+      await sleep(2);
+      if (!seen.has(label)) {
+        seen.add(label);
+        throw new RateLimitedError(15);
+      }
+      return `${label} done`;
+    } finally {
+      running -= 1;
+    }
+  });
+  assert.deepEqual(out.map((o) => o.entries[0].value), ['a done', 'b done', 'c done', 'd done', 'e done']);
+  assert.ok(peak <= 2, `peak ${peak}`);
+  // First starts in written order, and every entry ran twice.
+  const first = starts.filter((l, i) => starts.indexOf(l) === i);
+  assert.deepEqual(first, ['a', 'b', 'c', 'd', 'e']);
+  assert.equal(starts.length, 10);
+  drained(driver);
+});
+
+test('cancelling a batch while its entry waits to run again settles it; nothing runs after', { timeout: 10_000 }, async () => {
+  const driver = await setup();
+  const controller = new AbortController();
+  let runs = 0;
+  const run = driver.run(calls('api', 'x'), async () => {
+    runs += 1;
+    setTimeout(() => controller.abort(), 5);
+    throw new RateLimitedError(200);
+  }, { signal: controller.signal });
+  const out = await run;
+  assert.equal(runs, 1);
+  assert.equal(out[0].entries[0].status, 'settled');
+  assert.deepEqual(out[0].entries[0].reason, { kind: 'cancelled' });
+  drained(driver);
+});
+
+test('delay spaces starts on a key: the driver wakes the scheduler when it asked', { timeout: 10_000 }, async () => {
+  const driver = await setup();
+  const at = [];
+  const out = await driver.run(calls('spaced', 's1', 's2', 's3'), async () => {
+    at.push(performance.now());
+    return 'ok';
+  });
+  assert.deepEqual(out.map((o) => o.entries[0].status), ['ok', 'ok', 'ok']);
+  for (let i = 1; i < at.length; i++) {
+    // The driver's clock is whole milliseconds, so a gap may read up to 1 ms short.
+    assert.ok(at[i] - at[i - 1] >= 29, `gap ${i}: ${at[i] - at[i - 1]} ms`);
+  }
+  drained(driver);
+});
+
+test('disposing a driver with a wake-up armed leaves no timer and no callback behind', { timeout: 10_000 }, async () => {
+  const driver = await setup();
+  const pending = driver.run(calls('spaced', 'w1', 'w2'), async () => 'ok');
+  pending.catch(() => {});
+  await sleep(5);
+  driver.dispose();
+  await assert.rejects(pending);
+  // If the timer were left armed, its step would run on a disposed scheduler and throw here.
+  await sleep(50);
+});
