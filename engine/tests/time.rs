@@ -475,7 +475,36 @@ fn retry_bookkeeping_is_forgotten_when_batches_retire() {
         assert_eq!(out.retired, [b.batch]);
     }
     assert_eq!(s.live_entries(), 0);
-    assert_eq!(s.pending_wakeups_for_tests(), (0, 0));
+    assert_eq!(s.pending_wakeups_for_tests(), (0, 0, 0));
+}
+
+#[test]
+fn a_pause_extended_every_step_keeps_the_wakeups_bounded() {
+    // Stale wake-ups of `late` pile up behind the earlier live one of `early` unless dropped.
+    let text = "[conversation.tools.e.concurrency]\nkey = \"early\"\n\
+                [conversation.tools.l.concurrency]\nkey = \"late\"\n";
+    let mut t = T::new(text, &[("e1", "e"), ("l1", "l")]);
+    t.step(Inputs {
+        pause: &[("early", 500_000), ("late", 1_000_000)],
+        ..Inputs::default()
+    });
+    t.approve_all(2, 0);
+    for i in 1..=10_000u64 {
+        t.step(Inputs {
+            now: Some(i),
+            pause: &[("late", 1_000_000 + i)],
+            ..Inputs::default()
+        });
+        assert_eq!(t.out.wake_at, Some(500_000));
+    }
+    let (_, _, heap) = t.s.pending_wakeups_for_tests();
+    assert!(
+        heap <= 2 * 2 + 64 + 1,
+        "{heap} wake-ups queued for two keys"
+    );
+    assert_eq!(t.at(500_000), [0]);
+    assert_eq!(t.out.wake_at, Some(1_010_000));
+    assert_eq!(t.at(1_010_000), [1]);
 }
 
 #[test]

@@ -74,6 +74,11 @@ impl Keys {
         &mut self.recs[k as usize]
     }
 
+    /// How many keys calls have named (or a pause has).
+    pub(crate) fn count(&self) -> usize {
+        self.recs.len()
+    }
+
     pub(crate) fn tool(&self, t: u32) -> &ToolRec {
         &self.tools[t as usize]
     }

@@ -236,8 +236,8 @@ impl Scheduler {
     /// How many entries carry retry bookkeeping: `(retried entries, unkeyed entries waiting on
     /// time)`. For tests that check nothing outlives its batch.
     #[doc(hidden)]
-    pub fn pending_wakeups_for_tests(&self) -> (usize, usize) {
-        (self.retries.len(), self.not_before.len())
+    pub fn pending_wakeups_for_tests(&self) -> (usize, usize, usize) {
+        (self.retries.len(), self.not_before.len(), self.timers.len())
     }
 
     /// Adds a batch in written order, all or nothing. Its entries start pending; nothing of it

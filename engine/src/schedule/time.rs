@@ -7,7 +7,10 @@
 //! up to the key's retry cap; past it the scheduler gives up (settled `rate-limited`).
 //!
 //! Wake-ups are a min-heap of `(time, timer)`. A key has at most one live wake-up (`armed`); a
-//! heap item that no longer matches is stale and skipped, so nothing is ever searched.
+//! heap item that no longer matches is stale and skipped, so nothing is ever searched. A host
+//! that keeps moving a gate into the future (a pause extended every step) would pile stale items
+//! up, so once they outnumber the live ones the heap keeps only its live items: each item is
+//! pushed once and dropped once, O(1) amortized, and memory stays proportional to live work.
 
 use std::cmp::Reverse;
 
@@ -69,7 +72,21 @@ impl Scheduler {
         let key = self.keys.key_mut(k);
         if key.armed != Some(at) {
             key.armed = Some(at);
-            self.timers.push(Reverse((at, Timer::Key(k))));
+            self.push_timer(at, Timer::Key(k));
+        }
+    }
+
+    /// Queues a wake-up, dropping stale ones when they outnumber the live ones.
+    fn push_timer(&mut self, at: u64, timer: Timer) {
+        self.timers.push(Reverse((at, timer)));
+        // At most one live item per key and per waiting unkeyed entry.
+        let live_bound = self.keys.count() + self.not_before.len();
+        if self.timers.len() > 2 * live_bound + 64 {
+            let (keys, not_before) = (&self.keys, &self.not_before);
+            self.timers.retain(|&Reverse((at, timer))| match timer {
+                Timer::Key(k) => keys.key(k).armed == Some(at),
+                Timer::Entry(e) => not_before.get(&e) == Some(&at),
+            });
         }
     }
 
@@ -144,7 +161,7 @@ impl Scheduler {
                     None if until <= self.now => self.release(slot, index),
                     None => {
                         self.not_before.insert(e.0, until);
-                        self.timers.push(Reverse((until, Timer::Entry(e.0))));
+                        self.push_timer(until, Timer::Entry(e.0));
                     }
                 }
             }
