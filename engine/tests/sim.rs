@@ -19,7 +19,7 @@
 //! run (default 2000).
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use turnstile_engine::config::{self, Layer, Policy};
 use turnstile_engine::limits::{NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
@@ -60,21 +60,54 @@ struct ToolGen {
     stop: bool,
 }
 
-/// A generated config: the tools, one limit (0 to 5) per key name, and the layers' text.
+/// A generated config: the tools, one limit (0 to 5), one delay and one retry cap per key
+/// name, and the layers' text.
 #[derive(Clone, Debug)]
 struct Gen {
     tools: Vec<ToolGen>,
     limits: BTreeMap<String, u32>,
+    /// Milliseconds between starts (0: none), as every table naming the key writes it.
+    delays: BTreeMap<String, u32>,
+    /// Rate-limit retries per entry, as every table naming the key writes it.
+    retries: BTreeMap<String, u32>,
     layers: Vec<String>,
+}
+
+/// Where the docs leave the engine room (today: `wake_at` may be early after a cancellation or
+/// a stop removed what waited), the model accepts it, each place marked `strict()`;
+/// `TURNSTILE_STRICT=1` makes the model demand the exact value there instead.
+fn strict() -> bool {
+    std::env::var("TURNSTILE_STRICT").is_ok_and(|v| v == "1")
+}
+
+/// The cap of an entry without a key, and of a key whose tables do not write `retries`.
+const RETRIES_DEFAULT: u32 = 3;
+
+/// A key as the rules see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct KeyRule {
+    name: String,
+    /// `u32::MAX` for a key with limit 0 that is kept for its delay.
+    limit: u32,
+    delay: u32,
+    retries: u32,
 }
 
 /// What the rules need of a tool.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Rules {
-    /// Key and limit; `None` when unbounded.
-    key: Option<(String, u32)>,
+    /// The key; `None` when unbounded and unspaced.
+    key: Option<KeyRule>,
     fan_out: bool,
     stop: bool,
+}
+
+fn random_delay(rng: &mut Rng) -> u32 {
+    match rng.below(10) {
+        0..=4 => 0,
+        5..=7 => 1 + rng.below(10) as u32,
+        _ => 10 + rng.below(41) as u32,
+    }
 }
 
 fn random_limit(rng: &mut Rng) -> u32 {
@@ -89,11 +122,22 @@ impl Gen {
     fn random(rng: &mut Rng) -> Self {
         let n = 1 + rng.below(5);
         let names: Vec<String> = (0..n).map(|t| format!("t{t}")).collect();
-        let limits = KEY_POOL
+        let key_names: Vec<String> = KEY_POOL
             .iter()
             .map(|k| (*k).to_owned())
             .chain(names.iter().cloned())
-            .map(|k| (k, random_limit(rng)))
+            .collect();
+        let limits = key_names
+            .iter()
+            .map(|k| (k.clone(), random_limit(rng)))
+            .collect();
+        let delays = key_names
+            .iter()
+            .map(|k| (k.clone(), random_delay(rng)))
+            .collect();
+        let retries = key_names
+            .iter()
+            .map(|k| (k.clone(), rng.below(4) as u32))
             .collect();
         let tools = names
             .into_iter()
@@ -107,6 +151,8 @@ impl Gen {
         let mut g = Self {
             tools,
             limits,
+            delays,
+            retries,
             layers: Vec::new(),
         };
         for t in 0..n {
@@ -123,6 +169,16 @@ impl Gen {
         for limit in g.limits.values_mut() {
             if rng.chance(40) {
                 *limit = random_limit(rng);
+            }
+        }
+        for delay in g.delays.values_mut() {
+            if rng.chance(30) {
+                *delay = random_delay(rng);
+            }
+        }
+        for retries in g.retries.values_mut() {
+            if rng.chance(30) {
+                *retries = rng.below(4) as u32;
             }
         }
         for t in 0..g.tools.len() {
@@ -181,6 +237,45 @@ impl Gen {
         (t.conc != Conc::Int || limit > 0).then_some((key, limit))
     }
 
+    /// The delay and retry cap every tool naming `key` gives it: the integer form can write
+    /// neither (no delay, the default cap), so a key some tool names that way has those.
+    fn timing(&self, key: &str) -> (u32, u32) {
+        if self
+            .tools
+            .iter()
+            .any(|t| t.conc == Conc::Int && t.name == key)
+        {
+            (0, RETRIES_DEFAULT)
+        } else {
+            (self.delays[key], self.retries[key])
+        }
+    }
+
+    /// A tool's key: a limit of 0 lifts it, unless the key has a delay (then it is unbounded
+    /// but spaced).
+    fn key_rule(&self, t: &ToolGen) -> Option<KeyRule> {
+        let (name, limit) = self.declared(t)?;
+        let (delay, retries) = self.timing(&name);
+        let limit = match limit {
+            0 if delay > 0 => u32::MAX,
+            0 => return None,
+            n => n,
+        };
+        Some(KeyRule {
+            name,
+            limit,
+            delay,
+            retries,
+        })
+    }
+
+    /// Whether some configured tool declares `key` (a pause may name it).
+    fn knows_key(&self, key: &str) -> bool {
+        self.tools
+            .iter()
+            .any(|t| self.key_rule(t).is_some_and(|k| k.name == key))
+    }
+
     fn rules(&self, tool: &str) -> Rules {
         match self.tools.iter().find(|t| t.name == tool) {
             None => Rules {
@@ -189,7 +284,7 @@ impl Gen {
                 stop: false,
             },
             Some(t) => Rules {
-                key: self.declared(t).filter(|(_, l)| *l > 0),
+                key: self.key_rule(t),
                 fan_out: t.fan_out,
                 stop: t.stop,
             },
@@ -282,6 +377,34 @@ fn conc_noise_below(out: &mut Vec<(usize, String)>, below: usize, tables: bool, 
     }
 }
 
+/// A key's `delay` and `retries` as table fields (`, delay = 5`), each given to the line
+/// below (`.0`) or on top (`.1`) of a table over a table, which merge per field. A field at
+/// its default is sometimes left out.
+fn time_fields(g: &Gen, key: &str, rng: &mut Rng) -> (String, String) {
+    let (delay, retries) = g.timing(key);
+    let mut fields = (String::new(), String::new());
+    let mut put = |text: String, rng: &mut Rng| {
+        if rng.chance(50) {
+            fields.0.push_str(&text);
+        } else {
+            fields.1.push_str(&text);
+        }
+    };
+    if delay > 0 || rng.chance(30) {
+        let text = match rng.below(3) {
+            0 => format!(", delay = {delay}"),
+            1 => format!(", delay = \"{delay}ms\""),
+            _ if delay % 10 == 0 => format!(", delay = \"0.{:02}s\"", delay / 10),
+            _ => format!(", delay = \"{delay}ms\""),
+        };
+        put(text, rng);
+    }
+    if retries != RETRIES_DEFAULT || rng.chance(30) {
+        put(format!(", retries = {retries}"), rng);
+    }
+    fields
+}
+
 fn conc_lines(g: &Gen, tool: &ToolGen, n: usize, rng: &mut Rng) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let top = rng.below(n);
@@ -298,39 +421,50 @@ fn conc_lines(g: &Gen, tool: &ToolGen, n: usize, rng: &mut Rng) -> Vec<(usize, S
         }
         Conc::Table(key) => {
             let limit = g.limits[key];
+            let (below_fields, top_fields) = time_fields(g, key, rng);
+            let all = format!("{below_fields}{top_fields}");
             match rng.below(4) {
                 // `{ key }` is a limit of 1; a table below would lend it its limit.
                 1 if limit == 1 => {
                     conc_noise_below(&mut out, top, false, rng);
-                    out.push((top, format!("concurrency = {{ key = \"{key}\" }}")));
+                    out.push((top, format!("concurrency = {{ key = \"{key}\"{all} }}")));
                 }
                 // The key below, the limit on top (a table over a table merges per field).
                 2 if top >= 1 => {
                     let below = rng.below(top);
                     conc_noise_below(&mut out, below, true, rng);
                     let line = if rng.chance(50) {
-                        format!("concurrency = {{ key = \"{key}\" }}")
+                        format!("concurrency = {{ key = \"{key}\"{below_fields} }}")
                     } else {
                         format!(
-                            "concurrency = {{ key = \"{key}\", limit = {} }}",
+                            "concurrency = {{ key = \"{key}\", limit = {}{below_fields} }}",
                             rng.below(6)
                         )
                     };
                     out.push((below, line));
-                    out.push((top, format!("concurrency = {{ limit = {limit} }}")));
+                    out.push((
+                        top,
+                        format!("concurrency = {{ limit = {limit}{top_fields} }}"),
+                    ));
                 }
                 // The limit below, the key on top.
                 3 if top >= 1 => {
                     let below = rng.below(top);
                     conc_noise_below(&mut out, below, true, rng);
-                    out.push((below, format!("concurrency = {{ limit = {limit} }}")));
-                    out.push((top, format!("concurrency = {{ key = \"{key}\" }}")));
+                    out.push((
+                        below,
+                        format!("concurrency = {{ limit = {limit}{below_fields} }}"),
+                    ));
+                    out.push((
+                        top,
+                        format!("concurrency = {{ key = \"{key}\"{top_fields} }}"),
+                    ));
                 }
                 _ => {
                     conc_noise_below(&mut out, top, true, rng);
                     out.push((
                         top,
-                        format!("concurrency = {{ key = \"{key}\", limit = {limit} }}"),
+                        format!("concurrency = {{ key = \"{key}\", limit = {limit}{all} }}"),
                     ));
                 }
             }
@@ -469,6 +603,8 @@ enum St {
     Cancelled,
     Stopped(u32),
     Interrupted,
+    /// Hit a rate limit once more than its key's cap allows, after this many retries.
+    RateLimited(u32),
 }
 
 impl St {
@@ -488,7 +624,10 @@ impl St {
     }
 
     fn failure(self) -> bool {
-        matches!(self, Self::Failed | Self::SettledFailed)
+        matches!(
+            self,
+            Self::Failed | Self::SettledFailed | Self::RateLimited(_)
+        )
     }
 
     fn ended(self) -> bool {
@@ -510,6 +649,7 @@ impl St {
             Self::Cancelled => State::Settled(Reason::Cancelled),
             Self::Stopped(after) => State::Settled(Reason::Stopped { after }),
             Self::Interrupted => State::Settled(Reason::Interrupted),
+            Self::RateLimited(retries) => State::Settled(Reason::RateLimited { retries }),
         }
     }
 
@@ -561,7 +701,7 @@ struct MCall {
     first: u64,
     /// From the generator's rules when the call was submitted or restored; none for a call a
     /// restart left out.
-    key: Option<(String, u32)>,
+    key: Option<KeyRule>,
     stop: bool,
 }
 
@@ -607,11 +747,17 @@ struct Ins {
     ok: Vec<u64>,
     failed: Vec<u64>,
     cancel: Vec<u64>,
+    now: Option<u64>,
+    retry: Vec<(u64, u64)>,
+    pause: Vec<(String, u64)>,
 }
 
 impl Ins {
     fn is_empty(&self) -> bool {
-        self.approve.is_empty()
+        self.now.is_none()
+            && self.retry.is_empty()
+            && self.pause.is_empty()
+            && self.approve.is_empty()
             && self.settle.is_empty()
             && self.ask.is_empty()
             && self.answer.is_empty()
@@ -628,6 +774,7 @@ struct Out {
     settle: Vec<(u64, Reason)>,
     errors: Vec<(InputKind, u32, InputErrorCode)>,
     retired: Vec<u64>,
+    wake_at: Option<u64>,
 }
 
 impl Out {
@@ -641,6 +788,7 @@ impl Out {
                 .map(|e| (e.input, e.index, e.code))
                 .collect(),
             retired: out.retired.iter().map(|b| b.0).collect(),
+            wake_at: out.wake_at,
         }
     }
 }
@@ -654,6 +802,25 @@ struct Model {
     entries: Vec<MEntry>,
     /// Settlements a restart made, reported by the next step.
     reports: Vec<(u64, Reason)>,
+    /// Time: the clock as last given (a scheduler starts at 0 and a restart forgets time).
+    time: Time,
+}
+
+/// What the model knows of time since the scheduler was made or resumed.
+#[derive(Clone, Debug, Default)]
+struct Time {
+    now: u64,
+    /// Per key name, the end of its pause (a pause only extends).
+    paused: HashMap<String, u64>,
+    /// Per key name, the host's `now` at its last start.
+    last_start: HashMap<String, u64>,
+    /// Per entry, how many times it ran again after a rate limit.
+    retried: HashMap<u64, u32>,
+    /// Unkeyed retried entries that wait alone, until when.
+    not_before: HashMap<u64, u64>,
+    /// Retried entries the engine does not stop although a failure before them in their call
+    /// came first (a deviation, see `retry`).
+    unstoppable: HashSet<u64>,
 }
 
 /// The index of entry `n` (numbers start at 1) in the model's history.
@@ -674,6 +841,7 @@ impl Model {
             batches: Vec::new(),
             entries: Vec::new(),
             reports: Vec::new(),
+            time: Time::default(),
         }
     }
 
@@ -714,7 +882,69 @@ impl Model {
     }
 
     fn key(&self, n: u64) -> Option<(&str, u32)> {
-        self.call(n).key.as_ref().map(|(k, l)| (k.as_str(), *l))
+        self.call(n)
+            .key
+            .as_ref()
+            .map(|k| (k.name.as_str(), k.limit))
+    }
+
+    fn rule(&self, n: u64) -> Option<&KeyRule> {
+        self.call(n).key.as_ref()
+    }
+
+    /// The earliest time key `k` may start its next entry: its delay after its last start,
+    /// and its pause.
+    fn gate(&self, k: &KeyRule) -> u64 {
+        let spaced = self
+            .time
+            .last_start
+            .get(&k.name)
+            .map_or(0, |&t| t + u64::from(k.delay));
+        spaced.max(self.time.paused.get(&k.name).copied().unwrap_or(0))
+    }
+
+    /// Entries that hold a slot of key `k`.
+    fn running(&self, k: &str) -> usize {
+        self.live_entries()
+            .filter(|&m| self.key(m).is_some_and(|(mk, _)| mk == k))
+            .filter(|&m| self.st(m).holds_slot())
+            .count()
+    }
+
+    /// The first entry of key `k` not started yet (pending or approved), in entry order.
+    fn front(&self, k: &str) -> Option<u64> {
+        self.live_entries().find(|&m| {
+            self.key(m).is_some_and(|(mk, _)| mk == k) && self.st(m).undecided_or_parked()
+        })
+    }
+
+    /// When something waits on time: a key whose front entry could start but for its gate, or
+    /// an unkeyed retried entry waiting alone.
+    fn wake_at(&self) -> Option<u64> {
+        let mut names: Vec<&KeyRule> = Vec::new();
+        for n in self.live_entries() {
+            if let Some(k) = self.rule(n)
+                && !names.iter().any(|m| m.name == k.name)
+            {
+                names.push(k);
+            }
+        }
+        let keys = names.into_iter().filter_map(|k| {
+            let front = self.front(&k.name)?;
+            let gate = self.gate(k);
+            (self.st(front) == St::Approved
+                && self.open(self.entries[ix(front)].batch)
+                && self.running(&k.name) < k.limit as usize
+                && gate > self.time.now)
+                .then_some(gate)
+        });
+        let alone = self
+            .time
+            .not_before
+            .iter()
+            .filter(|&(&n, _)| self.is_live(n) && self.st(n) == St::Approved)
+            .map(|(_, &t)| t);
+        keys.chain(alone).min()
     }
 
     fn label(&self, n: u64) -> String {
@@ -813,6 +1043,29 @@ impl Model {
             settle: std::mem::take(&mut self.reports),
             ..Out::default()
         };
+        if let Some(now) = ins.now {
+            if now < self.time.now {
+                out.errors
+                    .push((InputKind::Now, 0, InputErrorCode::TimeBackwards));
+            } else {
+                self.time.now = now;
+            }
+        }
+        // Unkeyed retried entries whose wait is over run again as the clock reaches them.
+        let due: Vec<u64> = self
+            .time
+            .not_before
+            .iter()
+            .filter(|&(_, &t)| t <= self.time.now)
+            .map(|(&n, _)| n)
+            .collect();
+        for n in due {
+            self.time.not_before.remove(&n);
+            if self.is_live(n) && self.st(n) == St::Approved {
+                self.set(n, St::Running);
+                out.start.push(n);
+            }
+        }
         for (i, &n) in ins.approve.iter().enumerate() {
             self.judge(InputKind::Approve, i, n, None, &mut out);
         }
@@ -830,16 +1083,93 @@ impl Model {
                 self.judge(kind, i, n, None, &mut out);
             }
         }
+        for (i, &(n, until)) in ins.retry.iter().enumerate() {
+            if let Err(code) = self.retry(n, until, &mut out) {
+                out.errors.push((InputKind::Retry, i as u32, code));
+            }
+        }
         for (i, &b) in ins.cancel.iter().enumerate() {
             if let Err(code) = self.cancel(b, &mut out) {
                 out.errors.push((InputKind::Cancel, i as u32, code));
+            }
+        }
+        for (i, (key, until)) in ins.pause.iter().enumerate() {
+            if self.cfg.knows_key(key) {
+                let p = self.time.paused.entry(key.clone()).or_insert(0);
+                *p = (*p).max(*until);
+            } else {
+                out.errors
+                    .push((InputKind::Pause, i as u32, InputErrorCode::UnknownKey));
             }
         }
         self.walk(&mut out);
         self.retire(&mut out);
         out.start.sort_unstable();
         out.settle.sort_by_key(|s| s.0);
+        out.wake_at = self.wake_at();
         out
+    }
+
+    /// An execution hit a rate limit: its slot is free and its key paused until `until`; it
+    /// runs again (keyed: from its place in its key's order; unkeyed: alone, at `until`),
+    /// unless its batch was cancelled or it already ran again as often as its key allows.
+    fn retry(&mut self, n: u64, until: u64, out: &mut Out) -> Result<(), InputErrorCode> {
+        if !self.is_live(n) {
+            return Err(InputErrorCode::UnknownEntry);
+        }
+        let rule = self.rule(n).cloned();
+        let cap = rule.as_ref().map_or(RETRIES_DEFAULT, |k| k.retries);
+        let cancelled = self.batches[self.entries[ix(n)].batch].cancelled;
+        match self.st(n) {
+            St::Running | St::Asking => {}
+            st if st.ended() => return Err(InputErrorCode::AlreadyEnded),
+            _ => return Err(InputErrorCode::NotRunning),
+        }
+        if let Some(k) = &rule {
+            let p = self.time.paused.entry(k.name.clone()).or_insert(0);
+            *p = (*p).max(until);
+        }
+        let done = self.time.retried.get(&n).copied().unwrap_or(0);
+        // It may not run again when its batch was cancelled, when an earlier operation of its
+        // call failed under `stop` (the earlier cause wins over the cap), or past its key's cap.
+        let op = self.entries[ix(n)].op;
+        let c = self.call(n);
+        let behind = if c.stop && c.ops.is_some() {
+            self.lowest_failure(n).filter(|&f| f < op)
+        } else {
+            None
+        };
+        let give_up = if cancelled {
+            Some(St::Cancelled)
+        } else if let Some(f) = behind {
+            Some(St::Stopped(f + 1))
+        } else if done >= cap {
+            Some(St::RateLimited(done))
+        } else {
+            None
+        };
+        match give_up {
+            Some(st) => {
+                self.set(n, st);
+                out.settle.push((
+                    n,
+                    match st.engine() {
+                        State::Settled(r) => r,
+                        _ => unreachable!(),
+                    },
+                ));
+                self.immediate(out);
+            }
+            None => {
+                self.time.retried.insert(n, done + 1);
+                self.set(n, St::Approved);
+                if rule.is_none() && until > self.time.now {
+                    self.time.not_before.insert(n, until);
+                }
+                self.immediate(out);
+            }
+        }
+        Ok(())
     }
 
     fn judge(&mut self, kind: InputKind, i: usize, n: u64, how: Option<HostSettle>, out: &mut Out) {
@@ -891,7 +1221,7 @@ impl Model {
                 let op = self.entries[ix(n)].op;
                 let c = self.call(n);
                 let unkeyed = c.key.is_none();
-                let behind = if c.stop && c.ops.is_some() {
+                let behind = if c.stop && c.ops.is_some() && !self.time.unstoppable.contains(&n) {
                     self.lowest_failure(n).filter(|&f| f < op)
                 } else {
                     None
@@ -899,7 +1229,7 @@ impl Model {
                 if let Some(f) = behind {
                     self.set(n, St::Stopped(f + 1));
                     out.settle.push((n, Reason::Stopped { after: f + 1 }));
-                } else if unkeyed {
+                } else if unkeyed && !self.time.not_before.contains_key(&n) {
                     self.set(n, St::Running);
                     out.start.push(n);
                 }
@@ -916,6 +1246,10 @@ impl Model {
             };
             self.set(n, St::Running);
             out.start.push(n);
+            if let Some((k, _)) = self.key(n) {
+                let k = k.to_owned();
+                self.time.last_start.insert(k, self.time.now);
+            }
         }
     }
 
@@ -928,6 +1262,7 @@ impl Model {
         };
         let same = |m: &u64| self.key(*m).is_some_and(|(k, _)| k == key);
         self.open(self.entries[ix(n)].batch)
+            && self.rule(n).is_some_and(|k| self.gate(k) <= self.time.now)
             && self
                 .live_entries()
                 .filter(same)
@@ -998,6 +1333,8 @@ impl Model {
         started: Started,
     ) -> (Vec<(u64, String, UnrestoredCode)>, Vec<u64>) {
         self.cfg = cfg;
+        // A resumed scheduler is fresh: its clock is 0 and it knows no pause, start or retry.
+        self.time = Time::default();
         // Unreported settlements of an earlier restart count as what they were before it.
         for (n, reason) in std::mem::take(&mut self.reports) {
             let before = if reason == Reason::Interrupted {
@@ -1089,8 +1426,22 @@ impl Model {
                             .copied()
                             .rev()
                             .find(|&m| m < n && self.st(m).undecided_or_parked());
+                        let rule = self.rule(n).unwrap();
+                        let gate = self.gate(rule);
+                        let paused = self.time.paused.get(k).copied().unwrap_or(0);
+                        let room = self.running(k) < limit as usize;
                         Some(match ahead {
                             Some(m) => Wait::Behind(self.label(m)),
+                            None if room && gate > self.time.now && paused >= gate => {
+                                Wait::KeyPaused {
+                                    key: k.to_owned(),
+                                    until: paused,
+                                }
+                            }
+                            None if room && gate > self.time.now => Wait::KeySpacing {
+                                key: k.to_owned(),
+                                until: gate,
+                            },
                             None => Wait::KeyFull {
                                 key: k.to_owned(),
                                 limit,
@@ -1102,6 +1453,11 @@ impl Model {
                             },
                         })
                     }
+                    (St::Approved, None) => self
+                        .time
+                        .not_before
+                        .get(&n)
+                        .map(|&until| Wait::RetryAt { until }),
                     _ => None,
                 };
                 EntryStatus {
@@ -1136,6 +1492,16 @@ struct Weights {
     change: u64,
     interrupt: u64,
     whole_batch: u64,
+    /// A step carries `now`.
+    clock: u64,
+    /// Of those, one goes back.
+    backwards: u64,
+    /// Of those, one jumps to the last `wake_at`.
+    jump: u64,
+    /// A running entry hits a rate limit.
+    retry: u64,
+    /// The host pauses a key.
+    pause: u64,
 }
 
 impl Weights {
@@ -1152,8 +1518,32 @@ impl Weights {
             change: [0, 50, 100][rng.below(3)],
             interrupt: [0, 50, 100][rng.below(3)],
             whole_batch: [20, 60][rng.below(2)],
+            clock: [20, 50, 90][rng.below(3)],
+            backwards: [0, 5, 15][rng.below(3)],
+            jump: [0, 30, 70][rng.below(3)],
+            retry: [0, 10, 30, 60][rng.below(4)],
+            pause: [0, 5, 20][rng.below(3)],
         }
     }
+}
+
+/// What the time properties need, since the scheduler was made or resumed (a resumed
+/// scheduler starts a fresh clock and knows no pause, start or retry). Kept from the inputs
+/// that were not refused and the outputs, never from the model's reasoning.
+#[derive(Default)]
+struct Timing {
+    /// The scheduler's clock: the last `now` that was not refused.
+    clock: u64,
+    /// Per key, the time of its last start.
+    started_at: HashMap<String, u64>,
+    /// Per key, the end of its longest pause.
+    paused: HashMap<String, u64>,
+    /// Per key, retried entries that have not started again.
+    waiting: HashMap<String, BTreeSet<u64>>,
+    /// Unkeyed retried entries, and when they may run again.
+    alone: HashMap<u64, u64>,
+    /// Per entry, how many times it ran again.
+    retries: HashMap<u64, u32>,
 }
 
 /// The engine and the model side by side, with what the invariants need to remember.
@@ -1166,8 +1556,13 @@ struct Sim {
     out: Outputs,
     /// Entries started (by the engine's outputs) that may not start again.
     started: HashSet<u64>,
-    /// Per key, the last entry started in this scheduler.
+    /// Per key, the last entry started in this scheduler for the first time since it was
+    /// made or resumed (a retried entry starting again is not a first start).
     last_start: HashMap<String, u64>,
+    /// The host's clock, monotonic across restarts; `now` inputs come from it.
+    host_now: u64,
+    /// What the time properties remember, read from inputs and outputs only.
+    timing: Timing,
     log: Vec<String>,
     /// What the seed exercised, summed over seeds and printed (coverage at a glance).
     stats: Stats,
@@ -1193,6 +1588,8 @@ impl Sim {
             out: Outputs::default(),
             started: HashSet::new(),
             last_start: HashMap::new(),
+            host_now: 0,
+            timing: Timing::default(),
             log,
             stats: Stats::new(),
             verbose,
@@ -1379,8 +1776,64 @@ impl Sim {
             let live_batches: Vec<u64> = self.model.live().map(|b| b as u64 + 1).collect();
             ins.cancel.extend(self.rng.pick(&live_batches));
         }
+        self.add_time(&mut ins, &running);
         self.add_mistakes(&mut ins, &running);
         ins
+    }
+
+    /// `now` (mostly forward, sometimes to the last `wake_at`, sometimes back), rate limits of
+    /// running entries, and pauses of keys (some unknown).
+    fn add_time(&mut self, ins: &mut Ins, running: &[u64]) {
+        if self.rng.chance(self.w.clock) {
+            let clock = self.model.time.now;
+            ins.now = Some(if clock > 0 && self.rng.chance(self.w.backwards) {
+                clock - 1 - self.rng.below(clock.min(30) as usize) as u64
+            } else {
+                match self.out.wake_at {
+                    Some(t) if self.rng.chance(self.w.jump) => {
+                        self.host_now = self.host_now.max(t + self.rng.below(3) as u64);
+                    }
+                    _ => self.host_now += [0, 1, 5, 20, 60][self.rng.below(5)],
+                }
+                self.host_now
+            });
+        }
+        let base = ins.now.unwrap_or(self.host_now).max(self.model.time.now);
+        if self.rng.chance(self.w.retry) {
+            for _ in 0..1 + self.rng.below(2) {
+                if let Some(n) = self.rng.pick(running) {
+                    let until = match self.rng.below(6) {
+                        0 => base.saturating_sub(self.rng.below(10) as u64),
+                        1 => base,
+                        _ => base + 1 + self.rng.below(80) as u64,
+                    };
+                    ins.retry.push((n, until));
+                }
+            }
+        }
+        if self.rng.chance(self.w.pause) {
+            let tools = self.model.cfg.tools.len();
+            let known: Vec<String> = KEY_POOL
+                .iter()
+                .map(|k| (*k).to_owned())
+                .chain((0..tools).map(|t| format!("t{t}")))
+                .filter(|k| self.model.cfg.knows_key(k))
+                .collect();
+            let key = match self.rng.below(6) {
+                0 => "zz".to_owned(),
+                1 => format!("t{}", self.rng.below(tools)),
+                2 => KEY_POOL[self.rng.below(3)].to_owned(),
+                _ => match self.rng.below(known.len().max(1)) {
+                    i if i < known.len() => known[i].clone(),
+                    _ => "zz".to_owned(),
+                },
+            };
+            let until = match self.rng.below(4) {
+                0 => base.saturating_sub(self.rng.below(10) as u64),
+                _ => base + self.rng.below(100) as u64,
+            };
+            ins.pause.push((key, until));
+        }
     }
 
     /// Host mistakes mixed in: unknown and stale numbers, double decisions, ends of entries not
@@ -1388,7 +1841,17 @@ impl Sim {
     fn add_mistakes(&mut self, ins: &mut Ins, running: &[u64]) {
         while self.rng.chance(self.w.mistake) {
             let n = self.mistaken_entry();
-            match self.rng.below(8) {
+            match self.rng.below(10) {
+                8 => ins
+                    .retry
+                    .push((n, self.host_now + self.rng.below(50) as u64)),
+                9 => {
+                    // A rate limit twice in one step: the second finds it not running.
+                    if let Some(m) = self.rng.pick(running) {
+                        ins.retry.push((m, self.host_now + 10));
+                        ins.retry.push((m, self.host_now + 20));
+                    }
+                }
                 0 => ins.approve.push(n),
                 1 => ins.settle.push((n, HostSettle::Skipped)),
                 2 => ins.ask.push(n),
@@ -1422,6 +1885,7 @@ impl Sim {
         self.rng.shuffle(&mut ins.approve);
         self.rng.shuffle(&mut ins.ok);
         self.rng.shuffle(&mut ins.cancel);
+        self.rng.shuffle(&mut ins.retry);
     }
 
     fn step(&mut self, ins: Ins) {
@@ -1439,19 +1903,35 @@ impl Sim {
         let settle: Vec<(EntryId, HostSettle)> =
             ins.settle.iter().map(|&(n, h)| (EntryId(n), h)).collect();
         let cancel: Vec<BatchId> = ins.cancel.iter().map(|&b| BatchId(b)).collect();
+        let retry: Vec<(EntryId, u64)> = ins.retry.iter().map(|&(n, t)| (EntryId(n), t)).collect();
+        let pause: Vec<(&str, u64)> = ins.pause.iter().map(|(k, t)| (k.as_str(), *t)).collect();
         let inputs = Inputs {
+            now: ins.now,
             approve: &approve,
             settle: &settle,
             ask: &ask,
             answer: &answer,
             ok: &ok,
             failed: &failed,
+            retry: &retry,
             cancel: &cancel,
-            ..Inputs::default()
+            pause: &pause,
         };
         self.engine.step(&inputs, &mut self.out);
-        let got = Out::of(&self.out);
+        let mut got = Out::of(&self.out);
         let want = self.model.step(&ins);
+        // Deviation: the engine's `wake_at` may be earlier than anything waits (a wake-up whose
+        // waiter was cancelled or stopped stays until it passes). Never later: that would be a
+        // missed wake-up.
+        let early = match (got.wake_at, want.wake_at) {
+            (Some(g), Some(w)) => g < w,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if early && !strict() {
+            self.count("wake_at", "earlier than anything waits (stale)");
+            got.wake_at = want.wake_at;
+        }
         if got != want {
             self.fail(&format!(
                 "step outputs differ\n model: {}\nengine: {}",
@@ -1468,9 +1948,13 @@ impl Sim {
                 self.fail(&format!("badly worded error: {e}"));
             }
         }
-        self.check_starts(&want.start);
+        let start = self.check_time(&ins, &want);
+        self.check_starts(&start);
         self.check_states(&want.retired);
         let inputs = ins.approve.len()
+            + usize::from(ins.now.is_some())
+            + ins.retry.len()
+            + ins.pause.len()
             + ins.settle.len()
             + ins.ask.len()
             + ins.answer.len()
@@ -1492,6 +1976,9 @@ impl Sim {
             "step starts",
             ["none", "one", "two", "more"][want.start.len().min(3)],
         );
+        if want.wake_at.is_some() {
+            self.count("step", "with a wake_at");
+        }
         for _ in &want.retired {
             self.count("batch", "retired");
         }
@@ -1512,12 +1999,14 @@ impl Sim {
             .map(|&(n, r)| format!("{} {r:?}", name(n)))
             .collect();
         format!(
-            "start {start:?} settle {settle:?} errors {:?} retired {:?}",
-            out.errors, out.retired
+            "start {start:?} settle {settle:?} errors {:?} retired {:?} wake_at {:?} (now {})",
+            out.errors, out.retired, out.wake_at, self.model.time.now
         )
     }
 
-    /// Nothing starts twice; per key, starts follow (batch, written) order.
+    /// Nothing starts twice unless it was retried in between; per key, starts follow
+    /// (batch, written) order, a retried entry starting again before every entry behind it
+    /// and after every retried entry before it.
     fn check_starts(&mut self, start: &[u64]) {
         for &n in start {
             if !self.started.insert(n) {
@@ -1525,6 +2014,22 @@ impl Sim {
             }
             if let Some((k, _)) = self.model.key(n) {
                 let k = k.to_owned();
+                let waiting = self.timing.waiting.entry(k.clone()).or_default();
+                if waiting.contains(&n) {
+                    if waiting.first() != Some(&n) {
+                        let first = waiting.first().copied();
+                        self.fail(&format!(
+                            "key {k}: retried {n} started again before retried {first:?}"
+                        ));
+                    }
+                    waiting.remove(&n);
+                    continue;
+                }
+                if let Some(&r) = waiting.first()
+                    && r < n
+                {
+                    self.fail(&format!("key {k}: {n} started before retried {r}"));
+                }
                 if let Some(&last) = self.last_start.get(&k)
                     && last > n
                 {
@@ -1533,6 +2038,173 @@ impl Sim {
                 self.last_start.insert(k, n);
             }
         }
+    }
+
+    /// The time properties, from this step's inputs and outputs: no two starts on a key closer
+    /// than its delay, nothing on a paused key before its pause ends, an unkeyed retried entry
+    /// not before its time, the retry cap honoured; and `wake_at` is later than the clock.
+    /// Returns the starts that follow the step's retries: an unkeyed entry may start (when its
+    /// batch opens, or its wait ends) and then hit a rate limit in the same step (a host
+    /// mistake, accepted: inputs apply in order); that first start is left out.
+    fn check_time(&mut self, ins: &Ins, out: &Out) -> Vec<u64> {
+        let mut start = out.start.clone();
+        let refused = |kind: InputKind, i: usize| {
+            out.errors
+                .iter()
+                .any(|&(k, j, _)| k == kind && j as usize == i)
+        };
+        if let Some(now) = ins.now {
+            if refused(InputKind::Now, 0) != (now < self.timing.clock) {
+                self.fail(&format!(
+                    "now = {now} after {}: refused {}",
+                    self.timing.clock,
+                    refused(InputKind::Now, 0)
+                ));
+            }
+            self.timing.clock = self.timing.clock.max(now);
+        }
+        let clock = self.timing.clock;
+        let settled: HashMap<u64, Reason> = out.settle.iter().copied().collect();
+        // An entry may hit a rate limit more than once in a step (it ran again at once); only
+        // its last accepted retry can be the one that gave up.
+        let mut last: HashMap<u64, usize> = HashMap::new();
+        for (i, &(n, _)) in ins.retry.iter().enumerate() {
+            if !refused(InputKind::Retry, i) {
+                last.insert(n, i);
+            }
+        }
+        for (i, &(n, until)) in ins.retry.iter().enumerate() {
+            if refused(InputKind::Retry, i) {
+                continue;
+            }
+            // A retry gives up (settled at once), or the entry runs again and may still be
+            // settled later in the step: stopped by a sibling's failure, or cancelled by a
+            // cancel of its batch in this step (cancels apply after retries).
+            let batch = self.model.batches[self.model.entries[ix(n)].batch].id;
+            let cancelled_now = ins
+                .cancel
+                .iter()
+                .enumerate()
+                .any(|(j, &b)| b == batch && !refused(InputKind::Cancel, j));
+            let settled = |n: &u64| {
+                settled.get(n).filter(|_| last[n] == i).filter(|r| match r {
+                    Reason::RateLimited { .. } | Reason::Stopped { .. } => true,
+                    Reason::Cancelled => !cancelled_now,
+                    _ => false,
+                })
+            };
+            let rule = self.model.rule(n).cloned();
+            if let Some(k) = &rule {
+                let p = self.timing.paused.entry(k.name.clone()).or_insert(0);
+                *p = (*p).max(until);
+            }
+            let done = self.timing.retries.get(&n).copied().unwrap_or(0);
+            let cap = rule.as_ref().map_or(RETRIES_DEFAULT, |k| k.retries);
+            match settled(&n) {
+                Some(Reason::RateLimited { retries }) => {
+                    if *retries != done || done != cap {
+                        self.fail(&format!(
+                            "{n} gave up after {retries} retries, ran again {done}, cap {cap}"
+                        ));
+                    }
+                    self.count("retry", "past the cap");
+                }
+                Some(Reason::Cancelled) => self.count("retry", "in a cancelled batch"),
+                Some(Reason::Stopped { .. }) => self.count("retry", "behind a failure under stop"),
+                Some(other) => self.fail(&format!("retried {n} settled {other:?}")),
+                None => {
+                    if done + 1 > cap {
+                        self.fail(&format!("{n} ran again {} times, cap {cap}", done + 1));
+                    }
+                    if !self.started.contains(&n) {
+                        // Started earlier in this step (only unkeyed entries can be).
+                        let Some(at) = start.iter().position(|&m| m == n) else {
+                            self.fail(&format!("{n} was retried but never started"));
+                        };
+                        if rule.is_some() {
+                            self.fail(&format!("keyed {n} started before this step's retries"));
+                        }
+                        start.remove(at);
+                        if let Some(until) = self.timing.alone.remove(&n)
+                            && clock < until
+                        {
+                            self.fail(&format!("unkeyed {n} ran again at {clock}, before {until}"));
+                        }
+                        self.count("retry", "of an entry started in the same step");
+                    }
+                    self.timing.retries.insert(n, done + 1);
+                    self.started.remove(&n);
+                    match &rule {
+                        Some(k) => {
+                            self.timing
+                                .waiting
+                                .entry(k.name.clone())
+                                .or_default()
+                                .insert(n);
+                        }
+                        None => {
+                            self.timing.alone.insert(n, until);
+                        }
+                    }
+                    self.count("retry", "runs again");
+                }
+            }
+        }
+        for (i, (key, until)) in ins.pause.iter().enumerate() {
+            if refused(InputKind::Pause, i) {
+                self.count("pause", "refused");
+            } else {
+                let p = self.timing.paused.entry(key.clone()).or_insert(0);
+                *p = (*p).max(*until);
+                self.count("pause", "applied");
+            }
+        }
+        for &n in &start {
+            match self.model.rule(n).cloned() {
+                Some(k) => {
+                    let paused = self.timing.paused.get(&k.name).copied().unwrap_or(0);
+                    if clock < paused {
+                        self.fail(&format!(
+                            "key {}: {n} started at {clock}, paused until {paused}",
+                            k.name
+                        ));
+                    }
+                    if let Some(&last) = self.timing.started_at.get(&k.name) {
+                        if clock < last + u64::from(k.delay) {
+                            self.fail(&format!(
+                                "key {}: {n} started at {clock}, {} after a start at {last}",
+                                k.name,
+                                clock - last.min(clock)
+                            ));
+                        }
+                        if k.delay > 0 && clock > last && clock == last + u64::from(k.delay) {
+                            self.count("start", "exactly one delay after the last");
+                        }
+                    }
+                    self.timing.started_at.insert(k.name.clone(), clock);
+                }
+                None => {
+                    if let Some(until) = self.timing.alone.remove(&n) {
+                        if clock < until {
+                            self.fail(&format!("unkeyed {n} ran again at {clock}, before {until}"));
+                        }
+                        self.count("start", "unkeyed, again");
+                    }
+                }
+            }
+        }
+        for n in settled.keys() {
+            self.timing.alone.remove(n);
+            for waiting in self.timing.waiting.values_mut() {
+                waiting.remove(n);
+            }
+        }
+        if let Some(t) = out.wake_at
+            && t <= clock
+        {
+            self.fail(&format!("wake_at {t} is not later than the clock {clock}"));
+        }
+        start
     }
 
     /// Every live entry's state agrees; per key, running <= limit; retired numbers are unknown.
@@ -1683,6 +2355,8 @@ impl Sim {
             self.started.remove(&n);
         }
         self.last_start.clear();
+        self.timing = Timing::default();
+        self.out.wake_at = None;
         self.check_states(&[]);
     }
 
@@ -1704,9 +2378,18 @@ impl Sim {
                     .collect(),
                 ..Ins::default()
             };
+            let mut ins = ins;
             let idle = ins.is_empty();
+            if idle {
+                // Nothing to do but wait: wake up when the scheduler said (the model says when
+                // something waits; the engine may say earlier, see `step`).
+                if let Some(t) = self.model.wake_at().or(self.out.wake_at) {
+                    self.host_now = self.host_now.max(t);
+                    ins.now = Some(self.host_now);
+                }
+            }
             self.step(ins);
-            if idle && self.out.is_empty() {
+            if idle && self.out.is_empty() && self.out.wake_at.is_none() {
                 self.fail("stalled: live batches, nothing to do");
             }
         }

@@ -148,7 +148,9 @@ pub struct Outputs {
     pub errors: Vec<InputError>,
     /// Batches whose every entry now has a response; their numbers are retired.
     pub retired: Vec<BatchId>,
-    /// When to call `step` again with a later `now`, because something waits on time.
+    /// When to call `step` again with a later `now`, because something waits on time: never
+    /// later than the earliest such time; it may be earlier after a cancellation or a stop
+    /// removed what waited (that step then changes nothing).
     pub wake_at: Option<u64>,
 }
 

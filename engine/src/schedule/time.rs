@@ -127,8 +127,16 @@ impl Scheduler {
         let entry = &batch.entries[index as usize];
         let key = entry.key.get();
         let done = u32::try_from(self.retries.get(&e.0).copied().unwrap_or(0)).unwrap_or(u32::MAX);
-        let give_up = if batch.cancelled {
+        // Only an execution can hit a rate limit: anything else is refused by the transition
+        // table (as a retry) before the scheduler decides whether it may run again. It may not
+        // when its batch was cancelled, when an earlier operation of its call failed under
+        // `stop` (while it ran), or past its key's cap.
+        let give_up = if !entry.life.get().is_started_unended() {
+            None
+        } else if batch.cancelled {
             Some(Reason::Cancelled)
+        } else if let Some(after) = self.stopped_by(slot, index) {
+            Some(Reason::Stopped { after })
         } else if done >= self.keys.retry_cap(key) {
             Some(Reason::RateLimited { retries: done })
         } else {
