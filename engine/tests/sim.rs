@@ -251,13 +251,13 @@ impl Gen {
         }
     }
 
-    /// A tool's key: a limit of 0 lifts it, unless the key has a delay (then it is unbounded
-    /// but spaced).
+    /// A tool's key: a limit of 0 lifts it, unless the key has a delay or a retry cap other
+    /// than the default (then it is unbounded but spaced, or capped).
     fn key_rule(&self, t: &ToolGen) -> Option<KeyRule> {
         let (name, limit) = self.declared(t)?;
         let (delay, retries) = self.timing(&name);
         let limit = match limit {
-            0 if delay > 0 => u32::MAX,
+            0 if delay > 0 || retries != RETRIES_DEFAULT => u32::MAX,
             0 => return None,
             n => n,
         };

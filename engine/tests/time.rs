@@ -521,3 +521,64 @@ fn retried_entries_requeue_in_written_order_whatever_order_they_hit_the_limit() 
     assert_eq!(t.ok(0, 1150), Vec::<u64>::new());
     assert_eq!(t.at(1200), [2]);
 }
+
+#[test]
+fn waiting_retries_cancelled_with_their_batch_leave_nothing_behind() {
+    // A key per round: each round's pause must not hold the next round's call.
+    let text: String = (0..2_000)
+        .map(|i| format!("[conversation.tools.get{i}.concurrency]\nkey = \"k{i}\"\n"))
+        .collect();
+    let mut s = Scheduler::new(policy(&text));
+    let mut out = Outputs::default();
+    for round in 0..2_000u64 {
+        let tool = format!("get{round}");
+        let b = s
+            .submit(&[
+                Call {
+                    id: "x",
+                    tool: &tool,
+                    operations: None,
+                },
+                Call {
+                    id: "y",
+                    tool: "free",
+                    operations: None,
+                },
+            ])
+            .unwrap();
+        let (x, y) = (b.first, EntryId(b.first.0 + 1));
+        s.step(
+            &Inputs {
+                now: Some(round),
+                approve: &[x, y],
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        // Both hit a rate limit and wait far ahead: x in its key's queue, y alone.
+        s.step(
+            &Inputs {
+                retry: &[(x, round + 1_000_000), (y, round + 1_000_000)],
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        assert!(
+            out.start.is_empty() && out.errors.is_empty(),
+            "round {round}"
+        );
+        s.step(
+            &Inputs {
+                cancel: &[b.batch],
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        assert_eq!(out.retired, [b.batch], "round {round}");
+        let (retries, waits, _) = s.pending_wakeups_for_tests();
+        assert_eq!((retries, waits), (0, 0), "round {round}");
+    }
+    // Every key's wake-up went stale with its batch; at most a few stay queued.
+    let (_, _, heap) = s.pending_wakeups_for_tests();
+    assert!(heap <= 2 * 2_000 + 64, "{heap} wake-ups queued");
+}

@@ -28,7 +28,8 @@ pub struct Concurrency {
     /// The shared key.
     pub key: ConcurrencyKey,
     /// The limit, at least 1. A limit of 0 resolves to no key at all, unless the key has a
-    /// delay: then it is `u32::MAX` (unbounded, but spaced).
+    /// delay or a retry cap other than the default: then it is `u32::MAX` (unbounded, but
+    /// spaced or capped).
     pub limit: NonZeroU32,
     /// Minimum milliseconds between consecutive starts on the key (0: none).
     pub delay_ms: u32,

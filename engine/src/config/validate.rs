@@ -80,11 +80,12 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 }
             }
         }
-        // A limit of 0 lifts the key, unless it spaces starts: then it stays, unbounded.
+        // A limit of 0 lifts the key, unless it spaces starts or has its own retry cap: then it
+        // stays, unbounded (its delay, retry cap and pauses still apply).
         let concurrency = declared.and_then(|d| {
             let limit = match NonZeroU32::new(d.limit) {
                 Some(limit) => limit,
-                None if d.delay.0 > 0 => NonZeroU32::MAX,
+                None if d.delay.0 > 0 || d.retries.0 != RETRIES_DEFAULT => NonZeroU32::MAX,
                 None => return None,
             };
             Some(Concurrency {

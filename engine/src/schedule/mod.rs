@@ -112,7 +112,9 @@ pub struct Submitted {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Inputs<'a> {
     /// The host's clock: monotonic milliseconds, never earlier than a `now` given before.
-    /// `None` leaves the scheduler's clock where it was (it starts at 0).
+    /// `None` leaves the scheduler's clock where it was (it starts at 0). A host whose keys
+    /// have a `delay` or may pause gives it on every step that can release work: a start is
+    /// stamped with the clock as last given.
     pub now: Option<u64>,
     /// Pending entries the user approved.
     pub approve: &'a [EntryId],

@@ -71,7 +71,7 @@ pub enum Started {
 }
 
 /// A fingerprint of what a policy means to the scheduler: every configured tool's key, limit,
-/// fan-out and stop, in configuration order (FNV-1a, 64 bits).
+/// delay, retry cap, fan-out and stop, in configuration order (FNV-1a, 64 bits).
 pub fn fingerprint(policy: &Policy) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
@@ -86,6 +86,8 @@ pub fn fingerprint(policy: &Policy) -> u64 {
         if let Some(c) = &tool.concurrency {
             eat(c.key.as_str().as_bytes());
             eat(&c.limit.get().to_le_bytes());
+            eat(&c.delay_ms.to_le_bytes());
+            eat(&c.retries.to_le_bytes());
         }
         eat(&[
             1,

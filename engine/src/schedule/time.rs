@@ -192,13 +192,22 @@ impl Scheduler {
         None
     }
 
-    /// Forgets the retry bookkeeping of a retiring batch's entries `first..end`.
+    /// Forgets the retry bookkeeping of a retiring batch's entries `first..end`: by entry when
+    /// the batch is the smaller (each entry is looked at once over its life), else by a pass
+    /// over the maps (each is then no larger than the batch).
     pub(super) fn forget_times(&mut self, first: u64, end: u64) {
-        if !self.retries.is_empty() {
-            self.retries.retain(|e, _| !(first..end).contains(e));
-        }
-        if !self.not_before.is_empty() {
-            self.not_before.retain(|e, _| !(first..end).contains(e));
+        let len = end - first;
+        for map in [&mut self.retries, &mut self.not_before] {
+            if map.is_empty() {
+                continue;
+            }
+            if len <= map.len() as u64 {
+                for e in first..end {
+                    map.remove(&e);
+                }
+            } else {
+                map.retain(|e, _| !(first..end).contains(e));
+            }
         }
     }
 }

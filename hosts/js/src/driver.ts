@@ -118,6 +118,7 @@ const RESOLVED = Promise.resolve();
 /** The driver's clock for the scheduler: whole milliseconds, monotonic (`performance.now()`). */
 const clock = (): number => Math.floor(performance.now());
 const NO_PAUSES: ws.KeyPause[] = [];
+const TIMER_MAX_MS = 0x7fff_ffff;
 
 /** A list of entry numbers, each with the batch it belongs to (for its errors), that grows in
  * place and is written as 32-bit halves (no bigint per item); `view` lends it to one `step`
@@ -617,7 +618,8 @@ export class Driver {
       // rate-limited past its key's retries, which the next step reports).
       if (batch.running[run.offset] === run) batch.running[run.offset] = undefined;
       const p = this.#pending;
-      p.retry.push({ entry: BigInt(batch.first + run.offset), until: BigInt(clock() + value.retryAfterMs) });
+      // A time past 2^53 - 1 ms (a Retry-After of centuries) is capped, never wrapped.
+      p.retry.push({ entry: BigInt(batch.first + run.offset), until: BigInt(Math.min(clock() + value.retryAfterMs, Number.MAX_SAFE_INTEGER)) });
       p.retryOwners.push(batch);
       this.#schedule();
       return;
@@ -711,10 +713,12 @@ export class Driver {
       this.#wake = undefined;
     }
     if (out.wakeAt !== undefined) {
+      // Timers take at most 2^31 - 1 ms (about 24.8 days; more fires at once): a longer wait is
+      // re-armed when this one fires, since the scheduler says the same `wakeAt` again.
       this.#wake = setTimeout(() => {
         this.#wake = undefined;
         this.#schedule();
-      }, Math.max(0, Number(out.wakeAt) - clock()));
+      }, Math.min(TIMER_MAX_MS, Math.max(0, Number(out.wakeAt) - clock())));
     }
     for (const s of out.settle) {
       const offset = Number(s.entry);

@@ -125,7 +125,7 @@ export function settledMessage(reason: Reason): string {
     case 'stopped':
       return `not run: operation #${reason.after} of this call failed, and this tool stops at its first failed operation`;
     case 'rate-limited':
-      return `not run again: rate limited ${reason.retries} times; the endpoint asked to wait`;
+      return `not run again: rate limited ${reason.retries + 1} times (${reason.retries} ${reason.retries === 1 ? 'retry' : 'retries'} allowed); the endpoint asked to wait`;
     case 'interrupted':
       return 'not run again: it was running when the host stopped, and its result is unknown';
   }

@@ -44,7 +44,7 @@ test('the texts of settled calls are the shared ones', () => {
   assert.equal(settledMessage({ kind: 'cancelled' }), 'not run: the batch was cancelled');
   assert.equal(settledMessage({ kind: 'stopped', after: 2 }), 'not run: operation #2 of this call failed, and this tool stops at its first failed operation');
   assert.equal(settledMessage({ kind: 'interrupted' }), 'not run again: it was running when the host stopped, and its result is unknown');
-  assert.equal(settledMessage({ kind: 'rate-limited', retries: 3 }), 'not run again: rate limited 3 times; the endpoint asked to wait');
+  assert.equal(settledMessage({ kind: 'rate-limited', retries: 3 }), 'not run again: rate limited 4 times (3 retries allowed); the endpoint asked to wait');
 });
 
 test('calls settled by decide reject with CallSettledError carrying the reason and the model\'s text', { timeout: 10_000 }, async () => {

@@ -51,7 +51,7 @@ test('a cap that runs out settles the entry rate-limited, with the text the mode
   const e = out[0].entries[0];
   assert.equal(e.status, 'settled');
   assert.deepEqual(e.reason, { kind: 'rate-limited', retries: 2 });
-  assert.equal(settledMessage(e.reason), 'not run again: rate limited 2 times; the endpoint asked to wait');
+  assert.equal(settledMessage(e.reason), 'not run again: rate limited 3 times (2 retries allowed); the endpoint asked to wait');
   drained(driver);
 });
 
@@ -125,4 +125,29 @@ test('disposing a driver with a wake-up armed leaves no timer and no callback be
   await assert.rejects(pending);
   // If the timer were left armed, its step would run on a disposed scheduler and throw here.
   await sleep(50);
+});
+
+test('a wait longer than a timer can hold is capped and re-armed, a huge Retry-After never wraps', { timeout: 10_000 }, async () => {
+  const driver = await setup();
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w.name);
+  process.on('warning', onWarning);
+  try {
+    let runs = 0;
+    const run = driver.run(calls('api', 'far'), async () => {
+      runs += 1;
+      throw new RateLimitedError(2 ** 64);
+    });
+    run.catch(() => {});
+    await sleep(30);
+    // One run: the entry waits (it did not wrap around into the past and run again), and no
+    // TimeoutOverflowWarning was printed for a timer past 2^31 - 1 ms.
+    assert.equal(runs, 1);
+    const live = driver.inspect();
+    assert.equal(live.length, 1);
+    assert.deepEqual(warnings.filter((n) => n === 'TimeoutOverflowWarning'), []);
+  } finally {
+    process.off('warning', onWarning);
+    driver.dispose();
+  }
 });

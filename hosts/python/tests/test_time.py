@@ -179,7 +179,7 @@ def test_a_rate_limited_reason_round_trips_through_a_saved_state() -> None:
 
 def test_settled_text_for_a_rate_limit() -> None:
     assert settled_text(Reason(ReasonKind.RATE_LIMITED, retries=3)) == (
-        "not run again: rate limited 3 times; the endpoint asked to wait"
+        "not run again: rate limited 4 times (3 retries allowed); the endpoint asked to wait"
     )
 
 
@@ -509,7 +509,7 @@ def test_the_gate_retries_in_place_and_settles_past_the_cap() -> None:
             with pytest.raises(CallSettledError) as e:
                 await gate.call("write", "w", call, "w", "disk")
             assert e.value.reason == Reason(ReasonKind.RATE_LIMITED, retries=1)
-            assert str(e.value) == "not run again: rate limited 1 times; the endpoint asked to wait"
+            assert str(e.value) == "not run again: rate limited 2 times (1 retry allowed); the endpoint asked to wait"
             assert api.calls["w"] == 2
 
     asyncio.run(main())

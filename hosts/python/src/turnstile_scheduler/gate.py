@@ -38,7 +38,7 @@ freed, its key pauses (every call on the key waits, in every batch), and `gate.c
 the caller's task until the scheduler releases the call again, in its written place, then
 awaits `run(*args, **kwargs)` again. Past the key's `retries`, `gate.call` raises
 `CallSettledError` with `Reason(ReasonKind.RATE_LIMITED, retries=n)`, whose text is "not run
-again: rate limited n times; the endpoint asked to wait".
+again: rate limited n+1 times (n retries allowed); the endpoint asked to wait".
 
 Fan-out: one `gate.call` is one plain call (one entry). Frameworks hand over one function per
 tool call, so the gate never submits fan-out envelopes; a host that splits a call into
@@ -78,7 +78,8 @@ def settled_text(reason: Reason) -> str:
             f"not run: operation #{reason.after} of this call failed, and this tool stops at its first failed operation"
         )
     if reason.kind is ReasonKind.RATE_LIMITED:
-        return f"not run again: rate limited {reason.retries} times; the endpoint asked to wait"
+        n = reason.retries
+        return f"not run again: rate limited {n + 1} times ({n} {'retry' if n == 1 else 'retries'} allowed); the endpoint asked to wait"
     return _TEXTS[reason.kind]
 
 
