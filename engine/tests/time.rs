@@ -123,6 +123,9 @@ fn bad_delays_and_retries_are_diagnostics() {
         ("4294967296", "above the largest"),
         ("true", "expected milliseconds or a duration string"),
         ("1.5", "expected milliseconds or a duration string"),
+        ("\"-5ms\"", "negative"),
+        ("\"\"", "empty"),
+        ("\"1.00001s\"", "finer than a millisecond"),
     ] {
         let text = format!(
             "[conversation.tools.t.concurrency]\nkey = \"k\"\nlimit = 1\ndelay = {value}\n"
@@ -135,6 +138,29 @@ fn bad_delays_and_retries_are_diagnostics() {
             got[0].1
         );
     }
+    // Zeros that add nothing are fine; a negative delay's help speaks of delays.
+    for (value, ms) in [
+        ("\"1.0001h\"", 3_600_360),
+        ("\"1.5000s\"", 1_500),
+        ("\"0000000000001ms\"", 1),
+        ("\"0.25m\"", 15_000),
+        ("7", 7),
+    ] {
+        let p = policy(&format!(
+            "[conversation.tools.t.concurrency]\nkey = \"k\"\ndelay = {value}\n"
+        ));
+        let c = p.tool("t").unwrap().concurrency.as_ref().unwrap();
+        assert_eq!(c.delay_ms, ms, "delay = {value}");
+    }
+    let diags = config::resolve(&[Layer::new(
+        "t.toml",
+        "[conversation.tools.t.concurrency]\nkey = \"k\"\ndelay = -5\n",
+    )])
+    .unwrap_err();
+    assert_eq!(
+        diags[0].help.as_deref(),
+        Some("a delay is 0 (none) or more milliseconds")
+    );
     let got = codes("[conversation.tools.t.concurrency]\nkey = \"k\"\nretries = 101\n");
     assert_eq!(got.len(), 1);
     assert!(got[0].1.contains("above the largest, 100"), "{got:?}");

@@ -375,8 +375,16 @@ fn duration(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> 
     }
 }
 
-/// `"250ms"`, `"1.5s"`, `"2m"`, `"1h"` in milliseconds.
+/// `"250ms"`, `"1.5s"`, `"2m"`, `"1h"` in milliseconds: any number of digits, and any fraction
+/// that comes to whole milliseconds (`"1.0001h"` is 3,600,360 ms; `"1.5000s"` is 1,500).
 fn parse_duration(text: &str) -> Result<u32, &'static str> {
+    const LONG: &str = "it is longer than about 49 days";
+    if text.is_empty() {
+        return Err("it is empty");
+    }
+    if text.starts_with('-') {
+        return Err("it is negative");
+    }
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .ok_or("it has no unit (ms, s, m or h)")?;
@@ -392,32 +400,28 @@ fn parse_duration(text: &str) -> Result<u32, &'static str> {
     if whole.is_empty() || number.ends_with('.') || fraction.contains('.') {
         return Err("the number is not digits with an optional fraction");
     }
-    if fraction.len() > 3 {
+    // Leading zeros of the whole part and trailing zeros of the fraction say nothing. Past 12
+    // digits a whole part is over 49 days and a fraction finer than a millisecond, and every
+    // product below fits in 64 bits.
+    let digits = |d: &str, long: &'static str| -> Result<u64, &'static str> {
+        match d {
+            "" => Ok(0),
+            d if d.len() > 12 => Err(long),
+            d => d.parse().map_err(|_| "the number is not digits"),
+        }
+    };
+    let whole = digits(whole.trim_start_matches('0'), LONG)?;
+    let fraction = fraction.trim_end_matches('0');
+    let below = digits(fraction, "it is finer than a millisecond")? * scale;
+    let per = 10u64.pow(fraction.len() as u32);
+    if !below.is_multiple_of(per) {
         return Err("it is finer than a millisecond");
     }
-    let parse = |digits: &str| -> Result<u64, &'static str> {
-        if digits.len() > 12 {
-            return Err("it is longer than about 49 days");
-        }
-        digits.parse().map_err(|_| "the number is not digits")
-    };
-    let whole = parse(whole)?;
-    let fraction_ms = if fraction.is_empty() {
-        0
-    } else {
-        // The fraction in thousandths of the unit, then in milliseconds.
-        let thousandths = parse(fraction)? * 10u64.pow(3 - fraction.len() as u32);
-        let ms = thousandths * scale;
-        if !ms.is_multiple_of(1_000) {
-            return Err("it is finer than a millisecond");
-        }
-        ms / 1_000
-    };
     whole
         .checked_mul(scale)
-        .and_then(|ms| ms.checked_add(fraction_ms))
+        .and_then(|ms| ms.checked_add(below / per))
         .and_then(|ms| u32::try_from(ms).ok())
-        .ok_or("it is longer than about 49 days")
+        .ok_or(LONG)
 }
 
 /// An integer in `0..=u32::MAX`. Negative values get `negative_code`; everything else that is
@@ -429,6 +433,11 @@ fn non_negative(
     sink: &mut Sink,
     negative_code: Code,
 ) -> Option<u32> {
+    let help = match path.last().map(String::as_str) {
+        Some("delay") => "a delay is 0 (none) or more milliseconds",
+        Some("retries") => "retries is 0 (never run again) or more",
+        _ => "0 means unbounded; a limit is 1 or more",
+    };
     let loc = Loc::from_span(layer, value.span());
     let DeValue::Integer(int) = value.get_ref() else {
         sink.push(
@@ -451,7 +460,7 @@ fn non_negative(
                 format!("expected a non-negative integer, found {n}"),
             )
             .label(loc, "negative")
-            .help("0 means unbounded; a limit is 1 or more");
+            .help(help);
             None
         }
         Some(n) => match u32::try_from(n) {

@@ -32,7 +32,7 @@ import * as convert from './convert.js';
 import { Scheduler, Submitted, type CallInput, type ResumeOptions } from './scheduler.js';
 import type { Policy } from './turnstile.js';
 import type { EntryStatus, InputKind, Reason, SavedState, Unrestored } from './types.js';
-import { fail, func, millis, oneOf, record, signal as checkSignal } from './validate.js';
+import { fail, func, millis, oneOf, record, signal as checkSignal, string as checkString } from './validate.js';
 
 /** What `execute` gets: the entry to run and a signal that fires when it should stop. */
 export interface Execution<C extends CallInput = CallInput> {
@@ -171,6 +171,9 @@ class Pending {
   readonly cancel = new NumberList();
   readonly retry: ws.RetryAfter[] = [];
   readonly retryOwners: Batch[] = [];
+  readonly pause: ws.KeyPause[] = [];
+  /** Settles each `Driver.pause` once its step ran. */
+  readonly pauseDone: ((error?: unknown) => void)[] = [];
 
   /** The batch whose input this was; none for the driver's own `now` (and it sends no pause). */
   owner(kind: InputKind, index: number): Batch | undefined {
@@ -194,6 +197,7 @@ class Pending {
     this.cancel.clear();
     if (this.settle.length) this.settle.length = this.settleOwners.length = 0;
     if (this.retry.length) this.retry.length = this.retryOwners.length = 0;
+    if (this.pause.length) this.pause.length = this.pauseDone.length = 0;
   }
 }
 
@@ -394,6 +398,23 @@ export class Driver {
     });
   }
 
+  /** Pauses a key for `forMs` milliseconds from now (a pause only ever extends), for example
+   * after a 429 the host saw outside an execution. Resolves once the scheduler applied it;
+   * rejects with `RefusedInputError` (code `unknown-key`) when no configured tool declares the
+   * key, and with `DisposedError` after `dispose`. */
+  pause(key: string, forMs: number): Promise<void> {
+    if (this.#disposed) return Promise.reject(new DisposedError('the driver'));
+    checkString(key, 'key');
+    if (typeof forMs !== 'number') fail('forMs', 'a number of milliseconds', forMs);
+    if (!Number.isFinite(forMs) || forMs < 0) throw new RangeError(`forMs must be a finite number of milliseconds >= 0, got ${forMs}`);
+    const until = BigInt(Math.min(clock() + Math.ceil(forMs), Number.MAX_SAFE_INTEGER));
+    return new Promise<void>((resolve, reject) => {
+      this.#pending.pause.push({ key, until });
+      this.#pending.pauseDone.push((error) => (error === undefined ? resolve() : reject(error)));
+      this.#schedule();
+    });
+  }
+
   /** Rejects every live batch with `DisposedError`, aborts its executions, disposes the scheduler. */
   dispose(): void {
     if (this.#disposed) return;
@@ -406,6 +427,8 @@ export class Driver {
       for (const run of batch.running) if (run) clearTimers(run);
     }
     this.#byBatch.clear();
+    for (const done of this.#pending.pauseDone) done(error);
+    this.#pending.clear();
     clearTimeout(this.#wake);
     this.#wake = undefined;
     drivers.delete(this.scheduler);
@@ -695,7 +718,7 @@ export class Driver {
         cancel: p.cancel.view(),
         now: BigInt(clock()),
         retry: p.retry,
-        pause: NO_PAUSES,
+        pause: p.pause.length ? p.pause : NO_PAUSES,
       });
     } catch (error) {
       // A trap (InstanceBrokenError) or a disposed scheduler: every batch on it goes with it.
@@ -726,11 +749,17 @@ export class Driver {
       if (batch) this.#record(batch, offset - batch.first, { entry: s.entry, label: batch.label(offset - batch.first), status: 'settled', reason: convert.reason(s.reason) });
     }
     for (const e of out.errors) {
+      if (e.input === 'pause') {
+        p.pauseDone[e.index]?.(new RefusedInputError(e, 0n));
+        p.pauseDone[e.index] = () => {};
+        continue;
+      }
       const batch = p.owner(e.input, e.index);
       // A cancellation that came too late (the batch retired) or twice changes nothing.
       if (!batch || (e.input === 'cancel' && (e.code === 'batch-cancelled' || e.code === 'unknown-batch'))) continue;
       this.#fail(batch, new RefusedInputError(e, p.target(e.input, e.index)));
     }
+    for (const done of p.pauseDone) done();
     const start = out.start;
     if (start.length) {
       const w = words(start);

@@ -116,15 +116,36 @@ test('delay spaces starts on a key: the driver wakes the scheduler when it asked
   drained(driver);
 });
 
-test('disposing a driver with a wake-up armed leaves no timer and no callback behind', { timeout: 10_000 }, async () => {
+test('disposing a driver with a wake-up armed leaves no timer behind', { timeout: 10_000 }, async () => {
   const driver = await setup();
   const pending = driver.run(calls('spaced', 'w1', 'w2'), async () => 'ok');
   pending.catch(() => {});
   await sleep(5);
+  // The test runner keeps its own timers; count the driver's as the difference.
+  const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+  const armed = timers();
+  assert.ok(driver.inspect().length === 1, 'w2 waits on the delay');
   driver.dispose();
   await assert.rejects(pending);
-  // If the timer were left armed, its step would run on a disposed scheduler and throw here.
-  await sleep(50);
+  assert.equal(timers(), armed - 1, 'the wake-up for w2 was cleared');
+});
+
+test('Driver.pause holds a key from the host; an unknown key or a disposed driver rejects', { timeout: 10_000 }, async () => {
+  const driver = await setup();
+  await assert.rejects(driver.pause('nope', 10), (e) => e.code === 'unknown-key');
+  assert.throws(() => driver.pause('api', -1), RangeError);
+  assert.throws(() => driver.pause(5, 1), TypeError);
+  await driver.pause('api', 40);
+  const t0 = performance.now();
+  let at;
+  await driver.run(calls('api', 'p'), async () => {
+    at = performance.now();
+    return 'ok';
+  });
+  assert.ok(at - t0 >= 35, `started ${at - t0} ms after the pause began`);
+  const pause = driver.pause('api', 10);
+  driver.dispose();
+  await assert.rejects(pause, (e) => e.code === 'disposed');
 });
 
 test('a wait longer than a timer can hold is capped and re-armed, a huge Retry-After never wraps', { timeout: 10_000 }, async () => {
