@@ -66,8 +66,10 @@ def nesting_callback(box: dict[str, Any]):
 def test_without_admission_tool_calls_overlap_and_the_serialized_server_fails_them() -> None:
     async def body(session: Any) -> None:
         results = await asyncio.gather(*(session.call_tool("work", {"label": f"w{i}"}) for i in range(4)))
-        assert sum(r.is_error for r in results) == 3
-        assert (await stats(session))["overlaps"] == 3
+        # How many overlap depends on the server's timing; that any do is the race.
+        failed = sum(r.is_error for r in results)
+        assert failed >= 1
+        assert (await stats(session))["overlaps"] == failed
 
     run("serialized", body, session_class=ClientSession)
 
