@@ -64,6 +64,7 @@ pub(crate) fn native(
     let base = memory();
     let start = Instant::now();
     let mut s = Scheduler::new(policy);
+    let mut now = 0u64;
     for round in 0..w.rounds {
         let b = s
             .submit(&calls[round % calls.len()])
@@ -83,12 +84,25 @@ pub(crate) fn native(
             }
             tally.retired += out.retired.len();
             if out.start.is_empty() {
-                break;
+                // Something waits on the clock (a key's delay): the host's timer fires.
+                let Some(at) = out.wake_at else {
+                    break;
+                };
+                now = now.max(at);
+                s.step(
+                    &Inputs {
+                        now: Some(now),
+                        ..Inputs::default()
+                    },
+                    &mut out,
+                );
+                continue;
             }
             tally.ended += out.start.len();
             std::mem::swap(&mut ended, &mut out.start);
             s.step(
                 &Inputs {
+                    now: Some(now),
                     ok: &ended,
                     ..Inputs::default()
                 },

@@ -199,11 +199,18 @@ fn scaling(quick: bool) -> Result<(), String> {
     println!("| batches | executions | keys | ns/execution | vs previous size |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     type Make = fn(usize, usize) -> Workload;
-    let rows: [(&str, usize, Make); 4] = [
+    let rows: [(&str, usize, Make); 6] = [
         ("~1,000 executions", 1, Workload::large),
         ("~1,000 executions", 10, Workload::large),
         ("~1,000 executions", 1000, Workload::large),
         ("4 plain calls", 10, Workload::small),
+        // Every key spaces its starts 1 ms apart: the host steps at each wake-up.
+        ("~1,000, delay = 1", 10, |n, k| {
+            Workload::large(n, k).spaced()
+        }),
+        ("~1,000, delay = 1", 1000, |n, k| {
+            Workload::large(n, k).spaced()
+        }),
     ];
     for (batches, keys, make) in rows {
         let mut previous: Option<f64> = None;

@@ -124,6 +124,12 @@ impl Workload {
         }
     }
 
+    /// The same drive with every key spacing its starts 1 ms apart (issue 12's `delay`).
+    pub(crate) fn spaced(mut self) -> Self {
+        self.policy_text = self.policy_text.replace(" }\n", ", delay = 1 }\n");
+        self
+    }
+
     pub(crate) fn batch(&self, round: usize) -> &Batch {
         &self.patterns[round % self.patterns.len()]
     }
