@@ -1,0 +1,277 @@
+//! The properties checked after every step, from inputs and outputs rather than the model's
+//! reasoning: start order, time (delay, pauses, retries, `wake_at`), states and invariants.
+
+use std::collections::{BTreeSet, HashMap};
+
+use turnstile_engine::schedule::{BatchId, EntryId, InputKind, Reason};
+
+use crate::drive::Sim;
+use crate::generate::RETRIES_DEFAULT;
+use crate::model::{Ins, Out, ix};
+
+/// What the time properties need, since the scheduler was made or resumed (a resumed
+/// scheduler starts a fresh clock and knows no pause, start or retry). Kept from the inputs
+/// that were not refused and the outputs, never from the model's reasoning.
+#[derive(Default)]
+pub(super) struct Timing {
+    /// The scheduler's clock: the last `now` that was not refused.
+    clock: u64,
+    /// Per key, the time of its last start.
+    started_at: HashMap<String, u64>,
+    /// Per key, the end of its longest pause.
+    paused: HashMap<String, u64>,
+    /// Per key, retried entries that have not started again.
+    waiting: HashMap<String, BTreeSet<u64>>,
+    /// Unkeyed retried entries, and when they may run again.
+    alone: HashMap<u64, u64>,
+    /// Per entry, how many times it ran again.
+    retries: HashMap<u64, u32>,
+}
+
+impl Sim {
+    /// Nothing starts twice unless it was retried in between; per key, starts follow
+    /// (batch, written) order, a retried entry starting again before every entry behind it
+    /// and after every retried entry before it.
+    pub(super) fn check_starts(&mut self, start: &[u64]) {
+        for &n in start {
+            if !self.started.insert(n) {
+                self.fail(&format!("{} started twice", self.model.label(n)));
+            }
+            if let Some((k, _)) = self.model.key(n) {
+                let k = k.to_owned();
+                let waiting = self.timing.waiting.entry(k.clone()).or_default();
+                if waiting.contains(&n) {
+                    if waiting.first() != Some(&n) {
+                        let first = waiting.first().copied();
+                        self.fail(&format!(
+                            "key {k}: retried {n} started again before retried {first:?}"
+                        ));
+                    }
+                    waiting.remove(&n);
+                    continue;
+                }
+                if let Some(&r) = waiting.first()
+                    && r < n
+                {
+                    self.fail(&format!("key {k}: {n} started before retried {r}"));
+                }
+                if let Some(&last) = self.last_start.get(&k)
+                    && last > n
+                {
+                    self.fail(&format!("key {k}: {n} started after {last}"));
+                }
+                self.last_start.insert(k, n);
+            }
+        }
+    }
+
+    /// The time properties, from this step's inputs and outputs: no two starts on a key closer
+    /// than its delay, nothing on a paused key before its pause ends, an unkeyed retried entry
+    /// not before its time, the retry cap honoured; and `wake_at` is later than the clock.
+    /// Returns the starts that follow the step's retries: an unkeyed entry may start (when its
+    /// batch opens, or its wait ends) and then hit a rate limit in the same step (a host
+    /// mistake, accepted: inputs apply in order); that first start is left out.
+    pub(super) fn check_time(&mut self, ins: &Ins, out: &Out) -> Vec<u64> {
+        let mut start = out.start.clone();
+        let refused = |kind: InputKind, i: usize| {
+            out.errors
+                .iter()
+                .any(|&(k, j, _)| k == kind && j as usize == i)
+        };
+        if let Some(now) = ins.now {
+            if refused(InputKind::Now, 0) != (now < self.timing.clock) {
+                self.fail(&format!(
+                    "now = {now} after {}: refused {}",
+                    self.timing.clock,
+                    refused(InputKind::Now, 0)
+                ));
+            }
+            self.timing.clock = self.timing.clock.max(now);
+        }
+        let clock = self.timing.clock;
+        let settled: HashMap<u64, Reason> = out.settle.iter().copied().collect();
+        // An entry may hit a rate limit more than once in a step (it ran again at once); only
+        // its last accepted retry can be the one that gave up.
+        let mut last: HashMap<u64, usize> = HashMap::new();
+        for (i, &(n, _)) in ins.retry.iter().enumerate() {
+            if !refused(InputKind::Retry, i) {
+                last.insert(n, i);
+            }
+        }
+        for (i, &(n, until)) in ins.retry.iter().enumerate() {
+            if refused(InputKind::Retry, i) {
+                continue;
+            }
+            // A retry gives up (settled at once), or the entry runs again and may still be
+            // settled later in the step: stopped by a sibling's failure, or cancelled by a
+            // cancel of its batch in this step (cancels apply after retries).
+            let batch = self.model.batches[self.model.entries[ix(n)].batch].id;
+            let cancelled_now = ins
+                .cancel
+                .iter()
+                .enumerate()
+                .any(|(j, &b)| b == batch && !refused(InputKind::Cancel, j));
+            let settled = |n: &u64| {
+                settled.get(n).filter(|_| last[n] == i).filter(|r| match r {
+                    Reason::RateLimited { .. } | Reason::Stopped { .. } => true,
+                    Reason::Cancelled => !cancelled_now,
+                    _ => false,
+                })
+            };
+            let rule = self.model.rule(n).cloned();
+            if let Some(k) = &rule {
+                let p = self.timing.paused.entry(k.name.clone()).or_insert(0);
+                *p = (*p).max(until);
+            }
+            let done = self.timing.retries.get(&n).copied().unwrap_or(0);
+            let cap = rule.as_ref().map_or(RETRIES_DEFAULT, |k| k.retries);
+            match settled(&n) {
+                Some(Reason::RateLimited { retries }) => {
+                    if *retries != done || done != cap {
+                        self.fail(&format!(
+                            "{n} gave up after {retries} retries, ran again {done}, cap {cap}"
+                        ));
+                    }
+                    self.count("retry", "past the cap");
+                }
+                Some(Reason::Cancelled) => self.count("retry", "in a cancelled batch"),
+                Some(Reason::Stopped { .. }) => self.count("retry", "behind a failure under stop"),
+                Some(other) => self.fail(&format!("retried {n} settled {other:?}")),
+                None => {
+                    if done + 1 > cap {
+                        self.fail(&format!("{n} ran again {} times, cap {cap}", done + 1));
+                    }
+                    if !self.started.contains(&n) {
+                        // Started earlier in this step (only unkeyed entries can be).
+                        let Some(at) = start.iter().position(|&m| m == n) else {
+                            self.fail(&format!("{n} was retried but never started"));
+                        };
+                        if rule.is_some() {
+                            self.fail(&format!("keyed {n} started before this step's retries"));
+                        }
+                        start.remove(at);
+                        if let Some(until) = self.timing.alone.remove(&n)
+                            && clock < until
+                        {
+                            self.fail(&format!("unkeyed {n} ran again at {clock}, before {until}"));
+                        }
+                        self.count("retry", "of an entry started in the same step");
+                    }
+                    self.timing.retries.insert(n, done + 1);
+                    self.started.remove(&n);
+                    match &rule {
+                        Some(k) => {
+                            self.timing
+                                .waiting
+                                .entry(k.name.clone())
+                                .or_default()
+                                .insert(n);
+                        }
+                        None => {
+                            self.timing.alone.insert(n, until);
+                        }
+                    }
+                    self.count("retry", "runs again");
+                }
+            }
+        }
+        for (i, (key, until)) in ins.pause.iter().enumerate() {
+            if refused(InputKind::Pause, i) {
+                self.count("pause", "refused");
+            } else {
+                let p = self.timing.paused.entry(key.clone()).or_insert(0);
+                *p = (*p).max(*until);
+                self.count("pause", "applied");
+            }
+        }
+        for &n in &start {
+            match self.model.rule(n).cloned() {
+                Some(k) => {
+                    let paused = self.timing.paused.get(&k.name).copied().unwrap_or(0);
+                    if clock < paused {
+                        self.fail(&format!(
+                            "key {}: {n} started at {clock}, paused until {paused}",
+                            k.name
+                        ));
+                    }
+                    if let Some(&last) = self.timing.started_at.get(&k.name) {
+                        if clock < last + u64::from(k.delay) {
+                            self.fail(&format!(
+                                "key {}: {n} started at {clock}, {} after a start at {last}",
+                                k.name,
+                                clock - last.min(clock)
+                            ));
+                        }
+                        if k.delay > 0 && clock > last && clock == last + u64::from(k.delay) {
+                            self.count("start", "exactly one delay after the last");
+                        }
+                    }
+                    self.timing.started_at.insert(k.name.clone(), clock);
+                }
+                None => {
+                    if let Some(until) = self.timing.alone.remove(&n) {
+                        if clock < until {
+                            self.fail(&format!("unkeyed {n} ran again at {clock}, before {until}"));
+                        }
+                        self.count("start", "unkeyed, again");
+                    }
+                }
+            }
+        }
+        for n in settled.keys() {
+            self.timing.alone.remove(n);
+            for waiting in self.timing.waiting.values_mut() {
+                waiting.remove(n);
+            }
+        }
+        if let Some(t) = out.wake_at
+            && t <= clock
+        {
+            self.fail(&format!("wake_at {t} is not later than the clock {clock}"));
+        }
+        start
+    }
+
+    /// Every live entry's state agrees; per key, running <= limit; retired numbers are unknown.
+    pub(super) fn check_states(&self, retired: &[u64]) {
+        let mut running: HashMap<&str, (u32, u32)> = HashMap::new();
+        let mut live = 0;
+        for n in self.model.live_entries() {
+            live += 1;
+            let want = self.model.st(n).engine();
+            let got = self.engine.state(EntryId(n));
+            if got != Some(want) {
+                self.fail(&format!(
+                    "state of {n}:{} is {got:?}, the model says {want:?}",
+                    self.model.label(n)
+                ));
+            }
+            if let (Some((k, limit)), true) = (self.model.key(n), want.is_started_unended()) {
+                let count = running.entry(k).or_insert((0, limit));
+                count.0 += 1;
+                if count.0 > count.1 {
+                    self.fail(&format!("key {k} runs more than its limit {limit}"));
+                }
+            }
+        }
+        if self.engine.live_entries() != live {
+            self.fail(&format!(
+                "the engine holds {} live entries, the model {live}",
+                self.engine.live_entries()
+            ));
+        }
+        for &b in retired {
+            let batch = &self.model.batches[b as usize - 1];
+            for n in batch.first..batch.end {
+                if self.engine.state(EntryId(n)).is_some()
+                    || self.engine.label(EntryId(n)).is_some()
+                {
+                    self.fail(&format!("entry {n} of retired batch {b} is still known"));
+                }
+            }
+            if self.engine.inspect(BatchId(b)).is_some() {
+                self.fail(&format!("retired batch {b} is still inspectable"));
+            }
+        }
+    }
+}

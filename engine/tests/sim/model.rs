@@ -1,0 +1,899 @@
+//! The reference model: its own states, its own transition table, eligibility from scratch,
+//! its own view of time (delays, pauses, retries), and its prediction of a restart; plus the
+//! owned, comparable forms of a step's inputs and outputs.
+
+use std::collections::{HashMap, HashSet};
+
+use turnstile_engine::limits::{NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
+use turnstile_engine::schedule::{
+    BatchId, EntryId, EntryStatus, HostSettle, InputErrorCode, InputKind, Outcome, Outputs, Reason,
+    Saved, SavedBatch, SavedCall, Started, State, SubmitErrorCode, UnrestoredCode, Wait,
+};
+
+use crate::generate::{Gen, KeyRule, RETRIES_DEFAULT};
+
+/// An entry's state, as the model sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum St {
+    Pending,
+    Approved,
+    Running,
+    Asking,
+    Ok,
+    Failed,
+    Rejected,
+    Skipped,
+    SettledFailed,
+    Cancelled,
+    Stopped(u32),
+    Interrupted,
+    /// Hit a rate limit once more than its key's cap allows, after this many retries.
+    RateLimited(u32),
+}
+
+impl St {
+    fn unanswered(self) -> bool {
+        matches!(
+            self,
+            Self::Pending | Self::Approved | Self::Running | Self::Asking
+        )
+    }
+
+    pub(super) fn holds_slot(self) -> bool {
+        matches!(self, Self::Running | Self::Asking)
+    }
+
+    fn undecided_or_parked(self) -> bool {
+        matches!(self, Self::Pending | Self::Approved)
+    }
+
+    fn failure(self) -> bool {
+        matches!(
+            self,
+            Self::Failed | Self::SettledFailed | Self::RateLimited(_)
+        )
+    }
+
+    fn ended(self) -> bool {
+        matches!(self, Self::Ok | Self::Failed)
+    }
+
+    /// The engine's spelling, to compare.
+    pub(super) fn engine(self) -> State {
+        match self {
+            Self::Pending => State::Pending,
+            Self::Approved => State::Approved,
+            Self::Running => State::Running,
+            Self::Asking => State::Asking,
+            Self::Ok => State::Ended(Outcome::Ok),
+            Self::Failed => State::Ended(Outcome::Failed),
+            Self::Rejected => State::Settled(Reason::Rejected),
+            Self::Skipped => State::Settled(Reason::Skipped),
+            Self::SettledFailed => State::Settled(Reason::Failed),
+            Self::Cancelled => State::Settled(Reason::Cancelled),
+            Self::Stopped(after) => State::Settled(Reason::Stopped { after }),
+            Self::Interrupted => State::Settled(Reason::Interrupted),
+            Self::RateLimited(retries) => State::Settled(Reason::RateLimited { retries }),
+        }
+    }
+
+    /// How an export must carry it.
+    fn saved(self) -> Option<Saved> {
+        match self {
+            Self::Pending | Self::Approved => None,
+            Self::Running | Self::Asking => Some(Saved::Started),
+            Self::Ok => Some(Saved::Ended(Outcome::Ok)),
+            Self::Failed => Some(Saved::Ended(Outcome::Failed)),
+            other => match other.engine() {
+                State::Settled(reason) => Some(Saved::Settled(reason)),
+                _ => unreachable!(),
+            },
+        }
+    }
+}
+
+/// The model's transition table for host inputs.
+fn transition(kind: InputKind, st: St, how: Option<HostSettle>) -> Result<St, InputErrorCode> {
+    use InputErrorCode as E;
+    match kind {
+        InputKind::Approve | InputKind::Settle if st != St::Pending => Err(E::AlreadyDecided),
+        InputKind::Approve => Ok(St::Approved),
+        InputKind::Settle => Ok(match how {
+            Some(HostSettle::Rejected) => St::Rejected,
+            Some(HostSettle::Skipped) => St::Skipped,
+            _ => St::SettledFailed,
+        }),
+        _ if st.ended() => Err(E::AlreadyEnded),
+        InputKind::Ask if st == St::Running => Ok(St::Asking),
+        InputKind::Ask => Err(E::NotRunning),
+        InputKind::Answer if st == St::Asking => Ok(St::Running),
+        InputKind::Answer => Err(E::NotAsking),
+        InputKind::Ok | InputKind::Failed if st.holds_slot() => Ok(if kind == InputKind::Ok {
+            St::Ok
+        } else {
+            St::Failed
+        }),
+        _ => Err(E::NotRunning),
+    }
+}
+
+#[derive(Clone, Debug)]
+struct MCall {
+    id: String,
+    tool: String,
+    ops: Option<u32>,
+    first: u64,
+    /// From the generator's rules when the call was submitted or restored; none for a call a
+    /// restart left out.
+    key: Option<KeyRule>,
+    stop: bool,
+}
+
+impl MCall {
+    fn count(&self) -> u64 {
+        u64::from(self.ops.unwrap_or(1))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct MBatch {
+    pub(super) id: u64,
+    pub(super) first: u64,
+    pub(super) end: u64,
+    calls: Vec<MCall>,
+    cancelled: bool,
+    live: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct MEntry {
+    pub(super) batch: usize,
+    call: usize,
+    op: u32,
+    st: St,
+}
+
+/// A call to submit.
+#[derive(Clone, Debug)]
+pub(super) struct SubCall {
+    pub(super) id: String,
+    pub(super) tool: String,
+    pub(super) ops: Option<u32>,
+}
+
+/// The inputs of one step, owned.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Ins {
+    pub(super) approve: Vec<u64>,
+    pub(super) settle: Vec<(u64, HostSettle)>,
+    pub(super) ask: Vec<u64>,
+    pub(super) answer: Vec<u64>,
+    pub(super) ok: Vec<u64>,
+    pub(super) failed: Vec<u64>,
+    pub(super) cancel: Vec<u64>,
+    pub(super) now: Option<u64>,
+    pub(super) retry: Vec<(u64, u64)>,
+    pub(super) pause: Vec<(String, u64)>,
+}
+
+impl Ins {
+    pub(super) fn is_empty(&self) -> bool {
+        self.now.is_none()
+            && self.retry.is_empty()
+            && self.pause.is_empty()
+            && self.approve.is_empty()
+            && self.settle.is_empty()
+            && self.ask.is_empty()
+            && self.answer.is_empty()
+            && self.ok.is_empty()
+            && self.failed.is_empty()
+            && self.cancel.is_empty()
+    }
+}
+
+/// One step's output, in comparable form.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Out {
+    pub(super) start: Vec<u64>,
+    pub(super) settle: Vec<(u64, Reason)>,
+    pub(super) errors: Vec<(InputKind, u32, InputErrorCode)>,
+    pub(super) retired: Vec<u64>,
+    pub(super) wake_at: Option<u64>,
+}
+
+impl Out {
+    pub(super) fn of(out: &Outputs) -> Self {
+        Self {
+            start: out.start.iter().map(|e| e.0).collect(),
+            settle: out.settle.iter().map(|&(e, r)| (e.0, r)).collect(),
+            errors: out
+                .errors
+                .iter()
+                .map(|e| (e.input, e.index, e.code))
+                .collect(),
+            retired: out.retired.iter().map(|b| b.0).collect(),
+            wake_at: out.wake_at,
+        }
+    }
+}
+
+/// The reference model. Batch `b` is `batches[b - 1]`, entry `n` is `entries[n - 1]`: numbers
+/// start at 1, are handed out in order and never twice, so they index the history.
+#[derive(Clone, Debug)]
+pub(super) struct Model {
+    pub(super) cfg: Gen,
+    pub(super) batches: Vec<MBatch>,
+    pub(super) entries: Vec<MEntry>,
+    /// Settlements a restart made, reported by the next step.
+    reports: Vec<(u64, Reason)>,
+    /// Time: the clock as last given (a scheduler starts at 0 and a restart forgets time).
+    pub(super) time: Time,
+}
+
+/// What the model knows of time since the scheduler was made or resumed.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Time {
+    pub(super) now: u64,
+    /// Per key name, the end of its pause (a pause only extends).
+    paused: HashMap<String, u64>,
+    /// Per key name, the host's `now` at its last start.
+    last_start: HashMap<String, u64>,
+    /// Per entry, how many times it ran again after a rate limit.
+    retried: HashMap<u64, u32>,
+    /// Unkeyed retried entries that wait alone, until when.
+    not_before: HashMap<u64, u64>,
+    /// Retried entries the engine does not stop although a failure before them in their call
+    /// came first (a deviation, see `retry`).
+    unstoppable: HashSet<u64>,
+}
+
+/// The index of entry `n` (numbers start at 1) in the model's history.
+pub(super) fn ix(n: u64) -> usize {
+    (n - 1) as usize
+}
+
+fn valid_name(name: &str, call_id: bool) -> bool {
+    !name.is_empty()
+        && name.len() <= NAME_BYTES_MAX
+        && !(call_id && (name.contains('#') || name.contains('\n')))
+}
+
+impl Model {
+    pub(super) fn new(cfg: Gen) -> Self {
+        Self {
+            cfg,
+            batches: Vec::new(),
+            entries: Vec::new(),
+            reports: Vec::new(),
+            time: Time::default(),
+        }
+    }
+
+    pub(super) fn next_batch(&self) -> u64 {
+        self.batches.len() as u64 + 1
+    }
+
+    pub(super) fn next_entry(&self) -> u64 {
+        self.entries.len() as u64 + 1
+    }
+
+    pub(super) fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.batches.len()).filter(|&b| self.batches[b].live)
+    }
+
+    pub(super) fn live_entries(&self) -> impl Iterator<Item = u64> + '_ {
+        self.live()
+            .flat_map(|b| self.batches[b].first..self.batches[b].end)
+    }
+
+    pub(super) fn is_live(&self, n: u64) -> bool {
+        n.checked_sub(1)
+            .and_then(|i| self.entries.get(i as usize))
+            .is_some_and(|e| self.batches[e.batch].live)
+    }
+
+    pub(super) fn st(&self, n: u64) -> St {
+        self.entries[ix(n)].st
+    }
+
+    fn set(&mut self, n: u64, st: St) {
+        self.entries[ix(n)].st = st;
+    }
+
+    fn call(&self, n: u64) -> &MCall {
+        let e = &self.entries[ix(n)];
+        &self.batches[e.batch].calls[e.call]
+    }
+
+    pub(super) fn key(&self, n: u64) -> Option<(&str, u32)> {
+        self.call(n)
+            .key
+            .as_ref()
+            .map(|k| (k.name.as_str(), k.limit))
+    }
+
+    pub(super) fn rule(&self, n: u64) -> Option<&KeyRule> {
+        self.call(n).key.as_ref()
+    }
+
+    /// The earliest time key `k` may start its next entry: its delay after its last start,
+    /// and its pause.
+    fn gate(&self, k: &KeyRule) -> u64 {
+        let spaced = self
+            .time
+            .last_start
+            .get(&k.name)
+            .map_or(0, |&t| t + u64::from(k.delay));
+        spaced.max(self.time.paused.get(&k.name).copied().unwrap_or(0))
+    }
+
+    /// Entries that hold a slot of key `k`.
+    fn running(&self, k: &str) -> usize {
+        self.live_entries()
+            .filter(|&m| self.key(m).is_some_and(|(mk, _)| mk == k))
+            .filter(|&m| self.st(m).holds_slot())
+            .count()
+    }
+
+    /// The first entry of key `k` not started yet (pending or approved), in entry order.
+    fn front(&self, k: &str) -> Option<u64> {
+        self.live_entries().find(|&m| {
+            self.key(m).is_some_and(|(mk, _)| mk == k) && self.st(m).undecided_or_parked()
+        })
+    }
+
+    /// When something waits on time: a key whose front entry could start but for its gate, or
+    /// an unkeyed retried entry waiting alone.
+    pub(super) fn wake_at(&self) -> Option<u64> {
+        let mut names: Vec<&KeyRule> = Vec::new();
+        for n in self.live_entries() {
+            if let Some(k) = self.rule(n)
+                && !names.iter().any(|m| m.name == k.name)
+            {
+                names.push(k);
+            }
+        }
+        let keys = names.into_iter().filter_map(|k| {
+            let front = self.front(&k.name)?;
+            let gate = self.gate(k);
+            (self.st(front) == St::Approved
+                && self.open(self.entries[ix(front)].batch)
+                && self.running(&k.name) < k.limit as usize
+                && gate > self.time.now)
+                .then_some(gate)
+        });
+        let alone = self
+            .time
+            .not_before
+            .iter()
+            .filter(|&(&n, _)| self.is_live(n) && self.st(n) == St::Approved)
+            .map(|(_, &t)| t);
+        keys.chain(alone).min()
+    }
+
+    pub(super) fn label(&self, n: u64) -> String {
+        let c = self.call(n);
+        match c.ops {
+            Some(_) => format!("{}#{}", c.id, self.entries[ix(n)].op),
+            None => c.id.clone(),
+        }
+    }
+
+    /// Rule 1: nothing pending, not cancelled.
+    fn open(&self, b: usize) -> bool {
+        let batch = &self.batches[b];
+        batch.live
+            && !batch.cancelled
+            && (batch.first..batch.end).all(|n| self.st(n) != St::Pending)
+    }
+
+    /// The lowest failed operation of an entry's call.
+    fn lowest_failure(&self, n: u64) -> Option<u32> {
+        let c = self.call(n);
+        (c.first..c.first + c.count())
+            .filter(|&m| self.st(m).failure())
+            .map(|m| self.entries[ix(m)].op)
+            .min()
+    }
+
+    /// A call id is taken while its batch lives, even by a call a restart left out (its
+    /// batch still holds its entries; an id free before the batch retires would make the next
+    /// export hold two calls with one id).
+    pub(super) fn live_call(&self, id: &str) -> bool {
+        self.live()
+            .any(|b| self.batches[b].calls.iter().any(|c| c.id == id))
+    }
+
+    pub(super) fn submit(&mut self, calls: &[SubCall]) -> Result<(u64, u64, u32), SubmitErrorCode> {
+        if calls.is_empty() {
+            return Err(SubmitErrorCode::EmptyBatch);
+        }
+        for (i, c) in calls.iter().enumerate() {
+            if !valid_name(&c.id, true) || !valid_name(&c.tool, false) {
+                return Err(SubmitErrorCode::InvalidId);
+            }
+            if self.live_call(&c.id) || calls[..i].iter().any(|d| d.id == c.id) {
+                return Err(SubmitErrorCode::DuplicateId);
+            }
+            match c.ops {
+                Some(_) if !self.cfg.rules(&c.tool).fan_out => {
+                    return Err(SubmitErrorCode::NotFanOut);
+                }
+                Some(0) => return Err(SubmitErrorCode::InvalidOperations),
+                Some(n) if n > OPERATIONS_PER_CALL_MAX => return Err(SubmitErrorCode::TooLarge),
+                _ => {}
+            }
+        }
+        let (id, first) = (self.next_batch(), self.next_entry());
+        let b = self.batches.len();
+        let mut batch = MBatch {
+            id,
+            first,
+            end: first,
+            calls: Vec::new(),
+            cancelled: false,
+            live: true,
+        };
+        for (ci, c) in calls.iter().enumerate() {
+            let rules = self.cfg.rules(&c.tool);
+            let call = MCall {
+                id: c.id.clone(),
+                tool: c.tool.clone(),
+                ops: c.ops,
+                first: batch.end,
+                key: rules.key,
+                stop: rules.stop,
+            };
+            for op in 0..call.count() as u32 {
+                self.entries.push(MEntry {
+                    batch: b,
+                    call: ci,
+                    op,
+                    st: St::Pending,
+                });
+            }
+            batch.end += call.count();
+            batch.calls.push(call);
+        }
+        let count = (batch.end - first) as u32;
+        self.batches.push(batch);
+        Ok((id, first, count))
+    }
+
+    /// One step: every input judged on its own, in field order; then the key walks and
+    /// retirement.
+    pub(super) fn step(&mut self, ins: &Ins) -> Out {
+        let mut out = Out {
+            settle: std::mem::take(&mut self.reports),
+            ..Out::default()
+        };
+        if let Some(now) = ins.now {
+            if now < self.time.now {
+                out.errors
+                    .push((InputKind::Now, 0, InputErrorCode::TimeBackwards));
+            } else {
+                self.time.now = now;
+            }
+        }
+        // Unkeyed retried entries whose wait is over run again as the clock reaches them.
+        let due: Vec<u64> = self
+            .time
+            .not_before
+            .iter()
+            .filter(|&(_, &t)| t <= self.time.now)
+            .map(|(&n, _)| n)
+            .collect();
+        for n in due {
+            self.time.not_before.remove(&n);
+            if self.is_live(n) && self.st(n) == St::Approved {
+                self.set(n, St::Running);
+                out.start.push(n);
+            }
+        }
+        for (i, &n) in ins.approve.iter().enumerate() {
+            self.judge(InputKind::Approve, i, n, None, &mut out);
+        }
+        for (i, &(n, how)) in ins.settle.iter().enumerate() {
+            self.judge(InputKind::Settle, i, n, Some(how), &mut out);
+        }
+        let lists = [
+            (InputKind::Ask, &ins.ask),
+            (InputKind::Answer, &ins.answer),
+            (InputKind::Ok, &ins.ok),
+            (InputKind::Failed, &ins.failed),
+        ];
+        for (kind, list) in lists {
+            for (i, &n) in list.iter().enumerate() {
+                self.judge(kind, i, n, None, &mut out);
+            }
+        }
+        for (i, &(n, until)) in ins.retry.iter().enumerate() {
+            if let Err(code) = self.retry(n, until, &mut out) {
+                out.errors.push((InputKind::Retry, i as u32, code));
+            }
+        }
+        for (i, &b) in ins.cancel.iter().enumerate() {
+            if let Err(code) = self.cancel(b, &mut out) {
+                out.errors.push((InputKind::Cancel, i as u32, code));
+            }
+        }
+        for (i, (key, until)) in ins.pause.iter().enumerate() {
+            if self.cfg.knows_key(key) {
+                let p = self.time.paused.entry(key.clone()).or_insert(0);
+                *p = (*p).max(*until);
+            } else {
+                out.errors
+                    .push((InputKind::Pause, i as u32, InputErrorCode::UnknownKey));
+            }
+        }
+        self.walk(&mut out);
+        self.retire(&mut out);
+        out.start.sort_unstable();
+        out.settle.sort_by_key(|s| s.0);
+        out.wake_at = self.wake_at();
+        out
+    }
+
+    /// An execution hit a rate limit: its slot is free and its key paused until `until`; it
+    /// runs again (keyed: from its place in its key's order; unkeyed: alone, at `until`),
+    /// unless its batch was cancelled or it already ran again as often as its key allows.
+    fn retry(&mut self, n: u64, until: u64, out: &mut Out) -> Result<(), InputErrorCode> {
+        if !self.is_live(n) {
+            return Err(InputErrorCode::UnknownEntry);
+        }
+        let rule = self.rule(n).cloned();
+        let cap = rule.as_ref().map_or(RETRIES_DEFAULT, |k| k.retries);
+        let cancelled = self.batches[self.entries[ix(n)].batch].cancelled;
+        match self.st(n) {
+            St::Running | St::Asking => {}
+            st if st.ended() => return Err(InputErrorCode::AlreadyEnded),
+            _ => return Err(InputErrorCode::NotRunning),
+        }
+        if let Some(k) = &rule {
+            let p = self.time.paused.entry(k.name.clone()).or_insert(0);
+            *p = (*p).max(until);
+        }
+        let done = self.time.retried.get(&n).copied().unwrap_or(0);
+        // It may not run again when its batch was cancelled, when an earlier operation of its
+        // call failed under `stop` (the earlier cause wins over the cap), or past its key's cap.
+        let op = self.entries[ix(n)].op;
+        let c = self.call(n);
+        let behind = if c.stop && c.ops.is_some() {
+            self.lowest_failure(n).filter(|&f| f < op)
+        } else {
+            None
+        };
+        let give_up = if cancelled {
+            Some(St::Cancelled)
+        } else if let Some(f) = behind {
+            Some(St::Stopped(f + 1))
+        } else if done >= cap {
+            Some(St::RateLimited(done))
+        } else {
+            None
+        };
+        match give_up {
+            Some(st) => {
+                self.set(n, st);
+                out.settle.push((
+                    n,
+                    match st.engine() {
+                        State::Settled(r) => r,
+                        _ => unreachable!(),
+                    },
+                ));
+                self.immediate(out);
+            }
+            None => {
+                self.time.retried.insert(n, done + 1);
+                self.set(n, St::Approved);
+                if rule.is_none() && until > self.time.now {
+                    self.time.not_before.insert(n, until);
+                }
+                self.immediate(out);
+            }
+        }
+        Ok(())
+    }
+
+    fn judge(&mut self, kind: InputKind, i: usize, n: u64, how: Option<HostSettle>, out: &mut Out) {
+        let next = if self.is_live(n) {
+            transition(kind, self.st(n), how)
+        } else {
+            Err(InputErrorCode::UnknownEntry)
+        };
+        match next {
+            Ok(st) => {
+                self.set(n, st);
+                self.immediate(out);
+            }
+            Err(code) => out.errors.push((kind, i as u32, code)),
+        }
+    }
+
+    fn cancel(&mut self, b: u64, out: &mut Out) -> Result<(), InputErrorCode> {
+        let Some(bi) = (b as usize)
+            .checked_sub(1)
+            .filter(|&i| self.batches.get(i).is_some_and(|x| x.live))
+        else {
+            return Err(InputErrorCode::UnknownBatch);
+        };
+        if self.batches[bi].cancelled {
+            return Err(InputErrorCode::BatchCancelled);
+        }
+        self.batches[bi].cancelled = true;
+        for n in self.batches[bi].first..self.batches[bi].end {
+            if self.st(n).undecided_or_parked() {
+                self.set(n, St::Cancelled);
+                out.settle.push((n, Reason::Cancelled));
+            }
+        }
+        Ok(())
+    }
+
+    /// What happens at once in an open batch: rule 4 (approved operations behind the lowest
+    /// failure of a stop call are stopped) and rule 1 (unkeyed approved entries start).
+    fn immediate(&mut self, out: &mut Out) {
+        for b in 0..self.batches.len() {
+            if !self.open(b) {
+                continue;
+            }
+            for n in self.batches[b].first..self.batches[b].end {
+                if self.st(n) != St::Approved {
+                    continue;
+                }
+                let op = self.entries[ix(n)].op;
+                let c = self.call(n);
+                let unkeyed = c.key.is_none();
+                let behind = if c.stop && c.ops.is_some() && !self.time.unstoppable.contains(&n) {
+                    self.lowest_failure(n).filter(|&f| f < op)
+                } else {
+                    None
+                };
+                if let Some(f) = behind {
+                    self.set(n, St::Stopped(f + 1));
+                    out.settle.push((n, Reason::Stopped { after: f + 1 }));
+                } else if unkeyed && !self.time.not_before.contains_key(&n) {
+                    self.set(n, St::Running);
+                    out.start.push(n);
+                }
+            }
+        }
+    }
+
+    /// Rule 2, from scratch: the first entry that may start starts, until none may.
+    fn walk(&mut self, out: &mut Out) {
+        loop {
+            let next = self.live_entries().find(|&n| self.eligible(n));
+            let Some(n) = next else {
+                return;
+            };
+            self.set(n, St::Running);
+            out.start.push(n);
+            if let Some((k, _)) = self.key(n) {
+                let k = k.to_owned();
+                self.time.last_start.insert(k, self.time.now);
+            }
+        }
+    }
+
+    fn eligible(&self, n: u64) -> bool {
+        if self.st(n) != St::Approved {
+            return false;
+        }
+        let Some((key, limit)) = self.key(n) else {
+            return false;
+        };
+        let same = |m: &u64| self.key(*m).is_some_and(|(k, _)| k == key);
+        self.open(self.entries[ix(n)].batch)
+            && self.rule(n).is_some_and(|k| self.gate(k) <= self.time.now)
+            && self
+                .live_entries()
+                .filter(same)
+                .filter(|&m| self.st(m).holds_slot())
+                .count()
+                < limit as usize
+            && !self
+                .live_entries()
+                .filter(same)
+                .any(|m| m < n && self.st(m).undecided_or_parked())
+    }
+
+    fn retire(&mut self, out: &mut Out) {
+        let done: Vec<usize> = self
+            .live()
+            .filter(|&b| {
+                let batch = &self.batches[b];
+                (batch.first..batch.end).all(|n| !self.st(n).unanswered())
+            })
+            .collect();
+        for b in done {
+            self.batches[b].live = false;
+            out.retired.push(self.batches[b].id);
+        }
+    }
+
+    /// How an export carries entry `n`. What a restart settled and no step has reported yet is
+    /// carried as it was before that restart, so that the next restart reports it again.
+    fn saved(&self, n: u64) -> Option<Saved> {
+        match self.reports.iter().find(|&&(m, _)| m == n) {
+            Some((_, Reason::Interrupted)) => Some(Saved::Started),
+            Some(_) => None,
+            None => self.st(n).saved(),
+        }
+    }
+
+    /// What `unfinished` must export.
+    pub(super) fn export(&self) -> Vec<SavedBatch> {
+        self.live()
+            .map(|b| {
+                let batch = &self.batches[b];
+                SavedBatch {
+                    batch: BatchId(batch.id),
+                    first: EntryId(batch.first),
+                    cancelled: batch.cancelled,
+                    calls: batch
+                        .calls
+                        .iter()
+                        .map(|c| SavedCall {
+                            id: c.id.clone(),
+                            tool: c.tool.clone(),
+                            operations: c.ops,
+                            entries: (0..c.count())
+                                .filter_map(|op| self.saved(c.first + op).map(|s| (op as u32, s)))
+                                .collect(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// A restart under `cfg`: predicts the resumed state and the calls left out. Returns those
+    /// and the entries that may start again.
+    pub(super) fn resume(
+        &mut self,
+        cfg: Gen,
+        started: Started,
+    ) -> (Vec<(u64, String, UnrestoredCode)>, Vec<u64>) {
+        self.cfg = cfg;
+        // A resumed scheduler is fresh: its clock is 0 and it knows no pause, start or retry.
+        self.time = Time::default();
+        // Unreported settlements of an earlier restart count as what they were before it.
+        for (n, reason) in std::mem::take(&mut self.reports) {
+            let before = if reason == Reason::Interrupted {
+                St::Running
+            } else {
+                St::Pending
+            };
+            self.set(n, before);
+        }
+        let mut taken: HashSet<String> = HashSet::new();
+        let mut unrestored = Vec::new();
+        let mut again = Vec::new();
+        let live: Vec<usize> = self.live().collect();
+        for b in live {
+            let cancelled = self.batches[b].cancelled;
+            let rerun = started == Started::RunAgain && !cancelled;
+            for c in 0..self.batches[b].calls.len() {
+                let call = &self.batches[b].calls[c];
+                let rules = self.cfg.rules(&call.tool);
+                let code = if taken.contains(&call.id) {
+                    Some(UnrestoredCode::DuplicateId)
+                } else if call.ops.is_some() && !rules.fan_out {
+                    Some(UnrestoredCode::InvalidOperations)
+                } else {
+                    None
+                };
+                let (first, count) = (call.first, call.count());
+                if let Some(code) = code {
+                    unrestored.push((self.batches[b].id, call.id.clone(), code));
+                }
+                taken.insert(call.id.clone());
+                let call = &mut self.batches[b].calls[c];
+                call.key = if code.is_some() { None } else { rules.key };
+                call.stop = code.is_none() && rules.stop;
+                for n in first..first + count {
+                    let st = self.st(n);
+                    let next = match st {
+                        // Left out: keeps a response; without one it is interrupted, and
+                        // the unrestored list is its report.
+                        other if code.is_some() && !other.unanswered() => other,
+                        _ if code.is_some() => St::Interrupted,
+                        St::Pending | St::Approved if cancelled => St::Cancelled,
+                        St::Pending | St::Approved => St::Pending,
+                        St::Running | St::Asking if rerun => St::Pending,
+                        St::Running | St::Asking => St::Interrupted,
+                        other => other,
+                    };
+                    if code.is_none() && st.unanswered() && !next.unanswered() {
+                        self.reports.push((
+                            n,
+                            match next.engine() {
+                                State::Settled(r) => r,
+                                _ => unreachable!(),
+                            },
+                        ));
+                    }
+                    if st.holds_slot() && next == St::Pending {
+                        again.push(n);
+                    }
+                    self.set(n, next);
+                }
+            }
+        }
+        (unrestored, again)
+    }
+
+    /// What `inspect` must say of batch `b`.
+    pub(super) fn inspect(&self, b: u64) -> Option<Vec<EntryStatus>> {
+        let bi = (b as usize)
+            .checked_sub(1)
+            .filter(|&i| self.batches.get(i).is_some_and(|x| x.live))?;
+        let batch = &self.batches[bi];
+        let open = self.open(bi);
+        let pending = (batch.first..batch.end)
+            .filter(|&n| self.st(n) == St::Pending)
+            .count() as u32;
+        let statuses = (batch.first..batch.end)
+            .map(|n| {
+                let key = self.key(n);
+                let wait = match (self.st(n), key) {
+                    (St::Approved, _) if !open => Some(Wait::BatchNotApproved { pending }),
+                    (St::Approved, Some((k, limit))) => {
+                        let same: Vec<u64> = self
+                            .live_entries()
+                            .filter(|&m| self.key(m).is_some_and(|(mk, _)| mk == k))
+                            .collect();
+                        let ahead = same
+                            .iter()
+                            .copied()
+                            .rev()
+                            .find(|&m| m < n && self.st(m).undecided_or_parked());
+                        let rule = self.rule(n).unwrap();
+                        let gate = self.gate(rule);
+                        let paused = self.time.paused.get(k).copied().unwrap_or(0);
+                        let room = self.running(k) < limit as usize;
+                        Some(match ahead {
+                            Some(m) => Wait::Behind(self.label(m)),
+                            None if room && gate > self.time.now && paused >= gate => {
+                                Wait::KeyPaused {
+                                    key: k.to_owned(),
+                                    until: paused,
+                                }
+                            }
+                            None if room && gate > self.time.now => Wait::KeySpacing {
+                                key: k.to_owned(),
+                                until: gate,
+                            },
+                            None => Wait::KeyFull {
+                                key: k.to_owned(),
+                                limit,
+                                running: same
+                                    .iter()
+                                    .filter(|&&m| self.st(m).holds_slot())
+                                    .map(|&m| self.label(m))
+                                    .collect(),
+                            },
+                        })
+                    }
+                    (St::Approved, None) => self
+                        .time
+                        .not_before
+                        .get(&n)
+                        .map(|&until| Wait::RetryAt { until }),
+                    _ => None,
+                };
+                EntryStatus {
+                    entry: EntryId(n),
+                    label: self.label(n),
+                    tool: self.call(n).tool.clone(),
+                    key: key.map(|(k, _)| k.to_owned()),
+                    state: self.st(n).engine(),
+                    wait,
+                }
+            })
+            .collect();
+        Some(statuses)
+    }
+}
