@@ -7,7 +7,7 @@ import { ResumeError, SubmitError } from './errors.js';
 import { Held, type Instance } from './instance.js';
 import type { Policy } from './turnstile.js';
 import type { EntryStatus, SavedState, Started, StepInputs, StepOutputs, Unrestored } from './types.js';
-import { array, fail, numbers, oneOf, record, string, u32, u64 } from './validate.js';
+import { array, fail, numbers, oneOf, record, string, time, u32, u64 } from './validate.js';
 
 /** A call as the model wrote it: `operations` for a fan-out envelope of that many operations
  * (at least 1); without it, a plain call. Other fields (the call's arguments, say) are kept and
@@ -119,13 +119,6 @@ export class Submitted {
 
 const HOW = ['rejected', 'skipped', 'failed'] as const;
 const STEP_FIELDS = ['approve', 'settle', 'ask', 'answer', 'ok', 'failed', 'cancel', 'now', 'retry', 'pause'] as const;
-
-/** A time in milliseconds on the host's clock: a non-negative safe integer. */
-function time(value: unknown, name: string): bigint {
-  if (typeof value !== 'number') fail(name, 'a number of milliseconds', value);
-  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be an integer number of milliseconds in 0 ..= 2^53 - 1, got ${value}`);
-  return BigInt(value);
-}
 
 function retries(value: unknown): ws.RetryAfter[] {
   if (value === undefined) return [];

@@ -220,26 +220,26 @@ def _outputs(start: list[int], settle: list[Any], errors: list[Any], retired: li
     )
 
 
+def _timed(value: Any, what: str, first: str, article: str, check: Any) -> list[SimpleNamespace]:
+    """`(first, until)` pairs as WIT records with fields `first` and `until`."""
+    out = []
+    for i, pair in enumerate(_check.sequence(value, what)):
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError(f"{what}[{i}] must be {article} ({first}, until) pair, not {type(pair).__name__}")
+        head, until = pair
+        fields = {first: check(head, f"{what}[{i}] {first}"), "until": _u64(until, f"{what}[{i}] until")}
+        out.append(SimpleNamespace(**fields))
+    return out
+
+
 def check_retry(retry: Any) -> list[SimpleNamespace]:
     """`(entry, until)` pairs as the WIT's `retry-after` records."""
-    out = []
-    for i, pair in enumerate(_check.sequence(retry, "retry")):
-        if not isinstance(pair, tuple) or len(pair) != 2:
-            raise TypeError(f"retry[{i}] must be an (entry, until) pair, not {type(pair).__name__}")
-        entry, until = pair
-        out.append(SimpleNamespace(entry=_u64(entry, f"retry[{i}] entry"), until=_u64(until, f"retry[{i}] until")))
-    return out
+    return _timed(retry, "retry", "entry", "an", _u64)
 
 
 def check_pause(pause: Any) -> list[SimpleNamespace]:
     """`(key, until)` pairs as the WIT's `key-pause` records."""
-    out = []
-    for i, pair in enumerate(_check.sequence(pause, "pause")):
-        if not isinstance(pair, tuple) or len(pair) != 2:
-            raise TypeError(f"pause[{i}] must be a (key, until) pair, not {type(pair).__name__}")
-        key, until = pair
-        out.append(SimpleNamespace(key=_str(key, f"pause[{i}] key"), until=_u64(until, f"pause[{i}] until")))
-    return out
+    return _timed(pause, "pause", "key", "a", _str)
 
 
 # ---------------------------------------------------------------------------------------------
