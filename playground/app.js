@@ -1,350 +1,377 @@
-// The playground: config layers and a batch in, the schedule out. It drives the same component
-// as every host (through the JS package in /hosts/js/dist): it submits the batch, approves every
-// entry in one `step`, and ends executions on a virtual clock, one `step` per end, so a step is
-// deterministic: the running execution that ends first ends next. `inspect` says why each
-// approved entry waits.
-import { ConfigError, Scheduler, SubmitError, Turnstile } from '../hosts/js/dist/index.js';
-
-const DEFAULT_LAYERS = [
-  {
-    name: 'plugin: jp-rfd',
-    text: `# RFD 129: every jp-rfd tool that writes shares one key.
-[conversation.tools.rfd_draft]
-source = "local"
-concurrency = { key = "rfd" }
-
-[conversation.tools.rfd_renumber]
-source = "local"
-concurrency = { key = "rfd" }
-`,
-  },
-  {
-    name: 'user',
-    text: `[conversation.tools.fs_read_file]
-fan_out = true
-`,
-  },
-];
-const DEFAULT_BATCH = `n1 rfd_renumber
-n2 rfd_renumber
-n3 rfd_renumber
-n4 rfd_renumber
-d1 rfd_draft
-d2 rfd_draft
-d3 rfd_draft
-r fs_read_file*2 15`;
+// The page: editors and controls in, views out. The scheduler runs in a Web Worker (worker.js,
+// session.js); every control posts one action there and renders the view that comes back. The
+// scenario (layers, batch, actions) lives in the URL hash, so the address is a share link.
+import { layerEditor } from './editor.js';
+import { EXAMPLES } from './examples.js';
+import { renderTimeline } from './timeline.js';
 
 const $ = (id) => document.getElementById(id);
-const state = { turnstile: null, sched: null, submitted: null, now: 0, running: [], bars: [], keys: new Map(), done: false, timer: null, resetTimer: null };
-// For tests and the curious: the current schedule as data.
-window.__playground = { ready: false, bars: state.bars, diagnostics: [], waiting: [], error: null, events: [] };
+const EDIT_DELAY_MS = 300;
+const HASH_PREFIX = '#s=';
 
-function showFatal(message) {
+const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+const replies = new Map();
+const idlers = [];
+let requestId = 0;
+let editTimer = null;
+let editors = [];
+let lastHash = '';
+
+// For tests and the curious: the last view, a fatal error (the worker or component failed), and
+// a promise for "every edit sent and every request answered".
+const pg = (window.__playground = { ready: false, worker: false, view: null, error: null, idle });
+
+function send(message) {
+  const id = ++requestId;
+  worker.postMessage({ id, ...message });
+  return new Promise((ok, fail) => replies.set(id, { ok, fail })).then(show, (e) => fatal(e.message));
+}
+
+function idle() {
+  return replies.size === 0 && editTimer === null ? Promise.resolve() : new Promise((ok) => idlers.push(ok));
+}
+
+worker.onmessage = ({ data }) => {
+  if ('ready' in data) {
+    if (!data.ready) return fatal(data.error);
+    pg.worker = data.worker;
+    return;
+  }
+  const reply = replies.get(data.id);
+  replies.delete(data.id);
+  if (data.error) reply.fail(new Error(data.error));
+  else reply.ok(data.view);
+};
+worker.onerror = (e) => fatal(`the worker failed: ${e.message ?? 'it could not load'}`);
+
+function fatal(message) {
   const box = $('fatal');
   box.hidden = false;
   box.textContent = message;
-  window.__playground.error = message;
+  pg.error = message;
+  settleIdle();
 }
-window.addEventListener('error', (e) => showFatal(`error: ${e.message}`));
-window.addEventListener('unhandledrejection', (e) => showFatal(`error: ${e.reason?.message ?? e.reason}`));
 
-function layerElement(layer) {
-  const div = document.createElement('div');
-  div.className = 'layer';
-  div.innerHTML = `<div class="head"><input type="text" class="layer-name" aria-label="layer name"><button type="button" class="remove">Remove</button></div>
-    <textarea class="layer-text" rows="9" spellcheck="false" aria-label="layer text"></textarea><pre class="source" aria-label="layer with diagnostics"></pre>`;
-  div.querySelector('.layer-name').value = layer.name;
-  div.querySelector('.layer-text').value = layer.text;
-  div.querySelector('.remove').addEventListener('click', () => {
-    div.remove();
-    reset();
+function settleIdle() {
+  if (replies.size || editTimer !== null) return;
+  while (idlers.length) idlers.shift()();
+}
+
+// --- scenario in, view out ---------------------------------------------------------------
+
+function scenario() {
+  return { layers: editors.map((e) => e.layer()), batch: $('batch').value };
+}
+
+/** Puts a scenario in the editors and has the worker replay it. */
+function open(s) {
+  editors = [];
+  $('layers').replaceChildren();
+  for (const layer of s.layers) addEditor(layer);
+  $('batch').value = s.batch;
+  const example = EXAMPLES.find((e) => e.batch === s.batch && JSON.stringify(e.layers) === JSON.stringify(s.layers));
+  $('example').value = example?.id ?? '';
+  fitBatch();
+  clearTimeout(editTimer);
+  editTimer = null;
+  return send({ load: { ...s, actions: s.actions ?? [] } });
+}
+
+function addEditor(layer) {
+  const editor = layerEditor(layer, {
+    onInput: edited,
+    onRemove: () => {
+      editors = editors.filter((e) => e !== editor);
+      editor.element.remove();
+      edited();
+      flushEdits();
+    },
   });
-  div.querySelector('.layer-text').addEventListener('input', resetSoon);
-  div.querySelector('.layer-name').addEventListener('input', resetSoon);
-  return div;
+  editors.push(editor);
+  $('layers').append(editor.element);
 }
 
-/** Resets once typing pauses; one timer for every input, and a reset (the button) cancels it,
- * so an edit never resets a schedule that was stepped after the edit was applied. */
-function resetSoon() {
-  clearTimeout(state.resetTimer);
-  state.resetTimer = setTimeout(reset, 400);
+/** An edit starts the schedule over, once typing pauses. */
+function edited() {
+  $('example').value = '';
+  clearTimeout(editTimer);
+  editTimer = setTimeout(flushEdits, EDIT_DELAY_MS);
 }
 
-function layers() {
-  return [...document.querySelectorAll('.layer')].map((div) => ({
-    name: div.querySelector('.layer-name').value || 'layer',
-    text: div.querySelector('.layer-text').value,
-  }));
+/** The batch box grows with its lines (up to 24). */
+function fitBatch() {
+  $('batch').rows = Math.min(24, Math.max(4, $('batch').value.split('\n').length + 1));
 }
 
-/** Byte offsets (what spans carry) to string indices, for one layer's text. */
-function byteToIndex(text) {
-  const enc = new TextEncoder();
-  const map = [];
-  let bytes = 0;
-  for (let i = 0; i < text.length; i++) {
-    const ch = text.codePointAt(i);
-    const s = String.fromCodePoint(ch);
-    const n = enc.encode(s).length;
-    for (let k = 0; k < n; k++) map[bytes + k] = i;
-    bytes += n;
-    if (s.length === 2) i++;
-  }
-  map[bytes] = text.length;
-  return (b) => map[Math.min(b, bytes)] ?? text.length;
+function flushEdits() {
+  if (editTimer === null) return;
+  clearTimeout(editTimer);
+  editTimer = null;
+  send({ load: { ...scenario(), actions: [] } });
 }
 
-/** Shows each layer's text with every diagnostic's spans underlined. */
-function renderSources(diagnostics) {
-  document.querySelectorAll('.layer').forEach((div, index) => {
-    const text = div.querySelector('.layer-text').value;
-    const pre = div.querySelector('.source');
-    const toIndex = byteToIndex(text);
-    const spans = diagnostics
-      .flatMap((d) => d.labels.map((l) => ({ ...l, code: d.code })))
-      .filter((l) => l.span.layer === index)
-      .map((l) => ({ start: toIndex(l.span.start), end: Math.max(toIndex(l.span.end), toIndex(l.span.start) + 1), title: `${l.code}: ${l.message}` }))
-      .sort((a, b) => a.start - b.start);
-    pre.replaceChildren();
-    let at = 0;
-    for (const s of spans) {
-      if (s.start < at) continue;
-      pre.append(text.slice(at, s.start));
-      const mark = document.createElement('span');
-      mark.className = 'underline';
-      mark.title = s.title;
-      mark.dataset.code = s.title.split(':')[0];
-      mark.textContent = text.slice(s.start, s.end) || ' ';
-      pre.append(mark);
-      at = s.end;
-    }
-    pre.append(text.slice(at));
-    pre.hidden = spans.length === 0;
-  });
+function act(action) {
+  flushEdits();
+  return send({ act: action });
 }
 
-function parseBatch(text) {
-  const calls = [];
-  const extra = new Map();
-  text.split('\n').forEach((line, i) => {
-    const words = line.trim().split(/\s+/).filter(Boolean);
-    if (!words.length || words[0].startsWith('#')) return;
-    if (words.length < 2) throw new Error(`batch line ${i + 1}: write \`ID TOOL\`, \`ID TOOL*N\`, then optionally a duration and \`fail\``);
-    const [id, toolSpec, ...rest] = words;
-    const star = toolSpec.indexOf('*');
-    const call = star < 0 ? { id, tool: toolSpec } : { id, tool: toolSpec.slice(0, star), operations: Number(toolSpec.slice(star + 1)) };
-    if (call.operations !== undefined && !(Number.isInteger(call.operations) && call.operations >= 0)) throw new Error(`batch line ${i + 1}: bad operation count in \`${toolSpec}\``);
-    let duration = 10;
-    let fail = false;
-    for (const w of rest) {
-      if (w === 'fail') fail = true;
-      else if (/^\d+$/.test(w)) duration = Number(w);
-      else throw new Error(`batch line ${i + 1}: unexpected \`${w}\``);
-    }
-    calls.push(call);
-    extra.set(id, { duration, fail });
-  });
-  if (!calls.length) throw new Error('the batch is empty: write at least one call');
-  return { calls, extra };
+function show(view) {
+  pg.view = view;
+  renderDiagnostics(view);
+  renderControls(view);
+  renderEntries(view);
+  renderTimeline($('timeline'), view);
+  renderEvents(view);
+  writeHash(view.scenario);
+  settleIdle();
 }
 
-function log(text) {
-  const li = document.createElement('li');
-  li.textContent = `t=${state.now} ${text}`;
-  $('events').append(li);
-  window.__playground.events.push(`t=${state.now} ${text}`);
+// --- share links ---------------------------------------------------------------------------
+
+function writeHash(s) {
+  const json = JSON.stringify({ v: 1, layers: s.layers.map((l) => [l.name, l.text]), batch: s.batch, actions: s.actions });
+  const bytes = new TextEncoder().encode(json);
+  let binary = '';
+  for (const b of bytes) binary += String.fromCharCode(b);
+  lastHash = HASH_PREFIX + btoa(binary).replaceAll('+', '-').replaceAll('/', '_').replace(/=+$/, '');
+  if (location.hash !== lastHash) history.replaceState(null, '', lastHash);
 }
 
-function reset() {
-  clearTimeout(state.resetTimer);
-  stopAuto();
-  $('batch-error').hidden = true;
-  $('diagnostics').replaceChildren();
-  $('events').replaceChildren();
-  state.running = [];
-  state.bars.length = 0;
-  state.keys = new Map();
-  state.now = 0;
-  state.done = false;
-  state.sched = null;
-  state.submitted = null;
-  window.__playground.events = [];
-  window.__playground.diagnostics = [];
-  window.__playground.error = null;
-  let policy;
+function readHash(hash) {
+  if (!hash.startsWith(HASH_PREFIX)) return null;
   try {
-    policy = state.turnstile.resolve(layers());
-    renderSources([]);
-  } catch (e) {
-    if (!(e instanceof ConfigError)) throw e;
-    window.__playground.diagnostics = e.diagnostics.map((d) => ({ code: d.code, line: d.labels[0]?.span.line, tools: d.tools }));
-    renderSources(e.diagnostics);
-    for (const d of e.diagnostics) {
-      const div = document.createElement('div');
-      div.className = 'error diagnostic';
-      div.dataset.code = d.code;
-      const pre = document.createElement('pre');
-      pre.textContent = d.rendered;
-      div.append(pre);
-      $('diagnostics').append(div);
-    }
-    render();
-    return;
+    const binary = atob(hash.slice(HASH_PREFIX.length).replaceAll('-', '+').replaceAll('_', '/'));
+    const s = JSON.parse(new TextDecoder().decode(Uint8Array.from(binary, (c) => c.charCodeAt(0))));
+    if (s.v !== 1 || !Array.isArray(s.layers) || typeof s.batch !== 'string' || !Array.isArray(s.actions)) return null;
+    return { layers: s.layers.map(([name, text]) => ({ name: String(name), text: String(text) })), batch: s.batch, actions: s.actions };
+  } catch {
+    return null;
   }
+}
+
+async function share() {
+  flushEdits();
+  await idle();
+  const status = $('share-status');
   try {
-    const { calls, extra } = parseBatch($('batch').value);
-    state.extra = extra;
-    state.calls = calls;
-    state.sched = new Scheduler(policy);
-    for (const c of calls) state.keys.set(c.id, policy.tool(c.tool).concurrency?.key ?? null);
-    state.submitted = state.sched.submit(calls);
-    const { batch, first, count } = state.submitted;
-    log(`submit: batch ${batch}, entries ${first} to ${first + BigInt(count) - 1n}`);
-    log('approve every entry');
-    apply(state.sched.step({ approve: state.submitted.entries() }));
-  } catch (e) {
-    state.sched = null;
-    const message = e instanceof SubmitError ? `the batch was refused: ${e.message}` : e.message;
-    $('batch-error').hidden = false;
-    $('batch-error').textContent = message;
-    window.__playground.error = message;
+    await navigator.clipboard.writeText(location.href);
+    status.textContent = 'Link copied.';
+  } catch {
+    status.textContent = 'Copy the address bar: it is the link.';
   }
-  render();
 }
 
-/** Shows what one `step` decided: settlements, refused inputs, starts, retired batches. */
-function apply(out) {
-  const label = (entry) => state.submitted.label(entry) ?? `entry ${entry}`;
-  for (const s of out.settle) {
-    log(`settle ${label(s.entry)} ${s.reason.kind}${s.reason.kind === 'stopped' ? ` after ${s.reason.after}` : ''}`);
-  }
-  for (const e of out.errors) log(`refused: ${e.input} #${e.index}: ${e.code}: ${e.message}`);
-  for (const entry of out.start) {
-    const { id } = state.submitted.locate(entry).call;
-    const { duration, fail } = state.extra.get(id) ?? { duration: 10, fail: false };
-    const bar = { label: label(entry), lane: state.keys.get(id) ?? 'unkeyed', start: state.now, end: null, failed: fail };
-    state.bars.push(bar);
-    state.running.push({ entry, endsAt: state.now + duration, bar, fail });
-    log(`start ${bar.label}`);
-  }
-  for (const batch of out.retired) log(`batch ${batch} retired: every entry has its response`);
-}
+// --- rendering -------------------------------------------------------------------------------
 
-/** Advances to the next end; returns false when nothing is left to do. */
-function step() {
-  if (!state.sched || state.done) return false;
-  if (!state.running.length) {
-    state.done = true;
-    log('done: every entry ended or settled');
-    render();
-    return false;
-  }
-  state.running.sort((a, b) => a.endsAt - b.endsAt);
-  const next = state.running.shift();
-  state.now = next.endsAt;
-  next.bar.end = state.now;
-  log(`end ${next.bar.label} ${next.fail ? 'failed' : 'ok'}`);
-  apply(state.sched.step(next.fail ? { failed: [next.entry] } : { ok: [next.entry] }));
-  if (!state.running.length) {
-    state.done = true;
-    log('done: every entry ended or settled');
-  }
-  render();
-  return true;
-}
-
-function render() {
-  $('clock').textContent = `t = ${state.now}`;
-  const lanes = new Map();
-  for (const bar of state.bars) {
-    if (!lanes.has(bar.lane)) lanes.set(bar.lane, []);
-    lanes.get(bar.lane).push(bar);
-  }
-  const horizon = Math.max(10, state.now, ...state.running.map((r) => r.endsAt));
-  const timeline = $('timeline');
-  timeline.replaceChildren();
-  if (!lanes.size) timeline.textContent = 'nothing started yet';
-  for (const [lane, bars] of lanes) {
-    const row = document.createElement('div');
-    row.className = 'lane';
-    row.dataset.lane = lane;
-    const name = document.createElement('div');
-    name.className = 'name';
-    name.textContent = lane === 'unkeyed' ? 'unkeyed' : `key ${lane}`;
-    const track = document.createElement('div');
-    track.className = 'track';
-    const slots = [];
-    for (const bar of bars) {
-      const end = bar.end ?? state.now;
-      let slot = slots.findIndex((e) => e <= bar.start);
-      if (slot < 0) slot = slots.length;
-      slots[slot] = bar.end ?? Infinity;
-      const div = document.createElement('div');
-      div.className = `bar${bar.end === null ? ' running' : ''}${bar.failed ? ' failed' : ''}`;
-      div.dataset.entry = bar.label;
-      div.style.left = `${(bar.start / horizon) * 100}%`;
-      div.style.width = `${Math.max(((end - bar.start) / horizon) * 100, 2)}%`;
-      div.style.top = `${3 + slot * 22}px`;
-      div.textContent = bar.label;
-      div.title = `${bar.label}: ${bar.start} to ${bar.end ?? 'running'}`;
-      track.append(div);
+function renderDiagnostics(view) {
+  const box = $('diagnostics');
+  box.replaceChildren();
+  editors.forEach((editor, layer) => {
+    const spans = [];
+    view.diagnostics.forEach((d, i) => d.labels.forEach((l, j) => {
+      if (l.layer === layer) spans.push({ id: `d${i}-l${j}`, start: l.start, end: l.end, title: `${d.code}: ${l.message}` });
+    }));
+    editor.mark(spans);
+  });
+  view.diagnostics.forEach((d, i) => {
+    const div = document.createElement('div');
+    div.className = 'error diagnostic';
+    div.dataset.code = d.code;
+    const pre = document.createElement('pre');
+    pre.textContent = d.rendered;
+    div.append(pre);
+    const first = d.labels[0];
+    if (first && editors[first.layer]) {
+      const button = document.createElement('button');
+      button.type = 'button';
+      button.textContent = 'Show in the layer';
+      button.setAttribute('aria-label', `Show diagnostic ${i + 1} (${d.code}) in the layer`);
+      button.addEventListener('click', () => editors[first.layer].select(first.start, first.end));
+      div.append(button);
     }
-    track.style.height = `${Math.max(1, slots.length) * 22 + 4}px`;
-    row.append(name, track);
-    timeline.append(row);
+    box.append(div);
+  });
+  $('batch-error').hidden = !view.batchError;
+  $('batch-error').textContent = view.batchError ?? '';
+}
+
+function renderControls(view) {
+  const live = view.batch !== null;
+  const pending = view.entries.some((e) => e.state.kind === 'pending');
+  $('clock').textContent = `t = ${view.now} ms`;
+  $('approve-all').disabled = !pending;
+  for (const id of ['step', 'run', 'restart', 'reset']) $(id).disabled = !live;
+  $('cancel').disabled = !live || view.cancelled || view.done;
+  const keySelect = $('pause-key');
+  const keys = JSON.stringify(view.keys.map((k) => k.key));
+  if (keySelect.dataset.keys !== keys) {
+    keySelect.dataset.keys = keys;
+    keySelect.replaceChildren(...view.keys.map((k) => new Option(k.key, k.key)));
   }
-  const waiting = $('waiting');
-  waiting.replaceChildren();
-  window.__playground.waiting = [];
-  // A retired batch is unknown to `inspect`: nothing of it waits any more.
-  const statuses = state.sched && state.submitted ? state.sched.inspect(state.submitted.batch) ?? [] : [];
-  for (const st of statuses) {
-    if (!st.wait) continue;
-    const w = st.wait;
-    const why = w.kind === 'batch-not-approved' ? `the batch is not approved yet (${w.pending} pending)`
-      : w.kind === 'key-full' ? `key ${w.key} is full (${w.running.length}/${w.limit}: ${w.running.join(', ')})`
-        : w.kind === 'behind' ? `behind ${w.label}, which has not started`
-          : w.kind === 'key-paused' ? `key ${w.key} is paused until ${w.until} ms`
-            : w.kind === 'key-spacing' ? `key ${w.key} spaces its starts: next at ${w.until} ms`
-              : `rate limited: runs again at ${w.until} ms`;
+  $('pause').disabled = !live || !view.keys.length;
+  keySelect.disabled = !view.keys.length;
+  $('status').textContent = statusLine(view);
+  $('status').hidden = !$('status').textContent;
+  const saved = $('saved');
+  saved.hidden = view.saved === null;
+  saved.querySelector('pre').textContent = view.saved ?? '';
+}
+
+function statusLine(view) {
+  if (view.diagnostics.length) return `The config has ${view.diagnostics.length} ${view.diagnostics.length === 1 ? 'problem' : 'problems'}: fix ${view.diagnostics.length === 1 ? 'it' : 'them'} to schedule the batch.`;
+  if (view.batchError) return 'Fix the batch to schedule it.';
+  const parts = [];
+  if (view.next) {
+    const what = view.next.ending.length ? `${view.next.ending.join(', ')} ${view.next.ending.length === 1 ? 'ends' : 'end'}` : 'the scheduler wakes up';
+    parts.push(`Next step: t = ${view.next.at} ms, ${what}.`);
+  }
+  const pending = view.entries.filter((e) => e.state.kind === 'pending').length;
+  if (pending) parts.push(`${pending} ${pending === 1 ? 'entry waits' : 'entries wait'} for your approval or rejection.`);
+  if (view.idle && !pending) parts.push(`${view.idle[0].toUpperCase()}${view.idle.slice(1)}.`);
+  return parts.join(' ');
+}
+
+const STATE_TEXT = { pending: 'pending', approved: 'waiting', running: 'running', asking: 'asking' };
+
+function renderEntries(view) {
+  const list = $('entries');
+  // Keep the keyboard where it was: the same button, else the same entry's first button.
+  const focused = document.activeElement?.dataset?.focus;
+  const focusedEntry = list.contains(document.activeElement) ? document.activeElement.closest('.entry')?.dataset.label : undefined;
+  list.replaceChildren();
+  if (!view.entries.length) {
+    list.append(Object.assign(document.createElement('li'), { className: 'empty', textContent: 'No entries: the batch is submitted once the config and the batch are valid.' }));
+  }
+  for (const e of view.entries) {
     const li = document.createElement('li');
-    li.textContent = `${st.label} (${st.tool}): ${why}`;
-    waiting.append(li);
-    window.__playground.waiting.push({ label: st.label, wait: st.wait.kind });
+    li.className = `entry state-${e.state.kind}`;
+    li.dataset.label = e.label;
+    li.tabIndex = -1;
+    const head = document.createElement('div');
+    head.className = 'entry-head';
+    const state = e.state.kind === 'ended' ? e.state.outcome : e.state.kind === 'settled' ? e.state.reason.kind : STATE_TEXT[e.state.kind];
+    head.innerHTML = '<code class="label"></code> <span class="tool"></span> <span class="badge"></span>';
+    head.querySelector('.label').textContent = e.label;
+    head.querySelector('.tool').textContent = e.key === null ? e.tool : `${e.tool} · key ${e.key}`;
+    head.querySelector('.badge').textContent = state;
+    const why = document.createElement('p');
+    why.className = 'why';
+    why.textContent = e.sentence;
+    li.append(head, why);
+    const buttons = entryButtons(e);
+    if (buttons.length) {
+      const row = document.createElement('div');
+      row.className = 'entry-actions';
+      row.append(...buttons);
+      li.append(row);
+    }
+    list.append(li);
   }
-  if (!waiting.children.length) waiting.innerHTML = '<li>nothing waits</li>';
+  if (focusedEntry !== undefined) {
+    const entry = list.querySelector(`.entry[data-label="${CSS.escape(focusedEntry)}"]`);
+    const target = list.querySelector(`[data-focus="${CSS.escape(focused ?? '')}"]`) ?? entry?.querySelector('button') ?? entry;
+    target?.focus();
+  }
 }
 
-function stopAuto() {
-  clearInterval(state.timer);
-  state.timer = null;
-  $('auto').checked = false;
+/** The buttons for what can happen to an entry in its state; each posts its action at click
+ * time (the 429 button reads the Retry-After field then). */
+function entryButtons(e) {
+  const make = (text, name, aria, action = () => [name, e.label]) => {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.textContent = text;
+    b.setAttribute('aria-label', aria);
+    b.dataset.focus = `${name} ${e.label}`;
+    b.dataset.action = name;
+    b.addEventListener('click', () => act(action()));
+    return b;
+  };
+  const fail = () => make('Fail now', 'fail', `${e.label} fails now`);
+  switch (e.state.kind) {
+    case 'pending':
+      return [make('Approve', 'approve', `Approve ${e.label}`), make('Reject', 'reject', `Reject ${e.label}`)];
+    case 'running':
+      return [
+        make('Ask a question', 'ask', `${e.label} asks a question`),
+        fail(),
+        make('429 now', 'limit', `${e.label} hits a rate limit (429) now`, () => ['limit', e.label, clampMs($('retry-ms').value)]),
+      ];
+    case 'asking':
+      return [make('Answer', 'answer', `Answer ${e.label}'s question`), fail()];
+    default:
+      return [];
+  }
 }
 
-async function main() {
-  state.turnstile = await Turnstile.load();
-  for (const layer of DEFAULT_LAYERS) $('layers').append(layerElement(layer));
-  $('batch').value = DEFAULT_BATCH;
-  $('batch').addEventListener('input', resetSoon);
+const clampMs = (value) => Math.max(0, Math.min(86_400_000, Math.round(Number(value) || 0)));
+
+function renderEvents(view) {
+  const list = $('events');
+  const empty = $('events-empty');
+  list.replaceChildren();
+  let round = -1;
+  for (const ev of view.events) {
+    // One round: one action, or one moment of the clock (everything that happens then).
+    const li = document.createElement('li');
+    li.className = `event event-${ev.kind}${ev.round !== round ? ' first' : ''}`;
+    round = ev.round;
+    li.dataset.round = ev.round;
+    li.dataset.kind = ev.kind;
+    li.dataset.t = ev.t;
+    if (ev.label) li.dataset.label = ev.label;
+    const t = document.createElement('span');
+    t.className = 't';
+    t.textContent = `${ev.t} ms`;
+    const what = document.createElement('span');
+    what.className = 'what';
+    what.textContent = ev.text;
+    li.append(t, what);
+    list.append(li);
+  }
+  list.hidden = !view.events.length;
+  empty.hidden = view.events.length > 0;
+  empty.textContent = view.diagnostics.length ? 'No events: fix the config above, then the batch is submitted.' : 'No events: fix the batch above, then it is submitted.';
+  // The newest event is always in view within the list.
+  list.scrollTop = list.scrollHeight;
+}
+
+// --- wiring ----------------------------------------------------------------------------------
+
+function main() {
+  for (const e of EXAMPLES) $('example').append(new Option(e.title, e.id));
+  $('example').append(new Option('(your own)', ''));
+  $('example').addEventListener('change', (ev) => {
+    const example = EXAMPLES.find((e) => e.id === ev.target.value);
+    if (example) open(example);
+  });
+  $('batch').addEventListener('input', () => {
+    fitBatch();
+    edited();
+  });
   $('add-layer').addEventListener('click', () => {
-    $('layers').append(layerElement({ name: `layer ${document.querySelectorAll('.layer').length + 1}`, text: '[conversation.tools.my_tool]\nconcurrency = 1\n' }));
-    reset();
+    addEditor({ name: `layer ${editors.length + 1}`, text: '[conversation.tools.my_tool]\nconcurrency = 1\n' });
+    edited();
+    flushEdits();
   });
-  $('reset').addEventListener('click', reset);
-  $('step').addEventListener('click', step);
-  $('run').addEventListener('click', () => {
-    while (step());
+  $('approve-all').addEventListener('click', () => act(['approve-all']));
+  $('step').addEventListener('click', () => act(['step']));
+  $('run').addEventListener('click', () => act(['run']));
+  $('cancel').addEventListener('click', () => act(['cancel']));
+  $('restart').addEventListener('click', () => act(['restart', $('restart-mode').value]));
+  $('reset').addEventListener('click', () => open({ ...scenario(), actions: [] }));
+  $('pause').addEventListener('click', () => {
+    act(['pause', $('pause-key').value, clampMs($('pause-ms').value)]);
   });
-  $('auto').addEventListener('change', (e) => {
-    if (e.target.checked) {
-      state.timer = setInterval(() => {
-        if (!step()) stopAuto();
-      }, 600);
-    } else stopAuto();
+  $('share').addEventListener('click', share);
+  window.addEventListener('hashchange', () => {
+    if (location.hash === lastHash) return;
+    const s = readHash(location.hash);
+    if (s) open(s);
   });
-  reset();
-  window.__playground.ready = true;
+  open(readHash(location.hash) ?? EXAMPLES[0]).then(() => {
+    pg.ready = true;
+  });
 }
 
-main().catch((e) => showFatal(`the component failed to load: ${e.message}`));
+main();

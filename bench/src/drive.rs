@@ -145,6 +145,7 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
                 &b.packed_ids,
                 &b.packed_tools,
                 &b.operations,
+                &b.packed_arguments,
             )?
             .map_err(|e| wasmtime::format_err!("submit: {}", e.message))?;
         inputs.ok.clear();
@@ -236,7 +237,7 @@ fn call_costs_inner(harness: &Harness) -> wasmtime::Result<Vec<(&'static str, f6
         step = step.min(t.elapsed().as_nanos() as f64);
         let t = Instant::now();
         for id in &ids {
-            let _ = iface.call_submit(&mut *store, s, id, "t", &[0])?;
+            let _ = iface.call_submit(&mut *store, s, id, "t", &[0], &[])?;
         }
         submit = submit.min(t.elapsed().as_nanos() as f64);
     }

@@ -81,6 +81,7 @@ fn queued(
                     id,
                     tool: "f",
                     operations: (*n > 0).then_some(*n),
+                    arguments: None,
                 })
                 .collect()
         })
@@ -104,7 +105,14 @@ fn queued(
         let tools = vec!["f"; ids.len()].join("\n");
         let operations = vec![*n; ids.len()];
         iface
-            .call_submit(&mut inst.store, s, &ids.join("\n"), &tools, &operations)
+            .call_submit(
+                &mut inst.store,
+                s,
+                &ids.join("\n"),
+                &tools,
+                &operations,
+                &[],
+            )
             .map_err(|e| e.to_string())?
             .map_err(|e| e.message)?;
     }

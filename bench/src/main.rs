@@ -6,6 +6,7 @@
 //! cargo run --profile perf -p turnstile-bench                      # sections 1-4
 //! cargo run --profile perf -p turnstile-bench -- --quick           # smaller scaling sizes
 //! cargo run --profile perf -p turnstile-bench -- boundary          # section 2 only
+//! cargo run --profile perf -p turnstile-bench -- templated         # keys from arguments only
 //! cargo run --profile perf -p turnstile-bench -- lifetime          # memory over a long life
 //! cargo run --profile perf -p turnstile-bench -- lifetime --scale 0.01
 //! cargo build --profile perf -p turnstile-bench && \
@@ -130,7 +131,10 @@ fn run() -> Result<(), String> {
     if flag("boundary") {
         return boundary(&harness()?);
     }
-    scaling(flag("--quick"))?;
+    if flag("templated") {
+        return scaling(flag("--quick"), Some("fs:{path}"));
+    }
+    scaling(flag("--quick"), None)?;
     let harness = harness()?;
     boundary(&harness)?;
     println!("\n## 3. Footprint\n");
@@ -189,7 +193,8 @@ fn native_ns(w: &Workload) -> Result<f64, String> {
     Ok(drive::native(w, &[], live)?.per_execution(w))
 }
 
-fn scaling(quick: bool) -> Result<(), String> {
+/// The scaling table; `only` keeps the rows whose label contains it.
+fn scaling(quick: bool, only: Option<&str>) -> Result<(), String> {
     let sizes: &[usize] = if quick {
         &[10_000, 100_000]
     } else {
@@ -199,7 +204,7 @@ fn scaling(quick: bool) -> Result<(), String> {
     println!("| batches | executions | keys | ns/execution | vs previous size |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     type Make = fn(usize, usize) -> Workload;
-    let rows: [(&str, usize, Make); 6] = [
+    let rows: [(&str, usize, Make); 7] = [
         ("~1,000 executions", 1, Workload::large),
         ("~1,000 executions", 10, Workload::large),
         ("~1,000 executions", 1000, Workload::large),
@@ -211,8 +216,13 @@ fn scaling(quick: bool) -> Result<(), String> {
         ("~1,000, delay = 1", 1000, |n, k| {
             Workload::large(n, k).spaced()
         }),
+        // Keys from arguments: `fs:{path}`, each key made, forgotten when idle, made again.
+        ("1,000 plain, key fs:{path}", 100_000, Workload::templated),
     ];
     for (batches, keys, make) in rows {
+        if only.is_some_and(|o| !batches.contains(o)) {
+            continue;
+        }
         let mut previous: Option<f64> = None;
         for &n in sizes {
             let w = make(n, keys);

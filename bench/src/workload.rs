@@ -15,6 +15,10 @@ pub(crate) struct Batch {
     pub(crate) packed_ids: String,
     /// Tool names, newline-joined.
     pub(crate) packed_tools: String,
+    /// Each call's arguments (JSON), for tools whose key is a template.
+    arguments: Vec<Option<String>>,
+    /// The same as `submit` packs them: `(call index, JSON)`.
+    pub(crate) packed_arguments: Vec<(u32, String)>,
 }
 
 impl Batch {
@@ -25,6 +29,8 @@ impl Batch {
             operations: Vec::new(),
             packed_ids: String::new(),
             packed_tools: String::new(),
+            arguments: Vec::new(),
+            packed_arguments: Vec::new(),
         }
     }
 
@@ -32,11 +38,18 @@ impl Batch {
         self.ids.push(id);
         self.tools.push(tool);
         self.operations.push(operations);
+        self.arguments.push(None);
     }
 
     fn pack(mut self) -> Self {
         self.packed_ids = self.ids.join("\n");
         self.packed_tools = self.tools.join("\n");
+        self.packed_arguments = self
+            .arguments
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| Some((i as u32, a.clone()?)))
+            .collect();
         self
     }
 
@@ -46,10 +59,12 @@ impl Batch {
             .iter()
             .zip(&self.tools)
             .zip(&self.operations)
-            .map(|((id, tool), &n)| Call {
+            .zip(&self.arguments)
+            .map(|(((id, tool), &n), arguments)| Call {
                 id,
                 tool,
                 operations: (n > 0).then_some(n),
+                arguments: arguments.as_deref(),
             })
             .collect()
     }
@@ -97,6 +112,33 @@ impl Workload {
             executions: made,
             rounds: patterns.len(),
             policy_text: policy_text(keys),
+            patterns,
+        }
+    }
+
+    /// Keys from arguments: plain calls of one tool whose key is `fs:{path}` (limit 1), in
+    /// batches of 1,000, call `i` writing path `/p{i % keys}`: with more executions than
+    /// keys, each expanded key is made, forgotten when idle, and made again.
+    pub(crate) fn templated(executions: usize, keys: usize) -> Self {
+        let mut patterns = Vec::new();
+        let mut id = 0usize;
+        while id < executions {
+            let mut batch = Batch::new();
+            while batch.ids.len() < 1000 && id < executions {
+                batch.push(format!("c{id}"), "fs_write".to_owned(), 0);
+                if let Some(a) = batch.arguments.last_mut() {
+                    *a = Some(format!("{{\"path\":\"/p{}\"}}", id % keys));
+                }
+                id += 1;
+            }
+            patterns.push(batch.pack());
+        }
+        Self {
+            executions: id,
+            rounds: patterns.len(),
+            policy_text: "[conversation.tools.fs_write]\n\
+                          concurrency = { key = \"fs:{path}\", limit = 1 }\n"
+                .to_owned(),
             patterns,
         }
     }

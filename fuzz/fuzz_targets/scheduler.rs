@@ -17,18 +17,21 @@ use turnstile_engine::schedule::{
 };
 
 /// The policies a restart may switch between: `a` stops to fanning out, limits change, `c`
-/// loses its limit, and one knows no tool at all.
+/// loses its limit, `t` takes its key from its arguments (one config spaces it), and one
+/// knows no tool at all.
 const CONFIGS: [&str; 3] = [
     "[conversation.tools.a]\nconcurrency = { key = \"k\", limit = 2 }\nfan_out = { on_error = \"stop\" }\n\
      [conversation.tools.b]\nconcurrency = { key = \"k\", limit = 2 }\n\
-     [conversation.tools.c]\nconcurrency = 1\nfan_out = true\n",
+     [conversation.tools.c]\nconcurrency = 1\nfan_out = true\n\
+     [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 1 }\nfan_out = true\n",
     "[conversation.tools.a]\nconcurrency = { key = \"k\" }\n\
      [conversation.tools.b]\nconcurrency = { key = \"k\" }\nfan_out = true\n\
-     [conversation.tools.c]\nfan_out = true\n",
+     [conversation.tools.c]\nfan_out = true\n\
+     [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 2, delay = 3 }\n",
     "",
 ];
 
-const TOOLS: [&str; 5] = ["a", "b", "c", "ghost", ""];
+const TOOLS: [&str; 6] = ["a", "b", "c", "t", "ghost", ""];
 
 /// Live entries are capped so that the final drain stays fast.
 const LIVE_MAX: usize = 256;
@@ -75,7 +78,7 @@ impl Bytes<'_> {
 
 fn submit(s: &mut Scheduler, input: &mut Bytes<'_>) {
     let n = input.byte() % 5;
-    let calls: Vec<(String, &str, Option<u32>)> = (0..n)
+    let calls: Vec<(String, &str, Option<u32>, Option<String>)> = (0..n)
         .map(|_| {
             let id = match input.byte() {
                 250 => String::new(),
@@ -89,21 +92,47 @@ fn submit(s: &mut Scheduler, input: &mut Bytes<'_>) {
                 5 => Some(OPERATIONS_PER_CALL_MAX + 1),
                 b => Some(u32::from(b) - 4),
             };
-            (id, tool, ops)
+            // Arguments: none, a few keys, or the fuzzer's own bytes as text.
+            let arguments = match input.byte() % 4 {
+                0 => None,
+                1 => Some(format!("{{\"p\":\"{}\",\"q\":{}}}", input.byte() % 3, input.byte())),
+                2 => Some(format!("{{\"p\":{}}}", input.byte() % 3)),
+                _ => {
+                    let len = usize::from(input.byte() % 24);
+                    let bytes: Vec<u8> = (0..len).map(|_| input.byte()).collect();
+                    Some(String::from_utf8_lossy(&bytes).into_owned())
+                }
+            };
+            (id, tool, ops, arguments)
         })
         .collect();
     let calls: Vec<Call<'_>> = calls
         .iter()
-        .map(|(id, tool, ops)| Call {
+        .map(|(id, tool, ops, arguments)| Call {
             id,
             tool,
             operations: *ops,
+            arguments: arguments.as_deref(),
         })
         .collect();
     let _ = s.submit(&calls);
 }
 
-fn step(s: &mut Scheduler, input: &mut Bytes<'_>, out: &mut Outputs) {
+/// The fuzzer's clock: mostly forward, sometimes backwards (a refused `now`).
+fn now(clock: &mut u64, input: &mut Bytes<'_>) -> Option<u64> {
+    match input.byte() % 4 {
+        0 => None,
+        1 => Some(clock.saturating_sub(u64::from(input.byte()))),
+        _ => {
+            *clock += u64::from(input.byte() % 16);
+            Some(*clock)
+        }
+    }
+}
+
+const PAUSED: [&str; 5] = ["k", "f:{p}/{q}", "f:1/2", "f:0/0", "nope"];
+
+fn step(s: &mut Scheduler, input: &mut Bytes<'_>, out: &mut Outputs, clock: &mut u64) {
     let hows = [
         HostSettle::Rejected,
         HostSettle::Skipped,
@@ -116,8 +145,19 @@ fn step(s: &mut Scheduler, input: &mut Bytes<'_>, out: &mut Outputs) {
     let ok = input.list(Bytes::entry);
     let failed = input.list(Bytes::entry);
     let cancel = input.list(Bytes::batch);
+    let now = now(clock, input);
+    let retry = input.list(|i| (i.entry(), *clock + u64::from(i.byte() % 32)));
+    let pause = input.list(|i| {
+        (
+            PAUSED[usize::from(i.byte()) % PAUSED.len()],
+            *clock + u64::from(i.byte() % 32),
+        )
+    });
     s.step(
         &Inputs {
+            now,
+            retry: &retry,
+            pause: &pause,
             approve: &approve,
             settle: &settle,
             ask: &ask,
@@ -134,7 +174,10 @@ fn step(s: &mut Scheduler, input: &mut Bytes<'_>, out: &mut Outputs) {
         + answer.len()
         + ok.len()
         + failed.len()
-        + cancel.len();
+        + cancel.len()
+        + retry.len()
+        + pause.len()
+        + 1;
     assert!(out.errors.len() <= inputs, "more errors than inputs");
     assert!(out.start.is_sorted() && out.settle.is_sorted_by_key(|s| s.0));
 }
@@ -200,8 +243,10 @@ fn restart(s: &mut Scheduler, policies: &[Policy], input: &mut Bytes<'_>) {
 }
 
 /// Approves everything pending and ends everything running until every batch retired.
-fn drain(s: &mut Scheduler, out: &mut Outputs) {
-    for _ in 0..4 * LIVE_MAX + 16 {
+fn drain(s: &mut Scheduler, out: &mut Outputs, clock: &mut u64) {
+    for _ in 0..8 * LIVE_MAX + 16 {
+        // Whatever waits on time becomes due: the host's timer fires.
+        *clock = (*clock).max(out.wake_at.unwrap_or(0));
         let state = s.unfinished();
         if state.batches.is_empty() {
             break;
@@ -222,8 +267,10 @@ fn drain(s: &mut Scheduler, out: &mut Outputs) {
                 }
             }
         }
+        let waited = out.wake_at.is_some();
         s.step(
             &Inputs {
+                now: Some(*clock),
                 approve: &approve,
                 ok: &ok,
                 ..Inputs::default()
@@ -236,7 +283,7 @@ fn drain(s: &mut Scheduler, out: &mut Outputs) {
             out.errors
         );
         assert!(
-            !(approve.is_empty() && ok.is_empty() && out.is_empty()),
+            waited || out.wake_at.is_some() || !(approve.is_empty() && ok.is_empty() && out.is_empty()),
             "stalled with live batches: {state:?}"
         );
     }
@@ -268,10 +315,11 @@ fuzz_target!(|data: &[u8]| {
     let mut input = Bytes(data);
     let mut s = Scheduler::new(policies[usize::from(input.byte()) % policies.len()].clone());
     let mut out = Outputs::default();
+    let mut clock = 0u64;
     while !input.done() {
         match input.byte() % 8 {
             0 | 1 if s.live_entries() < LIVE_MAX => submit(&mut s, &mut input),
-            2..=4 => step(&mut s, &mut input, &mut out),
+            2..=4 => step(&mut s, &mut input, &mut out, &mut clock),
             5 => restart(&mut s, policies, &mut input),
             6 => {
                 let e = input.entry();
@@ -288,5 +336,5 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    drain(&mut s, &mut out);
+    drain(&mut s, &mut out, &mut clock);
 });

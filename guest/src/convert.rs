@@ -66,6 +66,7 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::EnableValue => W::EnableValue,
         Code::ConcurrencyDelayConflict => W::ConcurrencyDelayConflict,
         Code::ConcurrencyRetriesConflict => W::ConcurrencyRetriesConflict,
+        Code::ConcurrencyKeyTemplate => W::ConcurrencyKeyTemplate,
     }
 }
 
@@ -77,6 +78,10 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
             limit: c.limit.get(),
             delay_ms: c.delay_ms,
             retries: c.retries,
+            arguments: c
+                .key
+                .template()
+                .map_or_else(Vec::new, |t| t.fields().to_vec()),
         }),
         fan_out: t.fan_out,
         on_error: match t.on_error {
@@ -120,7 +125,7 @@ fn reason_out(r: Reason) -> ws::Reason {
     }
 }
 
-fn reason_in(r: ws::Reason) -> Reason {
+pub(crate) fn reason_in(r: ws::Reason) -> Reason {
     match r {
         ws::Reason::Rejected => Reason::Rejected,
         ws::Reason::Skipped => Reason::Skipped,
@@ -137,6 +142,7 @@ pub(crate) fn unpack<'a>(
     ids: &'a str,
     tools: &'a str,
     operations: &[u32],
+    arguments: &'a [(u32, String)],
 ) -> Result<Vec<Call<'a>>, SubmitError> {
     // With no calls both strings are empty; otherwise an empty string is one empty name
     // (refused as `invalid-id`), not zero names.
@@ -168,7 +174,7 @@ pub(crate) fn unpack<'a>(
             ),
         });
     }
-    Ok(ids
+    let mut calls: Vec<Call<'a>> = ids
         .into_iter()
         .zip(tools)
         .zip(operations)
@@ -176,8 +182,25 @@ pub(crate) fn unpack<'a>(
             id,
             tool,
             operations: (n > 0).then_some(n),
+            arguments: None,
         })
-        .collect())
+        .collect();
+    for (index, text) in arguments {
+        let call = calls.get_mut(*index as usize).ok_or_else(|| SubmitError {
+            code: SubmitErrorCode::InvalidArguments,
+            message: format!(
+                "arguments for call {index}, but the batch has {} calls",
+                operations.len()
+            ),
+        })?;
+        if call.arguments.replace(text.as_str()).is_some() {
+            return Err(SubmitError {
+                code: SubmitErrorCode::InvalidArguments,
+                message: format!("arguments for call {index} given twice"),
+            });
+        }
+    }
+    Ok(calls)
 }
 
 pub(crate) fn submit_error(e: SubmitError) -> ws::SubmitError {
@@ -191,6 +214,7 @@ pub(crate) fn submit_error(e: SubmitError) -> ws::SubmitError {
             E::NotFanOut => W::NotFanOut,
             E::InvalidOperations => W::InvalidOperations,
             E::TooLarge => W::TooLarge,
+            E::InvalidArguments => W::InvalidArguments,
         },
         message: e.message,
     }
@@ -266,6 +290,7 @@ pub(crate) fn entry_status(st: EntryStatus) -> ws::EntryStatus {
         label: st.label,
         tool: st.tool,
         key: st.key,
+        why: st.why,
         state: state_out(st.state),
         wait: st.wait.map(|w| match w {
             Wait::BatchNotApproved { pending } => ws::Wait::BatchNotApproved(pending),
@@ -322,6 +347,7 @@ pub(crate) fn saved_state_out(s: SavedState) -> ws::SavedState {
                         id: c.id,
                         tool: c.tool,
                         operations: c.operations,
+                        key: c.key,
                         entries: c
                             .entries
                             .into_iter()
@@ -357,6 +383,7 @@ pub(crate) fn saved_state_in(s: ws::SavedState) -> SavedState {
                         id: c.id,
                         tool: c.tool,
                         operations: c.operations,
+                        key: c.key,
                         entries: c
                             .entries
                             .into_iter()

@@ -2,7 +2,8 @@
 //! (jco) or Python (wasmtime-py) host would, and drives it through its WIT exports only.
 //!
 //! [`Harness`] compiles the component once; [`Instance`] is one store and instance (cheap, one
-//! per case). [`ComponentSubject`] implements the corpus's `Subject`, so the shared case files
+//! per case). [`component_source`] picks the component: a path the user names, else the copy
+//! `build.rs` embedded in the binary, else the workspace's `target/turnstile.wasm`. [`ComponentSubject`] implements the corpus's `Subject`, so the shared case files
 //! run through the component with the same expectations as natively. [`simulate`] is the
 //! one-line-per-step timeline of the `simulate` command.
 
@@ -111,6 +112,23 @@ impl Harness {
 
     /// Compiles the component at `path` with the given limits.
     pub fn load_with(path: &Path, limits: Limits) -> wasmtime::Result<Self> {
+        Self::compile(limits, |engine| Component::from_file(engine, path))
+    }
+
+    /// Compiles the component from `source` with the default [`Limits`].
+    pub fn load_source(source: &ComponentSource) -> wasmtime::Result<Self> {
+        match source {
+            ComponentSource::File(path) | ComponentSource::Workspace(path) => Self::load(path),
+            ComponentSource::Embedded(bytes) => {
+                Self::compile(Limits::default(), |engine| Component::new(engine, bytes))
+            }
+        }
+    }
+
+    fn compile(
+        limits: Limits,
+        component: impl FnOnce(&Engine) -> wasmtime::Result<Component>,
+    ) -> wasmtime::Result<Self> {
         let mut config = Config::new();
         config.consume_fuel(limits.fuel.is_some());
         // `perf record` can name the component's functions (profiling the benchmarks).
@@ -118,7 +136,7 @@ impl Harness {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
         let engine = Engine::new(&config)?;
-        let component = Component::from_file(&engine, path)?;
+        let component = component(&engine)?;
         let linker: Linker<HostState> = Linker::new(&engine);
         let pre = bindings::TurnstilePre::new(linker.instantiate_pre(&component)?)?;
         Ok(Self {
@@ -142,6 +160,44 @@ impl Harness {
         let exports = self.pre.instantiate(&mut store)?;
         Ok(Instance { store, exports })
     }
+}
+
+/// Where a component comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ComponentSource {
+    /// A file the user named: `--component PATH`, or `$TURNSTILE_WASM`.
+    File(PathBuf),
+    /// The copy `build.rs` embedded when host-harness was built.
+    Embedded(&'static [u8]),
+    /// Nothing embedded and nothing named: the file `cargo xtask build-guest` writes in the
+    /// workspace this binary was built in, [`default_component_path`].
+    Workspace(PathBuf),
+}
+
+/// The component a command runs: `flag` (`--component PATH`), else `$TURNSTILE_WASM`, else
+/// the embedded copy, else [`ComponentSource::Workspace`].
+pub fn component_source(flag: Option<PathBuf>) -> ComponentSource {
+    if let Some(path) = flag.or_else(|| std::env::var_os("TURNSTILE_WASM").map(PathBuf::from)) {
+        return ComponentSource::File(path);
+    }
+    match embedded_component() {
+        Some(bytes) => ComponentSource::Embedded(bytes),
+        None => ComponentSource::Workspace(default_component_path()),
+    }
+}
+
+/// The component embedded at build time: the target directory's `turnstile.wasm` as it was
+/// when host-harness was last built (cargo rebuilds host-harness when that file changes), or
+/// `None` when there was none (see `build.rs`).
+pub fn embedded_component() -> Option<&'static [u8]> {
+    const BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/turnstile.wasm"));
+    (!BYTES.is_empty()).then_some(BYTES)
+}
+
+/// The file [`embedded_component`] was copied from, when there was one.
+pub fn embedded_from() -> Option<&'static Path> {
+    let from = env!("TURNSTILE_EMBEDDED_FROM");
+    (!from.is_empty()).then(|| Path::new(from))
 }
 
 /// Where the component is: `$TURNSTILE_WASM`, else `target/turnstile.wasm` in the workspace.

@@ -1,17 +1,261 @@
-//! `simulate`: submits a file's batches, approves every entry, and runs the executions on a
-//! virtual clock (no sleeps), printing one line per step: what started, what ended, what was
-//! settled, and why each waiting entry waits.
+//! `simulate`: submits batches, approves every entry, and runs the executions on a virtual
+//! clock (no sleeps), printing one line per event: what started, what ended, what the
+//! scheduler settled and why, and why each waiting entry waits. The input is a case file (its
+//! steps ignored) or layers and calls from the command line; [`HELP`] documents both.
+//!
+//! Nothing here prints a WIT value's `Debug`: settlements and waits are the component's own
+//! sentences (`explain` and `inspect`'s `why`), the same text every host shows.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
+use std::ops::Range;
 
-use turnstile_corpus::{Case, parse_calls};
+use turnstile_corpus::{self as corpus, BatchSpec, CallSpec, Case, SimulateSpec};
+use wasmtime::Store;
+use wasmtime::component::ResourceAny;
 
-use crate::subject::inspect_line;
-use crate::{Instance, wit_config as wc, wit_scheduler as ws};
+use crate::{HostState, Instance, wit_config as wc, wit_scheduler as ws};
 
 /// The embedded default: the RFD's renumber chain and three draft calls, all on key `rfd`.
 pub const DEFAULT_CASE: &str = include_str!("../../tests/cases/sched-default-embedded.toml");
+
+/// `host-harness simulate --help`: the options and the file format.
+pub const HELP: &str = r#"usage: host-harness simulate [FILE] [--layer LAYER.toml]... [--calls CALLS]...
+                             [--duration MS] [--duration LABEL=MS]... [--fail LABEL]...
+
+Submits every batch at time 0, approves every entry, and runs each execution on a virtual
+clock (nothing sleeps): one line per event, at its time in milliseconds. `start` shows the
+tool and its key, `end` ok or failed, `settle` why the scheduler settled an entry without
+running it (a fan-out call with on_error = "stop" stops the operations behind a failure), and
+`wait` why an approved entry waits, whenever that changes.
+
+Without FILE, --layer or --calls it runs the embedded default: the renumber chain and three
+drafts, all on key `rfd`. The options add to FILE: --layer after its layers (so with higher
+precedence), --calls after its batches, --duration and --fail to its [simulate] table.
+
+options:
+  --layer LAYER.toml   a config layer; repeat for more, lowest precedence first
+  --calls CALLS        one batch: calls separated by commas, each `ID TOOL`, `ID TOOL*N` or
+                       `ID TOOL {JSON}` as in a case file; repeat for more batches
+                         --calls "r1 rfd_renumber, r2 rfd_renumber, d1 rfd_draft"
+  --duration MS        how long every execution takes (default 10)
+  --duration LABEL=MS  how long one entry's execution takes
+  --fail LABEL         this entry's execution fails; repeat for more
+  -h, --help           print this help
+
+Labels: a plain call's entry is labelled by its ID (`r1`); a fan-out call `ID TOOL*N` (N at
+least 1; the tool must fan out) has N entries, `ID#0` to `ID#N-1`. A call written
+`ID TOOL {JSON}` passes its arguments (a JSON object) to `submit`; a tool whose concurrency key
+is a template (`key = "fs:{path}"`) makes the call's key from them. IDs are 1 to 256 bytes,
+without `#`. A label that no entry has is an error.
+
+FILE is TOML, in the format of the case files in tests/cases (tests/cases/README.md):
+
+  [[layer]]                    # a config layer; repeat, lowest precedence first
+  name = "plugin"              # optional
+  text = '''
+  [conversation.tools.fs_delete_file]
+  concurrency = 1
+  fan_out = { on_error = "stop" }
+  '''
+
+  [[batch]]                    # batches are submitted in file order
+  calls = ["r1 rfd_renumber", "del fs_delete_file*3"]
+
+  [simulate]                   # optional
+  duration_ms = 10             # how long every execution takes (default 10)
+  durations = { r1 = 25 }      # how long an entry's execution takes, by label
+  fail = ["del#1"]             # entries whose execution fails, by label
+
+A layer's text is the config: `[conversation.tools.NAME]` tables with `concurrency` (N, or
+{ key, limit, delay, retries }) and `fan_out` (true, or { enabled, on_error }), as in the
+root README's Config section; other tables and fields are ignored. Diagnostics cite FILE by
+the path given and by its own line numbers (a layer whose text has escapes, so that it is
+not written verbatim in the file, is cited as FILE[NAME] by its own lines). A case file's
+other fields (description, diagnostics, rendered, tools, admission, [[step]]) are allowed and
+ignored; any field outside the case format is an error.
+
+exit status: 0 the timeline was printed; 1 FILE is not a case file, the layers have errors
+(printed on stderr), a batch was refused, or a label names no entry; 2 a usage error, an
+unreadable file, nothing to simulate, or no component
+"#;
+
+/// Why a simulation did not run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The layers do not resolve: every diagnostic, rendered, joined by newlines.
+    Config(String),
+    /// The input is wrong otherwise: a refused batch, a label that names no entry.
+    Input(String),
+    /// The component trapped, or refused an input the harness made: a bug, here or there.
+    Host(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(why) | Self::Input(why) | Self::Host(why) => f.write_str(why),
+        }
+    }
+}
+
+/// A case file's layers, cited by the file's own lines: each is named `file` and padded with
+/// as many empty lines (and spaces, to its column) as precede its text in the file, which TOML
+/// ignores, so a diagnostic prints `FILE:LINE:COLUMN` with the file's line as its excerpt. A
+/// layer not written verbatim in the file keeps its own lines and is named `FILE[NAME]`.
+pub fn file_layers(file: &str, text: &str, case: &Case) -> Vec<(String, String)> {
+    let starts = corpus::layer_starts(text);
+    case.layer
+        .iter()
+        .enumerate()
+        .map(|(i, layer)| match starts.get(i).copied().flatten() {
+            Some((line, column)) => {
+                let mut padded = "\n".repeat(line.saturating_sub(1) as usize);
+                padded.push_str(&" ".repeat(column.saturating_sub(1) as usize));
+                padded.push_str(&layer.text);
+                (file.to_owned(), padded)
+            }
+            None => {
+                let name = layer.name.clone().unwrap_or_else(|| format!("L{}", i + 1));
+                (format!("{file}[{name}]"), layer.text.clone())
+            }
+        })
+        .collect()
+}
+
+/// A case's layers under their own names (`L1`, `L2`, ... when unnamed), cited by their own
+/// lines: for the embedded default, which has no file.
+pub fn named_layers(case: &Case) -> Vec<(String, String)> {
+    case.layer
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let name = l.name.clone().unwrap_or_else(|| format!("L{}", i + 1));
+            (name, l.text.clone())
+        })
+        .collect()
+}
+
+/// `--calls CALLS`: one batch of calls separated by commas, each as a case file writes it. A
+/// comma inside a call's JSON arguments (in brackets, braces or a string) does not separate.
+pub fn split_calls(text: &str) -> Result<BatchSpec, String> {
+    let mut calls = Vec::new();
+    let (mut depth, mut in_string, mut escaped, mut start) = (0usize, false, false, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            '{' | '[' if !in_string => depth += 1,
+            '}' | ']' if !in_string => depth = depth.saturating_sub(1),
+            ',' if !in_string && depth == 0 => {
+                calls.push(text[start..i].trim().to_owned());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    calls.push(text[start..].trim().to_owned());
+    if calls.iter().any(String::is_empty) {
+        return Err(format!(
+            "empty call in {text:?}: separate calls with one comma each"
+        ));
+    }
+    let batch = BatchSpec { calls };
+    calls_of(&batch)?;
+    Ok(batch)
+}
+
+/// A batch's calls, parsed as the corpus parses them, with a fan-out of no operations refused
+/// (it has no spelling in `submit`).
+fn calls_of(batch: &BatchSpec) -> Result<Vec<CallSpec>, String> {
+    let calls = corpus::parse_calls(batch)?;
+    if let Some(i) = calls.iter().position(|c| c.operations == Some(0)) {
+        let written = batch.calls.get(i).map_or("", String::as_str);
+        return Err(format!(
+            "`{written}`: a fan-out call has at least one operation (`ID TOOL*N`, N >= 1)"
+        ));
+    }
+    Ok(calls)
+}
+
+/// Runs the simulation of `case`'s batches under `layers` (`(name, text)`, lowest precedence
+/// first) and returns the timeline.
+pub fn simulate(
+    instance: &mut Instance,
+    layers: &[(String, String)],
+    case: &Case,
+) -> Result<String, Error> {
+    let policy = resolve(instance, layers)?;
+    let store = &mut instance.store;
+    let explain = instance.exports.turnstile_scheduler_scheduler();
+    let iface = explain.scheduler();
+    let sched = iface.call_constructor(&mut *store, policy).map_err(trap)?;
+    let mut sim = Sim {
+        store,
+        explain,
+        iface,
+        sched,
+        out: format!("{:>6}  {:<7} {:<10} detail\n", "t(ms)", "event", "entry"),
+        now_ms: 0,
+        entries: HashMap::new(),
+        labels: Vec::new(),
+    };
+    let mut batches = Vec::new();
+    let mut approve = Vec::new();
+    for (n, batch) in case.batch.iter().enumerate() {
+        let (number, entries) = sim.submit(n + 1, batch)?;
+        batches.push(number);
+        approve.extend(entries);
+    }
+    let default = SimulateSpec::default();
+    let spec = case.simulate.as_ref().unwrap_or(&default);
+    sim.check_labels(spec)?;
+    sim.run(batches, approve, spec)?;
+    sim.sched.resource_drop(&mut *sim.store).map_err(trap)?;
+    policy.resource_drop(&mut *sim.store).map_err(trap)?;
+    Ok(sim.out)
+}
+
+/// Resolves `layers` (`(name, text)`, lowest precedence first) into a policy resource, or
+/// [`Error::Config`] with every diagnostic's rendering.
+pub fn resolve(instance: &mut Instance, layers: &[(String, String)]) -> Result<ResourceAny, Error> {
+    let layers: Vec<wc::Layer> = layers
+        .iter()
+        .map(|(name, text)| wc::Layer {
+            name: name.clone(),
+            text: text.clone(),
+        })
+        .collect();
+    let config = instance.exports.turnstile_scheduler_config().policy();
+    config
+        .call_resolve(&mut instance.store, &layers)
+        .map_err(trap)?
+        .map_err(|diags| {
+            let text: Vec<String> = diags.into_iter().map(|d| d.rendered).collect();
+            Error::Config(text.join("\n"))
+        })
+}
+
+fn trap(e: wasmtime::Error) -> Error {
+    Error::Host(format!("trap: {e:#}"))
+}
+
+/// Inputs with nothing but the clock.
+fn idle(now_ms: u64) -> ws::Inputs {
+    ws::Inputs {
+        approve: Vec::new(),
+        settle: Vec::new(),
+        ask: Vec::new(),
+        answer: Vec::new(),
+        ok: Vec::new(),
+        failed: Vec::new(),
+        cancel: Vec::new(),
+        now: Some(now_ms),
+        retry: Vec::new(),
+        pause: Vec::new(),
+    }
+}
 
 struct Running {
     entry: u64,
@@ -19,68 +263,58 @@ struct Running {
     seq: u64,
 }
 
-/// Runs the simulation and returns the timeline.
-pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> {
-    let trap = |e: wasmtime::Error| format!("trap: {e:#}");
-    let spec = case.simulate.as_ref();
-    let duration_of = |label: &str| {
-        spec.and_then(|s| s.durations.get(label).copied())
-            .or_else(|| spec.and_then(|s| s.duration_ms))
-            .unwrap_or(10)
-    };
-    let fails = |label: &str| spec.is_some_and(|s| s.fail.iter().any(|f| f == label));
-    let layers: Vec<wc::Layer> = case
-        .layer
-        .iter()
-        .enumerate()
-        .map(|(i, l)| wc::Layer {
-            name: l.name.clone().unwrap_or_else(|| format!("L{}", i + 1)),
-            text: l.text.clone(),
-        })
-        .collect();
-    let store = &mut instance.store;
-    let config = instance.exports.turnstile_scheduler_config().policy();
-    let policy = match config.call_resolve(&mut *store, &layers).map_err(trap)? {
-        Ok(p) => p,
-        Err(diags) => {
-            let text: Vec<String> = diags.into_iter().map(|d| d.rendered).collect();
-            return Err(text.join("\n"));
-        }
-    };
-    let iface = instance.exports.turnstile_scheduler_scheduler().scheduler();
-    let sched = iface.call_constructor(&mut *store, policy).map_err(trap)?;
-    let mut out = String::new();
-    let _ = writeln!(out, "{:>6}  {:<7} {:<10} detail", "t(ms)", "event", "entry");
-    let mut batches = Vec::new();
-    // Entry number to (label, "tool key K" / "tool unkeyed"), read once after submit.
-    let mut entries: HashMap<u64, (String, String)> = HashMap::new();
-    let mut approve = Vec::new();
-    for (n, batch) in case.batch.iter().enumerate() {
-        let calls = parse_calls(batch)?;
-        let join = |f: fn(&turnstile_corpus::CallSpec) -> &str| {
-            calls.iter().map(f).collect::<Vec<_>>().join("\n")
-        };
+/// One scheduler on a virtual clock, and the timeline so far.
+struct Sim<'a> {
+    store: &'a mut Store<HostState>,
+    /// The interface's free functions (`explain`).
+    explain: &'a ws::Guest,
+    iface: ws::GuestScheduler<'a>,
+    sched: ResourceAny,
+    out: String,
+    now_ms: u64,
+    /// Entry number to (label, `TOOL key K` or `TOOL unkeyed`), read once after submit.
+    entries: HashMap<u64, (String, String)>,
+    /// Every label, in entry order.
+    labels: Vec<String>,
+}
+
+impl Sim<'_> {
+    fn event(&mut self, event: &str, entry: &str, detail: &str) {
+        let _ = writeln!(
+            self.out,
+            "{:>6}  {event:<7} {entry:<10} {detail}",
+            self.now_ms
+        );
+    }
+
+    fn label(&self, entry: u64) -> String {
+        self.entries
+            .get(&entry)
+            .map_or_else(|| format!("#{entry}"), |(l, _)| l.clone())
+    }
+
+    /// Submits the file's `n`-th batch; its number and entries.
+    fn submit(&mut self, n: usize, batch: &BatchSpec) -> Result<(u64, Range<u64>), Error> {
+        let calls = calls_of(batch).map_err(|e| Error::Input(format!("batch {n}: {e}")))?;
+        let join = |f: fn(&CallSpec) -> &str| calls.iter().map(f).collect::<Vec<_>>().join("\n");
         let operations: Vec<u32> = calls.iter().map(|c| c.operations.unwrap_or(0)).collect();
-        let submitted = iface
+        let submitted = self
+            .iface
             .call_submit(
-                &mut *store,
-                sched,
+                &mut *self.store,
+                self.sched,
                 &join(|c| &c.id),
                 &join(|c| &c.tool),
                 &operations,
+                &corpus::packed_arguments(&calls),
             )
             .map_err(trap)?
-            .map_err(|e| format!("batch {}: {}", n + 1, e.message))?;
-        let _ = writeln!(
-            out,
-            "{:>6}  {:<7} {:<10} {} calls",
-            0,
-            "submit",
-            format!("batch {}", submitted.batch),
-            calls.len()
-        );
-        let statuses = iface
-            .call_inspect(&mut *store, sched, submitted.batch)
+            .map_err(|e| Error::Input(format!("batch {n}: {}", e.message)))?;
+        let detail = format!("{} calls", calls.len());
+        self.event("submit", &format!("batch {}", submitted.batch), &detail);
+        let statuses = self
+            .iface
+            .call_inspect(&mut *self.store, self.sched, submitted.batch)
             .map_err(trap)?
             .unwrap_or_default();
         for st in statuses {
@@ -88,125 +322,139 @@ pub fn simulate(instance: &mut Instance, case: &Case) -> Result<String, String> 
                 Some(k) => format!("{} key {k}", st.tool),
                 None => format!("{} unkeyed", st.tool),
             };
-            entries.insert(st.entry, (st.label, key));
+            self.labels.push(st.label.clone());
+            self.entries.insert(st.entry, (st.label, key));
         }
-        approve.extend(submitted.first..submitted.first + u64::from(submitted.count));
-        batches.push(submitted.batch);
+        let first = submitted.first;
+        Ok((submitted.batch, first..first + u64::from(submitted.count)))
     }
-    let label = |e: u64| {
-        entries
-            .get(&e)
-            .map_or_else(|| format!("#{e}"), |(l, _)| l.clone())
-    };
-    let mut now_ms = 0u64;
-    let mut seq = 0u64;
-    let mut running: Vec<Running> = Vec::new();
-    let mut shown: HashMap<String, String> = HashMap::new();
-    let mut inputs = ws::Inputs {
-        approve,
-        settle: Vec::new(),
-        ask: Vec::new(),
-        answer: Vec::new(),
-        ok: Vec::new(),
-        failed: Vec::new(),
-        cancel: Vec::new(),
-        now: Some(0),
-        retry: Vec::new(),
-        pause: Vec::new(),
-    };
-    loop {
-        let step = iface.call_step(&mut *store, sched, &inputs).map_err(trap)?;
-        if let Some(e) = step.errors.first() {
-            return Err(format!("the scheduler refused an input: {}", e.message));
+
+    /// Every label `fail` and `durations` name is an entry's.
+    fn check_labels(&self, spec: &SimulateSpec) -> Result<(), Error> {
+        let mut durations: Vec<&String> = spec.durations.keys().collect();
+        durations.sort();
+        let named = spec.fail.iter().map(|l| ("fail", l));
+        let named = named.chain(durations.into_iter().map(|l| ("durations", l)));
+        for (field, label) in named {
+            if !self.labels.contains(label) {
+                let shown: Vec<&str> = self.labels.iter().take(20).map(String::as_str).collect();
+                let more = if self.labels.len() > 20 { ", ..." } else { "" };
+                return Err(Error::Input(format!(
+                    "{field}: no entry is labelled {label}; the labels are {}{more}",
+                    shown.join(", ")
+                )));
+            }
         }
-        for st in &step.settle {
-            let _ = writeln!(
-                out,
-                "{now_ms:>6}  {:<7} {:<10} {:?}",
-                "settle",
-                label(st.entry),
-                st.reason
-            );
+        Ok(())
+    }
+
+    /// Approves `approve` at time 0, then ends executions as their durations pass and wakes
+    /// the scheduler when it asked to be, until nothing runs.
+    fn run(
+        &mut self,
+        mut batches: Vec<u64>,
+        approve: Vec<u64>,
+        spec: &SimulateSpec,
+    ) -> Result<(), Error> {
+        let duration_ms = |label: &str| {
+            spec.durations
+                .get(label)
+                .copied()
+                .or(spec.duration_ms)
+                .unwrap_or(10)
+        };
+        let mut running: Vec<Running> = Vec::new();
+        let mut seq = 0u64;
+        let mut shown: HashMap<String, String> = HashMap::new();
+        let mut inputs = ws::Inputs { approve, ..idle(0) };
+        loop {
+            let step = self
+                .iface
+                .call_step(&mut *self.store, self.sched, &inputs)
+                .map_err(trap)?;
+            if let Some(e) = step.errors.first() {
+                let why = format!("the scheduler refused an input: {}", e.message);
+                return Err(Error::Host(why));
+            }
+            for st in &step.settle {
+                let label = self.label(st.entry);
+                let text = self
+                    .explain
+                    .call_explain(&mut *self.store, &label, st.reason)
+                    .map_err(trap)?;
+                self.event("settle", &label, &text);
+            }
+            for &e in &step.start {
+                let label = self.label(e);
+                let key = self.entries.get(&e).map_or("", |(_, k)| k.as_str());
+                let key = key.to_owned();
+                self.event("start", &label, &key);
+                running.push(Running {
+                    entry: e,
+                    ends_at_ms: self.now_ms + duration_ms(&label),
+                    seq,
+                });
+                seq += 1;
+            }
+            batches.retain(|b| !step.retired.contains(b));
+            self.show_waits(&batches, &mut shown)?;
+            let next = running
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, r)| (r.ends_at_ms, r.seq))
+                .map(|(i, r)| (i, r.ends_at_ms));
+            // Something waits on time (a key's delay) and nothing ends before it: wake then.
+            if let Some(wake) = step
+                .wake_at
+                .filter(|&w| next.is_none_or(|(_, end)| w < end))
+            {
+                self.now_ms = wake.max(self.now_ms);
+                inputs = idle(self.now_ms);
+                continue;
+            }
+            let Some((next, _)) = next else {
+                break;
+            };
+            let done = running.swap_remove(next);
+            self.now_ms = done.ends_at_ms;
+            let label = self.label(done.entry);
+            inputs = idle(self.now_ms);
+            if spec.fail.contains(&label) {
+                inputs.failed.push(done.entry);
+                self.event("end", &label, "failed");
+            } else {
+                inputs.ok.push(done.entry);
+                self.event("end", &label, "ok");
+            }
         }
-        for &e in &step.start {
-            let key = entries.get(&e).map_or("", |(_, k)| k.as_str());
-            let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {key}", "start", label(e));
-            running.push(Running {
-                entry: e,
-                ends_at_ms: now_ms + duration_of(&label(e)),
-                seq,
-            });
-            seq += 1;
-        }
-        batches.retain(|b| !step.retired.contains(b));
-        for &b in &batches {
-            let statuses = iface
-                .call_inspect(&mut *store, sched, b)
+        self.event("done", "", "every entry ended or settled");
+        Ok(())
+    }
+
+    /// A `wait` line for each waiting entry of the live batches whose reason changed.
+    fn show_waits(
+        &mut self,
+        batches: &[u64],
+        shown: &mut HashMap<String, String>,
+    ) -> Result<(), Error> {
+        for &b in batches {
+            let statuses = self
+                .iface
+                .call_inspect(&mut *self.store, self.sched, b)
                 .map_err(trap)?
                 .unwrap_or_default();
-            for st in statuses.iter().filter(|s| s.wait.is_some()) {
-                let line = inspect_line(st);
-                let why = line.split_once(" waits ").map_or("", |(_, w)| w);
+            for st in &statuses {
+                let Some(why) = st.why.as_deref() else {
+                    continue;
+                };
+                let why = why.strip_prefix("waiting: ").unwrap_or(why);
                 if shown.get(&st.label).is_some_and(|w| w == why) {
                     continue;
                 }
                 shown.insert(st.label.clone(), why.to_owned());
-                let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {why}", "wait", st.label);
+                self.event("wait", &st.label, why);
             }
         }
-        let next = running
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, r)| (r.ends_at_ms, r.seq))
-            .map(|(i, r)| (i, r.ends_at_ms));
-        // Something waits on time (a key's delay) and nothing ends before it: wake then.
-        if let Some(wake) = step
-            .wake_at
-            .filter(|&w| next.is_none_or(|(_, end)| w < end))
-        {
-            now_ms = wake.max(now_ms);
-            inputs = ws::Inputs {
-                approve: Vec::new(),
-                settle: Vec::new(),
-                ask: Vec::new(),
-                answer: Vec::new(),
-                ok: Vec::new(),
-                failed: Vec::new(),
-                cancel: Vec::new(),
-                now: Some(now_ms),
-                retry: Vec::new(),
-                pause: Vec::new(),
-            };
-            continue;
-        }
-        let Some((next, _)) = next else {
-            break;
-        };
-        let done = running.swap_remove(next);
-        now_ms = done.ends_at_ms;
-        let done_label = label(done.entry);
-        let failed = fails(&done_label);
-        inputs = ws::Inputs {
-            approve: Vec::new(),
-            settle: Vec::new(),
-            ask: Vec::new(),
-            answer: Vec::new(),
-            ok: if failed { Vec::new() } else { vec![done.entry] },
-            failed: if failed { vec![done.entry] } else { Vec::new() },
-            cancel: Vec::new(),
-            now: Some(now_ms),
-            retry: Vec::new(),
-            pause: Vec::new(),
-        };
-        let word = if failed { "failed" } else { "ok" };
-        let _ = writeln!(out, "{now_ms:>6}  {:<7} {:<10} {word}", "end", done_label);
+        Ok(())
     }
-    let _ = writeln!(
-        out,
-        "{now_ms:>6}  {:<7} {:<10} every entry ended or settled",
-        "done", ""
-    );
-    sched.resource_drop(&mut *store).map_err(trap)?;
-    policy.resource_drop(&mut *store).map_err(trap)?;
-    Ok(out)
 }

@@ -158,7 +158,14 @@ impl Subject for ComponentSubject {
             .turnstile_scheduler_scheduler()
             .scheduler();
         iface
-            .call_submit(&mut self.instance.store, s, &ids, &tools, &operations)
+            .call_submit(
+                &mut self.instance.store,
+                s,
+                &ids,
+                &tools,
+                &operations,
+                &corpus::packed_arguments(calls),
+            )
             .map_err(trap)?
             .map(|b| (b.batch, b.first, b.count))
             .map_err(|e| submit_code(e.code).to_owned())
@@ -461,6 +468,7 @@ pub(crate) fn submit_code(code: ws::SubmitErrorCode) -> &'static str {
         E::NotFanOut => "not-fan-out",
         E::InvalidOperations => "invalid-operations",
         E::TooLarge => "too-large",
+        E::InvalidArguments => "invalid-arguments",
     }
 }
 
@@ -535,5 +543,6 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::EnableValue => "enable-value",
         D::ConcurrencyDelayConflict => "concurrency-delay-conflict",
         D::ConcurrencyRetriesConflict => "concurrency-retries-conflict",
+        D::ConcurrencyKeyTemplate => "concurrency-key-template",
     }
 }

@@ -170,6 +170,7 @@ fn config_survives_hostile_layers() {
             limit: 2,
             delay_ms: 0,
             retries: 3,
+            arguments: vec![],
         })
     );
     // The same instance still schedules.
@@ -439,7 +440,7 @@ fn limits_turn_pathological_input_into_errors() {
     for round in 0..8 {
         // Each round's ids are new: rename by prefix so no batch is a duplicate.
         let ids = ids.replace("a-rather", &format!("r{round}-rather"));
-        match iface.call_submit(&mut s.inst.store, s.s, &ids, &tools, &ops) {
+        match iface.call_submit(&mut s.inst.store, s.s, &ids, &tools, &ops, &[]) {
             Err(trap) => {
                 hit = Some(trap);
                 break;

@@ -107,6 +107,7 @@ fn saved_call(
         id: id.to_owned(),
         tool: tool.to_owned(),
         operations,
+        key: None,
         entries: entries
             .iter()
             .map(|&(operation, state)| ws::SavedEntry { operation, state })
@@ -437,6 +438,7 @@ fn resume_refuses_bad_states() {
             tool: tool.to_owned(),
             operations,
             entries,
+            key: None,
         }
     };
     let batch = |batch: u64, first: u64, calls: Vec<ws::SavedCall>| ws::SavedBatch {

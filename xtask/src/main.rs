@@ -133,7 +133,11 @@ fn build_guest() -> Result<PathBuf> {
         .map_err(|e| format!("wrapping {} into a component: {e:#}", core.display()))?;
     let component = without_names(&component)?;
     let out = component_path();
-    std::fs::write(&out, &component).map_err(|e| format!("{}: {e}", out.display()))?;
+    // host-harness embeds this file and is rebuilt when it changes (host-harness/build.rs):
+    // an unchanged component is not rewritten, so it keeps its mtime.
+    if std::fs::read(&out).ok().as_deref() != Some(component.as_slice()) {
+        std::fs::write(&out, &component).map_err(|e| format!("{}: {e}", out.display()))?;
+    }
     eprintln!(
         "xtask: wrote {} ({} bytes; core module {} bytes)",
         out.display(),

@@ -179,13 +179,31 @@ impl Sched {
         tools: &str,
         operations: &[u32],
     ) -> Result<(u64, u64, u32), ws::SubmitErrorCode> {
+        self.submit_with(ids, tools, operations, &[])
+    }
+
+    /// `submit` with calls' arguments, as (batch, first, count), or the error's code.
+    pub(crate) fn submit_with(
+        &mut self,
+        ids: &str,
+        tools: &str,
+        operations: &[u32],
+        arguments: &[(u32, String)],
+    ) -> Result<(u64, u64, u32), ws::SubmitErrorCode> {
         let iface = self
             .inst
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
         let r = iface
-            .call_submit(&mut self.inst.store, self.s, ids, tools, operations)
+            .call_submit(
+                &mut self.inst.store,
+                self.s,
+                ids,
+                tools,
+                operations,
+                arguments,
+            )
             .unwrap_or_else(|e| panic!("submit trapped: {e:#}"));
         match r {
             Ok(b) => Ok((b.batch, b.first, b.count)),

@@ -56,17 +56,37 @@ export function diagLine(d) {
 
 const CLASSES = { call: 'call', 'tool-call': 'call', tool_call: 'call', request: 'request', read: 'request', control: 'control', reentrant: 'reentrant', 're-entrant': 'reentrant', 'reentrant-call': 'reentrant', 're-entrant-call': 'reentrant', reentrant_call: 'reentrant' };
 
+/** A case's calls: `ID TOOL`, `ID TOOL*N` (a fan-out call of N operations) or `ID TOOL {JSON}`,
+ * where everything after the tool is the call's arguments as JSON text, kept exactly as written
+ * (cases test text that is not JSON too): `argsJson`, which `packedArguments` hands to `submit`. */
 export function parseCalls(batch) {
+  // One word, and the rest trimmed (corpus/src/lib.rs `parse_calls`).
+  const word = (text) => {
+    const s = text.trim();
+    const at = s.search(/\s/);
+    return at < 0 ? [s, ''] : [s.slice(0, at), s.slice(at).trim()];
+  };
   return batch.calls.map((c) => {
-    const words = c.trim().split(/\s+/);
-    if (words.length !== 2) throw new Error(`bad call ${JSON.stringify(c)}: write \`ID TOOL\` or \`ID TOOL*N\``);
-    const [id, tool] = words;
+    const [id, rest] = word(c);
+    const [tool, argsJson] = word(rest);
+    if (!id || !tool) throw new Error(`bad call ${JSON.stringify(c)}: write \`ID TOOL\`, \`ID TOOL*N\` or \`ID TOOL {JSON}\``);
+    const call = { id, tool };
     const star = tool.indexOf('*');
-    if (star < 0) return { id, tool };
-    const digits = tool.slice(star + 1);
-    if (!/^[0-9]+$/.test(digits)) throw new Error(`bad operation count in ${JSON.stringify(c)}`);
-    return { id, tool: tool.slice(0, star), operations: Number(digits) };
+    if (star >= 0) {
+      const digits = tool.slice(star + 1);
+      if (!/^[0-9]+$/.test(digits)) throw new Error(`bad operation count in ${JSON.stringify(c)}`);
+      call.tool = tool.slice(0, star);
+      call.operations = Number(digits);
+    }
+    if (argsJson) call.argsJson = argsJson;
+    return call;
   });
+}
+
+/** The calls' arguments as `submit` takes them as written: `[call index, JSON text]` for each
+ * call that has any (corpus/src/lib.rs `packed_arguments`). */
+export function packedArguments(calls) {
+  return calls.flatMap((c, i) => (c.argsJson === undefined ? [] : [[i, c.argsJson]]));
 }
 
 // Every field a case may have; anything else is an error, so a typo cannot drop an expectation.
@@ -163,7 +183,8 @@ class ScheduleRunner {
   }
 
   submit(n, calls) {
-    const submitted = this.sched.submit(calls);
+    // The text crosses exactly as the case wrote it (the component judges it), not as `args`.
+    const submitted = this.sched.submit(calls.map(({ argsJson, ...call }) => call), { arguments: packedArguments(calls) });
     this.batches.set(n, submitted.batch);
     this.fileBatch.set(submitted.batch, n);
     let at = submitted.first;

@@ -14,6 +14,9 @@ const layers = [
 concurrency = { key = "rfd" }
 [conversation.tools.rfd_renumber]
 concurrency = { key = "rfd" }
+# A key from the call's arguments: one write at a time per file, files in parallel.
+[conversation.tools.fs_write_file]
+concurrency = { key = "fs:{path}", limit = 1 }
 `,
   },
   // A layer may also be a plain object of the same shape.
@@ -33,12 +36,16 @@ try {
 }
 const driver = new Driver(new Scheduler(policy));
 
-// The tool calls of one model response, in the order the model wrote them.
+// The tool calls of one model response, in the order the model wrote them, each with its
+// arguments (`args`: the parsed JSON; a templated key is made from them).
 const calls = [
-  { id: 'toolu_01', tool: 'rfd_renumber' },
-  { id: 'toolu_02', tool: 'rfd_renumber' },
+  { id: 'toolu_01', tool: 'rfd_renumber', args: { from: 1, to: 2 } },
+  { id: 'toolu_02', tool: 'rfd_renumber', args: { from: 2, to: 3 } },
   { id: 'toolu_03', tool: 'fs_read_file', operations: 2 },
   { id: 'toolu_04', tool: 'rfd_draft' },
+  { id: 'toolu_05', tool: 'fs_write_file', args: { path: 'a.md', content: 'one' } },
+  { id: 'toolu_06', tool: 'fs_write_file', args: { path: 'b.md', content: 'two' } }, // next to toolu_05
+  { id: 'toolu_07', tool: 'fs_write_file', args: { path: 'a.md', content: 'three' } }, // after toolu_05
 ];
 
 // Your tool runner: return the result, throw on failure, honour `signal` on cancellation.
@@ -59,7 +66,8 @@ try {
     abortGraceMs: 5000,
   });
   for (const call of outcomes) {
-    console.log(call.id, call.tool, call.entries.map((e) => e.status).join(','));
+    // A settled entry's `message` is the text to hand back to the model ("not run: ...").
+    console.log(call.id, call.tool, call.entries.map((e) => (e.status === 'settled' ? e.message : e.status)).join(','));
   }
 } catch (e) {
   // A refused input is a bug in the host's driving; it fails this batch only (it is cancelled).
@@ -68,5 +76,6 @@ try {
 }
 
 // To survive a crash, persist `driver.scheduler.unfinished()` (plain data; bigints need a JSON
-// replacer) and on restart: `Driver.resume(policy, state, { started: 'interrupt', execute })`.
+// replacer) and the calls' arguments, and on restart:
+// `Driver.resume(policy, state, { started: 'interrupt', execute, argsOf: (call) => args[call.id] })`.
 driver.dispose();

@@ -16,7 +16,10 @@
 // 3. `execute(input, { toolCallId, abortSignal, ... })`: `toolCallId` is unique among the calls
 //    in flight; `abortSignal` (the generation's) is passed through to the tool.
 // 4. An error thrown from `execute` becomes that call's `tool-error` result, whose text the model
-//    reads: a call Turnstile settles rejects with `CallSettledError`, whose message is that text.
+//    reads: a call Turnstile settles rejects with `CallSettledError`, whose message is that text
+//    (the component's `explain` sentence, the same in every host).
+// 5. `input` is the call's parsed arguments: it is the gate's `args`, so a tool whose key is a
+//    template (`key = "fs:{path}"`) gets its key from the fields the model wrote.
 // A tool whose `execute` returns an async iterable (preliminary results) is run to its end inside
 // its slot and only its last value is returned.
 import type { Driver } from './driver.js';

@@ -24,7 +24,20 @@ export function reason(r: ws.Reason): Reason {
 
 const REASONS = ['rejected', 'skipped', 'failed', 'cancelled', 'stopped', 'interrupted', 'rate-limited'] as const;
 
-function reasonIn(value: unknown, name: string): ws.Reason {
+/** A reason the package made (trusted) as the component's. */
+export function witReason(r: Reason): ws.Reason {
+  switch (r.kind) {
+    case 'stopped':
+      return { tag: 'stopped', val: r.after };
+    case 'rate-limited':
+      return { tag: 'rate-limited', val: r.retries };
+    default:
+      return { tag: r.kind };
+  }
+}
+
+/** A reason as the host gives it (a saved state, `explain`), checked field by field. */
+export function reasonIn(value: unknown, name: string): ws.Reason {
   const r = record(value, name, ['kind', 'after', 'retries']);
   const kind = oneOf(r.kind, `${name}.kind`, REASONS);
   if (kind !== 'stopped' && r.after !== undefined) throw new TypeError(`${name}.after is only for kind 'stopped'`);
@@ -76,6 +89,7 @@ export function entryStatus(s: ws.EntryStatus): EntryStatus {
   const out: EntryStatus = { entry: s.entry, label: s.label, tool: s.tool, state: state(s.state) };
   if (s.key !== undefined) out.key = s.key;
   if (s.wait !== undefined) out.wait = wait(s.wait);
+  if (s.why !== undefined) out.why = s.why;
   return out;
 }
 
@@ -103,6 +117,7 @@ export function savedState(s: ws.SavedState): SavedState {
       calls: b.calls.map((c) => {
         const call: SavedState['batches'][number]['calls'][number] = { id: c.id, tool: c.tool, entries: c.entries.map((e) => ({ operation: e.operation, state: saved(e.state) })) };
         if (c.operations !== undefined) call.operations = c.operations;
+        if (c.key !== undefined) call.key = c.key;
         return call;
       }),
     })),
@@ -141,11 +156,14 @@ export function savedStateIn(value: unknown, name = 'state'): ws.SavedState {
         cancelled: boolean(b.cancelled, `${bn}.cancelled`),
         calls: array(b.calls, `${bn}.calls`).map((cv, j) => {
           const cn = `${bn}.calls[${j}]`;
-          const c = record(cv, cn, ['id', 'tool', 'operations', 'entries']);
+          const c = record(cv, cn, ['id', 'tool', 'operations', 'entries', 'key']);
           return {
             id: string(c.id, `${cn}.id`),
             tool: string(c.tool, `${cn}.tool`),
             operations: c.operations === undefined ? undefined : u32(c.operations, `${cn}.operations`),
+            // Absent in states saved before keys from arguments (and for calls whose arguments
+            // made no key): a call of a key template then takes the template's own key.
+            key: c.key === undefined ? undefined : string(c.key, `${cn}.key`),
             entries: array(c.entries, `${cn}.entries`).map((ev, k) => {
               const en = `${cn}.entries[${k}]`;
               const e = record(ev, en, ['operation', 'state']);

@@ -31,7 +31,7 @@ import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.j
 import * as convert from './convert.js';
 import { Scheduler, Submitted, type CallInput, type ResumeOptions } from './scheduler.js';
 import type { Policy } from './turnstile.js';
-import type { EntryStatus, InputKind, Reason, SavedState, Unrestored } from './types.js';
+import type { EntryStatus, InputKind, Reason, SavedCall, SavedState, Unrestored } from './types.js';
 import { fail, func, millis, oneOf, record, signal as checkSignal, string as checkString } from './validate.js';
 
 /** What `execute` gets: the entry to run and a signal that fires when it should stop. */
@@ -60,8 +60,10 @@ export type EntryOutcome =
   /** Its execution had started and its batch was cancelled before it ended; what it returned
    * (`value`) or threw (`error`) afterwards is kept. */
   | { entry: bigint; label: string; status: 'cancelled'; value?: unknown; error?: unknown }
-  /** It never ran (or stopped being needed): `reason` says why. */
-  | { entry: bigint; label: string; status: 'settled'; reason: Reason };
+  /** It never ran (or stopped being needed): `reason` says why, and `message` is the sentence to
+   * show a user or hand back to the model as the call's result (the component's `explain` text,
+   * the same in every host: `"not run: the batch was cancelled"`). */
+  | { entry: bigint; label: string; status: 'settled'; reason: Reason; message: string };
 
 /** One call's outcome: its entries' outcomes in operation order. */
 export interface CallOutcome {
@@ -348,18 +350,31 @@ export class Driver {
   /** Resumes a saved state (see `Scheduler.resume`) under a driver: each restored batch runs
    * again next to new ones (`run`), its pending entries decided and executed with `execute`
    * like a new batch's, and resolves like one. Entries that ended before the state was saved
-   * report `ok` / `failed` with no value or error (those were not saved). */
+   * report `ok` / `failed` with no value or error (those were not saved). A call keeps the key
+   * its arguments made (the state saved it); its arguments themselves are not saved: `argsOf`
+   * gives each restored call's `args` back (from wherever the host kept them), so `decide` and
+   * `execute` see them as a new batch's would. It is called once per saved call, before anything
+   * is resumed: what it throws, `resume` throws. */
   static resume(
     policy: Policy,
     state: SavedState,
-    options: ResumeOptions & RunOptions & { execute: Execute },
+    options: ResumeOptions & RunOptions & { execute: Execute; argsOf?: (call: SavedCall) => unknown },
   ): { driver: Driver; batches: Promise<CallOutcome[]>[]; unrestored: Unrestored[] } {
-    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome']);
+    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome', 'argsOf']);
     func(o.execute, 'options.execute');
+    if (o.argsOf !== undefined) func(o.argsOf, 'options.argsOf');
     const runOptions = checkRunOptions({ signal: options.signal, decide: options.decide, executionTimeoutMs: options.executionTimeoutMs, abortGraceMs: options.abortGraceMs, onOutcome: options.onOutcome });
+    // The state is checked in full (`Scheduler.resume`) before `argsOf` sees any of it.
     const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: options.started });
+    let args: unknown[][] | undefined;
+    try {
+      if (options.argsOf) args = state.batches.map((b) => b.calls.map((c) => options.argsOf!(c)));
+    } catch (error) {
+      scheduler.dispose();
+      throw error;
+    }
     const driver = new Driver(scheduler);
-    const batches = state.batches.map((saved) => driver.#restore(saved, options.execute, runOptions));
+    const batches = state.batches.map((saved, i) => driver.#restore(saved, options.execute, runOptions, args?.[i]));
     return { driver, batches, unrestored };
   }
 
@@ -500,11 +515,16 @@ export class Driver {
   }
 
   #settle(batch: Batch, offset: number, how: ws.HostSettle): void {
-    this.#record(batch, offset, { entry: BigInt(batch.first + offset), label: batch.label(offset), status: 'settled', reason: { kind: how } });
+    this.#record(batch, offset, this.#settled(BigInt(batch.first + offset), batch.label(offset), { kind: how }, { tag: how }));
     if (this.#disposed) return;
     this.#pending.settle.push({ entry: BigInt(batch.first + offset), how });
     this.#pending.settleOwners.push(batch);
     this.#schedule();
+  }
+
+  /** A settled outcome, with the component's sentence for it (never throws). */
+  #settled(entry: bigint, label: string, reason: Reason, wit: ws.Reason): EntryOutcome {
+    return { entry, label, status: 'settled', reason, message: this.scheduler.held.instance.explainOrKind(label, wit) };
   }
 
   /** The one place an entry's outcome is recorded; the first one recorded is reported to
@@ -550,8 +570,12 @@ export class Driver {
     batch.reject(error);
   }
 
-  #restore(saved: SavedState['batches'][number], execute: Execute, options: RunOptions): Promise<CallOutcome[]> {
-    const calls: CallInput[] = saved.calls.map((c) => (c.operations === undefined ? { id: c.id, tool: c.tool } : { id: c.id, tool: c.tool, operations: c.operations }));
+  #restore(saved: SavedState['batches'][number], execute: Execute, options: RunOptions, args: unknown[] | undefined): Promise<CallOutcome[]> {
+    const calls: CallInput[] = saved.calls.map((c, i) => {
+      const call: CallInput = c.operations === undefined ? { id: c.id, tool: c.tool } : { id: c.id, tool: c.tool, operations: c.operations };
+      if (args !== undefined && args[i] !== undefined) call.args = args[i];
+      return call;
+    });
     const count = calls.reduce((n, c) => n + (c.operations ?? 1), 0);
     const batch = new Batch(this, new Submitted(saved.batch, saved.first, count, calls), execute, options);
     const statuses = this.scheduler.inspect(saved.batch);
@@ -564,7 +588,7 @@ export class Driver {
         const fromSave = savedEntry(saved, batch.submitted, i);
         const reason: Reason = status?.state.kind === 'settled' ? status.state.reason : fromSave?.kind === 'settled' ? fromSave.reason : { kind: 'interrupted' };
         if (fromSave?.kind === 'ended') this.#record(batch, i, fromSave.outcome === 'ok' ? { entry, label, status: 'ok', value: undefined } : { entry, label, status: 'failed', error: undefined });
-        else this.#record(batch, i, { entry, label, status: 'settled', reason });
+        else this.#record(batch, i, this.#settled(entry, label, reason, convert.witReason(reason)));
       } else if (status.state.kind === 'ended') {
         this.#record(batch, i, status.state.outcome === 'ok' ? { entry, label, status: 'ok', value: undefined } : { entry, label, status: 'failed', error: undefined });
       } else pending.push(i);
@@ -587,7 +611,7 @@ export class Driver {
   #start(batch: Batch, offset: number): void {
     if (batch.done || this.#disposed) {
       // The batch failed: its promise is settled, so nothing runs; the slot is handed back.
-      this.#record(batch, offset, { entry: BigInt(batch.first + offset), label: batch.label(offset), status: 'settled', reason: { kind: 'cancelled' } });
+      this.#record(batch, offset, this.#settled(BigInt(batch.first + offset), batch.label(offset), { kind: 'cancelled' }, { tag: 'cancelled' }));
       this.#push('failed', batch.first + offset, batch);
       return;
     }
@@ -746,7 +770,7 @@ export class Driver {
     for (const s of out.settle) {
       const offset = Number(s.entry);
       const batch = this.#find(offset);
-      if (batch) this.#record(batch, offset - batch.first, { entry: s.entry, label: batch.label(offset - batch.first), status: 'settled', reason: convert.reason(s.reason) });
+      if (batch) this.#record(batch, offset - batch.first, this.#settled(s.entry, batch.label(offset - batch.first), convert.reason(s.reason), s.reason));
     }
     for (const e of out.errors) {
       if (e.input === 'pause') {

@@ -110,41 +110,20 @@ export class DisposedError extends TurnstileError {
   }
 }
 
-/** The text a model should read for a call the scheduler or the host settled without running
- * it (the Python package uses the same texts). */
-export function settledMessage(reason: Reason): string {
-  switch (reason.kind) {
-    case 'rejected':
-      return 'not run: the user rejected this call';
-    case 'skipped':
-      return 'not run: this call was skipped';
-    case 'failed':
-      return 'not run: this call failed before it could start';
-    case 'cancelled':
-      return 'not run: the batch was cancelled';
-    case 'stopped':
-      return `not run: operation #${reason.after} of this call failed, and this tool stops at its first failed operation`;
-    case 'rate-limited':
-      return `not run again: rate limited ${reason.retries + 1} times (${reason.retries} ${reason.retries === 1 ? 'retry' : 'retries'} allowed); the endpoint asked to wait`;
-    case 'interrupted':
-      return 'not run again: it was running when the host stopped, and its result is unknown';
-  }
-  // A kind this package does not know yet (data from a newer component).
-  return `not run: ${(reason as { kind: string }).kind}`;
-}
-
 /** A `Gate` call that never ran (code `'call-settled'`): `reason` says why, and `message` is
- * exactly the text the model should read (`settledMessage`), with no code prefix; so is
- * `toString()`, which frameworks use for a tool error's text (the AI SDK does). `callId` and
- * `tool` name the call. */
+ * exactly the text the model should read (the component's `explain` text, the same in every
+ * host: `"not run: the user rejected this call"`), with no code prefix; so is `toString()`,
+ * which frameworks use for a tool error's text (the AI SDK does). `callId` and `tool` name the
+ * call. */
 export class CallSettledError extends TurnstileError {
   declare readonly code: 'call-settled';
   readonly reason: Reason;
   readonly callId: string;
   readonly tool: string;
-  constructor(reason: Reason, callId: string, tool: string) {
-    super('call-settled', settledMessage(reason));
-    this.message = settledMessage(reason);
+  /** The gate makes these; `message` is the component's text (`Turnstile.explain`). */
+  constructor(reason: Reason, callId: string, tool: string, message: string) {
+    super('call-settled', message);
+    this.message = message;
     this.reason = reason;
     this.callId = callId;
     this.tool = tool;

@@ -18,8 +18,9 @@
 // Each call's promise:
 // - resolves with what `run` returned, or rejects with what it threw, when its entry ends
 //   (not when the batch ends); a `run` that throws fails only its own call;
-// - rejects with `CallSettledError` (the `Reason`, and the text the model should read) when the
-//   scheduler or `decide` settled it without running it;
+// - rejects with `CallSettledError` (the `Reason`, and as `message` the text the model should
+//   read, the component's `explain` sentence) when the scheduler or `decide` settled it without
+//   running it;
 // - rejects with its signal's reason as soon as its `signal` aborts: a call still queued then
 //   never runs (when its turn comes it ends at once, so it holds no key), a running one has the
 //   signal given to `run` aborted and keeps its key's slot until `run` ends, or until
@@ -38,7 +39,9 @@ import { fail, func, millis, record, signal as checkSignal, string } from './val
 export type GateRun<A, R> = (args: A, signal: AbortSignal) => Promise<R>;
 
 /** A call as the gate submits it (what `decide` sees). `id` is the call id, or `ID@N` when an
- * earlier call with that id has settled but its batch is still live. */
+ * earlier call with that id has settled but its batch is still live. `args` are the arguments
+ * given to `gate.call`: for a tool whose key is a template they make the call's key (see
+ * `CallInput`; odd values take the template's own key, never an error). */
 export interface GateCallInput {
   id: string;
   tool: string;
@@ -133,7 +136,8 @@ export class Gate {
   }
 
   /** Runs `run(args, signal)` when the scheduler releases call `callId` of `tool`; resolves or
-   * rejects when that call ends (see the module doc). */
+   * rejects when that call ends (see the module doc). `args` also make the call's key when the
+   * tool's key is a template (`"fs:{path}"`): any value is accepted. */
   call<A, R>(tool: string, callId: string, args: A, run: GateRun<A, R>, options: GateCallOptions = {}): Promise<R> {
     let signal: AbortSignal | undefined;
     try {
@@ -169,7 +173,8 @@ export class Gate {
   /** Cancels every live batch (parked calls reject with `CallSettledError` `cancelled`, running
    * ones have their signal aborted) and every call not yet submitted. */
   cancel(reason?: unknown): void {
-    for (const pending of this.#open) pending.settle(false, new CallSettledError({ kind: 'cancelled' }, pending.id, pending.tool));
+    const instance = this.driver.scheduler.held.instance;
+    for (const pending of this.#open) pending.settle(false, new CallSettledError({ kind: 'cancelled' }, pending.id, pending.tool, instance.explainOrKind(pending.id, { tag: 'cancelled' })));
     this.#open = [];
     for (const controller of this.#batches) controller.abort(reason);
   }
@@ -266,7 +271,7 @@ function answer(pending: Pending, outcome: EntryOutcome): void {
       else pending.settle(true, outcome.value);
       return;
     case 'settled':
-      pending.settle(false, new CallSettledError(outcome.reason, pending.id, pending.tool));
+      pending.settle(false, new CallSettledError(outcome.reason, pending.id, pending.tool, outcome.message));
   }
 }
 

@@ -5,6 +5,7 @@
 // Disposal: every wrapper drops its resource on `dispose()`; a FinalizationRegistry drops it
 // when the wrapper is collected undisposed.
 import type { Root } from './component/turnstile.js';
+import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import { DisposedError, InstanceBrokenError } from './errors.js';
 
 /** Loads one core module of the component by its file name. */
@@ -36,6 +37,21 @@ export class Instance {
       const payload = (error as { payload?: unknown } | null)?.payload;
       if (onPayload && payload !== undefined) throw onPayload(payload);
       throw error;
+    }
+  }
+
+  /** The component's sentence for an entry settled with `reason` (arguments already checked). */
+  explain(label: string, reason: ws.Reason): string {
+    return this.call(() => this.root.scheduler.explain(label, reason));
+  }
+
+  /** `explain` for an outcome the package reports: never throws. On a broken instance (whose
+   * batches all fail with `InstanceBrokenError` anyway) it names the reason. */
+  explainOrKind(label: string, reason: ws.Reason): string {
+    try {
+      return this.explain(label, reason);
+    } catch {
+      return `not run: ${reason.tag} (the scheduler's explanation is unavailable: its instance is broken)`;
     }
   }
 }

@@ -6,16 +6,87 @@ import * as convert from './convert.js';
 import { ResumeError, SubmitError } from './errors.js';
 import { Held, type Instance } from './instance.js';
 import type { Policy } from './turnstile.js';
-import type { EntryStatus, SavedState, Started, StepInputs, StepOutputs, Unrestored } from './types.js';
+import type { EntryStatus, Reason, SavedState, Started, StepInputs, StepOutputs, Unrestored } from './types.js';
 import { array, fail, numbers, oneOf, record, string, time, u32, u64 } from './validate.js';
 
 /** A call as the model wrote it: `operations` for a fan-out envelope of that many operations
- * (at least 1); without it, a plain call. Other fields (the call's arguments, say) are kept and
- * handed back to `execute` by the driver. */
+ * (at least 1); without it, a plain call. `args` is the call's arguments as the model wrote them
+ * (parsed JSON, usually an object): for a tool whose key is a template (`"fs:{path}"`) the
+ * fields it names make the call's key; for any other tool they are not looked at. Any value is
+ * accepted: one that is not a plain object, or whose named fields JSON cannot write (a bigint, a
+ * cycle), gives the call the template's own key (limited, never unbounded). Other fields are
+ * kept and handed back to `execute` by the driver. */
 export interface CallInput {
   id: string;
   tool: string;
   operations?: number;
+  args?: unknown;
+}
+
+/** `Scheduler.submit`'s options. `arguments` is the component's own form, for a host that holds
+ * a call's arguments as JSON text and wants it checked by the component exactly as written:
+ * `[call index, JSON text]` pairs, added to those the calls' `args` make. The text crosses as
+ * given (every field of it, however long: above 65536 bytes the batch is refused with
+ * `too-large`; `args` sends only the fields a template names). An index of no call, or of a
+ * call named twice (here, or here and by its `args`), is refused with `invalid-arguments`. */
+export interface SubmitOptions {
+  arguments?: readonly (readonly [number, string])[];
+}
+
+/** The most bytes of arguments one call may pass (the component refuses more). */
+const ARGUMENTS_MAX = 65536;
+const encoder = new TextEncoder();
+
+/** The JSON text a call of a key template passes: only the fields the template names, in its
+ * order. `undefined` (nothing passed: the call takes the template's own key) when `args` is not
+ * a plain object, when reading or writing a named field throws (a bigint, a cycle, a throwing
+ * getter, `toJSON` or proxy), or when the text is above 65536 bytes. Never throws: arguments are
+ * the model's data, and odd data is not the host's mistake. @internal */
+export function argumentsText(args: unknown, names: readonly string[]): string | undefined {
+  if (typeof args !== 'object' || args === null) return undefined;
+  try {
+    const proto = Object.getPrototypeOf(args);
+    if ((proto !== Object.prototype && proto !== null) || Array.isArray(args)) return undefined;
+    const picked: Record<string, unknown> = Object.create(null);
+    let any = false;
+    for (const name of names) {
+      if (Object.hasOwn(args, name)) {
+        picked[name] = (args as Record<string, unknown>)[name];
+        any = true;
+      }
+    }
+    if (!any) return undefined;
+    const text = JSON.stringify(picked);
+    if (text.length * 3 > ARGUMENTS_MAX && encoder.encode(text).length > ARGUMENTS_MAX) return undefined;
+    return text;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The top-level argument names of each tool whose key is a template; `undefined` when no tool's
+ * is (then no call's arguments are looked at). */
+function templatesOf(policy: Policy): Map<string, readonly string[]> | undefined {
+  let out: Map<string, readonly string[]> | undefined;
+  for (const tool of policy.tools()) {
+    const names = tool.concurrency?.arguments;
+    if (names !== undefined && names.length) (out ??= new Map()).set(tool.name, names);
+  }
+  return out;
+}
+
+function rawArguments(value: unknown): [number, string][] {
+  const list = array(value, 'options.arguments');
+  return list.map((item, i) => {
+    if (!Array.isArray(item) || item.length !== 2) fail(`options.arguments[${i}]`, 'a [call index, JSON text] pair', item);
+    return [u32(item[0], `options.arguments[${i}][0]`), string(item[1], `options.arguments[${i}][1]`)];
+  });
+}
+
+/** The component's sentence for an entry settled with `reason` (checked). @internal */
+export function explainIn(instance: Instance, label: unknown, reason: unknown): string {
+  string(label, 'label');
+  return instance.explain(label as string, convert.reasonIn(reason, 'reason'));
 }
 
 /** What `Scheduler.resume` does with entries that had started and have no response. */
@@ -149,6 +220,9 @@ function settlements(value: unknown): ws.HostSettlement[] {
 export class Scheduler {
   /** @internal */
   readonly held: Held<ws.Scheduler>;
+  /** Argument names by tool, for the tools whose key is a template (the policy may be disposed
+   * after the scheduler is made, so they are read once, here). */
+  readonly #templates: Map<string, readonly string[]> | undefined;
 
   /** A scheduler for a policy (from the same `Turnstile` instance). */
   constructor(policy: Policy);
@@ -158,6 +232,7 @@ export class Scheduler {
     if (!(policy as unknown as { held?: unknown })?.held) fail('policy', 'a Policy', policy);
     const p = policy.held.get();
     const instance = policy.held.instance;
+    this.#templates = templatesOf(policy);
     this.held = new Held(instance, raw ?? instance.call(() => new instance.root.scheduler.Scheduler(p)), this, 'this scheduler');
   }
 
@@ -178,9 +253,14 @@ export class Scheduler {
   }
 
   /** Adds a batch, in written order; all or nothing. Throws `SubmitError` for what the
-   * scheduler refuses, `TypeError` / `RangeError` for arguments of the wrong type or range. */
-  submit(calls: readonly CallInput[]): Submitted {
+   * scheduler refuses, `TypeError` / `RangeError` for arguments of the wrong type or range. A
+   * call's `args` make its key when its tool's key is a template (see `CallInput`); never an
+   * error. */
+  submit(calls: readonly CallInput[], options?: SubmitOptions): Submitted {
     array(calls, 'calls');
+    const raw = options === undefined ? undefined : record(options, 'options', ['arguments']).arguments;
+    const args: [number, string][] = raw === undefined ? [] : rawArguments(raw);
+    const templates = this.#templates;
     const operations = new Uint32Array(calls.length);
     let ids = '';
     let tools = '';
@@ -206,6 +286,13 @@ export class Scheduler {
         if (n === 0) throw new SubmitError('invalid-operations', `call ${JSON.stringify(id)}: a fan-out call has at least 1 operation, got 0`);
         operations[i] = n;
       }
+      if (templates !== undefined && call.args !== undefined) {
+        const names = templates.get(tool);
+        if (names !== undefined) {
+          const text = argumentsText(call.args, names);
+          if (text !== undefined) args.push([i, text]);
+        }
+      }
       if (i) {
         ids += '\n';
         tools += '\n';
@@ -213,9 +300,9 @@ export class Scheduler {
       ids += id;
       tools += tool;
     }
-    const raw = this.held.get();
+    const sched = this.held.get();
     const s = this.held.instance.call(
-      () => raw.submit(ids, tools, operations),
+      () => sched.submit(ids, tools, operations, args),
       (payload) => new SubmitError((payload as ws.SubmitError).code, (payload as ws.SubmitError).message),
     );
     return new Submitted(s.batch, s.first, s.count, calls, !fansOut);
@@ -260,6 +347,14 @@ export class Scheduler {
     u64(batch, 'batch');
     const raw = this.held.get();
     return this.held.instance.call(() => raw.inspect(batch))?.map(convert.entryStatus);
+  }
+
+  /** The sentence for an entry settled with `reason`, to show a user or hand back to the model
+   * as the call's result (`"not run: the batch was cancelled"`); `label` is the entry's
+   * (`call` or `call#i`). The component's text, so every host says the same; the driver's
+   * settled outcomes and `CallSettledError` carry it as `message`. Works after `dispose`. */
+  explain(label: string, reason: Reason): string {
+    return explainIn(this.held.instance, label, reason);
   }
 
   /** The state to persist for `Scheduler.resume`: every live batch. Plain data (with bigints). */

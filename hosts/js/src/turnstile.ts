@@ -7,7 +7,8 @@ import * as convert from './convert.js';
 import { ConfigError } from './errors.js';
 import { Held, Instance, type CoreModuleLoader } from './instance.js';
 import { layersIn, type LayerInput } from './layers.js';
-import type { AdmissionConfig, Diagnostic, ToolPolicy } from './types.js';
+import { explainIn } from './scheduler.js';
+import type { AdmissionConfig, Diagnostic, Reason, ToolPolicy } from './types.js';
 import { boolean, func, record, string, u32 } from './validate.js';
 
 let defaultLoader: CoreModuleLoader | undefined;
@@ -68,6 +69,15 @@ export class Turnstile {
       (payload) => new ConfigError(convert.diagnostics(payload as wc.Diagnostic[])),
     );
     return new Policy(instance, raw);
+  }
+
+  /** The sentence for an entry settled with `reason`, to show a user or hand back to the model
+   * as the call's result (`"not run: the batch was cancelled"`, `"not run: stopped after
+   * del#1 failed (...)"`); `label` is the entry's (`call` or `call#i`). The component owns these
+   * texts, so every host (JavaScript, Python, Rust) says exactly the same. The driver's settled
+   * outcomes and `CallSettledError` already carry it as `message`. */
+  explain(label: string, reason: Reason): string {
+    return explainIn(this.#instance, label, reason);
   }
 
   /** An admission controller for one binding (one shared MCP connection). */

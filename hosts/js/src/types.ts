@@ -33,7 +33,8 @@ export type DiagnosticCode =
   | 'stop-without-limit'
   | 'enable-value'
   | 'concurrency-delay-conflict'
-  | 'concurrency-retries-conflict';
+  | 'concurrency-retries-conflict'
+  | 'concurrency-key-template';
 
 /** A place in one layer. Offsets are bytes into the layer's text (for a layer given as an
  * object: into the TOML the package generated from it); line and column are one-based. */
@@ -69,10 +70,13 @@ export type OnError = 'continue' | 'stop';
 
 /** One tool's resolved policy; `concurrency` is absent when the tool is unbounded. `delayMs` is
  * the minimum gap between consecutive starts on the key, `retries` how many times one entry may
- * hit a rate limit and run again (a key with `limit = 0` and a delay has limit 4294967295). */
+ * hit a rate limit and run again (a key with `limit = 0` and a delay has limit 4294967295).
+ * A key with placeholders (`"fs:{path}"`) is a template: each call's key is made from its
+ * arguments, and `arguments` lists the top-level argument names it uses (empty for a plain
+ * key); every key made from one template has the template's limit and delay. */
 export interface ToolPolicy {
   name: string;
-  concurrency?: { key: string; limit: number; delayMs: number; retries: number };
+  concurrency?: { key: string; limit: number; delayMs: number; retries: number; arguments: string[] };
   fanOut: boolean;
   onError: OnError;
 }
@@ -191,7 +195,10 @@ export type Wait =
   | { kind: 'key-paused' | 'key-spacing'; key: string; until: number }
   | { kind: 'retry-at'; until: number };
 
-/** One entry as `inspect` reports it. */
+/** One entry as `inspect` reports it. `key` is its key (made from its arguments for a key
+ * template); `why` is `wait` as one plain sentence for a UI, from the component
+ * (`"waiting: github is full (2 of 2 running: g1, g2)"`; a wait on time says how long is left
+ * by the scheduler's clock as last given). */
 export interface EntryStatus {
   entry: bigint;
   label: string;
@@ -199,6 +206,7 @@ export interface EntryStatus {
   key?: string;
   state: EntryState;
   wait?: Wait;
+  why?: string;
 }
 
 /** An entry's state in a saved state: started (running or asking at export), ended, or
@@ -211,12 +219,15 @@ export interface SavedEntry {
   state: SavedEntryState;
 }
 
-/** A call of a live batch; `operations` is absent for a plain call. */
+/** A call of a live batch; `operations` is absent for a plain call. `key` is the key its
+ * arguments made from its tool's key template (absent for other tools, when they made none,
+ * and in states saved before keys from arguments): `resume` gives the call that key again. */
 export interface SavedCall {
   id: string;
   tool: string;
   operations?: number;
   entries: SavedEntry[];
+  key?: string;
 }
 
 export interface SavedBatch {
@@ -250,7 +261,10 @@ export interface Unrestored {
   message: string;
 }
 
-export type SubmitErrorCode = 'empty-batch' | 'invalid-id' | 'duplicate-id' | 'not-fan-out' | 'invalid-operations' | 'too-large';
+/** Why `submit` refused a batch: `too-large` is above a limit (calls per batch, operations per
+ * call, live entries, or 65536 bytes of one call's arguments); `invalid-arguments` is an
+ * `arguments` item that names no call of the batch, or a call twice. */
+export type SubmitErrorCode = 'empty-batch' | 'invalid-id' | 'duplicate-id' | 'not-fan-out' | 'invalid-operations' | 'too-large' | 'invalid-arguments';
 export type ResumeErrorCode = 'unsupported-version' | 'too-large';
 
 // --- admission ------------------------------------------------------------------------------

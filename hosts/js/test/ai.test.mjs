@@ -297,3 +297,44 @@ test('the abort signal the SDK passes cancels a queued call and never hangs its 
   assert.deepEqual([await a, await c], ['a', 'c']);
   assert.deepEqual(ran, ['a', 'c']);
 });
+
+test('limitTools makes a templated key from each call\'s input: writes to one file one at a time, in written order; files overlap', { timeout: 20_000 }, async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'fs', text: '[conversation.tools.fs_write]\nconcurrency = { key = "fs:{path}", limit = 1 }\n' }]);
+  const writes = ['a', 'b', 'a', 'c', 'a', 'b'].map((file, i) => [`w${i + 1}`, 'fs_write', { path: `${file}.txt`, content: `line ${i + 1}` }]);
+  let step = 0;
+  const m = new MockLanguageModelV4({
+    doGenerate: async () =>
+      step++ === 0
+        ? { content: writes.map(toolCall), finishReason: { unified: 'tool-calls', raw: undefined }, usage, warnings: [] }
+        : { content: [{ type: 'text', text: 'done' }], finishReason: { unified: 'stop', raw: undefined }, usage, warnings: [] },
+  });
+  const running = new Map();
+  const starts = new Map();
+  let all = 0;
+  let peak = 0;
+  const overlaps = [];
+  const set = {
+    fs_write: tool({
+      inputSchema: z.object({ path: z.string(), content: z.string() }),
+      execute: async ({ path }, { toolCallId }) => {
+        if ((running.get(path) ?? 0) > 0) overlaps.push(toolCallId);
+        running.set(path, (running.get(path) ?? 0) + 1);
+        starts.set(path, [...(starts.get(path) ?? []), toolCallId]);
+        peak = Math.max(peak, ++all);
+        await sleep(5);
+        running.set(path, running.get(path) - 1);
+        all -= 1;
+        return `wrote ${path}`;
+      },
+    }),
+  };
+  const decide = (label) => (label === 'w6' ? 'reject' : 'approve');
+  const result = await generateText({ model: m, tools: limitTools(set, policy, { decide }), prompt: 'go', stopWhen: isStepCount(3) });
+  assert.equal(result.text, 'done');
+  assert.deepEqual(overlaps, []);
+  assert.deepEqual(Object.fromEntries(starts), { 'a.txt': ['w1', 'w3', 'w5'], 'b.txt': ['w2'], 'c.txt': ['w4'] });
+  assert.ok(peak >= 2, `different files ran together (peak ${peak})`);
+  // The rejected call's text is the component's, as in every host.
+  assert.deepEqual(resultsSent(m, 1, false).w6, { type: 'error-text', value: t.explain('w6', { kind: 'rejected' }) });
+});

@@ -105,15 +105,15 @@ test('cancelling mid-batch settles parked calls; the running one finishes and is
   assert.deepEqual(seen, ['n1']);
   assert.deepEqual(strip(outcomes[0].entries[0]), { label: 'n1', status: 'cancelled', value: 'stopped early' });
   assert.deepEqual(outcomes.slice(1).map((o) => strip(o.entries[0])), [
-    { label: 'n2', status: 'settled', reason: { kind: 'cancelled' } },
-    { label: 'n3', status: 'settled', reason: { kind: 'cancelled' } },
+    { label: 'n2', status: 'settled', reason: { kind: 'cancelled' }, message: 'not run: the batch was cancelled' },
+    { label: 'n3', status: 'settled', reason: { kind: 'cancelled' }, message: 'not run: the batch was cancelled' },
   ]);
 });
 
 test('a signal aborted before the run settles everything without running it', async () => {
   const { sched } = await setup();
   const outcomes = await runBatch(sched, [{ id: 'a', tool: 'read' }], async () => assert.fail('must not run'), { signal: AbortSignal.abort() });
-  assert.deepEqual(outcomes[0].entries.map(strip), [{ label: 'a', status: 'settled', reason: { kind: 'cancelled' } }]);
+  assert.deepEqual(outcomes[0].entries.map(strip), [{ label: 'a', status: 'settled', reason: { kind: 'cancelled' }, message: 'not run: the batch was cancelled' }]);
 });
 
 test('an execute that throws is a failure: the slot frees, and stop stops the operations behind it', async () => {
@@ -129,6 +129,9 @@ test('an execute that throws is a failure: the slot frees, and stop stops the op
   assert.equal(d.entries[0].status, 'failed');
   assert.equal(d.entries[0].error.message, 'disk full');
   assert.deepEqual(d.entries.slice(1).map((x) => [x.label, x.reason]), [['d#1', { kind: 'stopped', after: 1 }], ['d#2', { kind: 'stopped', after: 1 }]]);
+  // The text names the operation it was stopped after, by its label.
+  assert.equal(d.entries[1].message, "not run: stopped after d#0 failed (this tool stops a call's operations at the first failure)");
+  assert.equal(d.entries[1].message, sched.explain('d#1', { kind: 'stopped', after: 1 }));
   assert.equal(e.entries[0].status, 'ok');
   assert.equal(f.entries[0].status, 'failed');
 });
@@ -154,7 +157,7 @@ test('rejected calls settle and do not block; questions keep the slot, one after
     },
     { decide: async (label) => (label === 'n1' ? 'reject' : 'approve') },
   );
-  assert.deepEqual(strip(outcomes[0].entries[0]), { label: 'n1', status: 'settled', reason: { kind: 'rejected' } });
+  assert.deepEqual(strip(outcomes[0].entries[0]), { label: 'n1', status: 'settled', reason: { kind: 'rejected' }, message: 'not run: the user rejected this call' });
   assert.deepEqual(order, ['start n2', 'answers 42 43', 'end n2', 'start n3', 'end n3']);
 });
 

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CallSettledError, Driver, Gate, Scheduler, SubmitError, Turnstile, TurnstileError, settledMessage } from '../dist/index.js';
+import { CallSettledError, Driver, Gate, Scheduler, SubmitError, Turnstile, TurnstileError } from '../dist/index.js';
 
 const CONFIG = `
 [conversation.tools.rfd_draft]
@@ -37,14 +37,26 @@ const recorder = (log, ms = 5) => async (args, signal) => {
   return `${args.name} done`;
 };
 
-test('the texts of settled calls are the shared ones', () => {
-  assert.equal(settledMessage({ kind: 'rejected' }), 'not run: the user rejected this call');
-  assert.equal(settledMessage({ kind: 'skipped' }), 'not run: this call was skipped');
-  assert.equal(settledMessage({ kind: 'failed' }), 'not run: this call failed before it could start');
-  assert.equal(settledMessage({ kind: 'cancelled' }), 'not run: the batch was cancelled');
-  assert.equal(settledMessage({ kind: 'stopped', after: 2 }), 'not run: operation #2 of this call failed, and this tool stops at its first failed operation');
-  assert.equal(settledMessage({ kind: 'interrupted' }), 'not run again: it was running when the host stopped, and its result is unknown');
-  assert.equal(settledMessage({ kind: 'rate-limited', retries: 3 }), 'not run again: rate limited 4 times (3 retries allowed); the endpoint asked to wait');
+test('the texts of settled calls come from the component: explain checks its arguments', async () => {
+  const t = await Turnstile.load();
+  // A few of the component's sentences, as every host gives them to the model.
+  assert.equal(t.explain('a', { kind: 'rejected' }), 'not run: the user rejected this call');
+  assert.equal(t.explain('a', { kind: 'cancelled' }), 'not run: the batch was cancelled');
+  assert.equal(t.explain('del#3', { kind: 'stopped', after: 2 }), "not run: stopped after del#1 failed (this tool stops a call's operations at the first failure)");
+  assert.equal(t.explain('g', { kind: 'rate-limited', retries: 1 }), 'not run again: rate limited 2 times (1 retry allowed); the endpoint asked to wait');
+  for (const kind of ['skipped', 'failed', 'interrupted']) assert.match(t.explain('a', { kind }), /^not run/);
+  // The scheduler's explain is the same function (and works after dispose: it needs no scheduler).
+  const sched = new Scheduler(t.resolve([{ name: 'test', text: CONFIG }]));
+  sched.dispose();
+  assert.equal(sched.explain('a', { kind: 'skipped' }), t.explain('a', { kind: 'skipped' }));
+  // Wrong arguments are TypeError / RangeError naming them.
+  assert.throws(() => t.explain(1, { kind: 'rejected' }), (e) => e instanceof TypeError && e.message.includes('label'));
+  assert.throws(() => t.explain('a', 'rejected'), (e) => e instanceof TypeError && e.message.includes('reason'));
+  assert.throws(() => t.explain('a', { kind: 'bogus' }), (e) => e instanceof RangeError && e.message.includes('reason.kind'));
+  assert.throws(() => t.explain('a', { kind: 'stopped' }), (e) => e instanceof TypeError && e.message.includes('reason.after'));
+  assert.throws(() => t.explain('a', { kind: 'stopped', after: 0 }), (e) => e instanceof RangeError && e.message.includes('reason.after'));
+  assert.throws(() => t.explain('a', { kind: 'rejected', after: 1 }), TypeError);
+  assert.throws(() => t.explain('a', { kind: 'rate-limited', retries: -1 }), RangeError);
 });
 
 test('calls settled by decide reject with CallSettledError carrying the reason and the model\'s text', { timeout: 10_000 }, async () => {

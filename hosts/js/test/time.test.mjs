@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Driver, RateLimitedError, Scheduler, Turnstile, settledMessage } from '../dist/index.js';
+import { Driver, RateLimitedError, Scheduler, Turnstile } from '../dist/index.js';
 
 const CONFIG = `
 [conversation.tools.api]
@@ -51,7 +51,8 @@ test('a cap that runs out settles the entry rate-limited, with the text the mode
   const e = out[0].entries[0];
   assert.equal(e.status, 'settled');
   assert.deepEqual(e.reason, { kind: 'rate-limited', retries: 2 });
-  assert.equal(settledMessage(e.reason), 'not run again: rate limited 3 times (2 retries allowed); the endpoint asked to wait');
+  assert.equal(e.message, 'not run again: rate limited 3 times (2 retries allowed); the endpoint asked to wait');
+  assert.equal(e.message, driver.scheduler.explain(e.label, e.reason));
   drained(driver);
 });
 

@@ -65,6 +65,21 @@ test('every wrong argument to every method throws TypeError or RangeError; the i
   throwsNaming(() => sched.submit([{ id: 1, tool: 'k' }]), TypeError, 'calls[0].id');
   throwsNaming(() => sched.submit([{ id: 'x', tool: undefined }]), TypeError, 'calls[0].tool');
   for (const [v, Kind] of BAD_U32) throwsNaming(() => sched.submit([{ id: 'x', tool: 'f', operations: v }]), Kind, 'calls[0].operations');
+  // The arguments pairs; a call's `args` are the model's data and never an error (keys.test.mjs).
+  throwsNaming(() => sched.submit([{ id: 'x', tool: 'k' }], 'x'), TypeError, 'options');
+  throwsNaming(() => sched.submit([{ id: 'x', tool: 'k' }], { arguments: {} }), TypeError, 'options.arguments');
+  for (const [v, Kind] of BAD_U32) throwsNaming(() => sched.submit([{ id: 'x', tool: 'k' }], { arguments: [[v, '{}']] }), Kind, 'options.arguments[0][0]');
+  throwsNaming(() => sched.submit([{ id: 'x', tool: 'k' }], { arguments: [[0, null]] }), TypeError, 'options.arguments[0][1]');
+
+  // explain (the instance's and the scheduler's)
+  for (const explain of [(l, r) => t.explain(l, r), (l, r) => sched.explain(l, r)]) {
+    throwsNaming(() => explain(undefined, { kind: 'rejected' }), TypeError, 'label');
+    throwsNaming(() => explain('a', null), TypeError, 'reason');
+    throwsNaming(() => explain('a', { kind: 'nope' }), RangeError, 'reason.kind');
+    throwsNaming(() => explain('a', { kind: 'cancelled', extra: 1 }), TypeError, 'extra');
+    for (const [v, Kind] of BAD_U32) throwsNaming(() => explain('a', { kind: 'rate-limited', retries: v }), Kind, 'reason.retries');
+    for (const [v, Kind] of [...BAD_U32, [0, RangeError]]) throwsNaming(() => explain('a', { kind: 'stopped', after: v }), Kind, 'reason.after');
+  }
 
   // step
   throwsNaming(() => sched.step('x'), TypeError, 'inputs');
@@ -143,6 +158,8 @@ test('every wrong argument to every method throws TypeError or RangeError; the i
   throwsNaming(() => Driver.resume(policy, saved, { started: 'interrupt', execute: () => 1, abortGraceMs: -5 }), RangeError, 'options.abortGraceMs');
   throwsNaming(() => Driver.resume(policy, { ...saved, nextBatch: 1 }, { started: 'interrupt', execute: () => 1 }), TypeError, 'state.nextBatch');
   throwsNaming(() => Driver.resume('policy', saved, { started: 'interrupt', execute: () => 1 }), TypeError, 'policy');
+  throwsNaming(() => Driver.resume(policy, saved, { started: 'interrupt', execute: () => 1, argsOf: {} }), TypeError, 'options.argsOf');
+  resumeThrows({ ...good, batches: [{ ...batch0, calls: [{ id: 'a', tool: 'k', entries: [], key: 1 }] }] }, TypeError, 'state.batches[0].calls[0].key');
   throwsNaming(() => b.locate('1'), TypeError, 'entry');
   assert.equal(typeof policy.fingerprint(), 'bigint');
   // A refused run left nothing behind: the same ids go through now.

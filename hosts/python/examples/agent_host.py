@@ -26,6 +26,9 @@ LAYERS = [
 concurrency = { key = "rfd" }
 [conversation.tools.rfd_renumber]
 concurrency = { key = "rfd" }
+# A key from the call's arguments: one write at a time per file, different files together.
+[conversation.tools.fs_write]
+concurrency = { key = "fs:{path}" }
 """),
     # A layer can be plain data of the same shape as the TOML.
     Layer("user", {"conversation": {"tools": {"fs_read_file": {"fan_out": True}}}}),
@@ -40,7 +43,7 @@ async def execute(x) -> dict:
     asyncio.CancelledError (honour it: an execution that ignores it keeps its key's slot)."""
     async with connection.slot("call", id=x.label, timeout=30):
         op = "" if x.operation is None else f" op {x.operation}"
-        print(f"start {x.label} ({x.call.tool}{op})")
+        print(f"start {x.label} ({x.call.tool}{op} {x.call.arguments or ''})")
         await asyncio.sleep(0.02)
         print(f"end   {x.label}")
         return {"ok": True}
@@ -65,13 +68,18 @@ async def main() -> None:
             Call("toolu_02", "rfd_renumber"),
             Call("toolu_03", "fs_read_file", operations=2),
             Call("toolu_04", "rfd_draft"),
+            # The model's arguments: a dict, or the JSON text as it wrote it.
+            Call("toolu_05", "fs_write", arguments={"path": "a.txt", "content": "one"}),
+            Call("toolu_06", "fs_write", arguments='{"path": "b.txt", "content": "two"}'),
+            Call("toolu_07", "fs_write", arguments={"path": "a.txt", "content": "three"}),
         ],
         [Call("toolu_01", "rfd_draft")],
     ]
     with Driver(Scheduler(policy), execution_timeout=600) as driver:
         for calls in responses:
             for call in await driver.run(calls, execute, decide=decide):
-                print(call.id, call.tool, ",".join(e.status.value for e in call.entries))
+                # A settled entry's `message` is what the model should read ("not run: ...").
+                print(call.id, call.tool, ",".join(e.message or e.status.value for e in call.entries))
         # On a restart: store this JSON (after every round, or on shutdown), then resume from
         # it. Nothing is live here, so it is empty; an execution that had started when the
         # state was saved is settled as interrupted rather than run twice.

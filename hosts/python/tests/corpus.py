@@ -143,19 +143,22 @@ def layers_of(tables: Any, where: str) -> list[tuple[str, str]]:
 
 
 def parse_calls(batch: dict) -> list[Call]:
+    """`ID TOOL`, `ID TOOL*N` or `ID TOOL {JSON}`: everything after the tool is the call's
+    arguments, passed as written (JSON text, valid or not)."""
     calls = []
     for c in batch["calls"]:
-        words = c.split()
-        if len(words) != 2:
-            raise CaseError(f"bad call {c!r}: write `ID TOOL` or `ID TOOL*N`")
-        cid, tool = words
+        words = c.split(maxsplit=2)
+        if len(words) < 2:
+            raise CaseError(f"bad call {c!r}: write `ID TOOL`, `ID TOOL*N` or `ID TOOL {{JSON}}`")
+        cid, tool = words[0], words[1]
+        arguments = words[2].strip() if len(words) == 3 else None
         if "*" in tool:
             tool, n = tool.split("*", 1)
             if not re.fullmatch(r"[0-9]+", n):
                 raise CaseError(f"bad operation count in {c!r}")
-            calls.append(Call(cid, tool, int(n)))
+            calls.append(Call(cid, tool, int(n), arguments=arguments))
         else:
-            calls.append(Call(cid, tool))
+            calls.append(Call(cid, tool, arguments=arguments))
     return calls
 
 

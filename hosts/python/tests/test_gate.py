@@ -20,7 +20,7 @@ from turnstile_scheduler import (
     Scheduler,
     SubmitError,
     TurnstileError,
-    settled_text,
+    explain,
 )
 
 CONFIG = """
@@ -60,20 +60,33 @@ class Log:
         return run
 
 
-def test_the_texts_are_the_shared_ones() -> None:
-    assert settled_text(Reason(ReasonKind.REJECTED)) == "not run: the user rejected this call"
-    assert settled_text(Reason(ReasonKind.SKIPPED)) == "not run: this call was skipped"
-    assert settled_text(Reason(ReasonKind.FAILED)) == "not run: this call failed before it could start"
-    assert settled_text(Reason(ReasonKind.CANCELLED)) == "not run: the batch was cancelled"
-    assert settled_text(Reason(ReasonKind.STOPPED, 2)) == (
-        "not run: operation #2 of this call failed, and this tool stops at its first failed operation"
-    )
-    assert settled_text(Reason(ReasonKind.INTERRUPTED)) == (
-        "not run again: it was running when the host stopped, and its result is unknown"
+def test_the_texts_are_the_components() -> None:
+    # The component writes them (`explain`), so both packages say the same; these pin a few.
+    assert explain("a", Reason(ReasonKind.REJECTED)) == "not run: the user rejected this call"
+    assert explain("a", Reason(ReasonKind.CANCELLED)) == "not run: the batch was cancelled"
+    assert explain("del#3", Reason(ReasonKind.STOPPED, 2)) == (
+        "not run: stopped after del#1 failed (this tool stops a call's operations at the first failure)"
     )
     e = CallSettledError("toolu_1", "rfd_draft", Reason(ReasonKind.REJECTED))
     assert isinstance(e, TurnstileError) and e.code is ReasonKind.REJECTED
-    assert str(e) == "not run: the user rejected this call"
+    assert str(e) == e.message == explain("toolu_1", Reason(ReasonKind.REJECTED))
+    assert str(CallSettledError("t", "x", Reason(ReasonKind.SKIPPED), "given")) == "given"
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        ((1, Reason(ReasonKind.REJECTED)), TypeError),
+        (("\ud800", Reason(ReasonKind.REJECTED)), ValueError),
+        (("a", "rejected"), TypeError),
+        (("a", Reason(ReasonKind.REJECTED, after=1)), ValueError),
+        (("a", Reason(ReasonKind.STOPPED)), TypeError),
+        (("a", Reason(ReasonKind.RATE_LIMITED, retries=-1)), ValueError),
+    ],
+)
+def test_explain_checks_what_it_is_given(args, error) -> None:
+    with pytest.raises(error):
+        explain(*args)
 
 
 def test_a_rejected_call_raises_at_once_and_the_others_run() -> None:
@@ -184,7 +197,7 @@ def test_close_cancels_queued_and_running_calls_and_refuses_new_ones() -> None:
         await gate.aclose()
         ra, rb = await asyncio.gather(a, b, return_exceptions=True)
         assert isinstance(ra, DisposedError)  # it was running
-        assert isinstance(rb, CallSettledError) and str(rb) == "not run: the batch was cancelled"
+        assert isinstance(rb, CallSettledError) and str(rb) == explain("b", Reason(ReasonKind.CANCELLED))
         with pytest.raises(DisposedError):
             await gate.call("rfd_draft", "c", run, "3")
 

@@ -7,6 +7,7 @@ the model, and the assumption the adapter rests on, tested directly."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -171,6 +172,54 @@ def test_a_rejected_call_answers_the_model_with_the_truthful_text() -> None:
     assert script.received[1]["d2"] == "not run: the user rejected this call"
     assert script.received[1]["d1"] == 2
     assert ("start", "rfd_draft", "B") not in world.events
+
+
+def test_the_tool_calls_arguments_make_its_key() -> None:
+    """A key from arguments (`fs:{path}`): pydantic-ai's validated `tool_args` reach the gate,
+    so writes to different files run together and writes to one file one at a time, in
+    written order; `decide` sees the arguments. The tool takes a `Path`, which validation
+    makes of the model's string: the key is made from its JSON form, the string."""
+    config = """
+[conversation.tools.write]
+concurrency = { key = "fs:{path}", limit = 1 }
+"""
+    running: dict[str, int] = {}
+    events: list[tuple[str, str]] = []
+    overlap: list[str] = []
+    decided: list[tuple[str, Any]] = []
+    tools: FunctionToolset[Any] = FunctionToolset()
+
+    @tools.tool_plain
+    async def write(path: Path, text: str) -> str:
+        assert isinstance(path, Path)
+        running[path] = running.get(path, 0) + 1
+        if running[path] > 1:
+            overlap.append(text)
+        events.append(("start", text))
+        await asyncio.sleep(0.01)
+        running[path] -= 1
+        events.append(("end", text))
+        return f"wrote {path}"
+
+    turn = [call("write", {"path": p, "text": t}, t) for p, t in (("a", "w1"), ("b", "w2"), ("a", "w3"), ("b", "w4"))]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=list(turn))
+        return ModelResponse(parts=[TextPart("done")])
+
+    def decide(label: str, c: Any) -> str:
+        decided.append((label, c.arguments))
+        return "approve"
+
+    agent = Agent(FunctionModel(model), toolsets=[limited(tools, Policy.resolve([("test", config)]), decide=decide)])
+    assert asyncio.run(agent.run("go")).output == "done"
+    assert overlap == []
+    starts = [t for kind, t in events if kind == "start"]
+    assert starts[:2] == ["w1", "w2"], "the two files ran together"
+    assert events.index(("start", "w3")) > events.index(("end", "w1"))
+    assert events.index(("start", "w4")) > events.index(("end", "w2"))
+    assert decided == [(t, {"path": p, "text": t}) for p, t in (("a", "w1"), ("b", "w2"), ("a", "w3"), ("b", "w4"))]
 
 
 def test_limited_takes_a_gate_and_checks_its_arguments() -> None:

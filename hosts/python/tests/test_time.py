@@ -28,7 +28,7 @@ from turnstile_scheduler import (
     RetryAt,
     Scheduler,
     Started,
-    settled_text,
+    explain,
 )
 from turnstile_scheduler.errors import ConfigError
 from turnstile_scheduler.types import SavedState
@@ -177,10 +177,11 @@ def test_a_rate_limited_reason_round_trips_through_a_saved_state() -> None:
         Scheduler.resume(p, bad, started=Started.INTERRUPT)
 
 
-def test_settled_text_for_a_rate_limit() -> None:
-    assert settled_text(Reason(ReasonKind.RATE_LIMITED, retries=3)) == (
+def test_the_text_for_a_rate_limit_is_the_components() -> None:
+    assert explain("g", Reason(ReasonKind.RATE_LIMITED, retries=3)) == (
         "not run again: rate limited 4 times (3 retries allowed); the endpoint asked to wait"
     )
+    assert explain("g", Reason(ReasonKind.RATE_LIMITED, retries=1)).startswith("not run again: rate limited 2 times (1 retry allowed)")
 
 
 @pytest.mark.parametrize("args, kw, error", [((), {}, TypeError), ((1,), {"until": 2}, TypeError), ((-1,), {}, ValueError),

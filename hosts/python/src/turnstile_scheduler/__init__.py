@@ -4,8 +4,11 @@
 (or raises `ConfigError` with every diagnostic); `Driver(Scheduler(policy))` runs batches of
 tool calls under it with asyncio (`await driver.run(calls, execute)`); `Scheduler` is the
 sans-IO scheduler underneath (`submit`, then one `step` per round); `Gate` batches the calls of
-frameworks that run tools themselves (`await gate.call(tool, call_id, run, *args)`); `Admission` admits requests
-on one shared MCP connection (`async with admission.slot("call") as permit:`).
+frameworks that run tools themselves (`await gate.call(tool, call_id, run, *args)`, or
+`gate.call_with(tool, call_id, arguments, run, *args)` for a key made from the call's
+arguments); `Admission` admits requests on one shared MCP connection
+(`async with admission.slot("call") as permit:`). `explain(label, reason)` is the component's
+sentence for a settled entry (`EntryOutcome.message` carries it).
 
 Every argument is checked before it crosses into the component (TypeError / ValueError naming
 the parameter). A refused call raises a `TurnstileError` subclass with a stable `code`; `step`
@@ -20,7 +23,7 @@ from ._component import Instance
 from .admission import Admission, Permit, Slot
 from .config import Layer, Policy
 from .driver import Driver, Execution, run_batch
-from .gate import CallSettledError, Gate, settled_text
+from .gate import CallSettledError, Gate
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
 from .errors import (
     AdmissionError,
@@ -34,7 +37,7 @@ from .errors import (
     SubmitError,
     TurnstileError,
 )
-from .scheduler import Scheduler
+from .scheduler import Scheduler, explain
 from .types import (
     AdmissionClass,
     AdmissionErrorCode,
@@ -144,6 +147,6 @@ __all__ = [
     "Unrestored",
     "UnrestoredCode",
     "Wait",
+    "explain",
     "run_batch",
-    "settled_text",
 ]

@@ -69,6 +69,7 @@ class Policy:
         self._resource = resource
         self.layers: tuple[tuple[str, str], ...] = tuple(layers)
         """The layers as resolved: `(name, TOML text)`, plain data already written as TOML."""
+        self._templates: Optional[dict[str, tuple[str, ...]]] = None
 
     @classmethod
     def resolve(cls, layers: Sequence[Any], instance: Optional[Instance] = None) -> "Policy":
@@ -100,6 +101,15 @@ class Policy:
     def tools(self) -> list[ToolPolicy]:
         """Every configured tool, in configuration order."""
         return [_tool(t) for t in self.instance.func("config", "[method]policy.tools")(self._live())]
+
+    def templates_in(self, instance: Instance, resource: Any) -> dict[str, tuple[str, ...]]:
+        """Each tool whose key is a template, with the arguments it names: a scheduler sends a
+        call's arguments only for these tools. Read once, from `resource` (this policy in
+        `instance`, as `resource_in` gave it)."""
+        if self._templates is None:
+            tools = [_tool(t) for t in instance.func("config", "[method]policy.tools")(resource)]
+            self._templates = {t.name: t.arguments for t in tools if t.arguments}
+        return self._templates
 
     def fingerprint(self) -> int:
         """What the policy means to a scheduler, as 64 bits: equal for policies that schedule
@@ -166,4 +176,5 @@ def _tool(t: Any) -> ToolPolicy:
         # A component before 0.3 has neither field: no delay, the default cap.
         delay_ms=getattr(c, "delay-ms", 0) if c is not None else None,
         retries=getattr(c, "retries", 3) if c is not None else None,
+        arguments=tuple(getattr(c, "arguments", ())) if c is not None else (),
     )

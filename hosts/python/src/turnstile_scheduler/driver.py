@@ -8,8 +8,11 @@ with Driver(Scheduler(policy)) as driver:
 
 `run` submits the calls, asks `decide(label, call)` about every entry (approve by default),
 calls `execute(execution)` for each released entry and runs what it returns as its own task,
-reports each end (returning is ok; raising is failed), collects what the scheduler settles, and
-returns every call's outcome in written order once the batch retired. Any number of `run`s may
+reports each end (returning is ok; raising is failed), collects what the scheduler settles (each
+with the component's sentence for the model, `EntryOutcome.message`), and returns every call's
+outcome in written order once the batch retired. A call's `arguments` (`Call.arguments`) make
+its key when its tool's key is a template (`"fs:{path}"`), and reach `decide` and `execute`
+(`execution.call.arguments`) unchanged. Any number of `run`s may
 be in flight at once on one driver; a `Driver.resume`d driver runs the restored batches with
 `run_restored` next to new ones.
 
@@ -62,11 +65,13 @@ import weakref
 from types import CoroutineType as _CoroutineType
 from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional, Sequence, Union
 
+from wasmtime.component import Variant
+
 from . import _check
 from .config import Policy
 from .errors import DisposedError, RateLimited, RefusedInputError, SubmitError, TurnstileError
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
-from .scheduler import Scheduler, pack_calls
+from .scheduler import Scheduler, explain_in, lower_reason, pack_calls
 from .types import (
     Call,
     EntryState,
@@ -91,6 +96,9 @@ _HOW_WIT: dict[str, str] = {"reject": "rejected", "skip": "skipped", "fail": "fa
 OK, FAILED, CANCELLED, SETTLED = OutcomeStatus.OK, OutcomeStatus.FAILED, OutcomeStatus.CANCELLED, OutcomeStatus.SETTLED
 _REASONS: dict[str, Reason] = {k.value: Reason(k) for k in ReasonKind if k not in (ReasonKind.STOPPED, ReasonKind.RATE_LIMITED)}
 _CANCELLED_REASON = _REASONS["cancelled"]
+# The same reasons as WIT variants, for `explain`.
+_REASONS_WIT: dict[str, Variant] = {k: Variant(k) for k in _REASONS}
+_CANCELLED_WIT = _REASONS_WIT["cancelled"]
 
 # ---------------------------------------------------------------------------------------------
 # What `execute` gets
@@ -294,15 +302,15 @@ class Driver:
         `decide(label, call)` is asked for each entry in written order (default: approve all)
         and may be async (a prompt); it returns "approve", "reject", "skip" or "fail". Raises
         `SubmitError` when the batch is refused (nothing ran), TypeError / ValueError for
-        wrong arguments (nothing crossed), and otherwise only after the batch retired: the
-        error of `decide`, or `RefusedInputError`."""
+        wrong arguments (nothing crossed; `Call.arguments` of a type no call can have among
+        them), and otherwise only after the batch retired: the error of `decide`, or
+        `RefusedInputError`."""
         self._check_open()
         _callable(execute, "execute")
         if decide is not None:
             _callable(decide, "decide")
         calls = list(_check.sequence(calls, "calls"))
-        ids, tools, operations = pack_calls(calls)
-        batch, first, _count = self._step_submit(ids, tools, operations)
+        batch, first, _count = self._step_submit(*pack_calls(calls, self.scheduler._templates))
         b = _Batch(self, batch, first, calls, execute)
         self._add(b)
         return await self._drive(b, decide, range(b.count))
@@ -311,8 +319,7 @@ class Driver:
         """For the gate: submits a batch (raising SubmitError at once) whose settled entries are
         reported to `on_settled(index, outcome)` as they are settled; `_drive` runs it."""
         self._check_open()
-        ids, tools, operations = pack_calls(calls)
-        batch, first, _count = self._step_submit(ids, tools, operations)
+        batch, first, _count = self._step_submit(*pack_calls(calls, self.scheduler._templates))
         b = _Batch(self, batch, first, calls, execute)
         b.on_settled = on_settled
         self._add(b)
@@ -326,7 +333,9 @@ class Driver:
     async def run_restored(self, batch: int, execute: Execute, *, decide: Optional[Decide] = None) -> list[CallOutcome]:
         """Runs a restored batch to its end, like `run`: its pending entries are decided and
         run; what ended or was settled before the restart is reported as it was (no value or
-        error survives a restart); a call `resume` left out is settled as interrupted."""
+        error survives a restart); a call `resume` left out is settled as interrupted. The
+        restored calls have no `arguments` (they are not saved); a call of a key template
+        keeps the key they made (`SavedCall.key`)."""
         self._check_open()
         batch = _check.u64(batch, "batch")
         _callable(execute, "execute")
@@ -352,7 +361,7 @@ class Driver:
                 status = OK if st.outcome is Outcome.OK else FAILED
                 b.outcomes[i] = EntryOutcome(st.entry, st.label, status)
             elif st.state is EntryState.SETTLED:
-                b.outcomes[i] = EntryOutcome(st.entry, st.label, SETTLED, reason=st.reason)
+                b.outcomes[i] = self._settled(st.entry, st.label, st.reason)  # type: ignore[arg-type]
             else:  # pending again after resume
                 pending.append(i)
         self._add(b)
@@ -552,8 +561,8 @@ class Driver:
 
     # -- the pump --------------------------------------------------------------------------------
 
-    def _step_submit(self, ids: str, tools: str, operations: list[int]) -> tuple[int, int, int]:
-        result = self.scheduler._submit(self._resource, ids, tools, operations)
+    def _step_submit(self, ids: str, tools: str, operations: list[int], arguments: list[tuple[int, str]]) -> tuple[int, int, int]:
+        result = self.scheduler._submit(self._resource, ids, tools, operations, arguments)
         if type(result) is not tuple:
             raise SubmitError(SubmitErrorCode(result.payload.code), result.payload.message)
         return result  # type: ignore[no-any-return]
@@ -658,7 +667,8 @@ class Driver:
             if (_SETTLE, i) not in refused:
                 b = owner.get(entry)
                 if b is not None:
-                    b.settle(entry - b.first, EntryOutcome(entry, b.labels[entry - b.first], SETTLED, reason=_REASONS[how]))
+                    j = entry - b.first
+                    b.settle(j, self._settled(entry, b.labels[j], _REASONS[how], _REASONS_WIT[how]))
         if settled:
             for s in settled:
                 b = owner.get(s.entry)
@@ -666,7 +676,7 @@ class Driver:
                     i = s.entry - b.first
                     reason = _lift_reason(s.reason)
                     error = b.limited.pop(i, None) if reason.kind is ReasonKind.RATE_LIMITED else None
-                    b.settle(i, EntryOutcome(s.entry, b.labels[i], SETTLED, error=error, reason=reason))
+                    b.settle(i, self._settled(s.entry, b.labels[i], reason, s.reason, error))
         for entry in start:
             b = owner.get(entry)
             if b is not None:
@@ -682,7 +692,7 @@ class Driver:
         entry = b.first + i
         if b.cancelled:
             # Released in the step that also carried its batch's cancellation: it never runs.
-            b.settle(i, EntryOutcome(entry, b.labels[i], SETTLED, reason=_CANCELLED_REASON))
+            b.settle(i, self._settled(entry, b.labels[i], _CANCELLED_REASON, _CANCELLED_WIT))
             self._queue(_FAILED, entry, b)
             return
         x = Execution(entry, b.labels[i], b.call_of[i], b.ops[i], b, i)
@@ -715,7 +725,7 @@ class Driver:
                 close = getattr(awaitable, "close", None)
                 if close is not None:
                     close()
-                b.settle(i, EntryOutcome(entry, label, SETTLED, reason=_CANCELLED_REASON))
+                b.settle(i, self._settled(entry, label, _CANCELLED_REASON, _CANCELLED_WIT))
                 self._queue(_FAILED, entry, b)
                 return
             b.begun.add(i)
@@ -748,6 +758,12 @@ class Driver:
                 timer = b.timers.pop(i, None)
                 if timer is not None:
                     timer.cancel()
+
+    def _settled(self, entry: int, label: str, reason: Reason, wit: Any = None, error: Optional[BaseException] = None) -> EntryOutcome:
+        """A settled entry's outcome, with the component's sentence for it (`wit`: the reason
+        as the WIT variant, when at hand)."""
+        message = explain_in(self.scheduler.instance, label, lower_reason(reason) if wit is None else wit)
+        return EntryOutcome(entry, label, SETTLED, error=error, reason=reason, message=message)
 
     def _ended(self, b: _Batch, i: int, outcome: EntryOutcome, ok: bool) -> None:
         b.outcomes[i] = outcome

@@ -4,12 +4,20 @@ loop that starts one task per tool call and gives no batch boundary).
 ```python
 gate = Gate(policy)                                    # or Gate(scheduler) / Gate(driver)
 result = await gate.call("rfd_draft", "toolu_01", draft_rfd, title="x")   # draft_rfd(title="x")
+# A tool whose key comes from its arguments (`key = "fs:{path}"`): give the call's arguments.
+await gate.call_with("fs_write", "toolu_02", {"path": "a.txt", "text": t}, write, "a.txt", t)
 ```
 
 `await gate.call(tool, call_id, run, *args, **kwargs)` waits until the scheduler releases the
 call, then awaits `run(*args, **kwargs)` **in the caller's own task** (its contextvars, its
 cancel scopes, its traceback) and returns what it returns. The types follow `run`
 (`ParamSpec` and a `TypeVar`), so a checker sees the arguments and the result.
+`gate.call_with(tool, call_id, arguments, run, *args, **kwargs)` is the same call with the
+tool call's arguments as the model wrote them (a mapping or its JSON text; see
+`Call.arguments`): the scheduler makes the call's key from them when its tool's key is a
+template, and `decide` sees them. They are a parameter of their own, not a keyword, because
+every keyword goes to `run` (an MCP `call_tool(name, arguments=...)` among them) and a typed
+`run` takes its keywords whole.
 
 What forms a batch. The gate relies on one thing: calls that arrive in the same event-loop
 turn belong together, in arrival order. The first call of a turn schedules a flush with
@@ -24,7 +32,8 @@ integrations test this assumption against the framework itself.
 
 Each call settles on its own entry: `gate.call` returns when ITS run ends, not when the
 batch ends. A call the scheduler settles raises `CallSettledError` (a `TurnstileError`)
-carrying the `Reason`; its `str()` is the truthful text for the model (`settled_text`). A
+carrying the `Reason`; its `str()` is the truthful text for the model, the component's
+(`explain`), which the JavaScript package gives word for word. A
 `run` that raises fails only its call (the exception propagates from `gate.call`; the slot is
 free at once). Cancelling the task awaiting `gate.call` cancels that call: queued, it is
 withdrawn and, when the scheduler releases it, ends at once without running (its key moves
@@ -37,8 +46,8 @@ Rate limits: a `run` that raises `RateLimited(retry_after)` retries in place. It
 freed, its key pauses (every call on the key waits, in every batch), and `gate.call` waits in
 the caller's task until the scheduler releases the call again, in its written place, then
 awaits `run(*args, **kwargs)` again. Past the key's `retries`, `gate.call` raises
-`CallSettledError` with `Reason(ReasonKind.RATE_LIMITED, retries=n)`, whose text is "not run
-again: rate limited n+1 times (n retries allowed); the endpoint asked to wait".
+`CallSettledError` with `Reason(ReasonKind.RATE_LIMITED, retries=n)`, whose text says so ("not
+run again: rate limited n+1 times (n retries allowed); the endpoint asked to wait").
 
 Fan-out: one `gate.call` is one plain call (one entry). Frameworks hand over one function per
 tool call, so the gate never submits fan-out envelopes; a host that splits a call into
@@ -50,48 +59,28 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable, Optional, ParamSpec, TypeVar, Union
 
-from . import _check
+from . import _arguments, _check
 from .config import Policy
 from .driver import Decide, Driver, Execution, _Batch
 from .errors import DisposedError, RateLimited, TurnstileError
 from .outcomes import EntryOutcome
-from .scheduler import Scheduler
+from .scheduler import Scheduler, explain, explain_in, lower_reason
 from .types import Call, Reason, ReasonKind
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_TEXTS = {
-    ReasonKind.REJECTED: "not run: the user rejected this call",
-    ReasonKind.SKIPPED: "not run: this call was skipped",
-    ReasonKind.FAILED: "not run: this call failed before it could start",
-    ReasonKind.CANCELLED: "not run: the batch was cancelled",
-    ReasonKind.INTERRUPTED: "not run again: it was running when the host stopped, and its result is unknown",
-}
-
-
-def settled_text(reason: Reason) -> str:
-    """The truthful text for the model about a call the scheduler settled (the JavaScript
-    package uses the same texts)."""
-    if reason.kind is ReasonKind.STOPPED:
-        return (
-            f"not run: operation #{reason.after} of this call failed, and this tool stops at its first failed operation"
-        )
-    if reason.kind is ReasonKind.RATE_LIMITED:
-        n = reason.retries
-        return f"not run again: rate limited {n + 1} times ({n} {'retry' if n == 1 else 'retries'} allowed); the endpoint asked to wait"
-    return _TEXTS[reason.kind]
-
 
 class CallSettledError(TurnstileError):
     """The scheduler settled this call instead of running it (or stopped it being needed).
-    `code` is the `ReasonKind`, `reason` the `Reason`; `str(error)` is exactly the text for
-    the model (`settled_text(reason)`)."""
+    `code` is the `ReasonKind`, `reason` the `Reason`; `message` and `str(error)` are exactly
+    the text for the model, the component's `explain(call_id, reason)` (computed when not
+    given)."""
 
     code: ReasonKind
 
-    def __init__(self, call_id: str, tool: str, reason: Reason) -> None:
-        super().__init__(reason.kind, settled_text(reason))
+    def __init__(self, call_id: str, tool: str, reason: Reason, message: Optional[str] = None) -> None:
+        super().__init__(reason.kind, explain(call_id, reason) if message is None else message)
         self.reason = reason
         self.call_id = call_id
         self.tool = tool
@@ -104,11 +93,12 @@ class _Pending:
     """One `gate.call` on its way: `go` resolves when its entry starts (or raises when it is
     settled); `done` carries its run's end back to the driver's execution."""
 
-    __slots__ = ("tool", "call_id", "go", "done", "task", "why", "withdrawn")
+    __slots__ = ("tool", "call_id", "arguments", "go", "done", "task", "why", "withdrawn")
 
-    def __init__(self, tool: str, call_id: str, go: "asyncio.Future[None]", task: Optional["asyncio.Task[Any]"]) -> None:
+    def __init__(self, tool: str, call_id: str, arguments: Any, go: "asyncio.Future[None]", task: Optional["asyncio.Task[Any]"]) -> None:
         self.tool = tool
         self.call_id = call_id
+        self.arguments = arguments
         self.go = go
         self.done: Optional[asyncio.Future[Any]] = None
         self.task = task
@@ -166,15 +156,30 @@ class Gate:
         releases it, in this task, and returns its result. Raises `CallSettledError` when the
         scheduler settles the call, `SubmitError` when its batch is refused (a call id already
         live), TimeoutError past the driver's `execution_timeout`, `DisposedError` after
-        `close()`, and whatever `run` raises."""
+        `close()`, and whatever `run` raises. A call of a tool whose key is a template takes
+        the template's own key here: give its arguments with `call_with`."""
+        return await self._call(tool, call_id, None, run, args, kwargs)
+
+    async def call_with(
+        self, tool: str, call_id: str, arguments: Any, run: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """`call`, with the tool call's `arguments` as the model wrote them (a mapping, its JSON
+        text, or None; see `Call.arguments`): its key when the tool's key is a template
+        (`"fs:{path}"`), and what `decide` sees. Arguments that make no key never raise (the
+        call takes the template's own key); a value no call can have (bytes, a set) is a
+        TypeError, raised here before the call joins a batch."""
+        return await self._call(tool, call_id, arguments, run, args, kwargs)
+
+    async def _call(self, tool: str, call_id: str, arguments: Any, run: Callable[..., Awaitable[T]], args: Any, kwargs: Any) -> T:
         tool = _check.string(tool, "tool")
         call_id = _check.string(call_id, "call_id")
+        _arguments.check(arguments, "arguments")
         if not callable(run):
             raise TypeError(f"run must be callable, not {type(run).__name__}")
         if self._closed:
             raise DisposedError("the gate")
         loop = asyncio.get_running_loop()
-        p = _Pending(tool, call_id, loop.create_future(), asyncio.current_task())
+        p = _Pending(tool, call_id, arguments, loop.create_future(), asyncio.current_task())
         if not self._arriving:
             loop.call_soon(self._flush)
         self._arriving.append(p)
@@ -264,7 +269,7 @@ class Gate:
         if not pending or self._closed:
             return
         gb = _GateBatch(pending)
-        calls = [Call(p.call_id, p.tool) for p in pending]
+        calls = [Call(p.call_id, p.tool, arguments=p.arguments) for p in pending]
 
         async def execute(x: Execution) -> Any:
             return await self._execute(pending[x._index], x)
@@ -272,7 +277,7 @@ class Gate:
         def on_settled(i: int, outcome: EntryOutcome) -> None:
             p = pending[i]
             if not p.go.done() and outcome.reason is not None:
-                p.go.set_exception(CallSettledError(p.call_id, p.tool, outcome.reason))
+                p.go.set_exception(CallSettledError(p.call_id, p.tool, outcome.reason, outcome.message))
 
         try:
             gb.batch = self.driver._submit(calls, execute, on_settled)
@@ -300,7 +305,9 @@ class Gate:
             for p in gb.pending:
                 if not p.go.done():
                     if cancelled or error is None:
-                        p.go.set_exception(CallSettledError(p.call_id, p.tool, Reason(ReasonKind.CANCELLED)))
+                        reason = Reason(ReasonKind.CANCELLED)
+                        message = explain_in(self.driver.scheduler.instance, p.call_id, lower_reason(reason))
+                        p.go.set_exception(CallSettledError(p.call_id, p.tool, reason, message))
                     else:
                         p.go.set_exception(error)
 

@@ -24,14 +24,18 @@ class OutcomeStatus(str, Enum):
     SETTLED = "settled"
     """It never ran, or stopped being needed: `reason` says why (rejected, skipped, failed
     before running, cancelled, stopped after a failed operation, interrupted, rate limited past
-    its key's retries: then `error` is the last `RateLimited` its execution raised)."""
+    its key's retries: then `error` is the last `RateLimited` its execution raised), and
+    `message` says it as the sentence to hand the model as the call's result."""
 
 
 @dataclass(eq=True, slots=True)
 class EntryOutcome:
     """How one entry ended. `entry` is its number, `label` `id` or `id#i`. `value` goes with
-    OK (and maybe CANCELLED), `error` with FAILED (and maybe CANCELLED), `reason` with SETTLED.
-    An entry that ended before a restart (`run_restored`) has no value or error."""
+    OK (and maybe CANCELLED), `error` with FAILED (and maybe CANCELLED), `reason` and
+    `message` with SETTLED: `message` is the component's sentence for the reason
+    (`explain(label, reason)`, "not run: the batch was cancelled"), the same text the
+    JavaScript package gives. An entry that ended before a restart (`run_restored`) has no
+    value or error."""
 
     entry: int
     label: str
@@ -39,6 +43,7 @@ class EntryOutcome:
     value: Any = None
     error: Optional[BaseException] = None
     reason: Optional[Reason] = None
+    message: Optional[str] = None
 
 
 @dataclass(eq=True, slots=True)

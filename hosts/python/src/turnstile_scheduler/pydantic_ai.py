@@ -7,14 +7,20 @@ from turnstile_scheduler.pydantic_ai import limited
 agent = Agent(model, toolsets=[limited(my_toolset, policy)])
 ```
 
-Every `call_tool` of the wrapped toolset becomes `gate.call(name, ctx.tool_call_id, ...)`:
-the call waits until the scheduler releases it, then the wrapped toolset runs it in
-pydantic-ai's own task. `name` is the name the wrapped toolset knows (the config's tool name);
-the call id is pydantic-ai's `tool_call_id`, unique among the calls in flight.
+Every `call_tool` of the wrapped toolset becomes `gate.call_with(name, ctx.tool_call_id,
+tool_args, ...)`: the call waits until the scheduler releases it, then the wrapped toolset runs
+it in pydantic-ai's own task. `name` is the name the wrapped toolset knows (the config's tool
+name); the call id is pydantic-ai's `tool_call_id`, unique among the calls in flight;
+`tool_args` (the validated arguments) make the call's key when the tool's key is a template
+(`concurrency = { key = "fs:{path}" }`), and `decide` sees them as `Call.arguments`. Validation
+may turn what the model wrote into objects (`path: Path` gives a `PosixPath`), which make no
+key; so for a templated tool, each named argument that is not a str, int, float or bool is
+given in its JSON form (`pydantic_core.to_jsonable_python`: a `Path` as its string, an enum as
+its value). A value that has none is left as it is and the call takes the template's own key.
 
-A call the scheduler settles is answered with the truthful text (`settled_text`, e.g.
-"not run: the user rejected this call") as the tool's return, so the model reads why it did
-not run, the way pydantic-ai answers a denied call; `settled="raise"` raises
+A call the scheduler settles is answered with the truthful text (the component's `explain`,
+e.g. "not run: the user rejected this call") as the tool's return, so the model reads why it
+did not run, the way pydantic-ai answers a denied call; `settled="raise"` raises
 `CallSettledError` instead. A tool that raises (ModelRetry, ApprovalRequired, any error) fails
 only its own call; pydantic-ai handles the exception as usual.
 
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
 from pydantic_ai import RunContext
+from pydantic_core import to_jsonable_python
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
@@ -58,11 +65,29 @@ class LimitedToolset(WrapperToolset[Any]):
         if call_id is None:  # pydantic-ai always sets it for a model's tool call
             raise ValueError(f"{name}: pydantic-ai gave no tool_call_id")
         try:
-            return await self.gate.call(name, call_id, self.wrapped.call_tool, name, tool_args, ctx, tool)
+            arguments = _keyable(tool_args, self.gate.scheduler._templates.get(name))
+            return await self.gate.call_with(name, call_id, arguments, self.wrapped.call_tool, name, tool_args, ctx, tool)
         except CallSettledError as e:
             if self.settled == "raise":
                 raise
             return str(e)
+
+
+def _keyable(tool_args: Any, fields: Optional[tuple[str, ...]]) -> Any:
+    """`tool_args` with the arguments a key template names in their JSON form (a copy, made
+    only when one of them is not already a str, int, float or bool)."""
+    if not fields or not isinstance(tool_args, dict):
+        return tool_args
+    odd = [f for f in fields if f in tool_args and not isinstance(tool_args[f], (str, int, float))]
+    if not odd:
+        return tool_args
+    out = dict(tool_args)
+    for f in odd:
+        try:
+            out[f] = to_jsonable_python(tool_args[f])
+        except Exception:  # no JSON form: it makes no key, and the call takes the template's own
+            pass
+    return out
 
 
 def limited(

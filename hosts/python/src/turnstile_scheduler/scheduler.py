@@ -13,16 +13,16 @@ from typing import Any, Optional, Sequence
 
 from wasmtime.component import Variant
 
-from . import _check
+from . import _arguments, _check
 from ._check import boolean as _bool
 from ._check import enum as _enum
 from ._check import string as _str
 from ._check import u32 as _u32
 from ._check import u64 as _u64
 from ._check import u64s as _u64s
-from ._component import Instance
+from ._component import Instance, shared_instance
 from .config import Policy
-from .errors import DisposedError, ResumeError, SubmitError
+from .errors import DisposedError, ResumeError, SubmitError, TurnstileError
 from .types import (
     BatchNotApproved,
     Behind,
@@ -112,6 +112,7 @@ def _lower_state(state: SavedState) -> SimpleNamespace:
                     tool=_str(c.tool, f"{wc}.tool"),
                     operations=ops,
                     entries=[_lower_saved_entry(e, f"{wc}.entries[{k}]") for k, e in enumerate(_check.sequence(c.entries, f"{wc}.entries"))],
+                    key=None if c.key is None else _str(c.key, f"{wc}.key"),
                 )
             )
         batches.append(
@@ -180,7 +181,7 @@ def _status(s: Any) -> EntryStatus:
     state = EntryState(s.state.tag)
     outcome = Outcome(s.state.payload) if state is EntryState.ENDED else None
     reason = _reason(s.state.payload) if state is EntryState.SETTLED else None
-    return EntryStatus(s.entry, s.label, s.tool, s.key, state, outcome, reason, _wait(s.wait))
+    return EntryStatus(s.entry, s.label, s.tool, s.key, state, outcome, reason, _wait(s.wait), getattr(s, "why", None))
 
 
 def _saved_entry(e: Any) -> SavedEntry:
@@ -203,7 +204,7 @@ def _saved_state(s: Any) -> SavedState:
                 b.batch,
                 b.first,
                 b.cancelled,
-                [SavedCall(c.id, c.tool, c.operations, [_saved_entry(e) for e in c.entries]) for c in b.calls],
+                [SavedCall(c.id, c.tool, c.operations, [_saved_entry(e) for e in c.entries], getattr(c, "key", None)) for c in b.calls],
             )
             for b in s.batches
         ],
@@ -243,6 +244,41 @@ def check_pause(pause: Any) -> list[SimpleNamespace]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Explanations
+
+
+def explain(label: str, reason: Reason, *, instance: Optional[Instance] = None) -> str:
+    """The sentence for an entry settled with `reason`, to show a user or hand back to the
+    model as the call's result ("not run: the batch was cancelled"); `label` is the
+    entry's (`call` or `call#i`; a stopped operation's sentence names the operation it
+    followed). The component writes it, so the Python and JavaScript packages say exactly the
+    same. `EntryOutcome.message` and `CallSettledError` carry it already."""
+    label = _str(label, "label")
+    wit = _lower_reason(reason, "reason")
+    return explain_in(instance if instance is not None else shared_instance(), label, wit)
+
+
+def explain_in(instance: Instance, label: str, reason: Variant) -> str:
+    """`explain` with checked values in `instance`; the shared instance when that one is
+    broken (an explanation is still owed for every settled call)."""
+    if instance.broken is None:
+        try:
+            return instance.func("scheduler", "explain")(label, reason)  # type: ignore[no-any-return]
+        except TurnstileError:
+            pass
+    return shared_instance().func("scheduler", "explain")(label, reason)  # type: ignore[no-any-return]
+
+
+def lower_reason(reason: Reason) -> Variant:
+    """A `Reason` the package made itself, as the WIT variant (unchecked)."""
+    if reason.kind is ReasonKind.STOPPED:
+        return Variant("stopped", reason.after)
+    if reason.kind is ReasonKind.RATE_LIMITED:
+        return Variant("rate-limited", reason.retries)
+    return Variant(reason.kind.value)
+
+
+# ---------------------------------------------------------------------------------------------
 # Scheduler
 
 
@@ -262,10 +298,13 @@ class Scheduler:
             raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
         inst = _instance(instance)
         resource = policy.resource_in(inst)
-        self._attach(inst, inst.func("scheduler", "[constructor]scheduler")(resource), instance is None)
+        templates = policy.templates_in(inst, resource)
+        self._attach(inst, inst.func("scheduler", "[constructor]scheduler")(resource), instance is None, templates)
 
-    def _attach(self, instance: Instance, resource: Any, owned: bool) -> None:
+    def _attach(self, instance: Instance, resource: Any, owned: bool, templates: dict[str, tuple[str, ...]]) -> None:
         self._driver: Any = None  # the `Driver` that owns its steps, if any
+        self._templates = templates
+        """Tool name to the arguments its key template names, for templated tools only."""
         self.instance = instance
         self._resource = resource
         method = lambda name: instance.func("scheduler", f"[method]scheduler.{name}")  # noqa: E731
@@ -293,13 +332,14 @@ class Scheduler:
         wit = _lower_state(state)
         inst = _instance(instance)
         resource = policy.resource_in(inst)
+        templates = policy.templates_in(inst, resource)
         result = inst.func("scheduler", "[static]scheduler.resume")(resource, wit, how.value)
         # result<tuple<scheduler, list<unrestored>>, resume-error> lifts untagged: a tuple or a Record.
         if not isinstance(result, tuple):
             raise ResumeError(ResumeErrorCode(result.code), result.message)
         resource, unrestored = result
         self = cls.__new__(cls)
-        self._attach(inst, resource, instance is None)
+        self._attach(inst, resource, instance is None, templates)
         return self, [Unrestored(u.batch, u.call, UnrestoredCode(u.code), u.message) for u in unrestored]
 
     @property
@@ -315,12 +355,14 @@ class Scheduler:
         """Adds a batch of calls in written order, all or nothing; raises `SubmitError`.
 
         The calls cross packed: ids and tools newline-joined, one operation count per call (0
-        for a plain call). So a newline in an id or tool is refused here as `invalid-id`, and a
-        fan-out envelope of 0 operations (which would read as a plain call) as
-        `invalid-operations`."""
+        for a plain call), and arguments only for calls of tools whose key is a template (only
+        the fields it names; see `Call.arguments`). So a newline in an id or tool is refused
+        here as `invalid-id`, and a fan-out envelope of 0 operations (which would read as a
+        plain call) as `invalid-operations`. Arguments of a type no call can have (bytes, a
+        set) are a TypeError, whatever the tool; any other value only decides the key."""
         resource = self._live()
-        ids, tools, operations = pack_calls(calls)
-        result = self._submit(resource, ids, tools, operations)
+        ids, tools, operations, arguments = pack_calls(calls, self._templates)
+        result = self._submit(resource, ids, tools, operations, arguments)
         if type(result) is not tuple:  # result<submitted, submit-error>: the error, tagged
             raise SubmitError(SubmitErrorCode(result.payload.code), result.payload.message)
         return Submitted(*result)
@@ -411,18 +453,28 @@ class Scheduler:
         self.close()
 
 
-def pack_calls(calls: Any) -> tuple[str, str, list[int]]:
+def pack_calls(calls: Any, templates: dict[str, tuple[str, ...]]) -> tuple[str, str, list[int], list[tuple[int, str]]]:
     """The calls as `submit` sends them: ids and tools newline-joined, one operation count per
-    call; TypeError, ValueError or `SubmitError` for what cannot be packed."""
+    call, and `(call index, JSON text)` for the calls of `templates`' tools whose arguments
+    make one; TypeError, ValueError or `SubmitError` for what cannot be packed."""
     ids, tools, operations = [], [], []
+    arguments: list[tuple[int, str]] = []
     for i, c in enumerate(_check.sequence(calls, "calls")):
         if type(c) is not Call and not isinstance(c, Call):
             raise TypeError(f"calls[{i}] must be a Call, not {type(c).__name__}")
-        cid, tool, ops = c.id, c.tool, c.operations
+        cid, tool, ops, args = c.id, c.tool, c.operations, c.arguments
         if type(cid) is not str:
             cid = _str(cid, f"calls[{i}].id")
         if type(tool) is not str:
             tool = _str(tool, f"calls[{i}].tool")
+        if args is not None:
+            _arguments.check(args, f"calls[{i}].arguments")
+            if templates:
+                fields = templates.get(tool)
+                if fields is not None:
+                    text = _arguments.text(args, fields)
+                    if text is not None:
+                        arguments.append((i, text))
         if "\n" in cid or "\n" in tool:
             raise SubmitError(SubmitErrorCode.INVALID_ID, f"calls[{i}]: an id or tool name has a newline")
         if ops is None:
@@ -442,7 +494,7 @@ def pack_calls(calls: Any) -> tuple[str, str, list[int]]:
         for i, (cid, tool) in enumerate(zip(ids, tools)):
             _str(cid, f"calls[{i}].id")
             _str(tool, f"calls[{i}].tool")
-    return packed_ids, packed_tools, operations
+    return packed_ids, packed_tools, operations, arguments
 
 
 def _instance(instance: Optional[Instance]) -> Instance:

@@ -123,6 +123,8 @@ class DiagnosticCode(str, Enum):
     """Tools naming one concurrency key give it different `delay`s."""
     CONCURRENCY_RETRIES_CONFLICT = "concurrency-retries-conflict"
     """Tools naming one concurrency key give it different `retries`."""
+    CONCURRENCY_KEY_TEMPLATE = "concurrency-key-template"
+    """A key template has a `{` not closed, an empty `{}`, or a stray `}`."""
 
 
 class SubmitErrorCode(str, Enum):
@@ -134,6 +136,10 @@ class SubmitErrorCode(str, Enum):
     NOT_FAN_OUT = "not-fan-out"
     INVALID_OPERATIONS = "invalid-operations"
     TOO_LARGE = "too-large"
+    """Above a limit: calls per batch, operations per call, live entries, or 65536 bytes of one
+    call's arguments (the package never sends that much: see `Call.arguments`)."""
+    INVALID_ARGUMENTS = "invalid-arguments"
+    """Arguments named no call of the batch, or a call twice (the package never does)."""
 
 
 class ResumeErrorCode(str, Enum):
@@ -245,7 +251,12 @@ class ToolPolicy:
     unbounded. `delay_ms` is the minimum gap in milliseconds between consecutive starts on the
     key (0: none); `retries` how many times one entry may hit a rate limit and run again (3
     unless the config says otherwise). A key written with `limit = 0` and a delay is unbounded
-    but spaced: its limit is then 4294967295."""
+    but spaced: its limit is then 4294967295.
+
+    A key with placeholders (`"fs:{path}"`) is a template: each call's key is made from its
+    arguments (`Call.arguments`), and every key made from one template has its limit, delay
+    and retries. `arguments` names the top-level arguments the template uses, in first-use
+    order (empty for a plain key and for an unbounded tool)."""
 
     name: str
     key: Optional[str]
@@ -254,6 +265,7 @@ class ToolPolicy:
     on_error: OnError
     delay_ms: Optional[int] = None
     retries: Optional[int] = None
+    arguments: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,11 +275,27 @@ class ToolPolicy:
 @dataclass(frozen=True)
 class Call:
     """A call as the model wrote it. `operations` makes it a fan-out envelope of that many
-    operations (each its own entry); None is a plain call (one entry)."""
+    operations (each its own entry); None is a plain call (one entry).
+
+    `arguments` are the call's arguments: a mapping (the parsed object), the JSON text as the
+    model wrote it (a `str`), or None. They matter only to a tool whose key is a template
+    (`concurrency = { key = "fs:{path}" }`): its call's key is made from them, and the package
+    sends the component only the fields the template names (from a `str`, the text as
+    written). Other calls send nothing and pay nothing; the driver hands `arguments` back to
+    `execute` and `decide` unchanged. Arguments that cannot make a key never raise: JSON that
+    is not an object (a list, a number), a named field that is missing, None, a list, a
+    mapping, or a value JSON cannot hold (a set, an object, NaN, an int too long to write),
+    and invalid JSON text: that call takes the key named by the template's own text (limited,
+    never unbounded). Only a value that is no JSON at all at the top (bytes, a set, an object)
+    is a TypeError. Numbers are written as JavaScript's `JSON.stringify` writes them (`1.0`
+    and `1` make `1`, `1e21` makes `1e+21`), so a key is the same from both packages; an int
+    is written exactly (JavaScript holds ints exactly only up to 2**53). `arguments` takes no
+    part in a call's hash."""
 
     id: str
     tool: str
     operations: Optional[int] = None
+    arguments: Any = field(default=None, hash=False)
 
     def labels(self) -> list[str]:
         """The labels of its entries in written order: `id`, or `id#0` .. `id#(n-1)`."""
@@ -394,7 +422,11 @@ Wait = Union[BatchNotApproved, KeyFull, Behind, KeyPaused, KeySpacing, RetryAt]
 @dataclass(frozen=True)
 class EntryStatus:
     """One entry as `inspect` reports it. `outcome` is set when `state` is ENDED, `reason`
-    when it is SETTLED; `wait` says why an approved entry waits."""
+    when it is SETTLED; `wait` says why an approved entry waits, and `why` says it as one plain
+    sentence for a UI, written by the component so every host says the same ("waiting: github
+    is full (2 of 2 running: g1, g2)"; a wait on time says how long is left by the
+    scheduler's clock as last given). `key` is the entry's key (for a key template, the key
+    its call's arguments made)."""
 
     entry: int
     label: str
@@ -404,6 +436,7 @@ class EntryStatus:
     outcome: Optional[Outcome] = None
     reason: Optional[Reason] = None
     wait: Optional[Wait] = None
+    why: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -420,12 +453,15 @@ class SavedEntry:
 @dataclass(frozen=True)
 class SavedCall:
     """A call of a live batch; `operations` is None for a plain call. Entries not listed were
-    pending or approved."""
+    pending or approved. `key` is the key its arguments made from its tool's key template
+    (None for other tools, or when they made none): `resume` gives the call that key again,
+    since the arguments themselves are not saved."""
 
     id: str
     tool: str
     operations: Optional[int]
     entries: list[SavedEntry] = field(default_factory=list)
+    key: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -448,7 +484,9 @@ class SavedState:
     batches: list[SavedBatch]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dicts, lists, strings, ints and None: ready for `json.dumps`."""
+        """Plain dicts, lists, strings, ints and None: ready for `json.dumps`. A call's `key`
+        is written only when it has one, so a state without key templates reads the same as
+        before them."""
         return {
             "version": self.version,
             "policy": self.policy,
@@ -465,6 +503,7 @@ class SavedState:
                             "tool": c.tool,
                             "operations": c.operations,
                             "entries": [_saved_entry_dict(e) for e in c.entries],
+                            **({} if c.key is None else {"key": c.key}),
                         }
                         for c in b.calls
                     ],
@@ -493,6 +532,7 @@ class SavedState:
                             tool=c["tool"],
                             operations=c["operations"],
                             entries=[_saved_entry_from_dict(e) for e in c["entries"]],
+                            key=c.get("key"),  # absent in a state saved before key templates
                         )
                         for c in b["calls"]
                     ],

@@ -1,0 +1,97 @@
+// Ready scenarios from RFD 129: config layers (lowest precedence first) and a batch. None
+// records actions: each opens with every entry pending, at the approval gate.
+export const EXAMPLES = [
+  {
+    id: 'renumber',
+    title: 'Renumber chain on key rfd',
+    layers: [
+      {
+        name: 'plugin: jp-rfd',
+        text: `# Every jp-rfd tool that writes shares one key: one at a time, in written order.
+[conversation.tools.rfd_renumber]
+concurrency = { key = "rfd" }
+
+[conversation.tools.rfd_draft]
+concurrency = { key = "rfd" }
+
+# Reads leave it unset: they start together once the batch is approved.
+[conversation.tools.rfd_list]
+source = "local"
+`,
+      },
+      { name: 'user', text: '[conversation.tools.rfd_list]\nfan_out = true\n' },
+    ],
+    batch: `# Each renumber frees the id the next one needs.
+n1 rfd_renumber 120   # 008 -> 011
+n2 rfd_renumber 80    # 007 -> 010
+n3 rfd_renumber 80    # 006 -> 009
+n4 rfd_renumber 80    # 005 -> 008
+d1 rfd_draft 60
+d2 rfd_draft 60
+ls rfd_list*2 50
+`,
+  },
+  {
+    id: 'github',
+    title: 'Shared GitHub quota: limit 2 across two tools',
+    layers: [
+      {
+        name: 'workspace',
+        text: `# One endpoint, one quota: two executions among both tools.
+[conversation.tools.github_issues]
+concurrency = { key = "github", limit = 2 }
+
+[conversation.tools.github_pulls]
+concurrency = { key = "github", limit = 2 }
+`,
+      },
+    ],
+    batch: `i1 github_issues 150
+p1 github_pulls 100
+i2 github_issues 100
+p2 github_pulls 50
+i3 github_issues 100
+`,
+  },
+  {
+    id: 'delete',
+    title: 'Fan-out delete with on_error = "stop"',
+    layers: [
+      {
+        name: 'workspace',
+        text: `# One at a time, calls and operations alike; the operations of one call stop
+# at the first failure.
+[conversation.tools.fs_delete_file]
+concurrency = 1
+fan_out = { on_error = "stop" }
+
+[conversation.tools.fs_read_file]
+fan_out = true
+`,
+      },
+    ],
+    batch: `# Operation #1 fails: #2 and #3 are stopped, the reads are not affected.
+del fs_delete_file*4 60 fail#1
+r fs_read_file*2 40
+`,
+  },
+  {
+    id: 'rate-limit',
+    title: 'A rate-limited API with delay',
+    layers: [
+      {
+        name: 'workspace',
+        text: `# Two at once, starts at least 250 ms apart; a call that hits a 429 runs
+# again in its place after Retry-After, at most twice.
+[conversation.tools.search]
+concurrency = { key = "search-api", limit = 2, delay = "250ms", retries = 2 }
+`,
+      },
+    ],
+    batch: `s1 search 400
+s2 search 400 429=600   # its first run gets a 429 with Retry-After 600 ms
+s3 search 300
+s4 search 200
+`,
+  },
+];
