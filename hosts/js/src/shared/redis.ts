@@ -1,0 +1,397 @@
+// The Redis store: processes on several machines share keys through one Redis server. Every
+// operation is ONE call of one Lua script (`EVALSHA`, loaded on first use), so it is atomic and
+// one round trip; the clock is the server's `TIME`, read inside the script.
+//
+// Waiting does not poll, and a grant wakes only its own process: each store instance subscribes,
+// on a second connection, to a channel of its own (`P:wake:<random>`), and every ticket is
+// requested with that channel. When the script grants a ticket (other than a request's own,
+// which the reply carries) it publishes the grant to that ticket's channel; when the head left
+// waiting is held only by the delay or a pause, it tells the head's channel when to check again.
+// So a grant costs one message to one process, however many wait, and only the head's process
+// wakes for a delay. A message lost to a reconnection is covered by the resubscription (a
+// `resync` wake-up) and by the heartbeat.
+//
+// Keys, for shared key K and prefix P (default `turnstile`), all with the hash tag `{K}` so a
+// Redis Cluster keeps them in one slot: `P:{K}:state`, `P:{K}:queue`, `P:{K}:leases`,
+// `P:{K}:tickets`, `P:{K}:held`. The Python store (`redis.py`) uses the same keys and the same
+// script, so both can share a server.
+//
+// The client is ioredis, an optional peer dependency (`npm install ioredis`).
+import { randomBytes } from 'node:crypto';
+import {
+  SharedStoreError, StoreUnavailableError,
+  type KeyInspection, type Removal, type SharedStore, type Terms, type TicketState, type Wake, type Watch,
+} from './contract.js';
+
+/** The script, byte for byte the same as the Python store's `SCRIPT`. */
+export const SCRIPT = `-- Turnstile shared keys, script 1 (the same text in the JS and Python packages).
+-- KEYS: state (hash: seq, grants, last_grant_ms, paused_until_ms), queue (zset: waiting ticket
+-- -> seq), leases (zset: every ticket -> expiry ms), tickets (hash: ticket -> "seq limit delay
+-- lease granted_ms grant channel"), held (zset: granted ticket -> grant).
+-- ARGV: op, the key's name (for wake-ups), then the op's own.
+-- Wake-ups go to the channel each ticket was requested with (one per store instance): a grant
+-- to its ticket's channel (but a request's own grant, which its reply carries), and the waiting
+-- head's retry time, when only the delay or a pause holds it, to the head's channel.
+local state, queue, leases, tickets, held = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local op, name = ARGV[1], ARGV[2]
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local changed = false
+local head, head_retry = nil, -1
+local notes, order = {}, {}
+
+local function fields(id)
+  local v = redis.call('HGET', tickets, id)
+  if not v then return nil end
+  local f = {}
+  for word in string.gmatch(v, '%S+') do f[#f + 1] = word end
+  for i = 1, 6 do f[i] = tonumber(f[i]) end
+  return f
+end
+
+local function pack(f)
+  return string.format('%d %d %d %d %d %d %s', f[1], f[2], f[3], f[4], f[5], f[6], f[7])
+end
+
+local function num(field)
+  return tonumber(redis.call('HGET', state, field) or '0')
+end
+
+local function note(channel)
+  if not notes[channel] then
+    notes[channel] = {k = name, g = {}}
+    order[#order + 1] = channel
+  end
+  return notes[channel]
+end
+
+local function drop(id)
+  redis.call('ZREM', queue, id)
+  redis.call('ZREM', held, id)
+  redis.call('ZREM', leases, id)
+  redis.call('HDEL', tickets, id)
+end
+
+local function purge()
+  local dead = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 1000)
+  for _, id in ipairs(dead) do drop(id) end
+  if #dead > 0 then changed = true end
+end
+
+local function promote(own)
+  for _ = 1, 10000 do
+    head, head_retry = redis.call('ZRANGE', queue, 0, 0)[1], -1
+    if not head then return end
+    local f = fields(head)
+    if redis.call('ZCARD', held) >= f[2] then return end
+    local gate = num('paused_until_ms')
+    if f[3] > 0 then gate = math.max(gate, num('last_grant_ms') + f[3]) end
+    if now < gate then
+      head_retry = gate - now
+      return
+    end
+    local grant = redis.call('HINCRBY', state, 'grants', 1)
+    redis.call('HSET', state, 'last_grant_ms', now)
+    f[5], f[6] = now, grant
+    redis.call('HSET', tickets, head, pack(f))
+    redis.call('ZREM', queue, head)
+    redis.call('ZADD', held, grant, head)
+    redis.call('ZADD', leases, now + f[4], head)
+    changed = true
+    if head ~= own then
+      local g = note(f[7]).g
+      g[#g + 1] = {head, f[1], grant, now}
+    end
+  end
+  error('more than 10000 grants in one operation')
+end
+
+local function publish()
+  if changed and head and head_retry >= 0 then
+    local n = note(fields(head)[7])
+    n.h, n.r = head, head_retry
+  end
+  for _, channel in ipairs(order) do
+    redis.call('PUBLISH', channel, cjson.encode(notes[channel]))
+  end
+end
+
+local function report(id)
+  local f = fields(id)
+  if not f then return {id, 0} end
+  if f[5] > 0 then return {id, 2, f[1], f[6], f[5]} end
+  local retry = -1
+  if id == head then retry = head_retry end
+  return {id, 1, f[1], retry}
+end
+
+if op == 'request' then
+  local id = ARGV[3]
+  purge()
+  local f = fields(id)
+  if f then
+    redis.call('ZADD', leases, now + f[4], id)
+  else
+    local seq = redis.call('HINCRBY', state, 'seq', 1)
+    local lease = tonumber(ARGV[6])
+    redis.call('HSET', tickets, id, pack({seq, tonumber(ARGV[4]), tonumber(ARGV[5]), lease, 0, 0, ARGV[7]}))
+    redis.call('ZADD', queue, seq, id)
+    redis.call('ZADD', leases, now + lease, id)
+  end
+  promote(id)
+  publish()
+  return report(id)
+elseif op == 'renew' then
+  purge()
+  for i = 3, #ARGV do
+    local f = fields(ARGV[i])
+    if f then redis.call('ZADD', leases, now + f[4], ARGV[i]) end
+  end
+  promote(nil)
+  publish()
+  local out = {}
+  for i = 3, #ARGV do out[#out + 1] = report(ARGV[i]) end
+  return out
+elseif op == 'release' or op == 'abandon' then
+  local id = ARGV[3]
+  purge()
+  local f = fields(id)
+  local removal = 'lost'
+  if f then
+    if f[5] > 0 then removal = 'released' else removal = 'withdrawn' end
+    drop(id)
+    changed = true
+  end
+  promote(nil)
+  publish()
+  return removal
+elseif op == 'pause' then
+  local till = now + tonumber(ARGV[3])
+  if till > num('paused_until_ms') then redis.call('HSET', state, 'paused_until_ms', till) end
+  return num('paused_until_ms')
+elseif op == 'inspect' then
+  local out = {now, num('seq'), num('grants'), num('last_grant_ms'), num('paused_until_ms')}
+  for _, id in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
+    local f = fields(id)
+    if f then out[#out + 1] = {id, f[1], f[5], f[6], tonumber(redis.call('ZSCORE', leases, id))} end
+  end
+  return out
+end
+error('unknown op ' .. tostring(op))
+`;
+
+export interface RedisStoreOptions {
+  /** A `redis://` or `rediss://` URL (default `redis://127.0.0.1:6379`); ignored with `client`. */
+  url?: string;
+  /** An ioredis client of your own (its options kept; a duplicate is made for wake-ups). Not
+   * closed by `close()`. */
+  client?: unknown;
+  /** Starts every Redis key (default `'turnstile'`). */
+  prefix?: string;
+  /** How long one operation may take before it fails with `StoreUnavailableError` (default
+   * 2000 ms; with `client`, that client's own `commandTimeout` applies). */
+  opTimeoutMs?: number;
+}
+
+// The slice of ioredis's API used here (an optional peer dependency: its types are not
+// required to build this package).
+interface Client {
+  status: string;
+  connect(): Promise<void>;
+  disconnect(): void;
+  quit(): Promise<unknown>;
+  duplicate(): Client;
+  defineCommand(name: string, definition: { numberOfKeys: number; lua: string }): void;
+  subscribe(channel: string): Promise<unknown>;
+  on(event: string, listener: (...args: any[]) => void): unknown;
+  turnstileShared(...args: (string | number)[]): Promise<unknown>;
+}
+
+type Row = [string, number, number?, number?, number?];
+
+/** A shared-key store on a Redis server (see the file comment). */
+export class RedisStore implements SharedStore {
+  readonly kind = 'redis';
+  readonly prefix: string;
+  readonly #client: Client;
+  readonly #own: boolean;
+  /** This instance's wake-up channel, its subscriber connection and the SUBSCRIBE. */
+  readonly channel: string;
+  #subscriber: Client | undefined;
+  #subscribed: Promise<void> | undefined;
+  /** Watchers by key. */
+  readonly #watchers = new Map<string, Set<(wake: Wake | { k?: unknown; g?: unknown; h?: unknown; r?: unknown }) => void>>();
+  #closed = false;
+
+  /** Connects (or takes `client`). Rejects with `StoreUnavailableError` when the server
+   * cannot be reached within `opTimeoutMs`, `SharedStoreError` when ioredis is not installed. */
+  static async open(options: RedisStoreOptions = {}): Promise<RedisStore> {
+    const opTimeoutMs = options.opTimeoutMs ?? 2000;
+    if (options.client !== undefined) return new RedisStore(options.client as Client, false, options.prefix);
+    const name: string = 'ioredis';
+    let mod: { default: new (url: string, options: object) => Client };
+    try {
+      mod = await import(name);
+    } catch (e) {
+      throw new SharedStoreError('client-missing', 'the Redis store needs ioredis, an optional peer dependency: npm install ioredis', e);
+    }
+    const client = new mod.default(options.url ?? 'redis://127.0.0.1:6379', {
+      lazyConnect: true,
+      commandTimeout: opTimeoutMs,
+      connectTimeout: opTimeoutMs,
+      // Each operation is idempotent (ticket ids are the caller's), so one resend after a
+      // reconnection is safe.
+      maxRetriesPerRequest: 1,
+      retryStrategy: (times: number) => Math.min(50 * times, 1000),
+    });
+    client.on('error', () => undefined);
+    try {
+      await client.connect();
+    } catch (e) {
+      client.disconnect();
+      throw new StoreUnavailableError('redis', `connect to ${redact(options.url ?? 'redis://127.0.0.1:6379')}: ${e instanceof Error ? e.message : String(e)}`, e);
+    }
+    return new RedisStore(client, true, options.prefix);
+  }
+
+  private constructor(client: Client, own: boolean, prefix = 'turnstile') {
+    this.#client = client;
+    this.#own = own;
+    this.prefix = prefix;
+    this.channel = `${prefix}:wake:${randomBytes(8).toString('hex')}`;
+    client.defineCommand('turnstileShared', { numberOfKeys: 5, lua: SCRIPT });
+  }
+
+  #keys(key: string): string[] {
+    const base = `${this.prefix}:{${key}}`;
+    return [`${base}:state`, `${base}:queue`, `${base}:leases`, `${base}:tickets`, `${base}:held`];
+  }
+
+  async #call(what: string, key: string, ...args: (string | number)[]): Promise<unknown> {
+    if (this.#closed) throw new StoreUnavailableError('redis', `${what}: the store is closed`);
+    try {
+      return await this.#client.turnstileShared(...this.#keys(key), what, key, ...args);
+    } catch (e) {
+      const message = e instanceof Error ? e.message : String(e);
+      if ((e as { name?: string }).name === 'ReplyError') throw new SharedStoreError('store-failed', `redis ${what}: ${message}`, e);
+      throw new StoreUnavailableError('redis', `${what}: ${message}`, e);
+    }
+  }
+
+  async request(key: string, ticket: string, terms: Terms): Promise<TicketState> {
+    return toState(await this.#call('request', key, ticket, terms.limit, terms.delayMs, terms.leaseMs, this.channel) as Row);
+  }
+
+  async renew(key: string, tickets: readonly string[]): Promise<TicketState[]> {
+    const rows = await this.#call('renew', key, ...tickets) as Row[];
+    return rows.map(toState);
+  }
+
+  async release(key: string, ticket: string): Promise<Removal> {
+    return await this.#call('release', key, ticket) as Removal;
+  }
+
+  async abandon(key: string, ticket: string): Promise<Removal> {
+    return await this.#call('abandon', key, ticket) as Removal;
+  }
+
+  async pause(key: string, forMs: number): Promise<number> {
+    return Number(await this.#call('pause', key, forMs));
+  }
+
+  async inspect(key: string): Promise<KeyInspection> {
+    const out = await this.#call('inspect', key) as unknown[];
+    const [nowMs, seq, grants, lastGrantMs, pausedUntilMs] = out.slice(0, 5).map(Number) as number[];
+    const rows = (out.slice(5) as [string, number, number, number, string | number][])
+      .map(([ticket, seq, grantedMs, grant, expires]) => ({ ticket, seq, grantedMs, grant, expiresMs: Number(expires) }))
+      .sort((a, b) => a.seq - b.seq);
+    return {
+      key, nowMs: nowMs!, seq: seq!, grants: grants!, lastGrantMs: lastGrantMs!, pausedUntilMs: pausedUntilMs!,
+      held: rows.filter((r) => r.grantedMs > 0),
+      waiting: rows.filter((r) => r.grantedMs === 0).map(({ ticket, seq, expiresMs }) => ({ ticket, seq, expiresMs })),
+    };
+  }
+
+  watch(key: string, tickets: () => readonly string[], wake: (wake: Wake) => void): Watch {
+    const listener = (event: Wake | { k?: unknown; g?: unknown; h?: unknown; r?: unknown }): void => {
+      if ('states' in event) return wake(event as Wake);
+      const parsed = parseWake(event, new Set(tickets()));
+      if (parsed) wake(parsed);
+    };
+    let set = this.#watchers.get(key);
+    if (!set) this.#watchers.set(key, (set = new Set()));
+    set.add(listener);
+    const ready = this.#subscribe().catch((e: unknown) => {
+      throw new StoreUnavailableError('redis', `subscribe: ${e instanceof Error ? e.message : String(e)}`, e);
+    });
+    return {
+      ready,
+      stop: () => {
+        set.delete(listener);
+        if (set.size === 0 && this.#watchers.get(key) === set) this.#watchers.delete(key);
+      },
+    };
+  }
+
+  /** Subscribes this instance's channel, once (a failed SUBSCRIBE is tried again next time). */
+  #subscribe(): Promise<void> {
+    if (this.#subscribed) return this.#subscribed;
+    const sub = this.#subscriber ??= this.#subscriberClient();
+    const subscribed = sub.subscribe(this.channel).then(() => undefined);
+    this.#subscribed = subscribed;
+    subscribed.catch(() => { if (this.#subscribed === subscribed) this.#subscribed = undefined; });
+    return subscribed;
+  }
+
+  #subscriberClient(): Client {
+    const sub = this.#client.duplicate();
+    sub.on('error', () => undefined);
+    sub.on('message', (_channel: string, message: string) => {
+      let m: { k?: unknown; g?: unknown; h?: unknown; r?: unknown };
+      try {
+        m = JSON.parse(message);
+      } catch {
+        return;
+      }
+      for (const listener of this.#watchers.get(String(m.k)) ?? []) listener(m);
+    });
+    let connected = false;
+    sub.on('ready', () => {
+      // ioredis resubscribes after a reconnection; wake-ups sent meanwhile were lost.
+      if (connected) for (const set of this.#watchers.values()) for (const listener of set) listener({ states: [], resync: true });
+      connected = true;
+    });
+    return sub;
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#watchers.clear();
+    const quit = (c: Client): Promise<unknown> => c.quit().catch(() => c.disconnect());
+    await Promise.all([this.#subscriber ? quit(this.#subscriber) : undefined, this.#own ? quit(this.#client) : undefined]);
+  }
+}
+
+function toState(row: Row): TicketState {
+  const [ticket, code, seq, a, b] = row;
+  if (code === 2) return { ticket, state: 'granted', seq: seq!, grant: a!, grantedMs: b! };
+  if (code === 1) return { ticket, state: 'waiting', seq: seq!, retryMs: a! >= 0 ? a! : null };
+  return { ticket, state: 'lost' };
+}
+
+/** A wake-up message (`{k: key, g: [[ticket, seq, grant, grantedMs]...], h: head, r: retry
+ * ms}`), kept to the tickets of `mine`; `undefined` when none of it concerns them. */
+function parseWake(m: { g?: unknown; h?: unknown; r?: unknown }, mine: ReadonlySet<string>): Wake | undefined {
+  const states: TicketState[] = [];
+  for (const g of Array.isArray(m.g) ? m.g as [string, number, number, number][] : []) {
+    if (mine.has(g[0])) states.push({ ticket: g[0], state: 'granted', seq: g[1], grant: g[2], grantedMs: g[3] });
+  }
+  const retry = typeof m.h === 'string' && mine.has(m.h) && typeof m.r === 'number' && m.r >= 0 ? { ticket: m.h, ms: m.r } : undefined;
+  if (states.length === 0 && !retry) return undefined;
+  return retry ? { states, retry } : { states };
+}
+
+function redact(url: string): string {
+  return url.replace(/\/\/[^@/]*@/, '//***@');
+}

@@ -1,0 +1,393 @@
+"""The SQLite store: processes on one machine share one database file, with the stdlib
+`sqlite3`. WAL mode (readers never block the writer), `BEGIN IMMEDIATE` transactions of a few
+statements each, `busy_timeout` for the short waits on the write lock; no server. The clock is
+the machine's wall clock (`time.time()`), which every process on the machine shares.
+
+Each store runs its statements on one thread of its own (one connection), so the event loop
+never blocks on a lock held by another process.
+
+Waiting polls (SQLite has no wake-up across processes): a watched key is read, in a read
+transaction that takes no lock, every `poll_min_ms` doubling to `poll_max_ms`, and back to
+`poll_min_ms` after a change; a release or abandon made through this store wakes its own
+watchers at once. A poll writes only when the rule could grant something. The JS store
+(`hosts/js/src/shared/sqlite.ts`) runs the same statements (`SQL`), so both can share a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, Sequence, TypeVar
+
+from . import (
+    KeyInspection,
+    Removal,
+    SharedStoreError,
+    StoreUnavailableError,
+    Terms,
+    TicketState,
+    Wake,
+    gate_ms,
+)
+
+T = TypeVar("T")
+
+SQL: dict[str, str] = {
+    "schema": """CREATE TABLE IF NOT EXISTS turnstile_shared_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+INSERT OR IGNORE INTO turnstile_shared_meta (name, value) VALUES ('schema', '1');
+CREATE TABLE IF NOT EXISTS turnstile_shared_keys (
+  key TEXT PRIMARY KEY NOT NULL,
+  seq INTEGER NOT NULL DEFAULT 0,
+  grants INTEGER NOT NULL DEFAULT 0,
+  last_grant_ms INTEGER NOT NULL DEFAULT 0,
+  paused_until_ms INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS turnstile_shared_tickets (
+  key TEXT NOT NULL,
+  ticket TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  limit_n INTEGER NOT NULL,
+  delay_ms INTEGER NOT NULL,
+  lease_ms INTEGER NOT NULL,
+  requested_ms INTEGER NOT NULL,
+  expires_ms INTEGER NOT NULL,
+  granted_ms INTEGER,
+  grant_no INTEGER,
+  PRIMARY KEY (key, ticket)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS turnstile_shared_tickets_seq ON turnstile_shared_tickets (key, seq);
+CREATE INDEX IF NOT EXISTS turnstile_shared_tickets_expiry ON turnstile_shared_tickets (key, expires_ms);""",
+    "version": "SELECT value FROM turnstile_shared_meta WHERE name = 'schema'",
+    "ensureKey": "INSERT OR IGNORE INTO turnstile_shared_keys (key) VALUES (?)",
+    "purge": "DELETE FROM turnstile_shared_tickets WHERE key = ? AND expires_ms <= ?",
+    "ticket": "SELECT seq, granted_ms, grant_no FROM turnstile_shared_tickets WHERE key = ? AND ticket = ?",
+    "nextSeq": "UPDATE turnstile_shared_keys SET seq = seq + 1 WHERE key = ? RETURNING seq",
+    "insert": "INSERT INTO turnstile_shared_tickets (key, ticket, seq, limit_n, delay_ms, lease_ms, requested_ms, expires_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    "renew": "UPDATE turnstile_shared_tickets SET expires_ms = ? + lease_ms WHERE key = ? AND ticket = ?",
+    "head": "SELECT ticket, limit_n, delay_ms FROM turnstile_shared_tickets WHERE key = ? AND granted_ms IS NULL ORDER BY seq LIMIT 1",
+    "held": "SELECT count(*) FROM turnstile_shared_tickets WHERE key = ? AND granted_ms IS NOT NULL",
+    "keyState": "SELECT seq, grants, last_grant_ms, paused_until_ms FROM turnstile_shared_keys WHERE key = ?",
+    "grant": "UPDATE turnstile_shared_tickets SET granted_ms = ?, grant_no = ?, expires_ms = ? + lease_ms WHERE key = ? AND ticket = ?",
+    "countGrant": "UPDATE turnstile_shared_keys SET grants = grants + 1, last_grant_ms = ? WHERE key = ?",
+    "remove": "DELETE FROM turnstile_shared_tickets WHERE key = ? AND ticket = ?",
+    "pause": "UPDATE turnstile_shared_keys SET paused_until_ms = max(paused_until_ms, ?) WHERE key = ? RETURNING paused_until_ms",
+    "peek": "SELECT ticket, seq, granted_ms, grant_no FROM turnstile_shared_tickets WHERE key = ? AND ticket IN (SELECT value FROM json_each(?))",
+    "earliestExpiry": "SELECT min(expires_ms) FROM turnstile_shared_tickets WHERE key = ?",
+    "list": "SELECT ticket, seq, granted_ms, grant_no, expires_ms FROM turnstile_shared_tickets WHERE key = ? ORDER BY seq",
+}
+"""The schema and every statement, byte for byte the same as the JS store's `SQL`."""
+
+_GRANTS_PER_CALL_MAX = 10_000
+_Head = tuple[Optional[str], Optional[int]]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SqliteStore:
+    """A shared-key store on one SQLite file (see the module doc)."""
+
+    kind = "sqlite"
+
+    @classmethod
+    async def open(
+        cls,
+        path: str,
+        *,
+        busy_timeout_ms: int = 2000,
+        poll_min_ms: int = 2,
+        poll_max_ms: int = 25,
+    ) -> "SqliteStore":
+        """Opens (and, the first time, creates) the database; its folder must exist. Raises
+        `StoreUnavailableError` when the file cannot be opened, `SharedStoreError` when it
+        holds another schema version."""
+        store = cls(path, busy_timeout_ms, poll_min_ms, poll_max_ms)
+        try:
+            await store._run("open", store._open)
+        except BaseException:
+            store._executor.shutdown(wait=False)
+            raise
+        return store
+
+    def __init__(self, path: str, busy_timeout_ms: int, poll_min_ms: int, poll_max_ms: int) -> None:
+        """Use `SqliteStore.open`."""
+        self.path = str(path)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._poll_min_ms = poll_min_ms
+        self._poll_max_ms = max(poll_min_ms, poll_max_ms)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnstile-sqlite")
+        self._db: Optional[sqlite3.Connection] = None
+        self._pollers: dict[str, set[Callable[[], None]]] = {}
+        self._closed = False
+
+    def _open(self) -> None:
+        try:
+            db = sqlite3.connect(self.path, timeout=self._busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise StoreUnavailableError("sqlite", f"open {self.path}: {e}") from e
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.executescript("BEGIN IMMEDIATE;\n" + SQL["schema"] + "\nCOMMIT;")
+            row = db.execute(SQL["version"]).fetchone()
+            version = row[0] if row else None
+            if version != "1":
+                raise SharedStoreError("store-failed", f"{self.path} holds shared-key schema {version}; this package knows schema 1")
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+
+    async def _run(self, what: str, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise StoreUnavailableError("sqlite", f"{what}: the store is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, what, fn)
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except SharedStoreError:
+            raise
+        except sqlite3.Error as e:
+            name = getattr(e, "sqlite_errorname", "") or ""
+            text = str(e)
+            locked = name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text
+            if isinstance(e, (sqlite3.OperationalError, sqlite3.DatabaseError)) and not isinstance(e, (sqlite3.IntegrityError, sqlite3.ProgrammingError)):
+                detail = f"the database stayed locked for more than {self._busy_timeout_ms} ms ({text})" if locked else text
+                raise StoreUnavailableError("sqlite", f"{what}: {detail}" + (f" [{name}]" if name else "")) from e
+            raise SharedStoreError("store-failed", f"sqlite {what}: {text}") from e
+
+    def _write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
+        db = self._db
+        assert db is not None
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(db, _now_ms())
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return result
+
+    def _read(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
+        db = self._db
+        assert db is not None
+        db.execute("BEGIN DEFERRED")
+        try:
+            return fn(db, _now_ms())
+        finally:
+            db.execute("COMMIT")
+
+    async def request(self, key: str, ticket: str, terms: Terms) -> TicketState:
+        def op(db: sqlite3.Connection, now: int) -> TicketState:
+            db.execute(SQL["purge"], (key, now))
+            db.execute(SQL["ensureKey"], (key,))
+            if db.execute(SQL["ticket"], (key, ticket)).fetchone():
+                db.execute(SQL["renew"], (now, key, ticket))
+            else:
+                seq = db.execute(SQL["nextSeq"], (key,)).fetchone()[0]
+                db.execute(SQL["insert"], (key, ticket, seq, terms.limit, terms.delay_ms, terms.lease_ms, now, now + terms.lease_ms))
+            head = _promote(db, key, now)
+            return _state(db, key, ticket, head)
+
+        return await self._run("request", lambda: self._write(op))
+
+    async def renew(self, key: str, tickets: Sequence[str]) -> list[TicketState]:
+        tickets = list(tickets)
+
+        def op(db: sqlite3.Connection, now: int) -> list[TicketState]:
+            db.execute(SQL["purge"], (key, now))
+            for ticket in tickets:
+                db.execute(SQL["renew"], (now, key, ticket))
+            head = _promote(db, key, now)
+            return [_state(db, key, ticket, head) for ticket in tickets]
+
+        return await self._run("renew", lambda: self._write(op))
+
+    async def release(self, key: str, ticket: str) -> Removal:
+        return await self._remove("release", key, ticket)
+
+    async def abandon(self, key: str, ticket: str) -> Removal:
+        return await self._remove("abandon", key, ticket)
+
+    async def _remove(self, what: str, key: str, ticket: str) -> Removal:
+        def op(db: sqlite3.Connection, now: int) -> Removal:
+            db.execute(SQL["purge"], (key, now))
+            row = db.execute(SQL["ticket"], (key, ticket)).fetchone()
+            if not row:
+                return "lost"
+            db.execute(SQL["remove"], (key, ticket))
+            _promote(db, key, now)
+            return "withdrawn" if row[1] is None else "released"
+
+        removal = await self._run(what, lambda: self._write(op))
+        for nudge in list(self._pollers.get(key, ())):
+            nudge()
+        return removal
+
+    async def pause(self, key: str, for_ms: int) -> int:
+        def op(db: sqlite3.Connection, now: int) -> int:
+            db.execute(SQL["ensureKey"], (key,))
+            return int(db.execute(SQL["pause"], (now + for_ms, key)).fetchone()[0])
+
+        return await self._run("pause", lambda: self._write(op))
+
+    async def inspect(self, key: str) -> KeyInspection:
+        def op(db: sqlite3.Connection, now: int) -> KeyInspection:
+            seq, grants, last, paused = db.execute(SQL["keyState"], (key,)).fetchone() or (0, 0, 0, 0)
+            rows = db.execute(SQL["list"], (key,)).fetchall()
+            return KeyInspection(
+                key=key,
+                now_ms=now,
+                seq=seq,
+                grants=grants,
+                last_grant_ms=last,
+                paused_until_ms=paused,
+                held=tuple((r[0], r[1], r[3], r[2], r[4]) for r in rows if r[2] is not None),
+                waiting=tuple((r[0], r[1], r[4]) for r in rows if r[2] is None),
+            )
+
+        return await self._run("inspect", lambda: self._read(op))
+
+    def watch(self, key: str, tickets: Callable[[], Sequence[str]], wake: Callable[[Wake], None]) -> "_Poller":
+        poller = _Poller(self, key, tickets, wake)
+        self._pollers.setdefault(key, set()).add(poller.nudge)
+        return poller
+
+    def _unwatch(self, key: str, nudge: Callable[[], None]) -> None:
+        pollers = self._pollers.get(key)
+        if pollers is not None:
+            pollers.discard(nudge)
+            if not pollers:
+                del self._pollers[key]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pollers.clear()
+        db = self._db
+        if db is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, db.close)
+        self._executor.shutdown(wait=False)
+
+    def _poll(self, key: str, mine: Sequence[str]) -> list[TicketState]:
+        """One poll of a watched key (on the store's thread): the tickets of `mine` that are
+        granted or lost, read without a lock; a write only when the rule could grant now."""
+        mine = list(mine)
+
+        def read(db: sqlite3.Connection, now: int) -> tuple[list[TicketState], bool]:
+            rows = {r[0]: r for r in db.execute(SQL["peek"], (key, json.dumps(mine))).fetchall()}
+            changed: list[TicketState] = []
+            for ticket in mine:
+                row = rows.get(ticket)
+                if row is None:
+                    changed.append(TicketState(ticket, "lost"))
+                elif row[2] is not None:
+                    changed.append(TicketState(ticket, "granted", seq=row[1], grant=row[3], granted_ms=row[2]))
+            return changed, not changed and _promotable(db, key, now)
+
+        changed, promotable = self._read(read)
+        if not promotable:
+            return changed
+
+        def promote(db: sqlite3.Connection, now: int) -> None:
+            db.execute(SQL["purge"], (key, now))
+            _promote(db, key, now)
+
+        self._write(promote)
+        return self._read(read)[0]
+
+
+class _Poller:
+    """The watch of one key: a task polling with a bounded back-off while tickets wait."""
+
+    def __init__(self, store: SqliteStore, key: str, tickets: Callable[[], Sequence[str]], wake: Callable[[Wake], None]) -> None:
+        self._store = store
+        self._key = key
+        self._tickets = tickets
+        self._wake = wake
+        self._nudged = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        self.ready = done
+
+    def nudge(self) -> None:
+        self._nudged.set()
+
+    def stop(self) -> None:
+        self._task.cancel()
+        self._store._unwatch(self._key, self.nudge)
+
+    async def _loop(self) -> None:
+        store = self._store
+        delay_ms = store._poll_min_ms
+        while not store._closed:
+            try:
+                await asyncio.wait_for(self._nudged.wait(), delay_ms / 1000)
+                delay_ms = store._poll_min_ms
+            except asyncio.TimeoutError:
+                pass
+            self._nudged.clear()
+            mine = list(self._tickets())
+            changed: list[TicketState] = []
+            if mine:
+                try:
+                    changed = await store._run("poll", lambda: store._poll(self._key, mine))
+                except SharedStoreError:
+                    pass  # the heartbeat reports a store that stays unavailable; the poll backs off
+            if changed:
+                delay_ms = store._poll_min_ms
+            else:
+                delay_ms = store._poll_max_ms if not mine else min(delay_ms * 2, store._poll_max_ms)
+            if changed:
+                self._wake(Wake(states=changed))
+
+
+def _promote(db: sqlite3.Connection, key: str, now: int) -> _Head:
+    """The grant rule: grants heads while it allows; returns the head left waiting and, when
+    only its delay or a pause holds it, the ms until it may be granted."""
+    for _ in range(_GRANTS_PER_CALL_MAX):
+        head = db.execute(SQL["head"], (key,)).fetchone()
+        if head is None:
+            return None, None
+        ticket, limit, delay_ms = head
+        if db.execute(SQL["held"], (key,)).fetchone()[0] >= limit:
+            return ticket, None
+        _, grants, last_grant_ms, paused_until_ms = db.execute(SQL["keyState"], (key,)).fetchone()
+        gate = gate_ms(delay_ms, last_grant_ms, paused_until_ms)
+        if now < gate:
+            return ticket, gate - now
+        db.execute(SQL["grant"], (now, grants + 1, now, key, ticket))
+        db.execute(SQL["countGrant"], (now, key))
+    raise SharedStoreError("store-failed", f"more than {_GRANTS_PER_CALL_MAX} grants in one operation on key {key!r}")
+
+
+def _state(db: sqlite3.Connection, key: str, ticket: str, head: _Head) -> TicketState:
+    row = db.execute(SQL["ticket"], (key, ticket)).fetchone()
+    if row is None:
+        return TicketState(ticket, "lost")
+    seq, granted_ms, grant = row
+    if granted_ms is not None:
+        return TicketState(ticket, "granted", seq=seq, grant=grant, granted_ms=granted_ms)
+    return TicketState(ticket, "waiting", seq=seq, retry_ms=head[1] if head[0] == ticket else None)
+
+
+def _promotable(db: sqlite3.Connection, key: str, now: int) -> bool:
+    earliest = db.execute(SQL["earliestExpiry"], (key,)).fetchone()[0]
+    if earliest is not None and earliest <= now:
+        return True
+    head = db.execute(SQL["head"], (key,)).fetchone()
+    if head is None:
+        return False
+    if db.execute(SQL["held"], (key,)).fetchone()[0] >= head[1]:
+        return False
+    _, _, last_grant_ms, paused_until_ms = db.execute(SQL["keyState"], (key,)).fetchone() or (0, 0, 0, 0)
+    return now >= gate_ms(head[2], last_grant_ms, paused_until_ms)
+

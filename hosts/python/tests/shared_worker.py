@@ -1,0 +1,377 @@
+"""A process sharing a key, and the helpers of the shared-key tests.
+
+As a program (`python shared_worker.py '<json>'`, the same arguments and events as the JS
+package's `test/fixtures/shared-worker.mjs`): opens the store, waits for `startAt`, then
+acquires the key `rounds` times, each time recording its tool's start and end (its own clock) to
+`log` (one JSON line each) and holding the permit `holdMs`. With `hang` it holds its first permit
+until killed. It prints one JSON line per event: `requested`, `granted`, `released`, `done`.
+
+As a module: `Worker` (a worker process and its events; the JS worker too, with `node=True`),
+`records`, `max_overlap`, `redis_missing` and `RedisServer` (a real redis-server on a free
+loopback port).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+HERE = Path(__file__).resolve().parent
+JS_PACKAGE = HERE.parent.parent / "js"
+JS_WORKER = JS_PACKAGE / "test" / "fixtures" / "shared-worker.mjs"
+
+
+def js_missing() -> Optional[str]:
+    """None when the JS package's worker can run here (built, with better-sqlite3 and ioredis
+    installed), else why not."""
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if not (JS_PACKAGE / "dist" / "shared" / "index.js").exists():
+        return f"{JS_PACKAGE / 'dist'} has no shared/ (cd hosts/js && node build.mjs)"
+    for name in ("better-sqlite3", "ioredis"):
+        if not (JS_PACKAGE / "node_modules" / name).exists():
+            return f"{name} is not installed in {JS_PACKAGE} (npm ci)"
+    return None
+
+
+async def _main(args: dict[str, Any]) -> None:
+    from turnstile_scheduler.shared import RedisStore, SharedKeys, SqliteStore
+
+    def say(event: dict[str, Any]) -> None:
+        print(json.dumps({"name": args["name"], **event}), flush=True)
+
+    def record(event: dict[str, Any]) -> None:
+        if args.get("log"):
+            with open(args["log"], "a") as f:
+                f.write(json.dumps({"name": args["name"], "pid": os.getpid(), **event}) + "\n")
+
+    spec = args["store"]
+    store: Any = await SqliteStore.open(spec["path"]) if spec["kind"] == "sqlite" else await RedisStore.open(spec["url"])
+    request = store.request
+
+    async def reporting_request(key: str, ticket: str, terms: Any) -> Any:
+        state = await request(key, ticket, terms)
+        say({"event": "requested", "ticket": ticket, "state": state.state, "seq": state.seq})
+        return state
+
+    store.request = reporting_request
+    keys = SharedKeys(store, lease_ms=args["leaseMs"], owner=args["name"])
+    if args.get("startAt"):
+        await asyncio.sleep(max(0, args["startAt"] - time.time() * 1000) / 1000)
+    for round_ in range(args.get("rounds", 1)):
+        requested_at = int(time.time() * 1000)
+        permit = await keys.acquire(args["key"], limit=args["limit"], delay_ms=args.get("delayMs", 0))
+        start = int(time.time() * 1000)
+        grant = {"ticket": permit.ticket, "seq": permit.seq, "grant": permit.grant, "grantedMs": permit.granted_ms}
+        record({"event": "start", "round": round_, "t": start, "requestedAt": requested_at, **grant})
+        say({"event": "granted", "round": round_, **grant})
+        if args.get("hang"):
+            await asyncio.Event().wait()
+        await asyncio.sleep(args.get("holdMs", 0) / 1000)
+        record({"event": "end", "round": round_, "t": int(time.time() * 1000), "ticket": permit.ticket})
+        removal = await permit.release()
+        say({"event": "released", "round": round_, "removal": removal})
+    await keys.close()
+    await store.close()
+    say({"event": "done"})
+
+
+class Worker:
+    """A worker process (Python's, or the JS package's with `node=True`) and its stdout events."""
+
+    def __init__(self, args: dict[str, Any], *, node: bool = False) -> None:
+        self.args = args
+        command = ["node", str(JS_WORKER)] if node else [sys.executable, str(Path(__file__))]
+        self.process = subprocess.Popen(
+            [*command, json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.events: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.events.append(json.loads(line))
+
+    async def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 15.0) -> dict[str, Any]:
+        """The first event matching `pred` (seen before or after the call)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for event in list(self.events):
+                if pred(event):
+                    return event
+            if self.process.poll() is not None:
+                self._reader.join(1)
+                if not any(pred(e) for e in self.events):
+                    raise AssertionError(f"{self.args['name']} exited ({self.process.returncode}) before the event; events {self.events}; stderr {self.process.stderr.read()}")
+                continue
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.args['name']}: no matching event within {timeout} s; events {self.events}")
+            await asyncio.sleep(0.01)
+
+    async def done(self, timeout: float = 40.0) -> None:
+        await self.wait_for(lambda e: e["event"] == "done", timeout)
+        code = await asyncio.get_running_loop().run_in_executor(None, self.process.wait)
+        if code != 0:
+            raise AssertionError(f"{self.args['name']} exited with {code}: {self.process.stderr.read()}")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+
+def records(folder: Path) -> list[dict[str, Any]]:
+    """Every record the workers' tools wrote to `folder` (files *.jsonl)."""
+    out = []
+    for path in sorted(folder.glob("*.jsonl")):
+        out += [json.loads(line) for line in path.read_text().splitlines() if line]
+    return out
+
+
+def max_overlap(recs: list[dict[str, Any]]) -> int:
+    """The most tools running at once (an end at the same ms as a start counts as before it)."""
+    points = sorted((r["t"], 1 if r["event"] == "start" else -1) for r in recs)
+    now = peak = 0
+    for _, d in points:
+        now += d
+        peak = max(peak, now)
+    return peak
+
+
+REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+
+
+def redis_missing() -> Optional[str]:
+    """None when redis-server and redis-py are here, else why not."""
+    if shutil.which(REDIS_SERVER) is None:
+        return f"{REDIS_SERVER} is not installed; install Debian's redis-server (.ci/run does) to run these tests"
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return "redis-py is not installed (pip install 'turnstile-scheduler[test]')"
+    return None
+
+
+class RedisServer:
+    """A redis-server of our own on a free loopback port, in a temporary folder, no persistence.
+    `stop()`/`cont()` send SIGSTOP/SIGCONT; `close()` kills it."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="turnstile-redis-")
+        for _ in range(3):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.port = s.getsockname()[1]
+            self.process = subprocess.Popen(
+                [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "", "--appendonly", "no"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if self._answers():
+                self.url = f"redis://127.0.0.1:{self.port}"
+                return
+            self.process.kill()
+            self.process.wait()
+        raise RuntimeError("redis-server did not start")
+
+    def _answers(self) -> bool:
+        for _ in range(100):
+            if self.process.poll() is not None:
+                return False
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGSTOP)
+
+    def cont(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        self.cont()
+        self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Setup:
+    """One store for one test: `spec` as workers name it, `open()` opens it in the test process,
+    `tmp` is a temporary folder; `worker(...)` starts a worker killed at teardown."""
+
+    def __init__(self, spec: dict[str, Any], open_store: Callable[[], Any], tmp: Path) -> None:
+        self.spec = spec
+        self.open = open_store
+        self.tmp = tmp
+        self.workers: list[Worker] = []
+
+    def worker(self, node: bool = False, **args: Any) -> Worker:
+        w = Worker({"store": self.spec, **args}, node=node)
+        self.workers.append(w)
+        return w
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.kill()
+
+
+# The multi-process scenarios every store must pass (the same as the JS package's
+# test/fixtures/shared-scenarios.mjs). Failure paths first.
+
+
+async def scenario_holder_killed(s: Setup) -> None:
+    """A holder killed with SIGKILL loses its permit when its lease expires; the next goes on."""
+    lease_ms = 900
+    base = {"key": "k", "limit": 1, "leaseMs": lease_ms}
+    holder = s.worker(**base, name="holder", hang=True)
+    await holder.wait_for(lambda e: e["event"] == "granted")
+    nxt = s.worker(**base, name="next")
+    await nxt.wait_for(lambda e: e["event"] == "requested")
+    await asyncio.sleep(lease_ms / 2000)
+    assert not [e for e in nxt.events if e["event"] == "granted"], "granted while the holder lived"
+    killed = time.monotonic()
+    holder.kill()
+    granted = await nxt.wait_for(lambda e: e["event"] == "granted", lease_ms / 1000 + 5)
+    waited_ms = (time.monotonic() - killed) * 1000
+    assert waited_ms <= lease_ms + 2000, f"granted {waited_ms:.0f} ms after the kill (lease {lease_ms} ms)"
+    assert granted["grant"] == 2
+    await nxt.done()
+
+
+async def scenario_waiter_killed(s: Setup) -> None:
+    """A waiting process killed with SIGKILL does not block the queue."""
+    from turnstile_scheduler.shared import SharedKeys
+
+    lease_ms = 900
+    store = await s.open()
+    keys = SharedKeys(store, lease_ms=lease_ms, owner="test")
+    try:
+        held = await keys.acquire("k", limit=1)
+        base = {"key": "k", "limit": 1, "leaseMs": lease_ms}
+        doomed = s.worker(**base, name="doomed", hang=True)
+        first = await doomed.wait_for(lambda e: e["event"] == "requested")
+        after = s.worker(**base, name="after")
+        second = await after.wait_for(lambda e: e["event"] == "requested")
+        assert first["seq"] < second["seq"]
+        doomed.kill()
+        await held.release()
+        granted = await after.wait_for(lambda e: e["event"] == "granted", lease_ms / 1000 + 5)
+        assert granted["ticket"] == second["ticket"]
+        await after.done()
+        left = await store.inspect("k")
+        assert (left.held, left.waiting) == ((), ())
+    finally:
+        await keys.close()
+        await store.close()
+
+
+async def scenario_eight_processes(s: Setup, node: Callable[[int], bool] = lambda i: False) -> None:
+    """Eight processes on a key of limit 2: never more than 2 at once, grants in request order.
+    `node(i)` makes worker i the JS package's."""
+    start_at = time.time() * 1000 + 1500
+    workers = [
+        s.worker(node(i), key="gh", limit=2, leaseMs=5000, rounds=3, holdMs=15 + (i % 3) * 10,
+                 name=f"w{i}", startAt=start_at, log=str(s.tmp / f"w{i}.jsonl"))
+        for i in range(8)
+    ]
+    await asyncio.gather(*(w.done() for w in workers))
+    recs = records(s.tmp)
+    starts = [r for r in recs if r["event"] == "start"]
+    assert len(starts) == 24 and len([r for r in recs if r["event"] == "end"]) == 24
+    overlap = max_overlap(recs)
+    assert overlap <= 2, f"{overlap} tools ran at once"
+    assert [r["grant"] for r in sorted(starts, key=lambda r: r["seq"])] == list(range(1, 25))
+    for r in starts:
+        assert r["t"] >= r["grantedMs"] - 1, f"{r['name']} started before its grant"
+
+
+async def scenario_delay(s: Setup) -> None:
+    """A spacing delay holds across processes."""
+    delay_ms = 120
+    start_at = time.time() * 1000 + 1500
+    workers = [
+        s.worker(key="spaced", limit=4, delayMs=delay_ms, leaseMs=5000, rounds=2, holdMs=5,
+                 name=f"d{i}", startAt=start_at, log=str(s.tmp / f"d{i}.jsonl"))
+        for i in range(4)
+    ]
+    await asyncio.gather(*(w.done() for w in workers))
+    starts = sorted((r for r in records(s.tmp) if r["event"] == "start"), key=lambda r: r["grant"])
+    assert len(starts) == 8
+    for a, b in zip(starts, starts[1:]):
+        gap = b["grantedMs"] - a["grantedMs"]
+        assert gap >= delay_ms, f"grants {a['grant']} and {b['grant']} were {gap} ms apart"
+
+
+async def scenario_pause(s: Setup) -> None:
+    """A pause only extends, and holds in every process."""
+    from turnstile_scheduler.shared import SharedKeys
+
+    store = await s.open()
+    keys = SharedKeys(store, owner="test")
+    try:
+        until = await keys.pause("p", 700)
+        assert await keys.pause("p", 50) == until, "a shorter pause does not shorten it"
+        longer = await keys.pause("p", 800)
+        assert longer >= until
+        other = s.worker(key="p", limit=1, leaseMs=3000, name="paused")
+        granted = await other.wait_for(lambda e: e["event"] == "granted", 10)
+        assert granted["grantedMs"] >= longer
+        await other.done()
+    finally:
+        await keys.close()
+        await store.close()
+
+
+async def scenario_cancel(s: Setup) -> None:
+    """Cancelling or timing out a wait withdraws the request; the next in line gets the permit."""
+    from turnstile_scheduler.shared import SharedKeys
+
+    store = await s.open()
+    keys = SharedKeys(store, owner="test")
+    try:
+        held = await keys.acquire("a", limit=1)
+        withdrawn = asyncio.ensure_future(keys.acquire("a", limit=1))
+        try:
+            await keys.acquire("a", limit=1, timeout=0.05)
+            raise AssertionError("granted while held")
+        except TimeoutError:
+            pass
+        nxt = asyncio.ensure_future(keys.acquire("a", limit=1))
+        await asyncio.sleep(0.05)
+        withdrawn.cancel()
+        try:
+            await withdrawn
+            raise AssertionError("not cancelled")
+        except asyncio.CancelledError:
+            pass
+        assert await held.release() == "released"
+        permit = await asyncio.wait_for(nxt, 5)
+        assert permit.grant == 2
+        assert await permit.release() == "released"
+        assert await permit.release() == "lost"
+        assert keys.inspect() == []
+    finally:
+        await keys.close()
+        await store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(_main(json.loads(sys.argv[1])))

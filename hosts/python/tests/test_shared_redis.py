@@ -1,0 +1,119 @@
+"""Shared keys on Redis: the multi-process scenarios (`shared_worker.py`) against a real
+redis-server started here on a free loopback port, and the Redis store's failure paths (no
+server, a server that stops answering and comes back). Without redis-server (or redis-py) every
+test here is reported skipped, with the reason; never passed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from shared_worker import (
+    RedisServer,
+    Setup,
+    js_missing,
+    redis_missing,
+    scenario_cancel,
+    scenario_delay,
+    scenario_eight_processes,
+    scenario_holder_killed,
+    scenario_pause,
+    scenario_waiter_killed,
+)
+
+from turnstile_scheduler.shared import RedisStore, SharedKeys, StoreUnavailableError
+
+missing = redis_missing()
+pytestmark = pytest.mark.skipif(missing is not None, reason=f"SKIPPING the Redis tests: {missing}")
+
+
+def run(coro) -> None:
+    asyncio.run(asyncio.wait_for(coro, 45))
+
+
+@pytest.fixture
+def server():
+    s = RedisServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def setup(server: RedisServer, tmp_path: Path):
+    s = Setup({"kind": "redis", "url": server.url}, lambda: RedisStore.open(server.url), tmp_path)
+    yield s
+    s.close()
+
+
+def test_no_server_on_the_port_is_store_unavailable_within_the_timeout() -> None:
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as e:
+        run(RedisStore.open("redis://127.0.0.1:1", op_timeout_ms=500))
+    assert e.value.store == "redis" and time.monotonic() - started < 3
+
+
+def test_a_server_that_stops_answering_gives_typed_errors_and_no_double_grant(server: RedisServer, setup: Setup) -> None:
+    async def main() -> None:
+        lease_ms = 1500
+        store = await RedisStore.open(server.url, op_timeout_ms=200)
+        keys = SharedKeys(store, lease_ms=lease_ms, owner="test")
+        permit = await keys.acquire("k", limit=1)
+        other = setup.worker(key="k", limit=1, leaseMs=3000, name="other")
+        await other.wait_for(lambda e: e["event"] == "requested")
+        # Unreachable for less than a heartbeat (lease / 3): requests fail with the typed error,
+        # the permit holds.
+        server.stop()
+        stopped = time.monotonic()
+        with pytest.raises(StoreUnavailableError):
+            await keys.acquire("elsewhere", limit=1)
+        await asyncio.sleep(max(0, lease_ms / 4000 - (time.monotonic() - stopped)))
+        server.cont()
+        await asyncio.sleep(lease_ms / 1000)
+        assert not permit.lost.is_set(), "the permit survived a short outage"
+        assert not [e for e in other.events if e["event"] == "granted"], "nothing was granted twice"
+        # Unreachable for longer: the permit is given up before its lease can end in the store.
+        server.stop()
+        await asyncio.wait_for(permit.lost.wait(), 5)
+        lost_at = time.time() * 1000
+        assert isinstance(permit.lost_error, StoreUnavailableError)
+        server.cont()
+        granted = await other.wait_for(lambda e: e["event"] == "granted", lease_ms / 1000 + 5)
+        assert granted["grantedMs"] >= lost_at - 5, "the other process was granted only after this one gave up"
+        await other.done()
+        await keys.close()
+        await store.close()
+
+    run(main())
+
+
+def test_holder_killed(setup: Setup) -> None:
+    run(scenario_holder_killed(setup))
+
+
+def test_waiter_killed(setup: Setup) -> None:
+    run(scenario_waiter_killed(setup))
+
+
+def test_eight_processes_limit_2(setup: Setup) -> None:
+    run(scenario_eight_processes(setup))
+
+
+def test_delay_across_processes(setup: Setup) -> None:
+    run(scenario_delay(setup))
+
+
+def test_pause_extends_only(setup: Setup) -> None:
+    run(scenario_pause(setup))
+
+
+def test_cancel_and_timeout_withdraw(setup: Setup) -> None:
+    run(scenario_cancel(setup))
+
+
+def test_js_and_python_processes_share_one_server(setup: Setup) -> None:
+    js = js_missing()
+    if js is not None:
+        pytest.skip(f"the JS package is not ready: {js}")
+    run(scenario_eight_processes(setup, node=lambda i: i % 2 == 1))
