@@ -148,6 +148,9 @@ pub struct CallSpec {
     pub tool: String,
     /// `Some(n)` for a fan-out call of `n` operations.
     pub operations: Option<u32>,
+    /// The call's arguments (JSON text), written after the tool: `ID TOOL {"path": "a"}`.
+    /// Hosts pass them only when the tool's key is a template.
+    pub arguments: Option<String>,
 }
 
 /// A diagnostic as a subject reports it.
@@ -406,6 +409,47 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
+/// Where each `[[layer]]`'s text starts in a case file's own text, as a one-based `(line,
+/// column)` (the column counts characters), so that a host can cite the file's lines: layer
+/// line `l` is file line `line + l - 1`. `None` for a layer whose text is not written verbatim
+/// in the file (a basic string with escapes); no layers when `file` is not a case file.
+pub fn layer_starts(file: &str) -> Vec<Option<(u32, u32)>> {
+    #[derive(Deserialize)]
+    struct Layers {
+        #[serde(default)]
+        layer: Vec<LayerText>,
+    }
+    #[derive(Deserialize)]
+    struct LayerText {
+        text: toml::Spanned<String>,
+    }
+    let Ok(parsed) = toml::from_str::<Layers>(file) else {
+        return Vec::new();
+    };
+    let start = |text: &toml::Spanned<String>| {
+        // The span covers the quotes; a newline right after `'''` or `"""` is not text.
+        let quoted = text.span().start;
+        let rest = file.get(quoted..)?;
+        let multi_line = rest.starts_with("'''") || rest.starts_with("\"\"\"");
+        let mut at = quoted + if multi_line { 3 } else { 1 };
+        if multi_line {
+            let after = file.get(at..)?;
+            at += [("\r\n", 2), ("\n", 1)]
+                .iter()
+                .find(|(newline, _)| after.starts_with(newline))
+                .map_or(0, |(_, len)| *len);
+        }
+        if !file.get(at..)?.starts_with(text.get_ref().as_str()) {
+            return None;
+        }
+        let line_start = file[..at].rfind('\n').map_or(0, |i| i + 1);
+        let line = u32::try_from(file[..at].matches('\n').count() + 1).ok()?;
+        let column = u32::try_from(file[line_start..at].chars().count() + 1).ok()?;
+        Some((line, column))
+    };
+    parsed.layer.iter().map(|l| start(&l.text)).collect()
+}
+
 /// The result of running many cases.
 #[derive(Debug, Default)]
 pub struct Summary {
@@ -448,10 +492,21 @@ pub fn parse_calls(batch: &BatchSpec) -> Result<Vec<CallSpec>, String> {
         .calls
         .iter()
         .map(|c| {
-            let mut words = c.split_whitespace();
-            let (Some(id), Some(tool), None) = (words.next(), words.next(), words.next()) else {
-                return Err(format!("bad call {c:?}: write `ID TOOL` or `ID TOOL*N`"));
+            // Everything after the tool is the arguments' JSON text, given as written.
+            let word = |s: &str| -> (String, String) {
+                let s = s.trim();
+                let (w, rest) = s.split_once(char::is_whitespace).unwrap_or((s, ""));
+                (w.to_owned(), rest.trim().to_owned())
             };
+            let (id, rest) = word(c);
+            let (tool, arguments) = word(&rest);
+            if id.is_empty() || tool.is_empty() {
+                return Err(format!(
+                    "bad call {c:?}: write `ID TOOL`, `ID TOOL*N` or `ID TOOL {{JSON}}`"
+                ));
+            }
+            let arguments = (!arguments.is_empty()).then_some(arguments);
+            let tool = tool.as_str();
             let (tool, operations) = match tool.split_once('*') {
                 Some((tool, n)) => {
                     let n = n
@@ -462,11 +517,22 @@ pub fn parse_calls(batch: &BatchSpec) -> Result<Vec<CallSpec>, String> {
                 None => (tool, None),
             };
             Ok(CallSpec {
-                id: id.to_owned(),
+                id,
                 tool: tool.to_owned(),
                 operations,
+                arguments,
             })
         })
+        .collect()
+}
+
+/// The calls' arguments as `submit` packs them: `(call index, JSON text)` for each call that
+/// has any.
+pub fn packed_arguments(calls: &[CallSpec]) -> Vec<(u32, String)> {
+    calls
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| Some((i as u32, c.arguments.clone()?)))
         .collect()
 }
 

@@ -50,6 +50,8 @@ pub enum Code {
     ConcurrencyDelayConflict,
     /// Tools naming one concurrency key give it different retry caps.
     ConcurrencyRetriesConflict,
+    /// `concurrency.key` has a placeholder that is not closed, empty, or a stray `}`.
+    ConcurrencyKeyTemplate,
 }
 
 impl Code {
@@ -76,6 +78,7 @@ impl Code {
         Self::EnableValue,
         Self::ConcurrencyDelayConflict,
         Self::ConcurrencyRetriesConflict,
+        Self::ConcurrencyKeyTemplate,
     ];
 
     /// The stable kebab-case spelling.
@@ -102,6 +105,7 @@ impl Code {
             Self::EnableValue => "enable-value",
             Self::ConcurrencyDelayConflict => "concurrency-delay-conflict",
             Self::ConcurrencyRetriesConflict => "concurrency-retries-conflict",
+            Self::ConcurrencyKeyTemplate => "concurrency-key-template",
         }
     }
 }

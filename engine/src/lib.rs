@@ -19,9 +19,11 @@
 #[macro_use]
 mod codes;
 mod fx;
+mod json;
 
 pub mod admission;
 pub mod config;
 pub mod diagnostic;
 pub mod limits;
 pub mod schedule;
+pub mod template;

@@ -24,3 +24,8 @@ pub const REQUESTS_MAX: usize = 100_000;
 pub const RETRIES_MAX: u32 = 100;
 /// Retries per entry when the config does not say (`concurrency.retries`, and unkeyed tools).
 pub const RETRIES_DEFAULT: u32 = 3;
+/// Different arguments one key template may name (`key = "fs:{path}"` names one).
+pub const PLACEHOLDERS_MAX: usize = 8;
+/// Bytes of one call's arguments (JSON) given for a templated key. Hosts pass only the fields
+/// the template names, so this bounds a document of a few short values.
+pub const ARGUMENTS_BYTES_MAX: usize = 64 * 1024;

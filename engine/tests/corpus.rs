@@ -102,6 +102,7 @@ impl Subject for Native {
                 id: &c.id,
                 tool: &c.tool,
                 operations: c.operations,
+                arguments: c.arguments.as_deref(),
             })
             .collect();
         self.sched()

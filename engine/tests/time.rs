@@ -39,6 +39,7 @@ impl T {
                 id,
                 tool,
                 operations: None,
+                arguments: None,
             })
             .collect();
         let b = s.submit(&calls).expect("submit");
@@ -361,6 +362,7 @@ fan_out = { on_error = "stop" }
             id: "f",
             tool: "f",
             operations: Some(3),
+            arguments: None,
         }])
         .unwrap();
     let e = |i: u64| EntryId(b.first.0 + i);
@@ -471,6 +473,7 @@ fn retry_bookkeeping_is_forgotten_when_batches_retire() {
                 id: "x",
                 tool: "get",
                 operations: None,
+                arguments: None,
             }])
             .unwrap();
         let e = b.first;
@@ -564,11 +567,13 @@ fn waiting_retries_cancelled_with_their_batch_leave_nothing_behind() {
                     id: "x",
                     tool: &tool,
                     operations: None,
+                    arguments: None,
                 },
                 Call {
                     id: "y",
                     tool: "free",
                     operations: None,
+                    arguments: None,
                 },
             ])
             .unwrap();

@@ -3,20 +3,43 @@
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 
+use crate::template::KeyTemplate;
+
 /// The name of the resource a limit protects. Tools naming the same key share one limit.
-/// Never empty; compared exactly (case-sensitive, no trimming).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ConcurrencyKey(String);
+/// Never empty; compared exactly (case-sensitive, no trimming). A key written with
+/// placeholders (`"fs:{path}"`, table form only) is a template: each call names its own key
+/// from its arguments, and every key of one template shares the template's limit and delay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConcurrencyKey {
+    text: String,
+    template: Option<KeyTemplate>,
+}
 
 impl ConcurrencyKey {
-    pub(crate) fn new(key: String) -> Self {
-        debug_assert!(!key.is_empty());
-        Self(key)
+    /// A key as the table form writes it (already checked to parse as a template).
+    pub(crate) fn written(text: String) -> Self {
+        debug_assert!(!text.is_empty());
+        let template = KeyTemplate::parse(&text).ok().flatten();
+        Self { text, template }
+    }
+
+    /// The integer form's key: the tool's own name, never a template.
+    pub(crate) fn tool_name(text: String) -> Self {
+        debug_assert!(!text.is_empty());
+        Self {
+            text,
+            template: None,
+        }
     }
 
     /// The key as written.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
+    }
+
+    /// The template, when the key has placeholders.
+    pub fn template(&self) -> Option<&KeyTemplate> {
+        self.template.as_ref()
     }
 }
 

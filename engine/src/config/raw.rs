@@ -11,6 +11,7 @@ use super::policy::OnError;
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
 use crate::limits::{NAME_BYTES_MAX, RETRIES_MAX};
+use crate::template::KeyTemplate;
 
 /// One layer's view of `conversation.tools`.
 #[derive(Debug, Default)]
@@ -239,41 +240,56 @@ fn parse_concurrency(
                 fpath.push(field.get_ref().to_string());
                 let vloc = Loc::from_span(layer, v.span());
                 match field.get_ref().as_ref() {
-                    "key" => {
-                        match v.get_ref() {
-                            DeValue::String(s) if s.is_empty() => {
-                                ok = false;
-                                sink.push(
+                    "key" => match v.get_ref() {
+                        DeValue::String(s) if s.is_empty() => {
+                            ok = false;
+                            sink.push(
                                 Code::ConcurrencyKeyEmpty,
                                 &fpath,
                                 "the concurrency key is empty".to_owned(),
                             )
                             .label(vloc, "empty key")
-                            .help("name the resource the limit protects, for example key = \"rfd\"");
-                            }
-                            DeValue::String(s) if s.len() > NAME_BYTES_MAX => {
-                                ok = false;
-                                sink.push(
-                                    Code::TooLarge,
-                                    &fpath,
-                                    format!(
-                                        "the concurrency key is longer than {NAME_BYTES_MAX} bytes"
-                                    ),
-                                )
-                                .label(vloc, "this key");
-                            }
-                            DeValue::String(s) => key = Some((s.to_string(), vloc)),
-                            other => {
-                                ok = false;
-                                sink.push(
-                                    Code::ConcurrencyType,
-                                    &fpath,
-                                    format!("expected a string, found {}", found(other)),
-                                )
-                                .label(vloc, "not a string");
-                            }
+                            .help(
+                                "name the resource the limit protects, for example key = \"rfd\"",
+                            );
                         }
-                    }
+                        DeValue::String(s) if s.len() > NAME_BYTES_MAX => {
+                            ok = false;
+                            sink.push(
+                                Code::TooLarge,
+                                &fpath,
+                                format!(
+                                    "the concurrency key is longer than {NAME_BYTES_MAX} bytes"
+                                ),
+                            )
+                            .label(vloc, "this key");
+                        }
+                        DeValue::String(s) => match KeyTemplate::parse(s) {
+                            Ok(_) => key = Some((s.to_string(), vloc)),
+                            Err(e) => {
+                                ok = false;
+                                sink.push(
+                                    Code::ConcurrencyKeyTemplate,
+                                    &fpath,
+                                    format!("the key template {s:?} is not valid: {}", e.message),
+                                )
+                                .label(vloc, "not a valid template")
+                                .help(
+                                    "a placeholder names a top-level argument of the call, \
+                                         for example key = \"fs:{path}\"",
+                                );
+                            }
+                        },
+                        other => {
+                            ok = false;
+                            sink.push(
+                                Code::ConcurrencyType,
+                                &fpath,
+                                format!("expected a string, found {}", found(other)),
+                            )
+                            .label(vloc, "not a string");
+                        }
+                    },
                     "limit" => match non_negative(layer, &fpath, v, sink, Code::ConcurrencyType) {
                         Some(n) => limit = Some((n, vloc)),
                         None => ok = false,

@@ -89,7 +89,11 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 None => return None,
             };
             Some(Concurrency {
-                key: ConcurrencyKey::new(d.key),
+                key: if d.integer_form {
+                    ConcurrencyKey::tool_name(d.key)
+                } else {
+                    ConcurrencyKey::written(d.key)
+                },
                 limit,
                 delay_ms: d.delay.0,
                 retries: d.retries.0,

@@ -245,6 +245,12 @@ pub struct Call<'a> {
     /// `None`: a plain call, one entry labelled `id`. `Some(n)`: a fan-out envelope of `n`
     /// operations, entries `id#0` .. `id#(n-1)`; the tool must fan out.
     pub operations: Option<u32>,
+    /// The call's arguments as JSON text, read only when its tool's key is a template
+    /// (`key = "fs:{path}"`); at most `ARGUMENTS_BYTES_MAX` bytes. A call of a templated
+    /// tool whose arguments are missing, not a JSON object, or lack a field (or hold `null`,
+    /// an array or an object there) takes the key named by the template's own text, with the
+    /// same limit and delay: it is limited, never unbounded.
+    pub arguments: Option<&'a str>,
 }
 
 pub(crate) fn check_name(what: &str, name: &str, call_id: bool) -> Result<(), String> {

@@ -18,6 +18,8 @@ codes! {
         InvalidOperations => "invalid-operations",
         /// A size above a limit in [`crate::limits`].
         TooLarge => "too-large",
+        /// Arguments given for no call of the batch, or twice for one (the packed form).
+        InvalidArguments => "invalid-arguments",
     }
 }
 

@@ -1,6 +1,6 @@
 //! `inspect`: each entry's state and, when it waits, why. A query: it changes nothing.
 
-use super::{BatchId, EntryId, Scheduler, State};
+use super::{BatchId, EntryId, Scheduler, State, explain};
 
 /// One entry as [`Scheduler::inspect`] sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +17,8 @@ pub struct EntryStatus {
     pub state: State,
     /// Why an approved entry is not running yet.
     pub wait: Option<Wait>,
+    /// The same as one plain sentence ([`explain::wait_sentence`]).
+    pub why: Option<String>,
 }
 
 /// Why an approved entry waits.
@@ -131,13 +133,18 @@ impl Scheduler {
                     }),
                     _ => None,
                 };
+                let key = entry.key.get().map(|k| self.keys.key(k).name.clone());
+                let why = wait
+                    .as_ref()
+                    .map(|w| explain::wait_sentence(w, key.as_deref(), self.now));
                 EntryStatus {
                     entry: EntryId(e),
                     label: rec.label(i as u32),
                     tool: self.keys.tool(call.tool).name.clone(),
-                    key: entry.key.get().map(|k| self.keys.key(k).name.clone()),
+                    key,
                     state,
                     wait,
+                    why,
                 }
             })
             .collect();

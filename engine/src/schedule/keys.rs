@@ -1,12 +1,18 @@
 //! Concurrency keys and tools: each key's limit, its running count, its FIFO of entries not
 //! yet released and its time gate (spacing and pauses); tools interned with their policy
-//! resolved once.
+//! resolved once; key templates and the keys they expand to.
+//!
+//! A configured key lives as long as the scheduler. A key expanded from a template
+//! (`fs:{path}` to `fs:/a`) is counted by the live batches that use it and forgotten once none
+//! does and its gate has passed, so memory follows live keys, not every path ever seen.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::names::FxHashMap;
 use crate::config::{Concurrency, OnError, Policy, ToolPolicy};
 use crate::limits::RETRIES_DEFAULT;
+use crate::template::{KeyTemplate, Unexpanded};
 
 #[derive(Debug)]
 pub(crate) struct KeyRec {
@@ -30,6 +36,12 @@ pub(crate) struct KeyRec {
     pub(crate) paused_until: u64,
     /// The time a wake-up is queued for this key, if one is.
     pub(crate) armed: Option<u64>,
+    /// The template this key was expanded from; `None` for a configured key.
+    pub(crate) template: Option<u32>,
+    /// Live batches using this key (expanded keys only; configured keys are never forgotten).
+    refs: u32,
+    /// The last batch that counted itself in `refs` (or listed the key in its `keys`).
+    last_batch: u64,
 }
 
 impl KeyRec {
@@ -47,22 +59,52 @@ impl KeyRec {
     }
 }
 
+/// What key a tool's calls take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyOf {
+    Unkeyed,
+    Fixed(u32),
+    /// Each call's own key, from its arguments, by template number.
+    Template(u32),
+}
+
 /// A tool as submitted calls name it, with its policy resolved once.
 #[derive(Debug)]
 pub(crate) struct ToolRec {
     pub(crate) name: String,
-    pub(crate) key: Option<u32>,
+    pub(crate) key: KeyOf,
     pub(crate) fan_out: bool,
     pub(crate) stop: bool,
+}
+
+/// A key template and the live keys it expanded to.
+#[derive(Debug)]
+struct TemplateRec {
+    template: KeyTemplate,
+    concurrency: Concurrency,
+    /// The key named by the template's own text, taken by calls whose arguments do not
+    /// expand: they are limited (among themselves), never unbounded.
+    fallback: u32,
+    expanded: FxHashMap<String, u32>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Keys {
     recs: Vec<KeyRec>,
+    /// Slots of forgotten expanded keys, for reuse.
+    free: Vec<u32>,
+    /// Configured keys by name.
     index: FxHashMap<String, u32>,
     dirty: Vec<u32>,
     tools: Vec<ToolRec>,
     tool_index: FxHashMap<String, u32>,
+    templates: Vec<TemplateRec>,
+    template_index: FxHashMap<String, u32>,
+    /// Expanded keys no live batch uses whose gate lies ahead: forgotten once it passes.
+    idle: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Scratch for expanding templates.
+    fields: Vec<Option<String>>,
+    expanded: String,
 }
 
 impl Keys {
@@ -74,9 +116,14 @@ impl Keys {
         &mut self.recs[k as usize]
     }
 
-    /// How many keys calls have named (or a pause has).
+    /// How many key slots there are (live keys and forgotten ones kept for reuse).
     pub(crate) fn count(&self) -> usize {
         self.recs.len()
+    }
+
+    /// How many keys are live (for tests that check expanded keys are forgotten).
+    pub(crate) fn live(&self) -> usize {
+        self.recs.len() - self.free.len()
     }
 
     pub(crate) fn tool(&self, t: u32) -> &ToolRec {
@@ -100,7 +147,13 @@ impl Keys {
             .tool(name)
             .cloned()
             .unwrap_or_else(|| ToolPolicy::unconfigured(name));
-        let key = tool.concurrency.as_ref().map(|c| self.intern_key(c));
+        let key = match &tool.concurrency {
+            None => KeyOf::Unkeyed,
+            Some(c) => match c.key.template() {
+                None => KeyOf::Fixed(self.intern_key(c)),
+                Some(template) => KeyOf::Template(self.intern_template(c, template)),
+            },
+        };
         let t = self.tools.len() as u32;
         self.tools.push(ToolRec {
             name: name.to_owned(),
@@ -117,9 +170,13 @@ impl Keys {
         if let Some(&k) = self.index.get(name) {
             return k;
         }
-        let k = self.recs.len() as u32;
+        let k = self.new_key(name, c, None);
         self.index.insert(name.to_owned(), k);
-        self.recs.push(KeyRec {
+        k
+    }
+
+    fn new_key(&mut self, name: &str, c: &Concurrency, template: Option<u32>) -> u32 {
+        let rec = KeyRec {
             name: name.to_owned(),
             limit: c.limit.get(),
             running: 0,
@@ -131,18 +188,169 @@ impl Keys {
             last_start: None,
             paused_until: 0,
             armed: None,
+            template,
+            refs: 0,
+            last_batch: 0,
+        };
+        match self.free.pop() {
+            Some(k) => {
+                self.recs[k as usize] = rec;
+                k
+            }
+            None => {
+                self.recs.push(rec);
+                (self.recs.len() - 1) as u32
+            }
+        }
+    }
+
+    fn intern_template(&mut self, c: &Concurrency, template: &KeyTemplate) -> u32 {
+        if let Some(&t) = self.template_index.get(c.key.as_str()) {
+            return t;
+        }
+        let fallback = self.intern_key(c);
+        let t = self.templates.len() as u32;
+        self.templates.push(TemplateRec {
+            template: template.clone(),
+            concurrency: c.clone(),
+            fallback,
+            expanded: FxHashMap::default(),
         });
+        self.template_index.insert(c.key.as_str().to_owned(), t);
+        t
+    }
+
+    /// The key a call of template `t` takes with these arguments: its expanded key (interned
+    /// when no live batch uses it yet), or the template's own key when they do not expand.
+    pub(crate) fn expand(
+        &mut self,
+        t: u32,
+        arguments: Option<&str>,
+    ) -> Result<u32, (u32, Unexpanded)> {
+        let rec = &self.templates[t as usize];
+        let mut name = std::mem::take(&mut self.expanded);
+        let expanded = rec.template.expand(arguments, &mut self.fields, &mut name);
+        let k = match expanded {
+            Err(why) => Err((rec.fallback, why)),
+            Ok(()) => Ok(self.expanded_key(t, &name)),
+        };
+        self.expanded = name;
         k
     }
 
-    /// A configured key by name, interning it when no call has named it yet; `None` when no
-    /// configured tool declares it.
-    pub(crate) fn key_named(&mut self, policy: &Policy, name: &str) -> Option<u32> {
-        if let Some(&k) = self.index.get(name) {
-            return Some(k);
+    /// Template `t`'s key named `name` (1 to `NAME_BYTES_MAX` bytes), interned when no live
+    /// batch uses it yet.
+    pub(crate) fn expanded_key(&mut self, t: u32, name: &str) -> u32 {
+        let rec = &self.templates[t as usize];
+        if let Some(&k) = rec.expanded.get(name) {
+            return k;
         }
-        let c = policy.concurrency_of_key(name)?.clone();
-        Some(self.intern_key(&c))
+        let c = rec.concurrency.clone();
+        let k = self.new_key(name, &c, Some(t));
+        self.templates[t as usize]
+            .expanded
+            .insert(name.to_owned(), k);
+        k
+    }
+
+    /// The key template `t` takes when a call's arguments do not expand.
+    pub(crate) fn fallback(&self, t: u32) -> u32 {
+        self.templates[t as usize].fallback
+    }
+
+    /// Whether batch `batch` uses key `k` for the first time; an expanded key then counts it
+    /// as a user until it retires ([`Keys::batch_retired`]).
+    pub(crate) fn first_use(&mut self, k: u32, batch: u64) -> bool {
+        let key = &mut self.recs[k as usize];
+        if key.last_batch == batch {
+            return false;
+        }
+        key.last_batch = batch;
+        if key.template.is_some() {
+            key.refs += 1;
+        }
+        true
+    }
+
+    /// A batch that used key `k` retired: an expanded key no live batch uses is forgotten
+    /// once its gate has passed (at once, or when [`Keys::forget_idle`] sees the time come).
+    pub(crate) fn batch_retired(&mut self, k: u32, now: u64) {
+        let key = &mut self.recs[k as usize];
+        if key.template.is_none() {
+            return;
+        }
+        debug_assert!(
+            key.refs > 0,
+            "key {} retired more often than used",
+            key.name
+        );
+        key.refs = key.refs.saturating_sub(1);
+        if key.refs == 0 {
+            let gate = key.gate();
+            if gate <= now {
+                self.forget(k);
+            } else {
+                self.idle.push(Reverse((gate, k)));
+            }
+        }
+    }
+
+    /// Forgets the idle expanded keys whose gate passed by `now`.
+    pub(crate) fn forget_idle(&mut self, now: u64) {
+        while let Some(&Reverse((at, k))) = self.idle.peek() {
+            if at > now {
+                break;
+            }
+            self.idle.pop();
+            // The item may be stale: the key is used again, was forgotten (and its slot perhaps
+            // reused), or was paused further.
+            let key = &self.recs[k as usize];
+            if key.template.is_none() || key.refs > 0 || key.name.is_empty() {
+                continue;
+            }
+            let gate = key.gate();
+            if gate <= now {
+                self.forget(k);
+            } else {
+                self.idle.push(Reverse((gate, k)));
+            }
+        }
+    }
+
+    fn forget(&mut self, k: u32) {
+        let key = &mut self.recs[k as usize];
+        debug_assert!(key.refs == 0 && key.running == 0 && !key.dirty);
+        let Some(t) = key.template else {
+            debug_assert!(false, "forgot configured key {}", key.name);
+            return;
+        };
+        let name = std::mem::take(&mut key.name);
+        key.queue = VecDeque::new();
+        key.armed = None;
+        key.template = None;
+        self.templates[t as usize].expanded.remove(&name);
+        self.free.push(k);
+    }
+
+    /// Keys by name: a configured key (interned when no call has named it yet), else every
+    /// live key expanded from a template with that name. Empty when there is none.
+    pub(crate) fn keys_named(&mut self, policy: &Policy, name: &str, out: &mut Vec<u32>) {
+        out.clear();
+        if let Some(&k) = self.index.get(name) {
+            out.push(k);
+            return;
+        }
+        if let Some(c) = policy.concurrency_of_key(name).cloned() {
+            out.push(match c.key.template() {
+                None => self.intern_key(&c),
+                Some(template) => {
+                    let t = self.intern_template(&c, template);
+                    self.templates[t as usize].fallback
+                }
+            });
+            return;
+        }
+        out.extend(self.templates.iter().filter_map(|t| t.expanded.get(name)));
     }
 
     /// The retry cap of an entry with key `k` (or unkeyed).

@@ -52,6 +52,7 @@
 
 mod batch;
 mod error;
+pub mod explain;
 mod inspect;
 mod keys;
 mod lifecycle;
@@ -70,9 +71,9 @@ pub use lifecycle::{HostSettle, Outcome, Reason, Saved, State};
 pub use restart::{SAVED_VERSION, SavedBatch, SavedCall, SavedState, Started, fingerprint};
 
 use crate::config::Policy;
-use crate::limits::ENTRIES_MAX;
+use crate::limits::{ARGUMENTS_BYTES_MAX, ENTRIES_MAX};
 use batch::{Batches, Entry, OptU32};
-use keys::Keys;
+use keys::{KeyOf, Keys};
 use lifecycle::{Event, Lifecycle};
 use names::{CallRef, FxHashMap, id_hash};
 use std::cmp::Reverse;
@@ -193,6 +194,8 @@ pub struct Scheduler {
     /// Scratch for `submit`: each call's id hash and entry count.
     scratch: Vec<(u64, u32)>,
     scratch_ids: FxHashMap<u64, u64>,
+    /// Scratch for keys named by a pause.
+    scratch_keys: Vec<u32>,
     /// The host's clock as last given (`time.rs`).
     now: u64,
     /// Wake-ups, earliest first; stale items are skipped.
@@ -220,6 +223,7 @@ impl Scheduler {
             errors: Vec::new(),
             scratch: Vec::new(),
             scratch_ids: FxHashMap::default(),
+            scratch_keys: Vec::new(),
             now: 0,
             timers: BinaryHeap::new(),
             retries: FxHashMap::default(),
@@ -235,6 +239,12 @@ impl Scheduler {
     /// Entries of live batches.
     pub fn live_entries(&self) -> usize {
         self.batches.live_entries()
+    }
+
+    /// How many concurrency keys are live: configured ones a call or pause named, and those
+    /// expanded from templates that a live batch uses or whose gate lies ahead.
+    pub fn live_keys(&self) -> usize {
+        self.keys.live()
     }
 
     /// How many entries carry retry bookkeeping: `(retried entries, unkeyed entries waiting on
@@ -297,6 +307,19 @@ impl Scheduler {
                 ));
             }
             self.scratch_ids.entry(hash).or_insert(i as u64);
+            if call
+                .arguments
+                .is_some_and(|a| a.len() > ARGUMENTS_BYTES_MAX)
+            {
+                return Err(SubmitError::new(
+                    SubmitErrorCode::TooLarge,
+                    format!(
+                        "the arguments of call {:?} are longer than {ARGUMENTS_BYTES_MAX} bytes; \
+                         pass only the fields its key template names",
+                        call.id
+                    ),
+                ));
+            }
             let fan_out = self.keys.fans_out(&self.policy, call.tool);
             let count = batch::entry_count(call, fan_out)?;
             total += u64::from(count);
@@ -324,7 +347,16 @@ impl Scheduler {
             let (hash, count) = self.scratch[c];
             let tool = self.keys.intern_tool(&self.policy, call.tool);
             let rec = self.keys.tool(tool);
-            let (key, stop) = (rec.key, rec.stop);
+            let stop = rec.stop;
+            let key = match rec.key {
+                KeyOf::Unkeyed => None,
+                KeyOf::Fixed(k) => Some(k),
+                KeyOf::Template(t) => Some(
+                    self.keys
+                        .expand(t, call.arguments)
+                        .unwrap_or_else(|(fallback, _)| fallback),
+                ),
+            };
             let b = self.batches.slot_mut(slot);
             batch::push_call(b, call.id, tool, count, call.operations.is_some(), stop);
             let first = b.first + b.entries.len() as u64;
@@ -338,7 +370,7 @@ impl Scheduler {
             b.pending += count;
             b.unanswered += count;
             if let Some(k) = key {
-                if !b.keys.contains(&k) {
+                if self.keys.first_use(k, b.id) {
                     b.keys.push(k);
                 }
                 self.keys.enqueue(k, first, first + u64::from(count));
@@ -597,6 +629,9 @@ impl Scheduler {
             let batch = self.batches.slot(slot);
             self.retired.push(batch.id);
             let (first, end) = (batch.first, batch.first + batch.entries.len() as u64);
+            for &k in &batch.keys {
+                self.keys.batch_retired(k, self.now);
+            }
             self.forget_times(first, end);
             self.batches.retire(slot);
         }

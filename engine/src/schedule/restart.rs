@@ -9,6 +9,7 @@
 
 use super::batch::{self, Call, Entry, OptU32};
 use super::error::{ResumeError, ResumeErrorCode, Unrestored, UnrestoredCode};
+use super::keys::KeyOf;
 use super::lifecycle::{Lifecycle, Saved};
 use super::names::{CallRef, id_hash};
 use super::{BatchId, EntryId, Reason, Scheduler, State};
@@ -55,6 +56,9 @@ pub struct SavedCall {
     pub tool: String,
     /// `None` for a plain call, else its operation count.
     pub operations: Option<u32>,
+    /// The key its arguments expanded to, for a tool whose key is a template (`None`
+    /// otherwise, or when they did not expand); `resume` gives the call this key again.
+    pub key: Option<String>,
     /// `(operation, state)` of each entry that was neither pending nor approved (operation 0
     /// for a plain call).
     pub entries: Vec<(u32, Saved)>,
@@ -124,6 +128,11 @@ impl Scheduler {
                         id: b.call_id(c as u32).to_owned(),
                         tool: self.keys.tool(call.tool).name.clone(),
                         operations: call.fan_out.then_some(call.count),
+                        key: b.entries[call.first as usize]
+                            .key
+                            .get()
+                            .filter(|&k| self.keys.key(k).template.is_some())
+                            .map(|k| self.keys.key(k).name.clone()),
                         entries: (0..call.count)
                             .filter_map(|op| {
                                 let index = call.first + op;
@@ -257,7 +266,19 @@ impl Scheduler {
             let (key, stop) = match problem {
                 None => {
                     let rec = self.keys.tool(tool);
-                    (rec.key, rec.stop)
+                    let (key_of, stop) = (rec.key, rec.stop);
+                    let key = match key_of {
+                        KeyOf::Unkeyed => None,
+                        KeyOf::Fixed(k) => Some(k),
+                        // The key the call had: saved by name, since its arguments are not.
+                        KeyOf::Template(t) => Some(match call.key.as_deref() {
+                            Some(name) if batch::check_name("key", name, false).is_ok() => {
+                                self.keys.expanded_key(t, name)
+                            }
+                            _ => self.keys.fallback(t),
+                        }),
+                    };
+                    (key, stop)
                 }
                 Some(_) => (None, false),
             };
@@ -303,7 +324,7 @@ impl Scheduler {
                 call_rec.first_failed = OptU32::new(first_failed);
             }
             if let Some(k) = key
-                && !b.keys.contains(&k)
+                && self.keys.first_use(k, b.id)
             {
                 b.keys.push(k);
             }
@@ -370,6 +391,7 @@ impl Scheduler {
             id: &call.id,
             tool: &call.tool,
             operations: call.operations,
+            arguments: None,
         };
         let fan_out = self.keys.fans_out(&self.policy, &call.tool);
         let count = match batch::entry_count(&probe, fan_out) {

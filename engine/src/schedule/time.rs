@@ -44,6 +44,7 @@ impl Scheduler {
                 self.now = now;
             }
         }
+        self.keys.forget_idle(self.now);
         while let Some(&Reverse((at, timer))) = self.timers.peek() {
             if at > self.now {
                 break;
@@ -102,15 +103,24 @@ impl Scheduler {
 
     /// Pauses a configured key until `until` (a pause only ever extends).
     pub(super) fn pause(&mut self, name: &str, until: u64) -> Result<(), (InputErrorCode, String)> {
-        let Some(k) = self.keys.key_named(&self.policy, name) else {
+        let mut found = std::mem::take(&mut self.scratch_keys);
+        self.keys.keys_named(&self.policy, name, &mut found);
+        if found.is_empty() {
+            self.scratch_keys = found;
             return Err((
                 InputErrorCode::UnknownKey,
-                format!("no configured tool declares concurrency key {name:?}"),
+                format!(
+                    "no configured tool declares concurrency key {name:?}, and no live call's \
+                     key was expanded to it"
+                ),
             ));
-        };
-        let key = self.keys.key_mut(k);
-        key.paused_until = key.paused_until.max(until);
-        self.keys.mark_dirty(k);
+        }
+        for &k in &found {
+            let key = self.keys.key_mut(k);
+            key.paused_until = key.paused_until.max(until);
+            self.keys.mark_dirty(k);
+        }
+        self.scratch_keys = found;
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use turnstile_engine::schedule::{
 
 use crate::check::Timing;
 use crate::common::Rng;
-use crate::generate::Gen;
+use crate::generate::{ARGUMENTS, Gen, TEMPLATE};
 use crate::model::{Ins, Model, Out, St};
 use crate::runner::Stats;
 
@@ -157,6 +157,7 @@ impl Sim {
                 id: &c.id,
                 tool: &c.tool,
                 operations: c.ops,
+                arguments: ARGUMENTS[c.args].0,
             })
             .collect();
         let got = self
@@ -173,7 +174,23 @@ impl Sim {
             self.log.push(format!("  -> {want:?}"));
         }
         match want {
-            Ok(_) => self.count("submit", "ok"),
+            Ok(_) => {
+                self.count("submit", "ok");
+                for c in &calls {
+                    let templated = self
+                        .model
+                        .cfg
+                        .rules(&c.tool)
+                        .key
+                        .is_some_and(|k| k.name == TEMPLATE);
+                    if templated {
+                        match ARGUMENTS[c.args].1 {
+                            Some(_) => self.count("key from arguments", "made"),
+                            None => self.count("key from arguments", "the template's own"),
+                        }
+                    }
+                }
+            }
             Err(code) => self.count("submit", code.as_str()),
         }
     }

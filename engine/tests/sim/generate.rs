@@ -9,7 +9,27 @@ use turnstile_engine::config::{self, Layer, Policy};
 
 use crate::common::Rng;
 
-pub(super) const KEY_POOL: [&str; 3] = ["k0", "k1", "k2"];
+pub(super) const KEY_POOL: [&str; 4] = ["k0", "k1", "k2", TEMPLATE];
+
+/// The pool's key template: each call's key is `f:` and its `p` argument.
+pub(super) const TEMPLATE: &str = "f:{p}";
+
+/// Arguments calls of a templated tool are given, and the key each makes: written here as
+/// plain data, so the model never parses JSON (`None`: the template's own key).
+pub(super) const ARGUMENTS: [(Option<&str>, Option<&str>); 9] = [
+    (Some(r#"{"p":"a"}"#), Some("f:a")),
+    (Some(r#"{"p":"b","q":[1,{"p":"x"}]}"#), Some("f:b")),
+    (Some(r#" { "p" : "a" } "#), Some("f:a")),
+    (Some(r#"{"p":1}"#), Some("f:1")),
+    (Some(r#"{"p":"\u0061"}"#), Some("f:a")),
+    (Some(r#"{"p":null}"#), None),
+    (Some(r#"{"q":"a"}"#), None),
+    (Some(r#"{"p":"a""#), None),
+    (None, None),
+];
+
+/// Names an expanded key of the pool's template can have (a pause may name them).
+pub(super) const MADE_KEYS: [&str; 3] = ["f:a", "f:b", "f:1"];
 
 /// A tool's `concurrency` as the generator chose it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,7 +187,7 @@ impl Gen {
         self.tools[t].conc = match rng.below(4) {
             0 => Conc::Unset,
             1 => Conc::Int,
-            _ if rng.chance(70) => Conc::Table(KEY_POOL[rng.below(3)].to_owned()),
+            _ if rng.chance(70) => Conc::Table(KEY_POOL[rng.below(KEY_POOL.len())].to_owned()),
             // Keys and tool names share one namespace.
             _ => Conc::Table(format!("t{}", rng.below(tools))),
         };
@@ -229,6 +249,14 @@ impl Gen {
             delay,
             retries,
         })
+    }
+
+    /// The rule every key made from `TEMPLATE` follows, when some tool declares it.
+    pub(super) fn template_rule(&self) -> Option<KeyRule> {
+        self.tools
+            .iter()
+            .filter_map(|t| self.key_rule(t))
+            .find(|k| k.name == TEMPLATE)
     }
 
     /// Whether some configured tool declares `key` (a pause may name it).

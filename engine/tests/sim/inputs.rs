@@ -5,7 +5,7 @@ use turnstile_engine::limits::OPERATIONS_PER_CALL_MAX;
 use turnstile_engine::schedule::HostSettle;
 
 use crate::drive::Sim;
-use crate::generate::KEY_POOL;
+use crate::generate::{ARGUMENTS, KEY_POOL, MADE_KEYS};
 use crate::model::{Ins, Model, St, SubCall, ix};
 
 const CALL_IDS: [&str; 6] = ["c0", "c1", "c2", "c3", "c4", "c5"];
@@ -51,7 +51,17 @@ impl Sim {
                 _ if fans && self.rng.chance(70) => Some(1 + self.rng.below(3) as u32),
                 _ => None,
             };
-            calls.push(SubCall { id, tool, ops });
+            // Arguments: for any tool (a plain one ignores them), mostly ones that make a key.
+            let args = match self.rng.below(10) {
+                0..=5 => self.rng.below(5),
+                _ => self.rng.below(ARGUMENTS.len()),
+            };
+            calls.push(SubCall {
+                id,
+                tool,
+                ops,
+                args,
+            });
         }
         calls
     }
@@ -175,10 +185,11 @@ impl Sim {
                 .chain((0..tools).map(|t| format!("t{t}")))
                 .filter(|k| self.model.cfg.knows_key(k))
                 .collect();
-            let key = match self.rng.below(6) {
+            let key = match self.rng.below(7) {
                 0 => "zz".to_owned(),
                 1 => format!("t{}", self.rng.below(tools)),
-                2 => KEY_POOL[self.rng.below(3)].to_owned(),
+                2 => KEY_POOL[self.rng.below(KEY_POOL.len())].to_owned(),
+                3 => MADE_KEYS[self.rng.below(MADE_KEYS.len())].to_owned(),
                 _ => match self.rng.below(known.len().max(1)) {
                     i if i < known.len() => known[i].clone(),
                     _ => "zz".to_owned(),

@@ -7,10 +7,10 @@ use std::collections::{HashMap, HashSet};
 use turnstile_engine::limits::{NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
 use turnstile_engine::schedule::{
     BatchId, EntryId, EntryStatus, HostSettle, InputErrorCode, InputKind, Outcome, Outputs, Reason,
-    Saved, SavedBatch, SavedCall, Started, State, SubmitErrorCode, UnrestoredCode, Wait,
+    Saved, SavedBatch, SavedCall, Started, State, SubmitErrorCode, UnrestoredCode, Wait, explain,
 };
 
-use crate::generate::{Gen, KeyRule, RETRIES_DEFAULT};
+use crate::generate::{ARGUMENTS, Gen, KeyRule, RETRIES_DEFAULT, TEMPLATE};
 
 /// An entry's state, as the model sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +126,9 @@ struct MCall {
     /// From the generator's rules when the call was submitted or restored; none for a call a
     /// restart left out.
     key: Option<KeyRule>,
+    /// The key its arguments made from its tool's template (exported, and given back by a
+    /// restart); `None` when its key is not made from one.
+    made: Option<String>,
     stop: bool,
 }
 
@@ -159,6 +162,8 @@ pub(super) struct SubCall {
     pub(super) id: String,
     pub(super) tool: String,
     pub(super) ops: Option<u32>,
+    /// An index into `generate::ARGUMENTS`.
+    pub(super) args: usize,
 }
 
 /// The inputs of one step, owned.
@@ -252,6 +257,21 @@ pub(super) fn ix(n: u64) -> usize {
     (n - 1) as usize
 }
 
+/// A call's key: its tool's rule, named by the key its arguments made when the rule is the
+/// template (`made`; else the template's own key). Returns the key and what it made.
+fn made_key(rule: Option<KeyRule>, made: Option<String>) -> (Option<KeyRule>, Option<String>) {
+    match rule {
+        Some(mut k) if k.name == TEMPLATE => match made {
+            Some(name) => {
+                k.name.clone_from(&name);
+                (Some(k), Some(name))
+            }
+            None => (Some(k), None),
+        },
+        other => (other, None),
+    }
+}
+
 fn valid_name(name: &str, call_id: bool) -> bool {
     !name.is_empty()
         && name.len() <= NAME_BYTES_MAX
@@ -325,6 +345,21 @@ impl Model {
             .get(&k.name)
             .map_or(0, |&t| t + u64::from(k.delay));
         spaced.max(self.time.paused.get(&k.name).copied().unwrap_or(0))
+    }
+
+    /// Whether a key made from the template still exists: a live call has it, or its gate
+    /// (spacing or pause) lies ahead, so it is not forgotten yet.
+    fn made_key_live(&self, name: &str) -> bool {
+        let live = self.live().any(|b| {
+            self.batches[b]
+                .calls
+                .iter()
+                .any(|c| c.made.as_deref() == Some(name))
+        });
+        live || self.cfg.template_rule().is_some_and(|mut k| {
+            k.name = name.to_owned();
+            self.gate(&k) > self.time.now
+        })
     }
 
     /// Entries that hold a slot of key `k`.
@@ -436,12 +471,14 @@ impl Model {
         };
         for (ci, c) in calls.iter().enumerate() {
             let rules = self.cfg.rules(&c.tool);
+            let (key, made) = made_key(rules.key, ARGUMENTS[c.args].1.map(str::to_owned));
             let call = MCall {
                 id: c.id.clone(),
                 tool: c.tool.clone(),
                 ops: c.ops,
                 first: batch.end,
-                key: rules.key,
+                key,
+                made,
                 stop: rules.stop,
             };
             for op in 0..call.count() as u32 {
@@ -518,7 +555,7 @@ impl Model {
             }
         }
         for (i, (key, until)) in ins.pause.iter().enumerate() {
-            if self.cfg.knows_key(key) {
+            if self.cfg.knows_key(key) || self.made_key_live(key) {
                 let p = self.time.paused.entry(key.clone()).or_insert(0);
                 *p = (*p).max(*until);
             } else {
@@ -739,6 +776,7 @@ impl Model {
                             id: c.id.clone(),
                             tool: c.tool.clone(),
                             operations: c.ops,
+                            key: c.made.clone(),
                             entries: (0..c.count())
                                 .filter_map(|op| self.saved(c.first + op).map(|s| (op as u32, s)))
                                 .collect(),
@@ -791,7 +829,11 @@ impl Model {
                 }
                 taken.insert(call.id.clone());
                 let call = &mut self.batches[b].calls[c];
-                call.key = if code.is_some() { None } else { rules.key };
+                (call.key, call.made) = if code.is_some() {
+                    (None, None)
+                } else {
+                    made_key(rules.key, call.made.take())
+                };
                 call.stop = code.is_none() && rules.stop;
                 for n in first..first + count {
                     let st = self.st(n);
@@ -884,13 +926,20 @@ impl Model {
                         .map(|&until| Wait::RetryAt { until }),
                     _ => None,
                 };
+                let key = key.map(|(k, _)| k.to_owned());
+                // The sentence is the engine's own text for the wait (tested on its own); the
+                // model checks that it is given for exactly the waits it expects.
+                let why = wait
+                    .as_ref()
+                    .map(|w| explain::wait_sentence(w, key.as_deref(), self.time.now));
                 EntryStatus {
                     entry: EntryId(n),
                     label: self.label(n),
                     tool: self.call(n).tool.clone(),
-                    key: key.map(|(k, _)| k.to_owned()),
+                    key,
                     state: self.st(n).engine(),
                     wait,
+                    why,
                 }
             })
             .collect();

@@ -64,6 +64,7 @@ pub(super) fn run_to_end(seed: u64, restart: bool) -> Vec<String> {
                 id,
                 tool,
                 operations: *ops,
+                arguments: None,
             })
             .collect();
         let batch = s.submit(&calls).unwrap_or_else(|e| panic!("{e}"));
