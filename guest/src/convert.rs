@@ -66,6 +66,8 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::EnableValue => W::EnableValue,
         Code::ConcurrencyDelayConflict => W::ConcurrencyDelayConflict,
         Code::ConcurrencyRetriesConflict => W::ConcurrencyRetriesConflict,
+        Code::ConcurrencyKeyTemplate => W::ConcurrencyKeyTemplate,
+        Code::ConcurrencySharedConflict => W::ConcurrencySharedConflict,
     }
 }
 
@@ -77,6 +79,11 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
             limit: c.limit.get(),
             delay_ms: c.delay_ms,
             retries: c.retries,
+            arguments: c
+                .key
+                .template()
+                .map_or_else(Vec::new, |t| t.fields().to_vec()),
+            shared: c.shared,
         }),
         fan_out: t.fan_out,
         on_error: match t.on_error {
@@ -120,7 +127,7 @@ fn reason_out(r: Reason) -> ws::Reason {
     }
 }
 
-fn reason_in(r: ws::Reason) -> Reason {
+pub(crate) fn reason_in(r: ws::Reason) -> Reason {
     match r {
         ws::Reason::Rejected => Reason::Rejected,
         ws::Reason::Skipped => Reason::Skipped,
@@ -137,6 +144,7 @@ pub(crate) fn unpack<'a>(
     ids: &'a str,
     tools: &'a str,
     operations: &[u32],
+    arguments: &'a [(u32, String)],
 ) -> Result<Vec<Call<'a>>, SubmitError> {
     // With no calls both strings are empty; otherwise an empty string is one empty name
     // (refused as `invalid-id`), not zero names.
@@ -168,7 +176,7 @@ pub(crate) fn unpack<'a>(
             ),
         });
     }
-    Ok(ids
+    let mut calls: Vec<Call<'a>> = ids
         .into_iter()
         .zip(tools)
         .zip(operations)
@@ -176,8 +184,25 @@ pub(crate) fn unpack<'a>(
             id,
             tool,
             operations: (n > 0).then_some(n),
+            arguments: None,
         })
-        .collect())
+        .collect();
+    for (index, text) in arguments {
+        let call = calls.get_mut(*index as usize).ok_or_else(|| SubmitError {
+            code: SubmitErrorCode::InvalidArguments,
+            message: format!(
+                "arguments for call {index}, but the batch has {} calls",
+                operations.len()
+            ),
+        })?;
+        if call.arguments.replace(text.as_str()).is_some() {
+            return Err(SubmitError {
+                code: SubmitErrorCode::InvalidArguments,
+                message: format!("arguments for call {index} given twice"),
+            });
+        }
+    }
+    Ok(calls)
 }
 
 pub(crate) fn submit_error(e: SubmitError) -> ws::SubmitError {
@@ -191,6 +216,7 @@ pub(crate) fn submit_error(e: SubmitError) -> ws::SubmitError {
             E::NotFanOut => W::NotFanOut,
             E::InvalidOperations => W::InvalidOperations,
             E::TooLarge => W::TooLarge,
+            E::InvalidArguments => W::InvalidArguments,
         },
         message: e.message,
     }
@@ -208,6 +234,8 @@ fn input_kind(k: InputKind) -> ws::InputKind {
         InputKind::Now => ws::InputKind::Now,
         InputKind::Retry => ws::InputKind::Retry,
         InputKind::Pause => ws::InputKind::Pause,
+        InputKind::Granted => ws::InputKind::Granted,
+        InputKind::Denied => ws::InputKind::Denied,
     }
 }
 
@@ -227,6 +255,7 @@ fn input_error(e: &InputError) -> ws::InputError {
             E::BatchCancelled => W::BatchCancelled,
             E::TimeBackwards => W::TimeBackwards,
             E::UnknownKey => W::UnknownKey,
+            E::NotAcquiring => W::NotAcquiring,
         },
         message: e.message.clone(),
     }
@@ -246,6 +275,8 @@ pub(crate) fn outputs(out: &Outputs) -> ws::Outputs {
         errors: out.errors.iter().map(input_error).collect(),
         retired: out.retired.iter().map(|b| b.0).collect(),
         wake_at: out.wake_at,
+        acquire: out.acquire.iter().map(|e| e.0).collect(),
+        release: out.release.iter().map(|e| e.0).collect(),
     }
 }
 
@@ -253,6 +284,8 @@ fn state_out(s: State) -> ws::State {
     match s {
         State::Pending => ws::State::Pending,
         State::Approved => ws::State::Approved,
+        State::Acquiring => ws::State::Acquiring,
+        State::Granted => ws::State::Granted,
         State::Running => ws::State::Running,
         State::Asking => ws::State::Asking,
         State::Ended(o) => ws::State::Ended(outcome_out(o)),
@@ -266,6 +299,7 @@ pub(crate) fn entry_status(st: EntryStatus) -> ws::EntryStatus {
         label: st.label,
         tool: st.tool,
         key: st.key,
+        why: st.why,
         state: state_out(st.state),
         wait: st.wait.map(|w| match w {
             Wait::BatchNotApproved { pending } => ws::Wait::BatchNotApproved(pending),
@@ -282,6 +316,8 @@ pub(crate) fn entry_status(st: EntryStatus) -> ws::EntryStatus {
             Wait::KeyPaused { key, until } => ws::Wait::KeyPaused(ws::KeyUntil { key, until }),
             Wait::KeySpacing { key, until } => ws::Wait::KeySpacing(ws::KeyUntil { key, until }),
             Wait::RetryAt { until } => ws::Wait::RetryAt(until),
+            Wait::PermitRequested { key } => ws::Wait::PermitRequested(key),
+            Wait::PermitGranted { key } => ws::Wait::PermitGranted(key),
         }),
     }
 }
@@ -322,6 +358,7 @@ pub(crate) fn saved_state_out(s: SavedState) -> ws::SavedState {
                         id: c.id,
                         tool: c.tool,
                         operations: c.operations,
+                        key: c.key,
                         entries: c
                             .entries
                             .into_iter()
@@ -357,6 +394,7 @@ pub(crate) fn saved_state_in(s: ws::SavedState) -> SavedState {
                         id: c.id,
                         tool: c.tool,
                         operations: c.operations,
+                        key: c.key,
                         entries: c
                             .entries
                             .into_iter()

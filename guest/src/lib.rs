@@ -97,6 +97,10 @@ impl wit_config::GuestPolicy for PolicyResource {
 
 impl wit_scheduler::Guest for Component {
     type Scheduler = SchedulerResource;
+
+    fn explain(label: String, reason: wit_scheduler::Reason) -> String {
+        turnstile_engine::schedule::explain::settled_sentence(convert::reason_in(reason), &label)
+    }
 }
 
 impl wit_scheduler::GuestScheduler for SchedulerResource {
@@ -128,8 +132,10 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
         ids: String,
         tools: String,
         operations: Vec<u32>,
+        arguments: Vec<(u32, String)>,
     ) -> Result<wit_scheduler::Submitted, wit_scheduler::SubmitError> {
-        let calls = convert::unpack(&ids, &tools, &operations).map_err(convert::submit_error)?;
+        let calls = convert::unpack(&ids, &tools, &operations, &arguments)
+            .map_err(convert::submit_error)?;
         self.inner
             .borrow_mut()
             .submit(&calls)
@@ -174,6 +180,8 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
                 answer: entries(&inputs.answer),
                 ok: entries(&inputs.ok),
                 failed: entries(&inputs.failed),
+                granted: entries(&inputs.granted),
+                denied: entries(&inputs.denied),
                 retry,
                 cancel,
                 pause: &pause,
