@@ -291,10 +291,13 @@ pub struct KeyView<'a> {
     pub delay_ms: u32,
     /// Rate-limit retries per entry.
     pub retries: u32,
+    /// Permits from a store shared across processes.
+    pub shared: bool,
 }
 
 /// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS` and ` retries=N` when they are not
-/// the defaults, 0 and 3), then ` fan-out` and ` stop` when they apply.
+/// the defaults, 0 and 3, and ` shared` for a shared key), then ` fan-out` and ` stop` when
+/// they apply.
 pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool) -> String {
     let mut out = match key {
         Some(k) => {
@@ -304,6 +307,9 @@ pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool
             }
             if k.retries != RETRIES_DEFAULT {
                 let _ = write!(s, " retries={}", k.retries);
+            }
+            if k.shared {
+                s.push_str(" shared");
             }
             s
         }

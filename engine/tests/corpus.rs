@@ -83,6 +83,7 @@ impl Subject for Native {
                     limit: c.limit.get(),
                     delay_ms: c.delay_ms,
                     retries: c.retries,
+                    shared: c.shared,
                 }),
                 t.fan_out,
                 t.on_error == config::OnError::Stop,
