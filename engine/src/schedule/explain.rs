@@ -98,7 +98,8 @@ pub fn settled_sentence(reason: Reason, label: &str) -> String {
         Reason::Rejected => "not run: the user rejected this call".to_owned(),
         Reason::Skipped => "not run: this call was skipped".to_owned(),
         Reason::Failed => "not run: this call failed before it could start".to_owned(),
-        Reason::Cancelled => "not run: the user cancelled the batch".to_owned(),
+        // The host or the user: the scheduler cannot tell which.
+        Reason::Cancelled => "not run: the batch was cancelled".to_owned(),
         Reason::Stopped { after } => {
             let call = label.split_once('#').map_or(label, |(call, _)| call);
             format!(
@@ -109,6 +110,10 @@ pub fn settled_sentence(reason: Reason, label: &str) -> String {
         }
         Reason::Interrupted => {
             "not run again: it was running when the host stopped, and its result is unknown"
+                .to_owned()
+        }
+        Reason::RateLimited { retries: 0 } => {
+            "not run again: rate limited (no retries allowed); the endpoint asked to wait"
                 .to_owned()
         }
         Reason::RateLimited { retries } => format!(
@@ -177,6 +182,10 @@ mod tests {
         assert_eq!(
             settled_sentence(Reason::RateLimited { retries: 1 }, "g"),
             "not run again: rate limited 2 times (1 retry allowed); the endpoint asked to wait"
+        );
+        assert_eq!(
+            settled_sentence(Reason::RateLimited { retries: 0 }, "g"),
+            "not run again: rate limited (no retries allowed); the endpoint asked to wait"
         );
     }
 }
