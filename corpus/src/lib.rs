@@ -104,6 +104,12 @@ pub struct Step {
     /// Entries `next-releases` must say were settled, `LABEL REASON` (`LABEL stopped AFTER`).
     #[serde(default)]
     pub settle: Vec<String>,
+    /// Entries of shared keys the step must say to acquire a permit for, in order.
+    #[serde(default)]
+    pub acquire: Vec<String>,
+    /// Entries of shared keys whose permit (or request) the step must say to give back.
+    #[serde(default)]
+    pub release: Vec<String>,
     /// The error code the event must fail with; for a single-input event nothing may change.
     pub error: Option<String>,
     /// For `approve-many` and `end-many`: every refused input, `INDEX CODE`.
@@ -203,6 +209,10 @@ pub struct StepInputs {
     pub retry: Vec<(u64, u64)>,
     /// Keys to pause, with until when.
     pub pause: Vec<(String, u64)>,
+    /// Shared keys' entries whose permit the store granted.
+    pub granted: Vec<u64>,
+    /// Shared keys' entries whose permit the store refused.
+    pub denied: Vec<u64>,
 }
 
 /// What one `step` returned, by number.
@@ -210,6 +220,10 @@ pub struct StepInputs {
 pub struct StepOutput {
     /// Entries to start.
     pub start: Vec<u64>,
+    /// Shared keys' entries to acquire a permit for.
+    pub acquire: Vec<u64>,
+    /// Shared keys' entries whose permit goes back.
+    pub release: Vec<u64>,
     /// `(entry, reason, stopped-after)` of each entry the scheduler settled.
     pub settle: Vec<(u64, String, Option<u32>)>,
     /// `(list, index, code)` of each refused input; `list` is the WIT's `input-kind`.
@@ -277,10 +291,13 @@ pub struct KeyView<'a> {
     pub delay_ms: u32,
     /// Rate-limit retries per entry.
     pub retries: u32,
+    /// Permits from a store shared across processes.
+    pub shared: bool,
 }
 
 /// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS` and ` retries=N` when they are not
-/// the defaults, 0 and 3), then ` fan-out` and ` stop` when they apply.
+/// the defaults, 0 and 3, and ` shared` for a shared key), then ` fan-out` and ` stop` when
+/// they apply.
 pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool) -> String {
     let mut out = match key {
         Some(k) => {
@@ -290,6 +307,9 @@ pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool
             }
             if k.retries != RETRIES_DEFAULT {
                 let _ = write!(s, " retries={}", k.retries);
+            }
+            if k.shared {
+                s.push_str(" shared");
             }
             s
         }
@@ -347,11 +367,16 @@ pub enum WaitView<'a> {
         /// When it runs again.
         until: u64,
     },
+    /// Waiting for a permit of a shared key.
+    PermitRequested(&'a str),
+    /// Granted a permit of a shared key, waiting for earlier entries to start.
+    PermitGranted(&'a str),
 }
 
 /// `LABEL STATE`, then ` waits batch-not-approved`, ` waits key-full KEY LIMIT R1,R2`,
-/// ` waits behind LABEL`, ` waits key-paused KEY UNTIL`, ` waits key-spacing KEY UNTIL` or
-/// ` waits retry-at UNTIL`. A stopped entry's state is `stopped AFTER`.
+/// ` waits behind LABEL`, ` waits key-paused KEY UNTIL`, ` waits key-spacing KEY UNTIL`,
+/// ` waits retry-at UNTIL`, ` waits permit-requested KEY` or ` waits permit-granted KEY`. A
+/// stopped entry's state is `stopped AFTER`.
 pub fn inspect_line(
     label: &str,
     state: &str,
@@ -380,6 +405,12 @@ pub fn inspect_line(
         }
         Some(WaitView::RetryAt { until }) => {
             let _ = write!(out, " waits retry-at {until}");
+        }
+        Some(WaitView::PermitRequested(key)) => {
+            let _ = write!(out, " waits permit-requested {key}");
+        }
+        Some(WaitView::PermitGranted(key)) => {
+            let _ = write!(out, " waits permit-granted {key}");
         }
     }
     out
@@ -855,6 +886,24 @@ impl Runner {
                 };
                 step_once(step.at, subject, inputs, &mut out, &mut refused, false);
             }
+            "grant" | "deny" => {
+                if args.is_empty() {
+                    return Err(format!("expected `{verb} LABEL...`"));
+                }
+                let entries: Vec<u64> = args.iter().map(|l| self.entry(l)).collect();
+                let inputs = if verb == "grant" {
+                    StepInputs {
+                        granted: entries,
+                        ..StepInputs::default()
+                    }
+                } else {
+                    StepInputs {
+                        denied: entries,
+                        ..StepInputs::default()
+                    }
+                };
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+            }
             "cancel" => {
                 let batch = self.batch(args.first().copied())?;
                 let inputs = StepInputs {
@@ -930,6 +979,14 @@ impl Runner {
                 step.start, step.settle
             ));
         }
+        let acquire: Vec<String> = out.acquire.iter().map(|&e| self.label_of(e)).collect();
+        let release: Vec<String> = out.release.iter().map(|&e| self.label_of(e)).collect();
+        if acquire != step.acquire || release != step.release {
+            return Err(format!(
+                "want acquire {:?} release {:?}, got acquire {acquire:?} release {release:?}",
+                step.acquire, step.release
+            ));
+        }
         // The subject's own labels must agree with the runner's.
         for &e in &out.start {
             let got = subject.label(e);
@@ -988,6 +1045,8 @@ fn step_once(
     }
     let got = subject.step(&inputs);
     out.start.extend(got.start);
+    out.acquire.extend(got.acquire);
+    out.release.extend(got.release);
     out.settle.extend(got.settle);
     out.retired.extend(got.retired);
     out.wake_at = got.wake_at;

@@ -52,6 +52,8 @@ pub enum Code {
     ConcurrencyRetriesConflict,
     /// `concurrency.key` has a placeholder that is not closed, empty, or a stray `}`.
     ConcurrencyKeyTemplate,
+    /// Tools naming one concurrency key disagree on whether it is `shared`.
+    ConcurrencySharedConflict,
 }
 
 impl Code {
@@ -79,6 +81,7 @@ impl Code {
         Self::ConcurrencyDelayConflict,
         Self::ConcurrencyRetriesConflict,
         Self::ConcurrencyKeyTemplate,
+        Self::ConcurrencySharedConflict,
     ];
 
     /// The stable kebab-case spelling.
@@ -106,6 +109,7 @@ impl Code {
             Self::ConcurrencyDelayConflict => "concurrency-delay-conflict",
             Self::ConcurrencyRetriesConflict => "concurrency-retries-conflict",
             Self::ConcurrencyKeyTemplate => "concurrency-key-template",
+            Self::ConcurrencySharedConflict => "concurrency-shared-conflict",
         }
     }
 }

@@ -83,6 +83,7 @@ impl Subject for Native {
                     limit: c.limit.get(),
                     delay_ms: c.delay_ms,
                     retries: c.retries,
+                    shared: c.shared,
                 }),
                 t.fan_out,
                 t.on_error == config::OnError::Stop,
@@ -143,11 +144,15 @@ impl Subject for Native {
             .iter()
             .map(|(k, until)| (k.as_str(), *until))
             .collect();
+        let granted = ids(&inputs.granted);
+        let denied = ids(&inputs.denied);
         let mut out = Outputs::default();
         self.sched().step(
             &Inputs {
                 approve: &approve,
                 settle: &settle,
+                granted: &granted,
+                denied: &denied,
                 ask: &ask,
                 answer: &answer,
                 ok: &ok,
@@ -161,6 +166,8 @@ impl Subject for Native {
         );
         StepOutput {
             start: out.start.iter().map(|e| e.0).collect(),
+            acquire: out.acquire.iter().map(|e| e.0).collect(),
+            release: out.release.iter().map(|e| e.0).collect(),
             settle: out
                 .settle
                 .iter()
@@ -212,6 +219,8 @@ impl Subject for Native {
                             WaitView::KeySpacing { key, until: *until }
                         }
                         Wait::RetryAt { until } => WaitView::RetryAt { until: *until },
+                        Wait::PermitRequested { key } => WaitView::PermitRequested(key),
+                        Wait::PermitGranted { key } => WaitView::PermitGranted(key),
                     });
                     corpus::inspect_line(&st.label, state, after, wait)
                 })
@@ -294,6 +303,8 @@ fn kind(input: InputKind) -> &'static str {
     match input {
         InputKind::Approve => "approve",
         InputKind::Settle => "settle",
+        InputKind::Granted => "granted",
+        InputKind::Denied => "denied",
         InputKind::Ask => "ask",
         InputKind::Answer => "answer",
         InputKind::Ok => "ok",

@@ -167,7 +167,10 @@ fn bad_delays_and_retries_are_diagnostics() {
     assert!(got[0].1.contains("above the largest, 100"), "{got:?}");
     let got = codes("[conversation.tools.t.concurrency]\nkey = \"k\"\nwait = 1\n");
     assert_eq!(got[0].0, "concurrency-unknown-field");
-    assert!(got[0].1.contains("`delay` and `retries`"), "{got:?}");
+    assert!(
+        got[0].1.contains("`delay`, `retries` and `shared`"),
+        "{got:?}"
+    );
 }
 
 #[test]

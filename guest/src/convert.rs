@@ -67,6 +67,7 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::ConcurrencyDelayConflict => W::ConcurrencyDelayConflict,
         Code::ConcurrencyRetriesConflict => W::ConcurrencyRetriesConflict,
         Code::ConcurrencyKeyTemplate => W::ConcurrencyKeyTemplate,
+        Code::ConcurrencySharedConflict => W::ConcurrencySharedConflict,
     }
 }
 
@@ -82,6 +83,7 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
                 .key
                 .template()
                 .map_or_else(Vec::new, |t| t.fields().to_vec()),
+            shared: c.shared,
         }),
         fan_out: t.fan_out,
         on_error: match t.on_error {
@@ -232,6 +234,8 @@ fn input_kind(k: InputKind) -> ws::InputKind {
         InputKind::Now => ws::InputKind::Now,
         InputKind::Retry => ws::InputKind::Retry,
         InputKind::Pause => ws::InputKind::Pause,
+        InputKind::Granted => ws::InputKind::Granted,
+        InputKind::Denied => ws::InputKind::Denied,
     }
 }
 
@@ -251,6 +255,7 @@ fn input_error(e: &InputError) -> ws::InputError {
             E::BatchCancelled => W::BatchCancelled,
             E::TimeBackwards => W::TimeBackwards,
             E::UnknownKey => W::UnknownKey,
+            E::NotAcquiring => W::NotAcquiring,
         },
         message: e.message.clone(),
     }
@@ -270,6 +275,8 @@ pub(crate) fn outputs(out: &Outputs) -> ws::Outputs {
         errors: out.errors.iter().map(input_error).collect(),
         retired: out.retired.iter().map(|b| b.0).collect(),
         wake_at: out.wake_at,
+        acquire: out.acquire.iter().map(|e| e.0).collect(),
+        release: out.release.iter().map(|e| e.0).collect(),
     }
 }
 
@@ -277,6 +284,8 @@ fn state_out(s: State) -> ws::State {
     match s {
         State::Pending => ws::State::Pending,
         State::Approved => ws::State::Approved,
+        State::Acquiring => ws::State::Acquiring,
+        State::Granted => ws::State::Granted,
         State::Running => ws::State::Running,
         State::Asking => ws::State::Asking,
         State::Ended(o) => ws::State::Ended(outcome_out(o)),
@@ -307,6 +316,8 @@ pub(crate) fn entry_status(st: EntryStatus) -> ws::EntryStatus {
             Wait::KeyPaused { key, until } => ws::Wait::KeyPaused(ws::KeyUntil { key, until }),
             Wait::KeySpacing { key, until } => ws::Wait::KeySpacing(ws::KeyUntil { key, until }),
             Wait::RetryAt { until } => ws::Wait::RetryAt(until),
+            Wait::PermitRequested { key } => ws::Wait::PermitRequested(key),
+            Wait::PermitGranted { key } => ws::Wait::PermitGranted(key),
         }),
     }
 }

@@ -180,6 +180,8 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
                 answer: entries(&inputs.answer),
                 ok: entries(&inputs.ok),
                 failed: entries(&inputs.failed),
+                granted: entries(&inputs.granted),
+                denied: entries(&inputs.denied),
                 retry,
                 cancel,
                 pause: &pause,

@@ -58,6 +58,10 @@ pub struct Concurrency {
     pub delay_ms: u32,
     /// How many times one entry with this key may end rate-limited and run again.
     pub retries: u32,
+    /// The limit (and delay, and pauses) hold across every process that uses the same store:
+    /// an entry with room locally is handed to the host as a permit to acquire, and starts
+    /// when the host reports the store granted it.
+    pub shared: bool,
 }
 
 /// What `fan_out.on_error` says happens after an operation fails.

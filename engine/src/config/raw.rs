@@ -45,6 +45,8 @@ pub(crate) enum RawConcurrency {
         delay: Option<(u32, Loc)>,
         /// Rate-limit retries per entry.
         retries: Option<(u32, Loc)>,
+        /// Whether the limit holds across processes (a store grants permits).
+        shared: Option<(bool, Loc)>,
         loc: Loc,
     },
 }
@@ -215,7 +217,8 @@ fn parse_tool(
     tool
 }
 
-const CONCURRENCY_SHAPES: &str = "a non-negative integer or a { key, limit, delay, retries } table";
+const CONCURRENCY_SHAPES: &str =
+    "a non-negative integer or a { key, limit, delay, retries, shared } table";
 
 fn parse_concurrency(
     layer: u32,
@@ -234,6 +237,7 @@ fn parse_concurrency(
             let mut limit = None;
             let mut delay = None;
             let mut retries = None;
+            let mut shared = None;
             let mut ok = true;
             for (field, v) in table.iter() {
                 let mut fpath = path.to_vec();
@@ -313,6 +317,22 @@ fn parse_concurrency(
                             None => ok = false,
                         }
                     }
+                    "shared" => match v.get_ref() {
+                        DeValue::Boolean(b) => shared = Some((*b, vloc)),
+                        other => {
+                            ok = false;
+                            sink.push(
+                                Code::ConcurrencyType,
+                                &fpath,
+                                format!("expected true or false, found {}", found(other)),
+                            )
+                            .label(vloc, "not a boolean")
+                            .help(
+                                "shared = true makes the key's limit hold across processes \
+                                 that use the same store",
+                            );
+                        }
+                    },
                     other => {
                         ok = false;
                         let floc = Loc::from_span(layer, field.span()).to(v.span());
@@ -321,7 +341,7 @@ fn parse_concurrency(
                             &fpath,
                             format!(
                                 "unknown field `{other}`; concurrency accepts `key`, `limit`, \
-                                 `delay` and `retries`"
+                                 `delay`, `retries` and `shared`"
                             ),
                         )
                         .label(floc, "unknown field");
@@ -333,6 +353,7 @@ fn parse_concurrency(
                 limit,
                 delay,
                 retries,
+                shared,
                 loc,
             })
         }

@@ -35,6 +35,8 @@ struct Declared {
     delay: (u32, Option<Loc>),
     /// Rate-limit retries per entry, and where it was written.
     retries: (u32, Option<Loc>),
+    /// Whether the limit holds across processes (1) or not (0), and where it was written.
+    shared: (u32, Option<Loc>),
 }
 
 pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &mut Sink) -> Policy {
@@ -97,6 +99,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 limit,
                 delay_ms: d.delay.0,
                 retries: d.retries.0,
+                shared: d.shared.0 == 1,
             })
         });
         policies.push(ToolPolicy {
@@ -111,7 +114,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
         if list.iter().any(|(_, d)| Some(d.limit) != first) {
             conflict(key, list, sink);
         }
-        for what in [Agreed::Delay, Agreed::Retries] {
+        for what in [Agreed::Delay, Agreed::Retries, Agreed::Shared] {
             let first = list.first().map(|(_, d)| what.of(d).0);
             if list.iter().any(|(_, d)| Some(what.of(d).0) != first) {
                 disagreement(key, what, list, sink);
@@ -181,6 +184,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
                 limit: old_limit,
                 delay: old_delay,
                 retries: old_retries,
+                shared: old_shared,
                 ..
             }),
             RawConcurrency::Table {
@@ -188,6 +192,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
                 limit,
                 delay,
                 retries,
+                shared,
                 loc,
             },
         ) => RawConcurrency::Table {
@@ -195,6 +200,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
             limit: limit.or(old_limit),
             delay: delay.or(old_delay),
             retries: retries.or(old_retries),
+            shared: shared.or(old_shared),
             loc,
         },
         (_, new) => new,
@@ -212,12 +218,14 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             integer_form: true,
             delay: (0, None),
             retries: (RETRIES_DEFAULT, None),
+            shared: (0, None),
         }),
         RawConcurrency::Table {
             key,
             limit,
             delay,
             retries,
+            shared,
             loc,
         } => {
             let Some((key, _)) = key else {
@@ -244,6 +252,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
                 integer_form: false,
                 delay: delay.map_or((0, None), |(ms, l)| (ms, Some(l))),
                 retries: retries.map_or((RETRIES_DEFAULT, None), |(n, l)| (n, Some(l))),
+                shared: shared.map_or((0, None), |(b, l)| (u32::from(b), Some(l))),
             })
         }
     }
@@ -306,6 +315,7 @@ fn conflict(key: &str, list: &[(String, Declared)], sink: &mut Sink) {
 enum Agreed {
     Delay,
     Retries,
+    Shared,
 }
 
 impl Agreed {
@@ -313,6 +323,7 @@ impl Agreed {
         match self {
             Self::Delay => d.delay,
             Self::Retries => d.retries,
+            Self::Shared => d.shared,
         }
     }
 }
@@ -328,9 +339,14 @@ fn disagreement(key: &str, what: Agreed, list: &[(String, Declared)], sink: &mut
             "retry caps",
             "",
         ),
+        Agreed::Shared => (Code::ConcurrencySharedConflict, "shared", "scopes", ""),
     };
     let describe = |(tool, d): &(String, Declared)| {
         let (value, at) = what.of(d);
+        let value = match what {
+            Agreed::Shared => (value == 1).to_string(),
+            _ => value.to_string(),
+        };
         match at {
             Some(_) => format!("{tool} = {value}{unit}"),
             None => format!("{tool} = {value}{unit} (not set: the default)"),

@@ -36,6 +36,8 @@ codes! {
         NotRunning => "not-running",
         /// A question ended on an entry that has none outstanding.
         NotAsking => "not-asking",
+        /// A grant or a denial for an entry that is not waiting for a permit.
+        NotAcquiring => "not-acquiring",
         /// An end, or a question, for an execution that already ended.
         AlreadyEnded => "already-ended",
         /// The batch was already cancelled.
@@ -78,6 +80,10 @@ pub enum InputKind {
     Approve,
     /// [`Inputs::settle`](super::Inputs::settle).
     Settle,
+    /// [`Inputs::granted`](super::Inputs::granted).
+    Granted,
+    /// [`Inputs::denied`](super::Inputs::denied).
+    Denied,
     /// [`Inputs::ask`](super::Inputs::ask).
     Ask,
     /// [`Inputs::answer`](super::Inputs::answer).

@@ -81,6 +81,12 @@ pub fn wait_sentence(wait: &Wait, key: Option<&str>, now: u64) -> String {
             "waiting: rate limited; runs again in {}",
             duration(until.saturating_sub(now))
         ),
+        Wait::PermitRequested { key } => {
+            format!("waiting: for a permit on {key} from the store shared with other processes")
+        }
+        Wait::PermitGranted { key } => format!(
+            "waiting: its permit on {key} is granted; it starts after the earlier calls on {key}"
+        ),
     }
 }
 

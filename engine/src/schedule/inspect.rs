@@ -15,13 +15,13 @@ pub struct EntryStatus {
     pub key: Option<String>,
     /// Where it is.
     pub state: State,
-    /// Why an approved entry is not running yet.
+    /// Why an approved (or acquiring, or granted) entry is not running yet.
     pub wait: Option<Wait>,
     /// The same as one plain sentence ([`explain::wait_sentence`]).
     pub why: Option<String>,
 }
 
-/// Why an approved entry waits.
+/// Why an approved, acquiring or granted entry waits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Wait {
     /// Some entry of its batch is still pending (the approval barrier); `pending` says how many.
@@ -60,6 +60,16 @@ pub enum Wait {
     RetryAt {
         /// When it runs again (the host's clock).
         until: u64,
+    },
+    /// Its key is shared: the host was asked for a permit from the store (`acquiring`).
+    PermitRequested {
+        /// The key.
+        key: String,
+    },
+    /// Its permit was granted; it starts once every earlier entry with its key has (`granted`).
+    PermitGranted {
+        /// The key.
+        key: String,
     },
 }
 
@@ -131,6 +141,14 @@ impl Scheduler {
                             .get(&e)
                             .map(|&until| Wait::RetryAt { until })
                     }),
+                    State::Acquiring | State::Granted => entry.key.get().map(|k| {
+                        let key = self.keys.key(k).name.clone();
+                        if state == State::Granted {
+                            Wait::PermitGranted { key }
+                        } else {
+                            Wait::PermitRequested { key }
+                        }
+                    }),
                     _ => None,
                 };
                 let key = entry.key.get().map(|k| self.keys.key(k).name.clone());
@@ -157,7 +175,10 @@ impl Scheduler {
         for slot in self.batches.live() {
             let b = self.batches.slot(slot);
             for (i, e) in b.entries.iter().enumerate() {
-                if e.key.get() == Some(k) && e.life.get().is_started_unended() {
+                let state = e.life.get();
+                if e.key.get() == Some(k)
+                    && (state.is_started_unended() || state.holds_permit_unstarted())
+                {
                     out.push(b.label(i as u32));
                 }
             }

@@ -30,6 +30,8 @@ pub(crate) struct KeyRec {
     pub(crate) delay: u32,
     /// Rate-limit retries per entry.
     pub(crate) retries: u32,
+    /// Permits come from a store shared across processes (its delay is the store's to keep).
+    pub(crate) shared: bool,
     /// When the last entry with this key started (the host's `now` then).
     pub(crate) last_start: Option<u64>,
     /// Nothing with this key starts before this time (a pause only ever extends).
@@ -183,8 +185,10 @@ impl Keys {
             queue: VecDeque::new(),
             dirty: false,
             last_released: None,
-            delay: c.delay_ms,
+            // A shared key's spacing holds across processes: the store keeps it.
+            delay: if c.shared { 0 } else { c.delay_ms },
             retries: c.retries,
+            shared: c.shared,
             last_start: None,
             paused_until: 0,
             armed: None,
@@ -417,6 +421,18 @@ impl Keys {
     pub(crate) fn started_at(&mut self, k: u32, now: u64) {
         let key = &mut self.recs[k as usize];
         debug_assert!(key.open_at(now), "started before its gate on {}", key.name);
+        key.last_start = Some(now);
+    }
+
+    /// A granted entry of a shared key starts: its slot was taken at its request, and the
+    /// store kept the gate.
+    pub(crate) fn started_granted(&mut self, k: u32, now: u64) {
+        let key = &mut self.recs[k as usize];
+        debug_assert!(
+            key.shared && key.running > 0,
+            "a permit on {} without a slot",
+            key.name
+        );
         key.last_start = Some(now);
     }
 

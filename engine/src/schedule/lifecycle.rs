@@ -17,6 +17,12 @@
 //! `retry` (the execution hit a rate limit) puts a running or asking entry back to approved;
 //! past its retry cap the scheduler gives up instead: settled `rate-limited`.
 //!
+//! A shared key puts two states between approved and running: the scheduler asks the host for
+//! a permit (`request`: approved to acquiring, holding a local slot), the host reports the
+//! store's grant (`grant`: acquiring to granted), and a granted entry is released in written
+//! order (granted to running). A permit the store refuses (`deny`) settles the entry
+//! `failed`; cancel and stop settle acquiring and granted entries like approved ones.
+//!
 //! A restart (`resume`) is not an event: it builds entries anew from a saved state with
 //! [`Lifecycle::restored`], where what had started comes back `pending` or settled
 //! `interrupted`.
@@ -30,6 +36,11 @@ pub enum State {
     Pending,
     /// Approved; waiting for release (parked while something blocks it).
     Approved,
+    /// Its key is shared: the host was asked to acquire a permit from the store; it holds a
+    /// local slot meanwhile.
+    Acquiring,
+    /// The store granted its permit; it starts once every earlier entry with its key has.
+    Granted,
     /// Released and executing; holds its key's slot.
     Running,
     /// Released, with a question outstanding; still holds its slot.
@@ -41,16 +52,26 @@ pub enum State {
 }
 
 impl State {
-    /// Holds a slot of its key.
+    /// Released and not ended: holds a slot of its key and runs.
     pub fn is_started_unended(self) -> bool {
         matches!(self, Self::Running | Self::Asking)
+    }
+
+    /// Holds a permit request or a permit of a shared key (and a local slot) without running.
+    pub fn holds_permit_unstarted(self) -> bool {
+        matches!(self, Self::Acquiring | Self::Granted)
     }
 
     /// Has no response yet (a restart would run it again).
     pub fn lacks_response(self) -> bool {
         matches!(
             self,
-            Self::Pending | Self::Approved | Self::Running | Self::Asking
+            Self::Pending
+                | Self::Approved
+                | Self::Acquiring
+                | Self::Granted
+                | Self::Running
+                | Self::Asking
         )
     }
 
@@ -68,6 +89,8 @@ impl State {
         match self {
             Self::Pending => "pending",
             Self::Approved => "approved",
+            Self::Acquiring => "acquiring",
+            Self::Granted => "granted",
             Self::Running => "running",
             Self::Asking => "asking",
             Self::Ended(Outcome::Ok) => "ended-ok",
@@ -147,6 +170,12 @@ pub enum HostSettle {
 pub(crate) enum Event {
     Approve,
     Settle(HostSettle),
+    /// A shared key's entry is handed to the host to acquire a permit.
+    Request,
+    /// The store granted the permit.
+    Grant,
+    /// The store refused the permit (unreachable, timed out): a failure before running.
+    Deny,
     Release,
     Ask,
     Answer,
@@ -165,6 +194,9 @@ impl Event {
         match self {
             Self::Approve => "approve",
             Self::Settle(_) => "settle",
+            Self::Request => "request a permit for",
+            Self::Grant => "grant a permit to",
+            Self::Deny => "deny a permit to",
             Self::Release => "release",
             Self::Ask => "begin a question on",
             Self::Answer => "end a question on",
@@ -253,7 +285,7 @@ impl Saved {
     /// How `state` is saved; `None` for pending and approved entries (decided again).
     pub fn of(state: State) -> Option<Self> {
         match state {
-            State::Pending | State::Approved => None,
+            State::Pending | State::Approved | State::Acquiring | State::Granted => None,
             State::Running | State::Asking => Some(Self::Started),
             State::Ended(outcome) => Some(Self::Ended(outcome)),
             State::Settled(reason) => Some(Self::Settled(reason)),
@@ -271,12 +303,19 @@ fn next(state: State, event: Event) -> Result<State, Illegal> {
             HostSettle::Skipped => Reason::Skipped,
             HostSettle::Failed => Reason::Failed,
         }),
-        (S::Approved, Event::Release) => S::Running,
+        (S::Approved | S::Granted, Event::Release) => S::Running,
+        (S::Approved, Event::Request) => S::Acquiring,
+        (S::Acquiring, Event::Grant) => S::Granted,
+        (S::Acquiring | S::Granted, Event::Deny) => S::Settled(Reason::Failed),
         (S::Running, Event::Ask) => S::Asking,
         (S::Asking, Event::Answer) => S::Running,
         (S::Running | S::Asking, Event::End(outcome)) => S::Ended(outcome),
-        (S::Pending | S::Approved, Event::Cancel) => S::Settled(Reason::Cancelled),
-        (S::Approved, Event::Stop { after }) => S::Settled(Reason::Stopped { after }),
+        (S::Pending | S::Approved | S::Acquiring | S::Granted, Event::Cancel) => {
+            S::Settled(Reason::Cancelled)
+        }
+        (S::Approved | S::Acquiring | S::Granted, Event::Stop { after }) => {
+            S::Settled(Reason::Stopped { after })
+        }
         (S::Running | S::Asking, Event::Retry) => S::Approved,
         (S::Running | S::Asking, Event::GiveUp(reason)) => S::Settled(reason),
         (_, event) => {
@@ -286,6 +325,7 @@ fn next(state: State, event: Event) -> Result<State, Illegal> {
                     InputErrorCode::AlreadyEnded
                 }
                 (_, Event::Answer) => InputErrorCode::NotAsking,
+                (_, Event::Grant | Event::Deny) => InputErrorCode::NotAcquiring,
                 _ => InputErrorCode::NotRunning,
             };
             return Err(Illegal { code, event, state });

@@ -121,6 +121,12 @@ pub struct Inputs<'a> {
     pub approve: &'a [EntryId],
     /// Pending entries the host settles without running them.
     pub settle: &'a [(EntryId, HostSettle)],
+    /// Entries of shared keys whose permit the store granted (each was in an `acquire`
+    /// output); they start in written order.
+    pub granted: &'a [EntryId],
+    /// Entries of shared keys whose permit the store could not grant (unreachable, timed
+    /// out): settled `failed` without running.
+    pub denied: &'a [EntryId],
     /// Running executions that asked a question; they keep their slot.
     pub ask: &'a [EntryId],
     /// Questions answered; the tool runs on. A declined question is an end.
@@ -144,6 +150,12 @@ pub struct Inputs<'a> {
 pub struct Outputs {
     /// Entries to start now, in (batch, written) order.
     pub start: Vec<EntryId>,
+    /// Entries of shared keys to acquire a permit for from the store (in written order);
+    /// report each as `granted` or `denied`.
+    pub acquire: Vec<EntryId>,
+    /// Entries of shared keys whose permit request or permit the host gives back: they ended,
+    /// were settled while acquiring, or hit a rate limit (in written order).
+    pub release: Vec<EntryId>,
     /// Entries the scheduler settled (cancelled, stopped, interrupted), in (batch, written)
     /// order; each needs its response.
     pub settle: Vec<(EntryId, Reason)>,
@@ -161,6 +173,8 @@ impl Outputs {
     /// Nothing to do and nothing refused.
     pub fn is_empty(&self) -> bool {
         self.start.is_empty()
+            && self.acquire.is_empty()
+            && self.release.is_empty()
             && self.settle.is_empty()
             && self.errors.is_empty()
             && self.retired.is_empty()
@@ -168,6 +182,8 @@ impl Outputs {
 
     fn clear(&mut self) {
         self.start.clear();
+        self.acquire.clear();
+        self.release.clear();
         self.settle.clear();
         self.errors.clear();
         self.retired.clear();
@@ -189,6 +205,9 @@ pub struct Scheduler {
     /// [`Outputs`] at its end. Settled entries' reasons are read from their states then.
     started: Vec<u64>,
     settled: Vec<u64>,
+    /// Shared keys' entries to acquire a permit for, and those whose permit goes back.
+    acquiring: Vec<u64>,
+    released: Vec<u64>,
     retired: Vec<u64>,
     errors: Vec<InputError>,
     /// Scratch for `submit`: each call's id hash and entry count.
@@ -219,6 +238,8 @@ impl Scheduler {
             retiring: Vec::new(),
             started: Vec::new(),
             settled: Vec::new(),
+            acquiring: Vec::new(),
+            released: Vec::new(),
             retired: Vec::new(),
             errors: Vec::new(),
             scratch: Vec::new(),
@@ -397,6 +418,12 @@ impl Scheduler {
         for (i, &(e, how)) in inputs.settle.iter().enumerate() {
             self.judged(InputKind::Settle, i, e, Event::Settle(how));
         }
+        for (i, &e) in inputs.granted.iter().enumerate() {
+            self.judged(InputKind::Granted, i, e, Event::Grant);
+        }
+        for (i, &e) in inputs.denied.iter().enumerate() {
+            self.judged(InputKind::Denied, i, e, Event::Deny);
+        }
         for (i, &e) in inputs.ask.iter().enumerate() {
             self.judged(InputKind::Ask, i, e, Event::Ask);
         }
@@ -478,10 +505,23 @@ impl Scheduler {
                 }
                 self.decided(slot);
             }
+            Event::Grant => {
+                if let Some(k) = key {
+                    self.keys.mark_dirty(k);
+                }
+            }
+            Event::Deny => {
+                self.answered(slot);
+                if let Some(k) = key {
+                    self.keys.free_slot(k);
+                }
+                self.record_failure(slot, index);
+            }
             Event::End(outcome) => {
                 self.answered(slot);
                 if let Some(k) = key {
                     self.keys.free_slot(k);
+                    self.permit_back(k, e.0);
                 }
                 if !self.retries.is_empty() {
                     self.retries.remove(&e.0);
@@ -492,6 +532,7 @@ impl Scheduler {
             }
             Event::Ask | Event::Answer => {}
             Event::Release
+            | Event::Request
             | Event::Cancel
             | Event::Stop { .. }
             | Event::Retry
@@ -522,10 +563,15 @@ impl Scheduler {
         let first = batch.first;
         let mut settled = 0;
         for (i, entry) in batch.entries.iter_mut().enumerate() {
-            if matches!(entry.life.get(), State::Pending | State::Approved) {
+            let state = entry.life.get();
+            if matches!(state, State::Pending | State::Approved) || state.holds_permit_unstarted() {
                 let _ = entry.life.apply(Event::Cancel);
                 self.settled.push(first + i as u64);
                 settled += 1;
+                if let Some(k) = entry.key.get().filter(|_| state.holds_permit_unstarted()) {
+                    self.keys.free_slot(k);
+                    self.released.push(first + i as u64);
+                }
             }
         }
         for &k in &batch.keys {
@@ -584,13 +630,38 @@ impl Scheduler {
     fn release(&mut self, slot: u32, index: u32) {
         let batch = self.batches.slot_mut(slot);
         let entry = &mut batch.entries[index as usize];
+        let granted = entry.life.get() == State::Granted;
         let released = entry.life.apply(Event::Release);
         debug_assert!(released.is_ok(), "released an entry that was not approved");
         if let Some(k) = entry.key.get() {
-            self.keys.take_slot(k);
-            self.keys.started_at(k, self.now);
+            if granted {
+                // Its slot was taken when its permit was requested; the store kept the gate.
+                self.keys.started_granted(k, self.now);
+            } else {
+                self.keys.take_slot(k);
+                self.keys.started_at(k, self.now);
+            }
         }
         self.started.push(batch.first + u64::from(index));
+    }
+
+    /// Hands a shared key's entry to the host to acquire a permit; it holds a local slot.
+    fn request(&mut self, slot: u32, index: u32, k: u32) {
+        let batch = self.batches.slot_mut(slot);
+        let requested = batch.entries[index as usize].life.apply(Event::Request);
+        debug_assert!(
+            requested.is_ok(),
+            "requested a permit for an entry not approved"
+        );
+        self.keys.take_slot(k);
+        self.acquiring.push(batch.first + u64::from(index));
+    }
+
+    /// A shared key's entry no longer needs its permit (or its request): the host gives it back.
+    pub(super) fn permit_back(&mut self, k: u32, e: u64) {
+        if self.keys.key(k).shared {
+            self.released.push(e);
+        }
     }
 
     /// Runs the key walks this step made necessary, orders its output, retires batches, and
@@ -602,8 +673,12 @@ impl Scheduler {
         // Output is in (batch, written) order; it usually already is.
         sort(&mut self.started);
         sort(&mut self.settled);
+        sort(&mut self.acquiring);
+        sort(&mut self.released);
         out.clear();
         out.start.extend(self.started.drain(..).map(EntryId));
+        out.acquire.extend(self.acquiring.drain(..).map(EntryId));
+        out.release.extend(self.released.drain(..).map(EntryId));
         for e in self.settled.drain(..) {
             let reason = match self.batches.locate(e) {
                 Some((slot, index)) => {
@@ -644,6 +719,10 @@ impl Scheduler {
     /// Releases from the front of a key's queue while there is room (rule 2). Each entry is
     /// pushed once and popped once.
     fn walk(&mut self, k: u32) {
+        if self.keys.key(k).shared {
+            self.walk_shared(k);
+            return;
+        }
         loop {
             let key = self.keys.key(k);
             let Some(&e) = key.queue.front() else {
@@ -668,6 +747,49 @@ impl Scheduler {
                 }
             }
             self.keys.key_mut(k).queue.pop_front();
+        }
+    }
+
+    /// A shared key's walk: granted entries at the front start in order; behind the entries
+    /// waiting for a permit, approved ones ask for one while there is room locally. The scan
+    /// passes at most `limit` waiting entries (and answered ones not yet dropped).
+    fn walk_shared(&mut self, k: u32) {
+        while let Some(&e) = self.keys.key(k).queue.front() {
+            if let Some((slot, index)) = self.batches.locate(e) {
+                match self.batches.slot(slot).entries[index as usize].life.get() {
+                    State::Granted => {
+                        self.keys.released_in_order(k, e);
+                        self.release(slot, index);
+                    }
+                    State::Pending | State::Approved | State::Acquiring => break,
+                    _ => {}
+                }
+            }
+            self.keys.key_mut(k).queue.pop_front();
+        }
+        let mut i = 0;
+        loop {
+            let key = self.keys.key(k);
+            let Some(&e) = key.queue.get(i) else {
+                return;
+            };
+            let room = key.running < key.limit;
+            let gate = key.gate();
+            i += 1;
+            let Some((slot, index)) = self.batches.locate(e) else {
+                continue;
+            };
+            let batch = self.batches.slot(slot);
+            match batch.entries[index as usize].life.get() {
+                State::Pending => return,
+                State::Approved if !batch.open || !room => return,
+                State::Approved if gate > self.now => {
+                    self.arm_key(k, gate);
+                    return;
+                }
+                State::Approved => self.request(slot, index, k),
+                _ => {}
+            }
         }
     }
 

@@ -92,6 +92,10 @@ pub fn fingerprint(policy: &Policy) -> u64 {
             eat(&c.limit.get().to_le_bytes());
             eat(&c.delay_ms.to_le_bytes());
             eat(&c.retries.to_le_bytes());
+            // Only when set, so that every fingerprint from before `shared` stays the same.
+            if c.shared {
+                eat(b"shared");
+            }
         }
         eat(&[
             1,

@@ -18,6 +18,10 @@ impl Scheduler {
 
     pub(super) fn settle_stopped(&mut self, slot: u32, index: u32, after: u32) {
         let batch = self.batches.slot_mut(slot);
+        let held = batch.entries[index as usize]
+            .life
+            .get()
+            .holds_permit_unstarted();
         let stopped = batch.entries[index as usize]
             .life
             .apply(Event::Stop { after });
@@ -26,6 +30,11 @@ impl Scheduler {
         let key = batch.entries[index as usize].key.get();
         self.settled.push(e.0);
         if let Some(k) = key {
+            if held {
+                // It held a local slot and a permit (or its request): both go back.
+                self.keys.free_slot(k);
+                self.permit_back(k, e.0);
+            }
             self.keys.mark_dirty(k);
         }
         self.answered(slot);
@@ -54,7 +63,8 @@ impl Scheduler {
         let end = previous.map_or(count, |p| p + 1).min(count);
         for op in pos + 1..end {
             let i = first + op;
-            if self.batches.slot(slot).entries[i as usize].life.get() == super::State::Approved {
+            let state = self.batches.slot(slot).entries[i as usize].life.get();
+            if state == super::State::Approved || state.holds_permit_unstarted() {
                 self.settle_stopped(slot, i, pos + 1);
             }
         }

@@ -160,6 +160,7 @@ impl Scheduler {
         }
         if let Some(k) = key {
             self.keys.free_slot(k);
+            self.permit_back(k, e.0);
             let rec = self.keys.key_mut(k);
             rec.paused_until = rec.paused_until.max(until);
         }

@@ -184,8 +184,22 @@ impl Sim {
                 self.count("pause", "applied");
             }
         }
+        // A shared key's pause holds back its permit requests; a granted permit starts.
+        for &n in &out.acquire {
+            if let Some(k) = self.model.rule(n) {
+                let paused = self.timing.paused.get(&k.name).copied().unwrap_or(0);
+                if clock < paused {
+                    self.fail(&format!(
+                        "key {}: {n} asked for a permit at {clock}, paused until {paused}",
+                        k.name
+                    ));
+                }
+                self.count("permit", "requested");
+            }
+        }
         for &n in &start {
             match self.model.rule(n).cloned() {
+                Some(k) if k.shared => self.count("permit", "granted and started"),
                 Some(k) => {
                     let paused = self.timing.paused.get(&k.name).copied().unwrap_or(0);
                     if clock < paused {
@@ -218,7 +232,14 @@ impl Sim {
                 }
             }
         }
-        for n in settled.keys() {
+        // Settled by the scheduler, or by the store's refusal of a permit (the host's input).
+        let denied = ins
+            .denied
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !refused(InputKind::Denied, i))
+            .map(|(_, n)| n);
+        for n in settled.keys().chain(denied) {
             self.timing.alone.remove(n);
             for waiting in self.timing.waiting.values_mut() {
                 waiting.remove(n);

@@ -212,10 +212,13 @@ impl Sim {
         let cancel: Vec<BatchId> = ins.cancel.iter().map(|&b| BatchId(b)).collect();
         let retry: Vec<(EntryId, u64)> = ins.retry.iter().map(|&(n, t)| (EntryId(n), t)).collect();
         let pause: Vec<(&str, u64)> = ins.pause.iter().map(|(k, t)| (k.as_str(), *t)).collect();
+        let (granted, denied) = (ids(&ins.granted), ids(&ins.denied));
         let inputs = Inputs {
             now: ins.now,
             approve: &approve,
             settle: &settle,
+            granted: &granted,
+            denied: &denied,
             ask: &ask,
             answer: &answer,
             ok: &ok,
@@ -432,10 +435,15 @@ impl Sim {
                     .copied()
                     .filter(|&n| self.model.st(n) == St::Pending)
                     .collect(),
+                granted: live
+                    .iter()
+                    .copied()
+                    .filter(|&n| self.model.st(n) == St::Acquiring)
+                    .collect(),
                 ok: live
                     .iter()
                     .copied()
-                    .filter(|&n| self.model.st(n).holds_slot())
+                    .filter(|&n| self.model.st(n).started())
                     .collect(),
                 ..Ins::default()
             };
@@ -464,6 +472,8 @@ fn kind_name(kind: InputKind) -> &'static str {
     match kind {
         InputKind::Approve => "refused approve",
         InputKind::Settle => "refused settle",
+        InputKind::Granted => "refused granted",
+        InputKind::Denied => "refused denied",
         InputKind::Ask => "refused ask",
         InputKind::Answer => "refused answer",
         InputKind::Ok => "refused ok",

@@ -59,6 +59,8 @@ pub(super) struct Gen {
     delays: BTreeMap<String, u32>,
     /// Rate-limit retries per entry, as every table naming the key writes it.
     retries: BTreeMap<String, u32>,
+    /// Whether the key is shared (permits from a store), as every table naming it says.
+    shared: BTreeMap<String, bool>,
     layers: Vec<String>,
 }
 
@@ -71,8 +73,11 @@ pub(super) struct KeyRule {
     pub(super) name: String,
     /// `u32::MAX` for a key with limit 0 that is kept for its delay.
     pub(super) limit: u32,
+    /// The delay the scheduler keeps: 0 on a shared key, whose store keeps it.
     pub(super) delay: u32,
     pub(super) retries: u32,
+    /// Permits from a store shared across processes.
+    pub(super) shared: bool,
 }
 
 /// What the rules need of a tool.
@@ -121,6 +126,10 @@ impl Gen {
             .iter()
             .map(|k| (k.clone(), rng.below(4) as u32))
             .collect();
+        let shared = key_names
+            .iter()
+            .map(|k| (k.clone(), rng.chance(30)))
+            .collect();
         let tools = names
             .into_iter()
             .map(|name| ToolGen {
@@ -135,6 +144,7 @@ impl Gen {
             limits,
             delays,
             retries,
+            shared,
             layers: Vec::new(),
         };
         for t in 0..n {
@@ -161,6 +171,11 @@ impl Gen {
         for retries in g.retries.values_mut() {
             if rng.chance(30) {
                 *retries = rng.below(4) as u32;
+            }
+        }
+        for shared in g.shared.values_mut() {
+            if rng.chance(20) {
+                *shared = !*shared;
             }
         }
         for t in 0..g.tools.len() {
@@ -233,11 +248,21 @@ impl Gen {
         }
     }
 
+    /// Whether `key` is shared: the integer form cannot say so.
+    fn is_shared(&self, key: &str) -> bool {
+        !self
+            .tools
+            .iter()
+            .any(|t| t.conc == Conc::Int && t.name == key)
+            && self.shared[key]
+    }
+
     /// A tool's key: a limit of 0 lifts it, unless the key has a delay or a retry cap other
     /// than the default (then it is unbounded but spaced, or capped).
     fn key_rule(&self, t: &ToolGen) -> Option<KeyRule> {
         let (name, limit) = self.declared(t)?;
         let (delay, retries) = self.timing(&name);
+        let shared = self.is_shared(&name);
         let limit = match limit {
             0 if delay > 0 || retries != RETRIES_DEFAULT => u32::MAX,
             0 => return None,
@@ -246,8 +271,9 @@ impl Gen {
         Some(KeyRule {
             name,
             limit,
-            delay,
+            delay: if shared { 0 } else { delay },
             retries,
+            shared,
         })
     }
 
@@ -391,6 +417,10 @@ fn time_fields(g: &Gen, key: &str, rng: &mut Rng) -> (String, String) {
     }
     if retries != RETRIES_DEFAULT || rng.chance(30) {
         put(format!(", retries = {retries}"), rng);
+    }
+    let shared = g.is_shared(key);
+    if shared || rng.chance(20) {
+        put(format!(", shared = {shared}"), rng);
     }
     fields
 }

@@ -93,8 +93,9 @@ impl Sim {
             live.iter().copied().filter(|&n| f(m.st(n))).collect()
         };
         let pending = with(&self.model, |s| s == St::Pending);
-        let running = with(&self.model, St::holds_slot);
+        let running = with(&self.model, St::started);
         let asking = with(&self.model, |s| s == St::Asking);
+        let acquiring = with(&self.model, |s| s == St::Acquiring);
         let mut ins = Ins::default();
         // Approvals: a whole batch's pending entries, or a few.
         if let Some(n) = self.rng.pick(&pending) {
@@ -120,6 +121,17 @@ impl Sim {
                 ][self.rng.below(3)];
                 if let Some(n) = self.rng.pick(&pending) {
                     ins.settle.push((n, how));
+                }
+            }
+        }
+        // The store's answers: grants in any order (a later entry's first sometimes), and
+        // now and then a refusal.
+        for _ in 0..self.rng.below(3) {
+            if let Some(n) = self.rng.pick(&acquiring) {
+                if self.rng.chance(10) {
+                    ins.denied.push(n);
+                } else {
+                    ins.granted.push(n);
                 }
             }
         }
@@ -219,7 +231,14 @@ impl Sim {
                         ins.retry.push((m, self.host_now + 20));
                     }
                 }
-                0 => ins.approve.push(n),
+                0 if self.rng.chance(50) => ins.approve.push(n),
+                0 => {
+                    // A grant or refusal of an entry that asked for no permit (or twice).
+                    ins.granted.push(n);
+                    if self.rng.chance(30) {
+                        ins.denied.push(n);
+                    }
+                }
                 1 => ins.settle.push((n, HostSettle::Skipped)),
                 2 => ins.ask.push(n),
                 3 => ins.answer.push(n),

@@ -17,6 +17,10 @@ use crate::generate::{ARGUMENTS, Gen, KeyRule, RETRIES_DEFAULT, TEMPLATE};
 pub(super) enum St {
     Pending,
     Approved,
+    /// A shared key's entry waiting for its permit; holds a local slot.
+    Acquiring,
+    /// Its permit granted; starts once every earlier entry of its key has.
+    Granted,
     Running,
     Asking,
     Ok,
@@ -35,12 +39,28 @@ impl St {
     fn unanswered(self) -> bool {
         matches!(
             self,
-            Self::Pending | Self::Approved | Self::Running | Self::Asking
+            Self::Pending
+                | Self::Approved
+                | Self::Acquiring
+                | Self::Granted
+                | Self::Running
+                | Self::Asking
         )
     }
 
+    /// Holds a local slot of its key: started, or holding a permit (or its request).
     pub(super) fn holds_slot(self) -> bool {
+        self.started() || self.permit()
+    }
+
+    /// Started and not ended.
+    pub(super) fn started(self) -> bool {
         matches!(self, Self::Running | Self::Asking)
+    }
+
+    /// Waiting for, or holding, a permit of a shared key without running.
+    pub(super) fn permit(self) -> bool {
+        matches!(self, Self::Acquiring | Self::Granted)
     }
 
     fn undecided_or_parked(self) -> bool {
@@ -63,6 +83,8 @@ impl St {
         match self {
             Self::Pending => State::Pending,
             Self::Approved => State::Approved,
+            Self::Acquiring => State::Acquiring,
+            Self::Granted => State::Granted,
             Self::Running => State::Running,
             Self::Asking => State::Asking,
             Self::Ok => State::Ended(Outcome::Ok),
@@ -80,7 +102,7 @@ impl St {
     /// How an export must carry it.
     fn saved(self) -> Option<Saved> {
         match self {
-            Self::Pending | Self::Approved => None,
+            Self::Pending | Self::Approved | Self::Acquiring | Self::Granted => None,
             Self::Running | Self::Asking => Some(Saved::Started),
             Self::Ok => Some(Saved::Ended(Outcome::Ok)),
             Self::Failed => Some(Saved::Ended(Outcome::Failed)),
@@ -103,12 +125,15 @@ fn transition(kind: InputKind, st: St, how: Option<HostSettle>) -> Result<St, In
             Some(HostSettle::Skipped) => St::Skipped,
             _ => St::SettledFailed,
         }),
+        InputKind::Granted if st == St::Acquiring => Ok(St::Granted),
+        InputKind::Denied if st.permit() => Ok(St::SettledFailed),
+        InputKind::Granted | InputKind::Denied => Err(E::NotAcquiring),
         _ if st.ended() => Err(E::AlreadyEnded),
         InputKind::Ask if st == St::Running => Ok(St::Asking),
         InputKind::Ask => Err(E::NotRunning),
         InputKind::Answer if st == St::Asking => Ok(St::Running),
         InputKind::Answer => Err(E::NotAsking),
-        InputKind::Ok | InputKind::Failed if st.holds_slot() => Ok(if kind == InputKind::Ok {
+        InputKind::Ok | InputKind::Failed if st.started() => Ok(if kind == InputKind::Ok {
             St::Ok
         } else {
             St::Failed
@@ -171,6 +196,8 @@ pub(super) struct SubCall {
 pub(super) struct Ins {
     pub(super) approve: Vec<u64>,
     pub(super) settle: Vec<(u64, HostSettle)>,
+    pub(super) granted: Vec<u64>,
+    pub(super) denied: Vec<u64>,
     pub(super) ask: Vec<u64>,
     pub(super) answer: Vec<u64>,
     pub(super) ok: Vec<u64>,
@@ -188,6 +215,8 @@ impl Ins {
             && self.pause.is_empty()
             && self.approve.is_empty()
             && self.settle.is_empty()
+            && self.granted.is_empty()
+            && self.denied.is_empty()
             && self.ask.is_empty()
             && self.answer.is_empty()
             && self.ok.is_empty()
@@ -200,6 +229,8 @@ impl Ins {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Out {
     pub(super) start: Vec<u64>,
+    pub(super) acquire: Vec<u64>,
+    pub(super) release: Vec<u64>,
     pub(super) settle: Vec<(u64, Reason)>,
     pub(super) errors: Vec<(InputKind, u32, InputErrorCode)>,
     pub(super) retired: Vec<u64>,
@@ -210,6 +241,8 @@ impl Out {
     pub(super) fn of(out: &Outputs) -> Self {
         Self {
             start: out.start.iter().map(|e| e.0).collect(),
+            acquire: out.acquire.iter().map(|e| e.0).collect(),
+            release: out.release.iter().map(|e| e.0).collect(),
             settle: out.settle.iter().map(|&(e, r)| (e.0, r)).collect(),
             errors: out
                 .errors
@@ -533,6 +566,12 @@ impl Model {
         for (i, &(n, how)) in ins.settle.iter().enumerate() {
             self.judge(InputKind::Settle, i, n, Some(how), &mut out);
         }
+        for (i, &n) in ins.granted.iter().enumerate() {
+            self.judge(InputKind::Granted, i, n, None, &mut out);
+        }
+        for (i, &n) in ins.denied.iter().enumerate() {
+            self.judge(InputKind::Denied, i, n, None, &mut out);
+        }
         let lists = [
             (InputKind::Ask, &ins.ask),
             (InputKind::Answer, &ins.answer),
@@ -566,6 +605,8 @@ impl Model {
         self.walk(&mut out);
         self.retire(&mut out);
         out.start.sort_unstable();
+        out.acquire.sort_unstable();
+        out.release.sort_unstable();
         out.settle.sort_by_key(|s| s.0);
         out.wake_at = self.wake_at();
         out
@@ -589,6 +630,9 @@ impl Model {
         if let Some(k) = &rule {
             let p = self.time.paused.entry(k.name.clone()).or_insert(0);
             *p = (*p).max(until);
+            if k.shared {
+                out.release.push(n);
+            }
         }
         let done = self.time.retried.get(&n).copied().unwrap_or(0);
         // It may not run again when its batch was cancelled, when an earlier operation of its
@@ -641,11 +685,20 @@ impl Model {
         };
         match next {
             Ok(st) => {
+                // An end gives a shared key's permit back.
+                if matches!(kind, InputKind::Ok | InputKind::Failed) && self.shared(n) {
+                    out.release.push(n);
+                }
                 self.set(n, st);
                 self.immediate(out);
             }
             Err(code) => out.errors.push((kind, i as u32, code)),
         }
+    }
+
+    /// Whether entry `n`'s key is shared (its permits come from a store).
+    fn shared(&self, n: u64) -> bool {
+        self.rule(n).is_some_and(|k| k.shared)
     }
 
     fn cancel(&mut self, b: u64, out: &mut Out) -> Result<(), InputErrorCode> {
@@ -660,9 +713,13 @@ impl Model {
         }
         self.batches[bi].cancelled = true;
         for n in self.batches[bi].first..self.batches[bi].end {
-            if self.st(n).undecided_or_parked() {
+            let st = self.st(n);
+            if st.undecided_or_parked() || st.permit() {
                 self.set(n, St::Cancelled);
                 out.settle.push((n, Reason::Cancelled));
+                if st.permit() {
+                    out.release.push(n);
+                }
             }
         }
         Ok(())
@@ -676,7 +733,8 @@ impl Model {
                 continue;
             }
             for n in self.batches[b].first..self.batches[b].end {
-                if self.st(n) != St::Approved {
+                let st = self.st(n);
+                if st != St::Approved && !st.permit() {
                     continue;
                 }
                 let op = self.entries[ix(n)].op;
@@ -690,6 +748,11 @@ impl Model {
                 if let Some(f) = behind {
                     self.set(n, St::Stopped(f + 1));
                     out.settle.push((n, Reason::Stopped { after: f + 1 }));
+                    if st.permit() {
+                        out.release.push(n);
+                    }
+                } else if st.permit() {
+                    // Waits for its permit, or for earlier entries to start.
                 } else if unkeyed && !self.time.not_before.contains_key(&n) {
                     self.set(n, St::Running);
                     out.start.push(n);
@@ -698,13 +761,19 @@ impl Model {
         }
     }
 
-    /// Rule 2, from scratch: the first entry that may start starts, until none may.
+    /// Rule 2, from scratch: the first entry that may start starts (or, on a shared key, asks
+    /// for its permit), until none may.
     fn walk(&mut self, out: &mut Out) {
         loop {
             let next = self.live_entries().find(|&n| self.eligible(n));
             let Some(n) = next else {
                 return;
             };
+            if self.shared(n) && self.st(n) == St::Approved {
+                self.set(n, St::Acquiring);
+                out.acquire.push(n);
+                continue;
+            }
             self.set(n, St::Running);
             out.start.push(n);
             if let Some((k, _)) = self.key(n) {
@@ -715,13 +784,20 @@ impl Model {
     }
 
     fn eligible(&self, n: u64) -> bool {
-        if self.st(n) != St::Approved {
-            return false;
-        }
         let Some((key, limit)) = self.key(n) else {
             return false;
         };
         let same = |m: &u64| self.key(*m).is_some_and(|(k, _)| k == key);
+        if self.st(n) == St::Granted {
+            // Starts once nothing earlier of its key waits to start.
+            return !self
+                .live_entries()
+                .filter(same)
+                .any(|m| m < n && (self.st(m).undecided_or_parked() || self.st(m).permit()));
+        }
+        if self.st(n) != St::Approved {
+            return false;
+        }
         self.open(self.entries[ix(n)].batch)
             && self.rule(n).is_some_and(|k| self.gate(k) <= self.time.now)
             && self
@@ -842,8 +918,10 @@ impl Model {
                         // the unrestored list is its report.
                         other if code.is_some() && !other.unanswered() => other,
                         _ if code.is_some() => St::Interrupted,
-                        St::Pending | St::Approved if cancelled => St::Cancelled,
-                        St::Pending | St::Approved => St::Pending,
+                        st if cancelled && (st.undecided_or_parked() || st.permit()) => {
+                            St::Cancelled
+                        }
+                        St::Pending | St::Approved | St::Acquiring | St::Granted => St::Pending,
                         St::Running | St::Asking if rerun => St::Pending,
                         St::Running | St::Asking => St::Interrupted,
                         other => other,
@@ -857,7 +935,7 @@ impl Model {
                             },
                         ));
                     }
-                    if st.holds_slot() && next == St::Pending {
+                    if st.started() && next == St::Pending {
                         again.push(n);
                     }
                     self.set(n, next);
@@ -924,6 +1002,10 @@ impl Model {
                         .not_before
                         .get(&n)
                         .map(|&until| Wait::RetryAt { until }),
+                    (St::Acquiring, Some((k, _))) => {
+                        Some(Wait::PermitRequested { key: k.to_owned() })
+                    }
+                    (St::Granted, Some((k, _))) => Some(Wait::PermitGranted { key: k.to_owned() }),
                     _ => None,
                 };
                 let key = key.map(|(k, _)| k.to_owned());

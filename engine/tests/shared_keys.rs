@@ -1,0 +1,264 @@
+//! Shared keys: `concurrency = { key, limit, shared = true }`. The scheduler still decides the
+//! order; the store (the host's) grants permits across processes. Failure paths first: a
+//! grant or refusal of an entry that asked for nothing, a refused permit, cancellation and
+//! `stop` while waiting for a permit, a rate limit on a shared key. Then: requests in written
+//! order up to the local limit, grants out of order start in written order, every permit comes
+//! back exactly once, restart asks again.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use turnstile_engine::config::{self, Layer, Policy};
+use turnstile_engine::schedule::{
+    BatchId, Call, EntryId, InputErrorCode, InputKind, Inputs, Outputs, Reason, Scheduler, Started,
+    State, Wait,
+};
+
+const SHARED: &str = r#"
+[conversation.tools.gh]
+concurrency = { key = "github", limit = 2, shared = true, delay = 250 }
+[conversation.tools.del]
+concurrency = { key = "fs", limit = 2, shared = true }
+fan_out = { on_error = "stop" }
+"#;
+
+fn policy(text: &str) -> Policy {
+    config::resolve(&[Layer::new("t.toml", text)]).expect("valid config")
+}
+
+struct T {
+    s: Scheduler,
+    out: Outputs,
+}
+
+impl T {
+    fn new() -> Self {
+        Self {
+            s: Scheduler::new(policy(SHARED)),
+            out: Outputs::default(),
+        }
+    }
+
+    /// Submits `(id, tool, operations)` and approves it all.
+    fn batch(&mut self, calls: &[(&str, &str, Option<u32>)]) -> Vec<EntryId> {
+        let calls: Vec<Call<'_>> = calls
+            .iter()
+            .map(|&(id, tool, operations)| Call {
+                id,
+                tool,
+                operations,
+                arguments: None,
+            })
+            .collect();
+        let b = self.s.submit(&calls).unwrap();
+        let e: Vec<EntryId> = (0..u64::from(b.count))
+            .map(|i| EntryId(b.first.0 + i))
+            .collect();
+        self.step(Inputs {
+            approve: &e,
+            ..Inputs::default()
+        });
+        e
+    }
+
+    fn step(&mut self, inputs: Inputs<'_>) -> &Outputs {
+        self.s.step(&inputs, &mut self.out);
+        &self.out
+    }
+}
+
+#[test]
+fn shared_must_agree_and_be_a_boolean() {
+    let diags = config::resolve(&[Layer::new(
+        "t.toml",
+        "[conversation.tools.a]\nconcurrency = { key = \"k\", shared = true }\n\
+         [conversation.tools.b]\nconcurrency = { key = \"k\" }\n\
+         [conversation.tools.c]\nconcurrency = { key = \"j\", shared = \"yes\" }\n",
+    )])
+    .unwrap_err();
+    let codes: Vec<&str> = diags.iter().map(|d| d.code.as_str()).collect();
+    assert_eq!(codes, ["concurrency-type", "concurrency-shared-conflict"]);
+    assert!(
+        diags[1]
+            .message
+            .contains("a = true, b = false (not set: the default)")
+    );
+}
+
+#[test]
+fn grants_and_refusals_of_entries_that_asked_for_nothing_are_refused() {
+    let mut t = T::new();
+    let e = t.batch(&[("g1", "gh", None), ("g2", "gh", None), ("g3", "gh", None)]);
+    // Two permits requested (the local limit), none started.
+    assert_eq!(t.out.acquire, vec![e[0], e[1]]);
+    assert!(t.out.start.is_empty());
+    let out = t.step(Inputs {
+        granted: &[e[2], EntryId(99)],
+        denied: &[e[2]],
+        ..Inputs::default()
+    });
+    let errors: Vec<(InputKind, u32, InputErrorCode)> = out
+        .errors
+        .iter()
+        .map(|e| (e.input, e.index, e.code))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            (InputKind::Granted, 0, InputErrorCode::NotAcquiring),
+            (InputKind::Granted, 1, InputErrorCode::UnknownEntry),
+            (InputKind::Denied, 0, InputErrorCode::NotAcquiring),
+        ]
+    );
+    assert!(out.start.is_empty() && out.acquire.is_empty());
+    // A refused permit fails the entry before it ran; its local slot goes to the next one.
+    let out = t.step(Inputs {
+        denied: &[e[0]],
+        ..Inputs::default()
+    });
+    assert!(out.errors.is_empty());
+    assert_eq!(out.acquire, vec![e[2]]);
+    assert!(
+        out.release.is_empty(),
+        "a refused permit has nothing to give back"
+    );
+    assert_eq!(t.s.state(e[0]), Some(State::Settled(Reason::Failed)));
+    // Ending an entry that never started is refused.
+    let out = t.step(Inputs {
+        ok: &[e[1]],
+        ..Inputs::default()
+    });
+    assert_eq!(out.errors[0].code, InputErrorCode::NotRunning);
+}
+
+#[test]
+fn grants_out_of_order_start_in_written_order_and_every_permit_comes_back() {
+    let mut t = T::new();
+    let e = t.batch(&[("g1", "gh", None), ("g2", "gh", None), ("g3", "gh", None)]);
+    assert_eq!(t.out.acquire, vec![e[0], e[1]]);
+    // g2's permit first: it waits for g1's.
+    let out = t.step(Inputs {
+        granted: &[e[1]],
+        ..Inputs::default()
+    });
+    assert!(out.start.is_empty());
+    let st = t.s.inspect(BatchId(1)).unwrap();
+    assert_eq!(
+        st[0].wait,
+        Some(Wait::PermitRequested {
+            key: "github".into()
+        })
+    );
+    assert_eq!(
+        st[1].wait,
+        Some(Wait::PermitGranted {
+            key: "github".into()
+        })
+    );
+    assert_eq!(
+        st[2].why.as_deref(),
+        Some("waiting: github is full (2 of 2 running: g1, g2)")
+    );
+    let out = t.step(Inputs {
+        granted: &[e[0]],
+        ..Inputs::default()
+    });
+    assert_eq!(out.start, vec![e[0], e[1]]);
+    // The store keeps the delay across processes; locally nothing spaces them.
+    assert_eq!(out.wake_at, None);
+    let out = t.step(Inputs {
+        ok: &[e[0]],
+        ..Inputs::default()
+    });
+    assert_eq!(out.release, vec![e[0]]);
+    assert_eq!(out.acquire, vec![e[2]]);
+    let out = t.step(Inputs {
+        granted: &[e[2]],
+        failed: &[e[1]],
+        ..Inputs::default()
+    });
+    assert_eq!(out.start, vec![e[2]]);
+    assert_eq!(out.release, vec![e[1]]);
+    let out = t.step(Inputs {
+        ok: &[e[2]],
+        ..Inputs::default()
+    });
+    assert_eq!(out.release, vec![e[2]]);
+    assert_eq!(out.retired, vec![BatchId(1)]);
+}
+
+#[test]
+fn cancel_stop_and_rate_limits_give_permits_back() {
+    let mut t = T::new();
+    let e = t.batch(&[("d", "del", Some(4))]);
+    assert_eq!(t.out.acquire, vec![e[0], e[1]]);
+    t.step(Inputs {
+        granted: &[e[0], e[1]],
+        ..Inputs::default()
+    });
+    assert_eq!(t.out.start, vec![e[0], e[1]]);
+    // d#1 hits a rate limit: its permit goes back, it waits to ask again after the pause.
+    let out = t.step(Inputs {
+        now: Some(10),
+        retry: &[(e[1], 100)],
+        ..Inputs::default()
+    });
+    assert_eq!(out.release, vec![e[1]]);
+    assert!(out.acquire.is_empty(), "paused: nothing asks before 100");
+    assert_eq!(out.wake_at, Some(100));
+    let out = t.step(Inputs {
+        now: Some(100),
+        ..Inputs::default()
+    });
+    assert_eq!(out.acquire, vec![e[1]]);
+    // d#0 fails under `stop`: d#1 waiting for its permit is stopped and gives it back.
+    let out = t.step(Inputs {
+        failed: &[e[0]],
+        ..Inputs::default()
+    });
+    assert_eq!(
+        out.settle,
+        vec![
+            (e[1], Reason::Stopped { after: 1 }),
+            (e[2], Reason::Stopped { after: 1 }),
+            (e[3], Reason::Stopped { after: 1 })
+        ]
+    );
+    assert_eq!(out.release, vec![e[0], e[1]]);
+    // Cancelling a batch whose entries wait for permits gives every one back.
+    let g = t.batch(&[("g1", "gh", None), ("g2", "gh", None)]);
+    assert_eq!(t.out.acquire, g);
+    t.step(Inputs {
+        granted: &[g[1]],
+        ..Inputs::default()
+    });
+    let out = t.step(Inputs {
+        cancel: &[BatchId(2)],
+        ..Inputs::default()
+    });
+    assert_eq!(out.release, g);
+    assert_eq!(out.settle.len(), 2);
+    assert_eq!(out.retired, vec![BatchId(2)]);
+}
+
+#[test]
+fn restart_asks_for_permits_again() {
+    let mut t = T::new();
+    let e = t.batch(&[("g1", "gh", None), ("g2", "gh", None)]);
+    t.step(Inputs {
+        granted: &[e[0]],
+        ..Inputs::default()
+    });
+    assert_eq!(t.out.start, vec![e[0]]);
+    let saved = t.s.unfinished();
+    let (mut s, _) = Scheduler::resume(policy(SHARED), &saved, Started::RunAgain).unwrap();
+    let mut out = Outputs::default();
+    s.step(
+        &Inputs {
+            approve: &e,
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    // g1 had started: pending again and asks again, in order; g2 had only asked.
+    assert_eq!(out.acquire, e);
+    assert!(out.start.is_empty());
+}
