@@ -178,18 +178,7 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
 }
 
 fn empty_inputs() -> ws::Inputs {
-    ws::Inputs {
-        approve: Vec::new(),
-        settle: Vec::new(),
-        ask: Vec::new(),
-        answer: Vec::new(),
-        ok: Vec::new(),
-        failed: Vec::new(),
-        cancel: Vec::new(),
-        now: None,
-        retry: Vec::new(),
-        pause: Vec::new(),
-    }
+    host_harness::no_inputs()
 }
 
 /// Resolves one layer of policy text in the instance.

@@ -17,15 +17,15 @@ use turnstile_engine::schedule::{
 };
 
 /// The policies a restart may switch between: `a` stops to fanning out, limits change, `c`
-/// loses its limit, `t` takes its key from its arguments (one config spaces it), and one
-/// knows no tool at all.
+/// loses its limit, `t` takes its key from its arguments (one config spaces it), `k` becomes a
+/// shared key (permits from a store), and one knows no tool at all.
 const CONFIGS: [&str; 3] = [
     "[conversation.tools.a]\nconcurrency = { key = \"k\", limit = 2 }\nfan_out = { on_error = \"stop\" }\n\
      [conversation.tools.b]\nconcurrency = { key = \"k\", limit = 2 }\n\
      [conversation.tools.c]\nconcurrency = 1\nfan_out = true\n\
      [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 1 }\nfan_out = true\n",
-    "[conversation.tools.a]\nconcurrency = { key = \"k\" }\n\
-     [conversation.tools.b]\nconcurrency = { key = \"k\" }\nfan_out = true\n\
+    "[conversation.tools.a]\nconcurrency = { key = \"k\", shared = true }\n\
+     [conversation.tools.b]\nconcurrency = { key = \"k\", shared = true }\nfan_out = true\n\
      [conversation.tools.c]\nfan_out = true\n\
      [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 2, delay = 3 }\n",
     "",
@@ -145,6 +145,12 @@ fn step(s: &mut Scheduler, input: &mut Bytes<'_>, out: &mut Outputs, clock: &mut
     let ok = input.list(Bytes::entry);
     let failed = input.list(Bytes::entry);
     let cancel = input.list(Bytes::batch);
+    let granted = input.list(Bytes::entry);
+    let denied = if input.byte() % 8 == 0 {
+        input.list(Bytes::entry)
+    } else {
+        Vec::new()
+    };
     let now = now(clock, input);
     let retry = input.list(|i| (i.entry(), *clock + u64::from(i.byte() % 32)));
     let pause = input.list(|i| {
@@ -158,6 +164,8 @@ fn step(s: &mut Scheduler, input: &mut Bytes<'_>, out: &mut Outputs, clock: &mut
             now,
             retry: &retry,
             pause: &pause,
+            granted: &granted,
+            denied: &denied,
             approve: &approve,
             settle: &settle,
             ask: &ask,
@@ -177,6 +185,8 @@ fn step(s: &mut Scheduler, input: &mut Bytes<'_>, out: &mut Outputs, clock: &mut
         + cancel.len()
         + retry.len()
         + pause.len()
+        + granted.len()
+        + denied.len()
         + 1;
     assert!(out.errors.len() <= inputs, "more errors than inputs");
     assert!(out.start.is_sorted() && out.settle.is_sorted_by_key(|s| s.0));
@@ -253,6 +263,7 @@ fn drain(s: &mut Scheduler, out: &mut Outputs, clock: &mut u64) {
         }
         let mut approve = Vec::new();
         let mut ok = Vec::new();
+        let mut granted = Vec::new();
         for batch in &state.batches {
             let count: u64 = batch
                 .calls
@@ -263,6 +274,7 @@ fn drain(s: &mut Scheduler, out: &mut Outputs, clock: &mut u64) {
                 match s.state(e) {
                     Some(State::Pending) => approve.push(e),
                     Some(State::Running | State::Asking) => ok.push(e),
+                    Some(State::Acquiring) => granted.push(e),
                     _ => {}
                 }
             }
@@ -273,6 +285,7 @@ fn drain(s: &mut Scheduler, out: &mut Outputs, clock: &mut u64) {
                 now: Some(*clock),
                 approve: &approve,
                 ok: &ok,
+                granted: &granted,
                 ..Inputs::default()
             },
             out,
@@ -283,7 +296,9 @@ fn drain(s: &mut Scheduler, out: &mut Outputs, clock: &mut u64) {
             out.errors
         );
         assert!(
-            waited || out.wake_at.is_some() || !(approve.is_empty() && ok.is_empty() && out.is_empty()),
+            waited
+                || out.wake_at.is_some()
+                || !(approve.is_empty() && ok.is_empty() && granted.is_empty() && out.is_empty()),
             "stalled with live batches: {state:?}"
         );
     }
@@ -330,7 +345,14 @@ fuzz_target!(|data: &[u8]| {
                 if let Some(statuses) = s.inspect(b) {
                     for st in statuses {
                         assert_eq!(s.state(st.entry), Some(st.state));
-                        assert!(st.wait.is_none() || st.state == State::Approved);
+                        assert!(
+                            st.wait.is_none()
+                                || matches!(
+                                    st.state,
+                                    State::Approved | State::Acquiring | State::Granted
+                                )
+                        );
+                        assert_eq!(st.wait.is_some(), st.why.is_some());
                     }
                 }
             }

@@ -244,16 +244,8 @@ fn trap(e: wasmtime::Error) -> Error {
 /// Inputs with nothing but the clock.
 fn idle(now_ms: u64) -> ws::Inputs {
     ws::Inputs {
-        approve: Vec::new(),
-        settle: Vec::new(),
-        ask: Vec::new(),
-        answer: Vec::new(),
-        ok: Vec::new(),
-        failed: Vec::new(),
-        cancel: Vec::new(),
         now: Some(now_ms),
-        retry: Vec::new(),
-        pause: Vec::new(),
+        ..crate::no_inputs()
     }
 }
 
@@ -398,6 +390,16 @@ impl Sim<'_> {
             }
             batches.retain(|b| !step.retired.contains(b));
             self.show_waits(&batches, &mut shown)?;
+            // A shared key's permits: one process here, so the store grants each at once.
+            if !step.acquire.is_empty() {
+                for &e in &step.acquire {
+                    let label = self.label(e);
+                    self.event("permit", &label, "asked the shared store; granted at once");
+                }
+                inputs = idle(self.now_ms);
+                inputs.granted.clone_from(&step.acquire);
+                continue;
+            }
             let next = running
                 .iter()
                 .enumerate()

@@ -209,6 +209,8 @@ impl Subject for ComponentSubject {
                     until: *until,
                 })
                 .collect(),
+            granted: inputs.granted.clone(),
+            denied: inputs.denied.clone(),
         };
         let iface = self
             .instance
@@ -218,6 +220,8 @@ impl Subject for ComponentSubject {
         match iface.call_step(&mut self.instance.store, s, &wit) {
             Ok(out) => StepOutput {
                 start: out.start,
+                acquire: out.acquire,
+                release: out.release,
                 settle: out
                     .settle
                     .iter()
@@ -386,6 +390,7 @@ pub(crate) fn tool_line(t: &wc::ToolPolicy) -> String {
             limit: c.limit,
             delay_ms: c.delay_ms,
             retries: c.retries,
+            shared: c.shared,
         }),
         t.fan_out,
         t.on_error == wc::OnError::Stop,
@@ -425,6 +430,8 @@ fn input_kind(k: ws::InputKind) -> &'static str {
         K::Now => "now",
         K::Retry => "retry",
         K::Pause => "pause",
+        K::Granted => "granted",
+        K::Denied => "denied",
     }
 }
 
@@ -432,6 +439,8 @@ pub(crate) fn inspect_line(st: &ws::EntryStatus) -> String {
     let (state, after) = match &st.state {
         ws::State::Pending => ("pending", None),
         ws::State::Approved => ("approved", None),
+        ws::State::Acquiring => ("acquiring", None),
+        ws::State::Granted => ("granted", None),
         ws::State::Running => ("running", None),
         ws::State::Asking => ("asking", None),
         ws::State::Ended(ws::Outcome::Ok) => ("ended-ok", None),
@@ -455,6 +464,8 @@ pub(crate) fn inspect_line(st: &ws::EntryStatus) -> String {
             until: k.until,
         },
         ws::Wait::RetryAt(until) => WaitView::RetryAt { until: *until },
+        ws::Wait::PermitRequested(key) => WaitView::PermitRequested(key),
+        ws::Wait::PermitGranted(key) => WaitView::PermitGranted(key),
     });
     corpus::inspect_line(&st.label, state, after, wait)
 }
@@ -484,6 +495,7 @@ pub(crate) fn input_code(code: ws::InputErrorCode) -> &'static str {
         E::BatchCancelled => "batch-cancelled",
         E::TimeBackwards => "time-backwards",
         E::UnknownKey => "unknown-key",
+        E::NotAcquiring => "not-acquiring",
     }
 }
 
@@ -544,5 +556,6 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::ConcurrencyDelayConflict => "concurrency-delay-conflict",
         D::ConcurrencyRetriesConflict => "concurrency-retries-conflict",
         D::ConcurrencyKeyTemplate => "concurrency-key-template",
+        D::ConcurrencySharedConflict => "concurrency-shared-conflict",
     }
 }

@@ -171,6 +171,7 @@ fn config_survives_hostile_layers() {
             delay_ms: 0,
             retries: 3,
             arguments: vec![],
+            shared: false,
         })
     );
     // The same instance still schedules.
@@ -214,6 +215,8 @@ fn step_refuses_unknown_numbers_one_by_one() {
             key: "no such key".to_owned(),
             until: 1,
         }],
+        granted: vec![0, u64::MAX],
+        denied: vec![7],
     });
     let expected = [
         (K::Approve, 0, C::UnknownEntry),
@@ -221,6 +224,9 @@ fn step_refuses_unknown_numbers_one_by_one() {
         (K::Approve, 2, C::UnknownEntry),
         (K::Settle, 0, C::UnknownEntry),
         (K::Settle, 1, C::UnknownEntry),
+        (K::Granted, 0, C::UnknownEntry),
+        (K::Granted, 1, C::UnknownEntry),
+        (K::Denied, 0, C::UnknownEntry),
         (K::Ask, 0, C::UnknownEntry),
         (K::Answer, 0, C::UnknownEntry),
         (K::Ok, 0, C::UnknownEntry),

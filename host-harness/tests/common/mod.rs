@@ -55,18 +55,7 @@ pub(crate) fn harness() -> &'static Harness {
 
 /// Inputs with every list empty.
 pub(crate) fn none() -> ws::Inputs {
-    ws::Inputs {
-        approve: Vec::new(),
-        settle: Vec::new(),
-        ask: Vec::new(),
-        answer: Vec::new(),
-        ok: Vec::new(),
-        failed: Vec::new(),
-        cancel: Vec::new(),
-        now: None,
-        retry: Vec::new(),
-        pause: Vec::new(),
-    }
+    host_harness::no_inputs()
 }
 
 /// A step's refused inputs as (list, index, code); messages are for people.
@@ -114,6 +103,8 @@ pub(crate) fn state_name(state: &ws::State) -> String {
     match state {
         ws::State::Pending => "pending".to_owned(),
         ws::State::Approved => "approved".to_owned(),
+        ws::State::Acquiring => "acquiring".to_owned(),
+        ws::State::Granted => "granted".to_owned(),
         ws::State::Running => "running".to_owned(),
         ws::State::Asking => "asking".to_owned(),
         ws::State::Ended(ws::Outcome::Ok) => "ended-ok".to_owned(),

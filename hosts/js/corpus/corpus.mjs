@@ -13,6 +13,7 @@ export function toolLine(t) {
   let out = t.concurrency ? `${t.name} ${t.concurrency.key}/${t.concurrency.limit}` : `${t.name} unbounded`;
   if (t.concurrency?.delayMs) out += ` delay=${t.concurrency.delayMs}`;
   if (t.concurrency && t.concurrency.retries !== 3) out += ` retries=${t.concurrency.retries}`;
+  if (t.concurrency?.shared) out += ' shared';
   if (t.fanOut) out += ' fan-out';
   if (t.onError === 'stop') out += ' stop';
   return out;
@@ -42,6 +43,7 @@ export function inspectLine(st) {
     else if (st.wait.kind === 'key-full') out += ` waits key-full ${st.wait.key} ${st.wait.limit} ${st.wait.running.join(',')}`;
     else if (st.wait.kind === 'behind') out += ` waits behind ${st.wait.label}`;
     else if (st.wait.kind === 'retry-at') out += ` waits retry-at ${st.wait.until}`;
+    else if (st.wait.kind === 'permit-requested' || st.wait.kind === 'permit-granted') out += ` waits ${st.wait.kind} ${st.wait.key}`;
     else out += ` waits ${st.wait.kind} ${st.wait.key} ${st.wait.until}`;
   }
   return out;
@@ -96,7 +98,7 @@ const FIELDS = {
   batch: ['calls'],
   admission: ['max_concurrent', 'allow_parallel'],
   simulate: ['duration_ms', 'durations', 'fail'],
-  step: ['do', 'start', 'settle', 'error', 'errors', 'retired', 'unrestored', 'layers', 'inspect', 'admit', 'cancel', 'refused', 'drain', 'at', 'wake_at', 'comment', 'note', 'why'],
+  step: ['do', 'start', 'settle', 'acquire', 'release', 'error', 'errors', 'retired', 'unrestored', 'layers', 'inspect', 'admit', 'cancel', 'refused', 'drain', 'at', 'wake_at', 'comment', 'note', 'why'],
 };
 
 function checkFields(value, kind, where) {
@@ -203,7 +205,7 @@ class ScheduleRunner {
   /** Runs one `do` line; returns what it observed. */
   run(step) {
     const [verb, ...args] = step.do.trim().split(/\s+/);
-    const seen = { error: null, inputs: 0, many: false, errors: [], start: [], settle: [], retired: [], unrestored: null, inspect: null, wakeAt: undefined };
+    const seen = { error: null, inputs: 0, many: false, errors: [], start: [], settle: [], acquire: [], release: [], retired: [], unrestored: null, inspect: null, wakeAt: undefined };
     // `at = T` is the host's clock for every step call this step makes.
     const stepAt = (inputs = {}) => this.sched.step(step.at === undefined || inputs.now !== undefined ? inputs : { ...inputs, now: step.at });
     const time = (word) => {
@@ -218,6 +220,8 @@ class ScheduleRunner {
         seen.start.push(label);
       }
       seen.settle.push(...out.settle.map((s) => settleLine(this.label(s.entry), s.reason)));
+      seen.acquire.push(...[...out.acquire].map((e) => this.label(e)));
+      seen.release.push(...[...out.release].map((e) => this.label(e)));
       seen.retired.push(...[...out.retired].map((b) => this.fileBatch.get(b) ?? `?${b}`));
       seen.wakeAt = out.wakeAt;
       for (const e of out.errors) {
@@ -300,6 +304,13 @@ class ScheduleRunner {
         seen.inputs = 1;
         gather(stepAt({ pause: [{ key: args[0], until: time(args[1]) }] }));
         break;
+      case 'grant':
+      case 'deny':
+        // One step with every entry in `granted` (or `denied`).
+        if (!args.length) throw new Error(`expected \`${verb} LABEL...\``);
+        seen.inputs = args.length;
+        gather(stepAt({ [verb === 'grant' ? 'granted' : 'denied']: args.map((l) => this.entry(l)) }));
+        break;
       case 'cancel':
         if (args.length !== 1) throw new Error('expected `cancel N`');
         seen.inputs = 1;
@@ -370,6 +381,9 @@ class ScheduleRunner {
     if (!eq(seen.start, step.start ?? []) || !eq(seen.settle, step.settle ?? [])) {
       throw new Error(`want start ${json(step.start ?? [])} settle ${json(step.settle ?? [])}, got start ${json(seen.start)} settle ${json(seen.settle)}`);
     }
+    if (!eq(seen.acquire, step.acquire ?? []) || !eq(seen.release, step.release ?? [])) {
+      throw new Error(`want acquire ${json(step.acquire ?? [])} release ${json(step.release ?? [])}, got acquire ${json(seen.acquire)} release ${json(seen.release)}`);
+    }
     if (step.retired !== undefined && !eq(seen.retired, step.retired)) {
       throw new Error(`want retired ${json(step.retired)}, got ${json(seen.retired)}`);
     }
@@ -408,7 +422,7 @@ class AdmissionRunner {
   }
 
   check(step) {
-    for (const field of ['start', 'settle', 'errors', 'retired', 'unrestored', 'layers', 'inspect']) {
+    for (const field of ['start', 'settle', 'acquire', 'release', 'errors', 'retired', 'unrestored', 'layers', 'inspect']) {
       if (step[field] !== undefined) throw new Error(`\`${field}\` is for scheduling steps`);
     }
     const words = step.do.trim().split(/\s+/);

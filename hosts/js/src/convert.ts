@@ -53,7 +53,7 @@ const ms = (t: bigint): number => Number(t);
 export function outputs(out: ws.Outputs): StepOutputs {
   const settle: Settled[] = new Array(out.settle.length);
   for (let i = 0; i < settle.length; i++) settle[i] = { entry: out.settle[i].entry, reason: reason(out.settle[i].reason) };
-  const result: StepOutputs = { start: out.start, settle, errors: out.errors, retired: out.retired };
+  const result: StepOutputs = { start: out.start, settle, errors: out.errors, retired: out.retired, acquire: out.acquire, release: out.release };
   if (out.wakeAt !== undefined) result.wakeAt = ms(out.wakeAt);
   return result;
 }
@@ -82,6 +82,9 @@ function wait(w: ws.Wait): Wait {
       return { kind: w.tag, key: w.val.key, until: ms(w.val.until) };
     case 'retry-at':
       return { kind: 'retry-at', until: ms(w.val) };
+    case 'permit-requested':
+    case 'permit-granted':
+      return { kind: w.tag, key: w.val };
   }
 }
 

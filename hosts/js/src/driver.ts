@@ -26,12 +26,24 @@
 //   aborted (cancel, batch failure, `executionTimeoutMs`), after `abortGraceMs` more it is
 //   recorded as failed with a `TimeoutError` and its slot is freed, whatever it does later.
 //   `executionTimeoutMs` aborts an execution's signal (a `TimeoutError`) after it ran that long.
+//
+// Shared keys (SHARED.md, "What the driver does"): the scheduler lists an entry of a shared key
+// in `acquire`; the driver asks `SharedKeys` for a permit (its key's limit and delay), reports
+// `granted` when the store grants it (the entry then starts in written order) or `denied` when
+// the request fails (the entry is settled failed with the store's error). Every entry the
+// scheduler lists in `release` gives its permit back: `release()` when it ran, `abandon()` when
+// it never started, or the pending request is withdrawn (its signal aborted). A permit whose
+// lease is lost aborts its execution. A `RateLimitedError` on a shared key also pauses the key
+// at the store, for every process. `dispose` gives back every permit and withdraws every
+// request at once.
 import { DisposedError, RateLimitedError, RefusedInputError, TurnstileError } from './errors.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import * as convert from './convert.js';
 import { Scheduler, Submitted, type CallInput, type ResumeOptions } from './scheduler.js';
 import type { Policy } from './turnstile.js';
 import type { EntryStatus, InputKind, Reason, SavedCall, SavedState, Unrestored } from './types.js';
+import { DELAY_MS_MAX, LIMIT_MAX } from './shared/contract.js';
+import type { SharedKeys, SharedPermit } from './shared/keys.js';
 import { fail, func, millis, oneOf, record, signal as checkSignal, string as checkString } from './validate.js';
 
 /** What `execute` gets: the entry to run and a signal that fires when it should stop. */
@@ -49,6 +61,9 @@ export interface Execution<C extends CallInput = CallInput> {
   /** Runs `answer` while the tool waits on a question (a user prompt); the execution keeps its
    * slot. Closed when the execution ends: a late answer is dropped. */
   question<T>(answer: () => Promise<T>): Promise<T>;
+  /** The store's permit when the entry's key is shared (`undefined` otherwise). The driver gives
+   * it back; its `signal` aborting (the lease was lost) aborts `signal` too. */
+  readonly permit: SharedPermit | undefined;
 }
 
 /** How one entry ended. `entry` and `label` name it. */
@@ -62,8 +77,10 @@ export type EntryOutcome =
   | { entry: bigint; label: string; status: 'cancelled'; value?: unknown; error?: unknown }
   /** It never ran (or stopped being needed): `reason` says why, and `message` is the sentence to
    * show a user or hand back to the model as the call's result (the component's `explain` text,
-   * the same in every host: `"not run: the batch was cancelled"`). */
-  | { entry: bigint; label: string; status: 'settled'; reason: Reason; message: string };
+   * the same in every host: `"not run: the batch was cancelled"`). `error` is set only when a
+   * shared key's store could not grant its permit (reason `failed`): what `SharedKeys.acquire`
+   * rejected with (`StoreUnavailableError`, `LeaseLostError`, ...). */
+  | { entry: bigint; label: string; status: 'settled'; reason: Reason; message: string; error?: unknown };
 
 /** One call's outcome: its entries' outcomes in operation order. */
 export interface CallOutcome {
@@ -171,6 +188,8 @@ class Pending {
   readonly ok = new NumberList();
   readonly failed = new NumberList();
   readonly cancel = new NumberList();
+  readonly granted = new NumberList();
+  readonly denied = new NumberList();
   readonly retry: ws.RetryAfter[] = [];
   readonly retryOwners: Batch[] = [];
   readonly pause: ws.KeyPause[] = [];
@@ -197,6 +216,8 @@ class Pending {
     this.ok.clear();
     this.failed.clear();
     this.cancel.clear();
+    this.granted.clear();
+    this.denied.clear();
     if (this.settle.length) this.settle.length = this.settleOwners.length = 0;
     if (this.retry.length) this.retry.length = this.retryOwners.length = 0;
     if (this.pause.length) this.pause.length = this.pauseDone.length = 0;
@@ -267,6 +288,8 @@ class Run implements Execution {
   /** Set once its signal aborted: when, and why. */
   aborted: { at: number; reason: unknown } | undefined;
   timers: ReturnType<typeof setTimeout>[] | undefined;
+  /** Its shared key's permit, when it has one. */
+  hold: Hold | undefined;
 
   constructor(batch: Batch, offset: number) {
     this.batch = batch;
@@ -312,6 +335,35 @@ class Run implements Execution {
   question<T>(answer: () => Promise<T>): Promise<T> {
     return this.batch.driver.question(this, answer);
   }
+  get permit(): SharedPermit | undefined {
+    return this.hold?.permit;
+  }
+}
+
+/** One entry's permit of a shared key: the request until the store answers, then the permit. */
+class Hold {
+  readonly key: string;
+  /** Aborted to withdraw the request. */
+  readonly controller = new AbortController();
+  permit: SharedPermit | undefined;
+  /** Its execution started: the permit is released (else abandoned). */
+  started = false;
+  /** Given back (the scheduler listed it in `release`, or the driver was disposed): a permit that
+   * arrives afterwards is abandoned at once. */
+  done = false;
+  /** Removes the lease-lost listener of a started execution. */
+  detach: (() => void) | undefined;
+  constructor(key: string) {
+    this.key = key;
+  }
+}
+
+/** Options of a `Driver`. */
+export interface DriverOptions {
+  /** The store client for the policy's shared keys (`concurrency = { ..., shared = true }`), from
+   * `@turnstile/scheduler/shared`. Required when the policy declares one; the host closes it
+   * (`keys.close()`, then `store.close()`) after disposing the driver. */
+  sharedKeys?: SharedKeys;
 }
 
 const drivers = new WeakMap<Scheduler, Driver>();
@@ -320,6 +372,11 @@ const drivers = new WeakMap<Scheduler, Driver>();
  * live batch with `DisposedError`, aborts its executions and disposes the scheduler. */
 export class Driver {
   readonly scheduler: Scheduler;
+  /** The store client for shared keys (`DriverOptions.sharedKeys`). */
+  readonly sharedKeys: SharedKeys | undefined;
+  /** Entries of shared keys with a permit requested or held, by entry number, until the
+   * scheduler lists them in `release` (or a denial, or `dispose`). */
+  readonly #holds = new Map<number, Hold>();
   /** Live batches in entry order (an entry's batch is found by binary search). */
   readonly #live: Batch[] = [];
   readonly #byBatch = new Map<bigint, Batch>();
@@ -334,17 +391,31 @@ export class Driver {
   #last: Batch | undefined;
   readonly #step = () => this.#flush();
 
-  /** A driver for `scheduler`; a scheduler has at most one (`Driver.of` finds it). */
-  constructor(scheduler: Scheduler) {
+  /** A driver for `scheduler`; a scheduler has at most one (`Driver.of` finds it). A policy that
+   * declares a shared key needs `options.sharedKeys` (a `TypeError` naming the keys otherwise). */
+  constructor(scheduler: Scheduler, options: DriverOptions = {}) {
     if (!(scheduler instanceof Scheduler)) fail('scheduler', 'a Scheduler', scheduler);
+    const o = record(options, 'options', ['sharedKeys']);
+    const keys = o.sharedKeys as SharedKeys | undefined;
+    if (keys !== undefined && (typeof keys !== 'object' || keys === null || typeof keys.acquire !== 'function' || typeof keys.pause !== 'function')) {
+      fail('options.sharedKeys', 'a SharedKeys (from @turnstile/scheduler/shared)', keys);
+    }
+    const shared = scheduler.sharedTools;
+    if (shared !== undefined && keys === undefined) {
+      const names = [...new Set([...shared.values()].map((t) => t.key))].map((k) => JSON.stringify(k)).join(', ');
+      throw new TypeError(
+        `the policy declares shared keys (${names}) but the driver has no store: pass { sharedKeys: new SharedKeys(store) } (from '@turnstile/scheduler/shared') to new Driver(scheduler, options)`,
+      );
+    }
     if (drivers.has(scheduler)) throw new TypeError('this scheduler already has a driver: use Driver.of(scheduler)');
     drivers.set(scheduler, this);
     this.scheduler = scheduler;
+    this.sharedKeys = keys;
   }
 
-  /** The scheduler's driver, made on first use. */
-  static of(scheduler: Scheduler): Driver {
-    return drivers.get(scheduler) ?? new Driver(scheduler);
+  /** The scheduler's driver, made on first use with `options` (ignored when it exists). */
+  static of(scheduler: Scheduler, options?: DriverOptions): Driver {
+    return drivers.get(scheduler) ?? new Driver(scheduler, options);
   }
 
   /** Resumes a saved state (see `Scheduler.resume`) under a driver: each restored batch runs
@@ -358,22 +429,23 @@ export class Driver {
   static resume(
     policy: Policy,
     state: SavedState,
-    options: ResumeOptions & RunOptions & { execute: Execute; argsOf?: (call: SavedCall) => unknown },
+    options: ResumeOptions & RunOptions & DriverOptions & { execute: Execute; argsOf?: (call: SavedCall) => unknown },
   ): { driver: Driver; batches: Promise<CallOutcome[]>[]; unrestored: Unrestored[] } {
-    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome', 'argsOf']);
+    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome', 'argsOf', 'sharedKeys']);
     func(o.execute, 'options.execute');
     if (o.argsOf !== undefined) func(o.argsOf, 'options.argsOf');
     const runOptions = checkRunOptions({ signal: options.signal, decide: options.decide, executionTimeoutMs: options.executionTimeoutMs, abortGraceMs: options.abortGraceMs, onOutcome: options.onOutcome });
     // The state is checked in full (`Scheduler.resume`) before `argsOf` sees any of it.
     const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: options.started });
     let args: unknown[][] | undefined;
+    let driver: Driver;
     try {
       if (options.argsOf) args = state.batches.map((b) => b.calls.map((c) => options.argsOf!(c)));
+      driver = new Driver(scheduler, o.sharedKeys === undefined ? {} : { sharedKeys: o.sharedKeys as SharedKeys });
     } catch (error) {
       scheduler.dispose();
       throw error;
     }
-    const driver = new Driver(scheduler);
     const batches = state.batches.map((saved, i) => driver.#restore(saved, options.execute, runOptions, args?.[i]));
     return { driver, batches, unrestored };
   }
@@ -423,11 +495,18 @@ export class Driver {
     if (typeof forMs !== 'number') fail('forMs', 'a number of milliseconds', forMs);
     if (!Number.isFinite(forMs) || forMs < 0) throw new RangeError(`forMs must be a finite number of milliseconds >= 0, got ${forMs}`);
     const until = BigInt(Math.min(clock() + Math.ceil(forMs), Number.MAX_SAFE_INTEGER));
-    return new Promise<void>((resolve, reject) => {
+    const local = new Promise<void>((resolve, reject) => {
       this.#pending.pause.push({ key, until });
       this.#pending.pauseDone.push((error) => (error === undefined ? resolve() : reject(error)));
       this.#schedule();
     });
+    // A shared key (named as declared, not made from a template) pauses at the store too, for
+    // every process.
+    const shared = this.sharedKeys !== undefined && [...(this.scheduler.sharedTools?.values() ?? [])].some((t) => !t.template && t.key === key);
+    if (!shared) return local;
+    const store = this.sharedKeys!.pause(key, storeMs(forMs));
+    store.catch(() => {});
+    return Promise.all([local, store]).then(() => undefined);
   }
 
   /** Rejects every live batch with `DisposedError`, aborts its executions, disposes the scheduler. */
@@ -442,6 +521,7 @@ export class Driver {
       for (const run of batch.running) if (run) clearTimers(run);
     }
     this.#byBatch.clear();
+    this.#dropHolds(error);
     for (const done of this.#pending.pauseDone) done(error);
     this.#pending.clear();
     clearTimeout(this.#wake);
@@ -523,7 +603,7 @@ export class Driver {
   }
 
   /** A settled outcome, with the component's sentence for it (never throws). */
-  #settled(entry: bigint, label: string, reason: Reason, wit: ws.Reason): EntryOutcome {
+  #settled(entry: bigint, label: string, reason: Reason, wit: ws.Reason): Extract<EntryOutcome, { status: 'settled' }> {
     return { entry, label, status: 'settled', reason, message: this.scheduler.held.instance.explainOrKind(label, wit) };
   }
 
@@ -617,6 +697,20 @@ export class Driver {
     }
     const run = new Run(batch, offset);
     batch.running[offset] = run;
+    const hold = this.#holds.get(batch.first + offset);
+    if (hold?.permit) {
+      const permit = hold.permit;
+      run.hold = hold;
+      if (permit.signal.aborted) {
+        // The lease was lost while it waited for earlier entries: it must not run.
+        this.end(run, false, permit.signal.reason);
+        return;
+      }
+      hold.started = true;
+      const onLost = () => run.abort(permit.signal.reason);
+      permit.signal.addEventListener('abort', onLost, { once: true });
+      hold.detach = () => permit.signal.removeEventListener('abort', onLost);
+    }
     const timeout = batch.options.executionTimeoutMs;
     if (timeout !== undefined) {
       (run.timers ??= []).push(setTimeout(() => run.abort(new DOMException(`${run.label} ran longer than ${timeout} ms`, 'TimeoutError')), timeout));
@@ -654,11 +748,74 @@ export class Driver {
     this.end(run, true, value);
   }
 
+  // --- shared keys ------------------------------------------------------------------------
+
+  /** Asks the store for the entry's permit (the scheduler listed it in `acquire`). */
+  #acquire(batch: Batch, offset: number, keysOf: Map<Batch, EntryStatus[] | undefined>): void {
+    const entry = batch.first + offset;
+    const tool = this.scheduler.sharedTools?.get(batch.submitted.calls[batch.submitted.at(offset).index].tool);
+    let key = tool?.key ?? '';
+    if (tool?.template) {
+      // The key its arguments made: the scheduler's (one `inspect` per batch and step).
+      if (!keysOf.has(batch)) keysOf.set(batch, this.scheduler.inspect(batch.submitted.batch));
+      key = keysOf.get(batch)?.[offset]?.key ?? key;
+    }
+    const hold = new Hold(key);
+    this.#holds.set(entry, hold);
+    let request: Promise<SharedPermit>;
+    try {
+      if (!tool || !this.sharedKeys) throw new TypeError(`turnstile driver: ${batch.label(offset)} has no shared key to acquire (a bug)`);
+      // A key written `limit = 0` with a delay is unbounded but spaced: the store's largest limit.
+      request = this.sharedKeys.acquire(key, { limit: Math.min(tool.limit, LIMIT_MAX), delayMs: Math.min(tool.delayMs, DELAY_MS_MAX), signal: hold.controller.signal });
+    } catch (error) {
+      request = Promise.reject(error);
+    }
+    request.then(
+      (permit) => {
+        if (hold.done || this.#disposed) {
+          // Withdrawn (or the driver went) while the grant was on its way: given back unused.
+          permit.abandon().catch(() => {});
+          return;
+        }
+        hold.permit = permit;
+        this.#push('granted', entry, batch);
+      },
+      (error) => {
+        // The withdrawal's own abort is no denial.
+        if (hold.done || this.#holds.get(entry) !== hold) return;
+        this.#holds.delete(entry);
+        hold.done = true;
+        if (this.#disposed) return;
+        this.#record(batch, offset, { ...this.#settled(BigInt(entry), batch.label(offset), { kind: 'failed' }, { tag: 'failed' }), error });
+        this.#push('denied', entry, batch);
+      },
+    );
+  }
+
+  /** Gives back the entry's permit (the scheduler listed it in `release`): released when it ran,
+   * abandoned when it never started, or the request withdrawn. */
+  #release(entry: number): void {
+    const hold = this.#holds.get(entry);
+    if (hold === undefined) return;
+    this.#holds.delete(entry);
+    giveBack(hold, undefined);
+  }
+
+  /** Every permit given back and every request withdrawn (dispose, a trap). */
+  #dropHolds(reason: unknown): void {
+    for (const hold of this.#holds.values()) giveBack(hold, reason);
+    this.#holds.clear();
+  }
+
   /** @internal An execution ended (or was given up after `abortGraceMs`). */
   end(run: Run, ok: boolean, value: unknown): void {
     if (run.ended) return;
     run.ended = true;
     if (run.timers) clearTimers(run);
+    if (run.hold?.detach) {
+      run.hold.detach();
+      run.hold.detach = undefined;
+    }
     const batch = run.batch;
     if (!ok && value instanceof RateLimitedError && !batch.cancelled && !this.#disposed) {
       // Not an end: the entry goes back in line and runs again after the pause (or is settled
@@ -668,6 +825,9 @@ export class Driver {
       // A time past 2^53 - 1 ms (a Retry-After of centuries) is capped, never wrapped.
       p.retry.push({ entry: BigInt(batch.first + run.offset), until: BigInt(Math.min(clock() + value.retryAfterMs, Number.MAX_SAFE_INTEGER)) });
       p.retryOwners.push(batch);
+      // A shared key pauses for every process (the pause only extends; a store error changes
+      // nothing here: the permit goes back with the `release` that follows).
+      if (run.hold && this.sharedKeys) this.sharedKeys.pause(run.hold.key, storeMs(value.retryAfterMs)).catch(() => {});
       this.#schedule();
       return;
     }
@@ -743,11 +903,14 @@ export class Driver {
         now: BigInt(clock()),
         retry: p.retry,
         pause: p.pause.length ? p.pause : NO_PAUSES,
+        granted: p.granted.view(),
+        denied: p.denied.view(),
       });
     } catch (error) {
       // A trap (InstanceBrokenError) or a disposed scheduler: every batch on it goes with it.
       this.#byBatch.clear();
       this.#last = undefined;
+      this.#dropHolds(error);
       for (const batch of this.#live.splice(0)) {
         this.#reject(batch, error);
         this.#abortRunning(batch, error);
@@ -772,7 +935,18 @@ export class Driver {
       const batch = this.#find(offset);
       if (batch) this.#record(batch, offset - batch.first, this.#settled(s.entry, batch.label(offset - batch.first), convert.reason(s.reason), s.reason));
     }
+    const release = out.release;
+    if (release.length) {
+      const w = words(release);
+      for (let i = 0; i < release.length; i++) this.#release(w[i << 1] + w[(i << 1) + 1] * TWO_32);
+    }
     for (const e of out.errors) {
+      if (e.input === 'granted' || e.input === 'denied') {
+        // A permit's answer that raced a cancellation or a stop (the entry was settled and
+        // released first) changes nothing; a permit still held is given back.
+        if (e.input === 'granted') this.#release(Number(p.target(e.input, e.index)));
+        continue;
+      }
       if (e.input === 'pause') {
         p.pauseDone[e.index]?.(new RefusedInputError(e, 0n));
         p.pauseDone[e.index] = () => {};
@@ -784,6 +958,16 @@ export class Driver {
       this.#fail(batch, new RefusedInputError(e, p.target(e.input, e.index)));
     }
     for (const done of p.pauseDone) done();
+    const acquire = out.acquire;
+    if (acquire.length) {
+      const w = words(acquire);
+      const keysOf = new Map<Batch, EntryStatus[] | undefined>();
+      for (let i = 0; i < acquire.length; i++) {
+        const entry = w[i << 1] + w[(i << 1) + 1] * TWO_32;
+        const batch = this.#find(entry);
+        if (batch) this.#acquire(batch, entry - batch.first, keysOf);
+      }
+    }
     const start = out.start;
     if (start.length) {
       const w = words(start);
@@ -849,6 +1033,23 @@ export class Driver {
     }
     return undefined;
   }
+}
+
+/** A duration for the store: whole milliseconds within its largest delay. */
+function storeMs(ms: number): number {
+  return Math.min(Math.ceil(ms), DELAY_MS_MAX);
+}
+
+function giveBack(hold: Hold, reason: unknown): void {
+  hold.done = true;
+  if (hold.detach) {
+    hold.detach();
+    hold.detach = undefined;
+  }
+  const permit = hold.permit;
+  // A store that cannot be reached now: the lease ends on its own.
+  if (permit) (hold.started ? permit.release() : permit.abandon()).catch(() => {});
+  else hold.controller.abort(reason ?? new DOMException('the permit request was withdrawn', 'AbortError'));
 }
 
 function clearTimers(run: Run): void {

@@ -121,12 +121,15 @@ export class CallSettledError extends TurnstileError {
   readonly callId: string;
   readonly tool: string;
   /** The gate makes these; `message` is the component's text (`Turnstile.explain`). */
-  constructor(reason: Reason, callId: string, tool: string, message: string) {
+  /** `cause`: for a shared key's permit the store could not grant, the store's error
+   * (`StoreUnavailableError`, `LeaseLostError`, ...). */
+  constructor(reason: Reason, callId: string, tool: string, message: string, cause?: unknown) {
     super('call-settled', message);
     this.message = message;
     this.reason = reason;
     this.callId = callId;
     this.tool = tool;
+    if (cause !== undefined) this.cause = cause;
   }
   override toString(): string {
     return this.message;

@@ -28,7 +28,7 @@
 // - rejects with the batch's error when the whole batch failed (`SubmitError`, a failed
 //   `decide`, a disposed driver).
 // `gate.cancel()` cancels every live batch and every call not yet submitted.
-import { Driver, type Decision, type EntryOutcome } from './driver.js';
+import { Driver, type Decision, type DriverOptions, type EntryOutcome } from './driver.js';
 import { CallSettledError, SubmitError } from './errors.js';
 import { Scheduler } from './scheduler.js';
 import { Policy } from './turnstile.js';
@@ -56,6 +56,9 @@ export interface GateOptions {
   /** Once a running call's signal aborted, how long `run` may still take before its slot is
    * freed anyway (its result is then ignored). Default: it keeps its slot until it ends. */
   abortGraceMs?: number;
+  /** The store client for the policy's shared keys, when the gate makes its driver (a `Policy`
+   * target, or a `Scheduler` that has no driver yet); see `DriverOptions.sharedKeys`. */
+  sharedKeys?: DriverOptions['sharedKeys'];
 }
 
 export interface GateCallOptions {
@@ -124,11 +127,19 @@ export class Gate {
   /** A gate over a driver, a scheduler (its driver, `Driver.of`) or a policy (a new scheduler:
    * one gate per conversation). */
   constructor(target: Driver | Scheduler | Policy, options: GateOptions = {}) {
+    const o = record(options, 'options', ['decide', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys']);
+    const driverOptions: DriverOptions = o.sharedKeys === undefined ? {} : { sharedKeys: o.sharedKeys as DriverOptions['sharedKeys'] };
     if (target instanceof Driver) this.driver = target;
-    else if (target instanceof Scheduler) this.driver = Driver.of(target);
-    else if (target instanceof Policy) this.driver = new Driver(new Scheduler(target));
-    else fail('target', 'a Driver, Scheduler or Policy', target);
-    const o = record(options, 'options', ['decide', 'executionTimeoutMs', 'abortGraceMs']);
+    else if (target instanceof Scheduler) this.driver = Driver.of(target, driverOptions);
+    else if (target instanceof Policy) {
+      const scheduler = new Scheduler(target);
+      try {
+        this.driver = new Driver(scheduler, driverOptions);
+      } catch (error) {
+        scheduler.dispose();
+        throw error;
+      }
+    } else fail('target', 'a Driver, Scheduler or Policy', target);
     if (o.decide !== undefined) func(o.decide, 'options.decide');
     if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
     if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
@@ -271,7 +282,8 @@ function answer(pending: Pending, outcome: EntryOutcome): void {
       else pending.settle(true, outcome.value);
       return;
     case 'settled':
-      pending.settle(false, new CallSettledError(outcome.reason, pending.id, pending.tool, outcome.message));
+      // `error`: what a shared key's store failed with, as the error's `cause`.
+      pending.settle(false, new CallSettledError(outcome.reason, pending.id, pending.tool, outcome.message, outcome.error));
   }
 }
 

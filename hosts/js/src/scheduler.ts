@@ -75,6 +75,24 @@ function templatesOf(policy: Policy): Map<string, readonly string[]> | undefined
   return out;
 }
 
+/** A shared key as one tool declares it: its key (a template when `template`), limit and delay. */
+export interface SharedTool {
+  readonly key: string;
+  readonly limit: number;
+  readonly delayMs: number;
+  readonly template: boolean;
+}
+
+/** The tools whose key is shared, by name; `undefined` when none is. */
+function sharedOf(policy: Policy): Map<string, SharedTool> | undefined {
+  let out: Map<string, SharedTool> | undefined;
+  for (const tool of policy.tools()) {
+    const c = tool.concurrency;
+    if (c?.shared) (out ??= new Map()).set(tool.name, { key: c.key, limit: c.limit, delayMs: c.delayMs, template: c.arguments.length > 0 });
+  }
+  return out;
+}
+
 function rawArguments(value: unknown): [number, string][] {
   const list = array(value, 'options.arguments');
   return list.map((item, i) => {
@@ -189,7 +207,7 @@ export class Submitted {
 }
 
 const HOW = ['rejected', 'skipped', 'failed'] as const;
-const STEP_FIELDS = ['approve', 'settle', 'ask', 'answer', 'ok', 'failed', 'cancel', 'now', 'retry', 'pause'] as const;
+const STEP_FIELDS = ['approve', 'settle', 'ask', 'answer', 'ok', 'failed', 'cancel', 'now', 'retry', 'pause', 'granted', 'denied'] as const;
 
 function retries(value: unknown): ws.RetryAfter[] {
   if (value === undefined) return [];
@@ -223,6 +241,9 @@ export class Scheduler {
   /** Argument names by tool, for the tools whose key is a template (the policy may be disposed
    * after the scheduler is made, so they are read once, here). */
   readonly #templates: Map<string, readonly string[]> | undefined;
+  /** @internal The tools whose key is shared (`concurrency.shared`), read once like the
+   * templates; the driver asks the store for their permits. */
+  readonly sharedTools: Map<string, SharedTool> | undefined;
 
   /** A scheduler for a policy (from the same `Turnstile` instance). */
   constructor(policy: Policy);
@@ -233,6 +254,7 @@ export class Scheduler {
     const p = policy.held.get();
     const instance = policy.held.instance;
     this.#templates = templatesOf(policy);
+    this.sharedTools = sharedOf(policy);
     this.held = new Held(instance, raw ?? instance.call(() => new instance.root.scheduler.Scheduler(p)), this, 'this scheduler');
   }
 
@@ -324,6 +346,8 @@ export class Scheduler {
         now: i.now === undefined ? undefined : time(i.now, 'inputs.now'),
         retry: retries(i.retry),
         pause: pauses(i.pause),
+        granted: numbers(i.granted, 'inputs.granted'),
+        denied: numbers(i.denied, 'inputs.denied'),
       }),
     );
   }

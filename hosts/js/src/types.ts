@@ -34,7 +34,8 @@ export type DiagnosticCode =
   | 'enable-value'
   | 'concurrency-delay-conflict'
   | 'concurrency-retries-conflict'
-  | 'concurrency-key-template';
+  | 'concurrency-key-template'
+  | 'concurrency-shared-conflict';
 
 /** A place in one layer. Offsets are bytes into the layer's text (for a layer given as an
  * object: into the TOML the package generated from it); line and column are one-based. */
@@ -73,10 +74,12 @@ export type OnError = 'continue' | 'stop';
  * hit a rate limit and run again (a key with `limit = 0` and a delay has limit 4294967295).
  * A key with placeholders (`"fs:{path}"`) is a template: each call's key is made from its
  * arguments, and `arguments` lists the top-level argument names it uses (empty for a plain
- * key); every key made from one template has the template's limit and delay. */
+ * key); every key made from one template has the template's limit and delay. `shared`: the
+ * limit, delay and pauses hold across every process using the same store (see `Driver`'s
+ * `sharedKeys` option); the scheduler lists such entries in `acquire` instead of `start`. */
 export interface ToolPolicy {
   name: string;
-  concurrency?: { key: string; limit: number; delayMs: number; retries: number; arguments: string[] };
+  concurrency?: { key: string; limit: number; delayMs: number; retries: number; arguments: string[]; shared: boolean };
   fanOut: boolean;
   onError: OnError;
 }
@@ -110,7 +113,7 @@ export interface HostSettlement {
 export type Outcome = 'ok' | 'failed';
 
 /** Which list of step inputs an input was in. */
-export type InputKind = 'approve' | 'settle' | 'ask' | 'answer' | 'ok' | 'failed' | 'cancel' | 'now' | 'retry' | 'pause';
+export type InputKind = 'approve' | 'settle' | 'ask' | 'answer' | 'ok' | 'failed' | 'cancel' | 'now' | 'retry' | 'pause' | 'granted' | 'denied';
 
 export type InputErrorCode =
   | 'unknown-entry'
@@ -121,7 +124,8 @@ export type InputErrorCode =
   | 'already-ended'
   | 'batch-cancelled'
   | 'time-backwards'
-  | 'unknown-key';
+  | 'unknown-key'
+  | 'not-acquiring';
 
 /** A refused step input: its list, its position there, and why. It changed nothing. */
 export interface InputError {
@@ -163,6 +167,12 @@ export interface StepInputs {
   retry?: readonly { entry: bigint; until: number }[];
   /** Keys to pause until a time (a pause only ever extends), by name. */
   pause?: readonly { key: string; until: number }[];
+  /** Entries of shared keys whose permit the store granted (each was in `acquire`); they start
+   * in written order. Applied after `settle`. */
+  granted?: Numbers;
+  /** Entries of shared keys whose permit the store could not grant: settled `failed` without
+   * running (their local slot is freed). Applied after `granted`. */
+  denied?: Numbers;
 }
 
 /** What one `step` decided: entries to `start`, entries the scheduler `settle`d (each needs its
@@ -176,24 +186,33 @@ export interface StepOutputs {
   /** When to `step` again with a later `now` because something waits on time; absent when
    * nothing does. */
   wakeAt?: number;
+  /** Entries of shared keys to acquire a permit for from the store, in written order; report
+   * each as `granted` or `denied`. Each holds a local slot meanwhile. */
+  acquire: BigUint64Array;
+  /** Entries of shared keys whose permit (or permit request) the host gives back: they ended,
+   * hit a rate limit, or were cancelled or stopped while waiting for a permit. */
+  release: BigUint64Array;
 }
 
 /** Where an entry is. */
 export type EntryState =
-  | { kind: 'pending' | 'approved' | 'running' | 'asking' }
+  | { kind: 'pending' | 'approved' | 'acquiring' | 'granted' | 'running' | 'asking' }
   | { kind: 'ended'; outcome: Outcome }
   | { kind: 'settled'; reason: Reason };
 
 /** Why an approved entry waits: its batch still has `pending` undecided entries, its key is
  * full (these executions hold its slots), an earlier entry with its key (`label`) has not
  * started yet, its key is paused or spacing its starts `until` a time, or (unkeyed) it runs
- * again `until` a time after a rate limit. */
+ * again `until` a time after a rate limit; a shared key's entry waits for its permit from the
+ * store (`permit-requested`) or, granted, for earlier entries of its key to start
+ * (`permit-granted`). */
 export type Wait =
   | { kind: 'batch-not-approved'; pending: number }
   | { kind: 'key-full'; key: string; limit: number; running: string[] }
   | { kind: 'behind'; label: string }
   | { kind: 'key-paused' | 'key-spacing'; key: string; until: number }
-  | { kind: 'retry-at'; until: number };
+  | { kind: 'retry-at'; until: number }
+  | { kind: 'permit-requested' | 'permit-granted'; key: string };
 
 /** One entry as `inspect` reports it. `key` is its key (made from its arguments for a key
  * template); `why` is `wait` as one plain sentence for a UI, from the component

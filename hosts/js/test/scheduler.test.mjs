@@ -57,7 +57,7 @@ test('step: every input judged on its own, refusals are data, the rest applies',
   const { sched } = await setup();
   const b = sched.submit(['r1', 'r2', 'r3'].map((id) => ({ id, tool: 'rfd_renumber' })));
   const [r1, r2, r3] = b.entries();
-  assert.deepEqual(sched.step(), { start: new BigUint64Array(0), settle: [], errors: [], retired: new BigUint64Array(0) });
+  assert.deepEqual(sched.step(), { start: new BigUint64Array(0), settle: [], errors: [], retired: new BigUint64Array(0), acquire: new BigUint64Array(0), release: new BigUint64Array(0) });
   let out = sched.step({ approve: [r1, MAX, r1] });
   assert.deepEqual(out.errors.map((e) => [e.input, e.index, e.code]), [['approve', 1, 'unknown-entry'], ['approve', 2, 'already-decided']]);
   assert.equal(typeof out.errors[0].message, 'string');
@@ -83,6 +83,39 @@ test('step: every input judged on its own, refusals are data, the rest applies',
   assert.deepEqual(sched.step({ cancel: [b.batch] }).errors.map((e) => [e.input, e.code]), [['cancel', 'unknown-batch']]);
   const again = sched.submit(['r1', 'r2'].map((id) => ({ id, tool: 'rfd_renumber' })));
   assert.ok(again.first > r3);
+});
+
+test('shared keys: acquire and release are outputs, granted and denied are inputs, inspect shows the permit waits', async () => {
+  const { policy, sched } = await setup('[conversation.tools.gh]\nconcurrency = { key = "github", limit = 2, shared = true }\n[conversation.tools.local]\nconcurrency = 1\n');
+  assert.equal(policy.tool('gh').concurrency.shared, true);
+  assert.equal(policy.tool('local').concurrency.shared, false);
+  const b = sched.submit(['g1', 'g2', 'g3'].map((id) => ({ id, tool: 'gh' })));
+  const [g1, g2, g3] = b.entries();
+  let out = sched.step({ approve: [g1, g2, g3] });
+  assert.deepEqual([...out.acquire], [g1, g2]);
+  assert.deepEqual([...out.start], []);
+  out = sched.step({ granted: [g2] });
+  assert.deepEqual([...out.start], [], 'g2 waits for g1 (written order)');
+  assert.deepEqual(
+    sched.inspect(b.batch).map((s) => [s.label, s.state.kind, s.wait]),
+    [
+      ['g1', 'acquiring', { kind: 'permit-requested', key: 'github' }],
+      ['g2', 'granted', { kind: 'permit-granted', key: 'github' }],
+      ['g3', 'approved', { kind: 'key-full', key: 'github', limit: 2, running: ['g1', 'g2'] }],
+    ],
+  );
+  out = sched.step({ granted: [g1, g3] });
+  assert.deepEqual(out.errors.map((e) => [e.input, e.index, e.code]), [['granted', 1, 'not-acquiring']]);
+  assert.deepEqual([...out.start], [g1, g2]);
+  out = sched.step({ ok: [g1] });
+  assert.deepEqual([...out.release], [g1]);
+  assert.deepEqual([...out.acquire], [g3]);
+  out = sched.step({ denied: [g3] });
+  assert.deepEqual(out.settle, [], 'a denied entry is settled by the host');
+  assert.deepEqual(sched.inspect(b.batch)[2].state, { kind: 'settled', reason: { kind: 'failed' } });
+  out = sched.step({ ok: [g2] });
+  assert.deepEqual([...out.release], [g2]);
+  assert.deepEqual([...out.retired], [b.batch]);
 });
 
 test('host settlements, cancellation and stop are reported with their reasons', async () => {

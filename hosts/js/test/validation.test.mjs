@@ -84,7 +84,7 @@ test('every wrong argument to every method throws TypeError or RangeError; the i
   // step
   throwsNaming(() => sched.step('x'), TypeError, 'inputs');
   throwsNaming(() => sched.step({ approved: [] }), TypeError, 'approved');
-  for (const field of ['approve', 'ask', 'answer', 'ok', 'failed', 'cancel']) {
+  for (const field of ['approve', 'ask', 'answer', 'ok', 'failed', 'cancel', 'granted', 'denied']) {
     for (const [v, Kind] of BAD_U64) throwsNaming(() => sched.step({ [field]: [v] }), Kind, `inputs.${field}[0]`);
     throwsNaming(() => sched.step({ [field]: new Uint32Array([1]) }), TypeError, `inputs.${field}`);
     throwsNaming(() => sched.step({ [field]: b.first }), TypeError, `inputs.${field}`);

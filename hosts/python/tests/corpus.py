@@ -28,7 +28,17 @@ from turnstile_scheduler import (
     Started,
     SubmitError,
 )
-from turnstile_scheduler.types import RETRIES_DEFAULT, BatchNotApproved, Behind, KeyFull, KeyPaused, KeySpacing, RetryAt
+from turnstile_scheduler.types import (
+    RETRIES_DEFAULT,
+    BatchNotApproved,
+    Behind,
+    KeyFull,
+    KeyPaused,
+    KeySpacing,
+    PermitGranted,
+    PermitRequested,
+    RetryAt,
+)
 
 NONE = 2**64 - 1
 """The number no scheduler or controller hands out: what an unknown label, batch or request
@@ -45,7 +55,10 @@ SETTLE_VERBS = {"reject": HostSettle.REJECTED, "skip": HostSettle.SKIPPED, "fail
 # Fields of each table; a descriptive group allows at most one of its names and is never read.
 CASE_FIELDS = {"description", "layer", "diagnostics", "rendered", "tools", "batch", "admission", "step", "simulate"}
 CASE_DESCRIPTIVE = {"name", "title", "notes", "comment", "reference"}
-SCHED_STEP_FIELDS = {"do", "start", "settle", "error", "errors", "retired", "unrestored", "layers", "inspect", "at", "wake_at"}
+SCHED_STEP_FIELDS = {
+    "do", "start", "settle", "error", "errors", "retired", "unrestored", "layers", "inspect", "at", "wake_at", "acquire",
+    "release",
+}
 ADMISSION_STEP_FIELDS = {"do", "error", "admit", "cancel", "refused", "drain"}
 STEP_DESCRIPTIVE = {"comment", "note", "why"}
 LAYER_FIELDS = {"name", "text"}
@@ -68,6 +81,8 @@ def tool_line(t) -> str:
         out += f" delay={t.delay_ms}"
     if t.key is not None and t.retries != RETRIES_DEFAULT:
         out += f" retries={t.retries}"
+    if t.key is not None and t.shared:
+        out += " shared"
     if t.fan_out:
         out += " fan-out"
     if t.on_error == "stop":
@@ -101,6 +116,10 @@ def inspect_line(st) -> str:
         out += f" waits key-spacing {w.key} {w.until}"
     elif isinstance(w, RetryAt):
         out += f" waits retry-at {w.until}"
+    elif isinstance(w, PermitRequested):
+        out += f" waits permit-requested {w.key}"
+    elif isinstance(w, PermitGranted):
+        out += f" waits permit-granted {w.key}"
     return out
 
 
@@ -206,6 +225,8 @@ class SchedulingRun:
         self.start: list[str] = []
         self.settle: list[str] = []
         self.retired: list[int] = []
+        self.acquire: list[str] = []
+        self.release: list[str] = []
         self.at: Optional[int] = None  # the step's `at`: the `now` of each step call it makes
         self.wake_at: Optional[int] = None  # what its last step call said
 
@@ -235,6 +256,8 @@ class SchedulingRun:
         self.start += [self.labels.get(e, f"?{e}") for e in out.start]
         self.settle += [f"{self.labels.get(s.entry, f'?{s.entry}')} {reason_text(s.reason)}" for s in out.settle]
         self.retired += [self.file_batch.get(b, -1) for b in out.retired]
+        self.acquire += [self.labels.get(e, f"?{e}") for e in out.acquire]
+        self.release += [self.labels.get(e, f"?{e}") for e in out.release]
         return out
 
     def one_by_one(self, kind: str, values: list[Any], single: bool = False) -> Optional[str]:
@@ -255,7 +278,7 @@ class SchedulingRun:
         for key, allowed in (("errors", many), ("unrestored", verb == "restart"), ("layers", verb == "restart"), ("inspect", verb == "inspect")):
             if key in step and not allowed:
                 raise CaseError(f"`{key}` does not apply to `{verb}`")
-        self.start, self.settle, self.retired = [], [], []
+        self.start, self.settle, self.retired, self.acquire, self.release = [], [], [], [], []
         at = step.get("at")
         if at is not None and (type(at) is not int or at < 0):
             raise CaseError("`at` must be milliseconds (an integer >= 0)")
@@ -298,6 +321,12 @@ class SchedulingRun:
             out = self.step(ok=[e for _, e in ok], failed=[e for _, e in failed])
             refused = sorted(((ok if e.input is InputKind.OK else failed)[e.index][0], e.code.value) for e in out.errors)
             errors = [f"{i} {code}" for i, code in refused]
+        elif verb in ("grant", "deny"):
+            if not args:
+                raise CaseError(f"expected `{verb} LABEL...`")
+            # One step with every entry; the event is refused with its first refused input's code.
+            out = self.step(**{"granted" if verb == "grant" else "denied": [self.entry(l) for l in args]})
+            err = out.errors[0].code.value if out.errors else None
         elif verb == "cancel":
             err = self.one_by_one("cancel", [self.batch(batch_number(args))])
         elif verb == "now":
@@ -341,6 +370,11 @@ class SchedulingRun:
         want_start, want_settle = strings(step, "start"), strings(step, "settle")
         if self.start != want_start or self.settle != want_settle:
             raise AssertionError(f"want start {want_start} settle {want_settle}, got start {self.start} settle {self.settle}")
+        want_acquire, want_release = strings(step, "acquire"), strings(step, "release")
+        if self.acquire != want_acquire or self.release != want_release:
+            raise AssertionError(
+                f"want acquire {want_acquire} release {want_release}, got acquire {self.acquire} release {self.release}"
+            )
         if "retired" in step:
             compare("retired", step["retired"], self.retired)
         if "wake_at" in step:

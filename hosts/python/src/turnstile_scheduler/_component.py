@@ -105,11 +105,14 @@ class Instance:
             self._funcs[key] = bound
         return bound
 
-    def step_func(self) -> Callable[[Any, Any], tuple[list[int], list[Any], list[Any], list[int], Optional[int]]]:
+    def step_func(
+        self,
+    ) -> Callable[[Any, Any], tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[int], list[int]]]:
         """`scheduler.step` on its thin path (see `_fastcall.step_call`): `(resource, inputs)`
-        to `(start, settle, errors, retired, wake_at)`, with `inputs` an object with the WIT
-        field names (`settle` elements with `entry` and `how`, `retry` with `entry` and
-        `until`, `pause` with `key` and `until`; `now` an int or None)."""
+        to `(start, settle, errors, retired, wake_at, acquire, release)`, with `inputs` an
+        object with the WIT field names (`settle` elements with `entry` and `how`, `retry`
+        with `entry` and `until`, `pause` with `key` and `until`; `now` an int or None;
+        `granted` and `denied` lists of entries)."""
         key = ("scheduler", "[method]scheduler.step#thin")
         bound = self._funcs.get(key)
         if bound is None:
@@ -118,10 +121,20 @@ class Instance:
             if bound is None:
                 generic = self.func("scheduler", "[method]scheduler.step")
 
-                def bound(resource: Any, inputs: Any) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int]]:
+                def bound(
+                    resource: Any, inputs: Any
+                ) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[int], list[int]]:
                     o = generic(resource, inputs)
                     # A component before 0.3 has no `wake-at` (and ignores the new inputs).
-                    return o.start, o.settle, o.errors, o.retired, getattr(o, "wake-at", None)
+                    return (
+                        o.start,
+                        o.settle,
+                        o.errors,
+                        o.retired,
+                        getattr(o, "wake-at", None),
+                        list(getattr(o, "acquire", ())),
+                        list(getattr(o, "release", ())),
+                    )
 
             self._funcs[key] = bound
         return bound

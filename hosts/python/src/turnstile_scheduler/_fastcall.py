@@ -219,19 +219,20 @@ def bound_call(func: Any, store: Any, instance: Any, what: str, lift: Optional[C
 # ---------------------------------------------------------------------------------------------
 # The thin path for `scheduler.step`: the driver's hot function.
 
-_INPUT_FIELDS = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel", "now", "retry", "pause")
-_OUTPUT_FIELDS = ("start", "settle", "errors", "retired", "wake-at")
-_WORDS = (0, 2, 3, 4, 5, 6)  # the list<u64> fields, written in bulk
+_INPUT_FIELDS = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel", "now", "retry", "pause", "granted", "denied")
+_OUTPUT_FIELDS = ("start", "settle", "errors", "retired", "wake-at", "acquire", "release")
+_WORDS = (0, 2, 3, 4, 5, 6, 10, 11)  # the list<u64> fields, written in bulk
 _LOWERED = (1, 8, 9)  # settle, retry, pause: lowered by wasmtime-py when not empty
 
 
 def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Callable[..., Any]]:
-    """`step(resource, inputs) -> (start, settle, errors, retired, wake_at)` with the `inputs`
+    """`step(resource, inputs) -> (start, settle, errors, retired, wake_at, acquire, release)`
+    with the `inputs`
     record built once and reused: its field names and its lists of numbers live in
     Python-owned memory the call only reads, so a call allocates nothing in wasmtime for them.
     `now` points at a number it owns too; `settle`, `retry` and `pause` are lowered by
     wasmtime-py, and only when not empty;
-    `start` and `retired` are read in bulk, `wake-at` directly, `settle` and `errors` lifted by
+    `start`, `retired`, `acquire` and `release` are read in bulk, `wake-at` directly, `settle` and `errors` lifted by
     wasmtime-py (records, as `Record` objects) and only when not empty. None when this
     wasmtime-py or the function's type is not the expected one."""
     if not _BULK:
@@ -320,7 +321,7 @@ def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Calla
         views[k].size = 0
         views[k].data = null
 
-    def call(resource: Any, inputs: Any) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int]]:
+    def call(resource: Any, inputs: Any) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[int], list[int]]:
         if instance.broken is not None:
             raise instance.broken
         keep: list[Any] = []
@@ -330,6 +331,8 @@ def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Calla
         lower_words(4, inputs.ok, keep)
         lower_words(5, inputs.failed, keep)
         lower_words(6, inputs.cancel, keep)
+        lower_words(10, inputs.granted, keep)
+        lower_words(11, inputs.denied, keep)
         now = inputs.now
         if now is None:
             entries[7].val.of.option = option_null
@@ -358,6 +361,8 @@ def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Calla
                 fields = result_space.of.record.data
                 start = read_words(fields[0].val)
                 retired = read_words(fields[3].val)
+                acquire = read_words(fields[5].val)
+                release = read_words(fields[6].val)
                 wake = fields[4].val.of.option
                 wake_at = wake.contents.of.u64 if wake else None
                 s_val, e_val = fields[1].val, fields[2].val
@@ -371,7 +376,7 @@ def step_call(func: Any, store: Any, instance: Any, what: str) -> Optional[Calla
                     e_val.kind = bool_kind
             finally:
                 val_delete(byref(result_space))
-            return start, settled, errors, retired, wake_at
+            return start, settled, errors, retired, wake_at, acquire, release
         finally:
             for k, tmp in lowered:
                 reset(k)

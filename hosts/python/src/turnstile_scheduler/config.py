@@ -70,6 +70,7 @@ class Policy:
         self.layers: tuple[tuple[str, str], ...] = tuple(layers)
         """The layers as resolved: `(name, TOML text)`, plain data already written as TOML."""
         self._templates: Optional[dict[str, tuple[str, ...]]] = None
+        self._shared: Optional[dict[str, ToolPolicy]] = None
 
     @classmethod
     def resolve(cls, layers: Sequence[Any], instance: Optional[Instance] = None) -> "Policy":
@@ -109,7 +110,14 @@ class Policy:
         if self._templates is None:
             tools = [_tool(t) for t in instance.func("config", "[method]policy.tools")(resource)]
             self._templates = {t.name: t.arguments for t in tools if t.arguments}
+            self._shared = {t.name: t for t in tools if t.shared}
         return self._templates
+
+    def shared_in(self, instance: Instance, resource: Any) -> dict[str, ToolPolicy]:
+        """Each tool whose key is shared (`shared = true`), with its policy (read with
+        `templates_in`)."""
+        self.templates_in(instance, resource)
+        return dict(self._shared or {})
 
     def fingerprint(self) -> int:
         """What the policy means to a scheduler, as 64 bits: equal for policies that schedule
@@ -177,4 +185,5 @@ def _tool(t: Any) -> ToolPolicy:
         delay_ms=getattr(c, "delay-ms", 0) if c is not None else None,
         retries=getattr(c, "retries", 3) if c is not None else None,
         arguments=tuple(getattr(c, "arguments", ())) if c is not None else (),
+        shared=bool(getattr(c, "shared", False)) if c is not None else False,
     )

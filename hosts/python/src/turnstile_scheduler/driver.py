@@ -53,6 +53,19 @@ again for the same entry when the scheduler releases it (in written order on its
 the key's `retries` the entry is settled with `Reason(ReasonKind.RATE_LIMITED, retries=n)`
 (its `EntryOutcome.error` is the last `RateLimited`). `await driver.pause(key, seconds)`
 pauses a key from the host.
+
+Shared keys (`shared = true`: one limit across processes, SHARED.md). The driver needs
+`shared_keys=SharedKeys(store)` (a ValueError at construction names the keys otherwise). An
+entry the scheduler lists in `acquire` gets a task that awaits `keys.acquire(key, limit=...,
+delay_ms=...)` (the key's terms from the policy); the permit is reported `granted` and the
+entry starts in written order, and an error of the store is reported `denied`: the entry is
+settled failed before it started, with the store's error as `EntryOutcome.error`. An entry in
+`release` gets its permit released (its execution started) or abandoned (it never did), or its
+request withdrawn (the task is cancelled). A permit whose lease is lost (`permit.lost`)
+cancels its execution, which then failed with the store's error. `RateLimited` on a shared key
+also pauses it in the store. Whatever ends a batch (cancellation, `close()`, a trap), what it
+still holds at the store is given back; `settled_shared()` waits for those calls. The driver
+never closes the keys or the store.
 """
 
 from __future__ import annotations
@@ -72,6 +85,8 @@ from .config import Policy
 from .errors import DisposedError, RateLimited, RefusedInputError, SubmitError, TurnstileError
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
 from .scheduler import Scheduler, explain_in, lower_reason, pack_calls
+from .shared import DELAY_MS_MAX, LIMIT_MAX
+from .shared.keys import SharedKeys, SharedPermit
 from .types import (
     Call,
     EntryState,
@@ -151,7 +166,7 @@ class _Batch:
     __slots__ = (
         "driver", "batch", "first", "calls", "labels", "call_of", "ops", "execute", "outcomes", "tasks",
         "asking", "expired", "finished", "cancelled", "count", "since", "timers", "begun", "on_settled",
-        "limited",
+        "limited", "acquiring", "permits", "permit_used", "shared_keys", "denied_errors", "lost", "watchers",
     )
 
     def __init__(self, driver: "Driver", batch: int, first: int, calls: list[Call], execute: Execute) -> None:
@@ -187,6 +202,16 @@ class _Batch:
         # The last RateLimited each entry's execution raised (kept on its outcome if it is
         # settled rate-limited).
         self.limited: dict[int, RateLimited] = {}
+        # Shared keys: the task acquiring each entry's permit, the permit once granted (and
+        # whether an execution used it), the entry's shared key, the store error that denied
+        # it, the error that lost a running entry's permit, and the task watching for that.
+        self.acquiring: dict[int, asyncio.Task[None]] = {}
+        self.permits: dict[int, Any] = {}
+        self.permit_used: set[int] = set()
+        self.shared_keys: dict[int, str] = {}
+        self.denied_errors: dict[int, BaseException] = {}
+        self.lost: dict[int, BaseException] = {}
+        self.watchers: dict[int, asyncio.Task[None]] = {}
         # Resolved when the batch retires; an exception when it must fail (refused input, trap).
         self.finished: asyncio.Future[None] = driver._loop.create_future()  # type: ignore[union-attr]
         self.cancelled = False
@@ -233,7 +258,7 @@ class _Inputs:
 
 _KINDS = list(InputKind)
 _KIND_INDEX = {k.value: i for i, k in enumerate(_KINDS)}  # by WIT name
-_APPROVE, _SETTLE, _ASK, _ANSWER, _OK, _FAILED, _CANCEL, _NOW, _RETRY, _PAUSE = range(10)
+_APPROVE, _SETTLE, _ASK, _ANSWER, _OK, _FAILED, _CANCEL, _NOW, _RETRY, _PAUSE, _GRANTED, _DENIED = range(12)
 _U64_MAX = 2**64 - 1
 
 # ---------------------------------------------------------------------------------------------
@@ -247,9 +272,26 @@ class Driver:
     ones; it closes the scheduler when the driver owns it. A driver dropped without `close()`
     is closed by its finalizer."""
 
-    def __init__(self, scheduler: Scheduler, *, execution_timeout: Optional[float] = None, owns_scheduler: bool = False) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        execution_timeout: Optional[float] = None,
+        owns_scheduler: bool = False,
+        shared_keys: Optional[SharedKeys] = None,
+    ) -> None:
         if not isinstance(scheduler, Scheduler):
             raise TypeError(f"scheduler must be a Scheduler, not {type(scheduler).__name__}")
+        if shared_keys is not None and not isinstance(shared_keys, SharedKeys):
+            raise TypeError(f"shared_keys must be a SharedKeys, not {type(shared_keys).__name__}")
+        shared_tools = dict(getattr(scheduler, "_shared_tools", {}))
+        if shared_tools and shared_keys is None:
+            keys = sorted({t.key for t in shared_tools.values() if t.key is not None})
+            raise ValueError(
+                f"the policy declares shared keys ({', '.join(repr(k) for k in keys)}: tools "
+                f"{', '.join(sorted(shared_tools))}): give the driver shared_keys=SharedKeys(store) "
+                "(see SHARED.md)"
+            )
         self.execution_timeout = _check.number(execution_timeout, "execution_timeout")
         if self.execution_timeout == 0:
             raise ValueError("execution_timeout must be > 0 seconds (or None)")
@@ -277,16 +319,31 @@ class Driver:
         # scheduler itself here would keep both alive forever).
         self._finalizer = weakref.finalize(self, _finalize, scheduler._finalizer if owns_scheduler else None)
         self._owns = owns_scheduler
+        self.shared_keys = shared_keys
+        self._shared_tools = shared_tools
+        # Give-backs to the store in flight (`__aexit__` waits for them).
+        self._giving: set[asyncio.Task[Any]] = set()
 
     @classmethod
     def resume(
-        cls, policy: Policy, state: SavedState, *, started: Started, execution_timeout: Optional[float] = None
+        cls,
+        policy: Policy,
+        state: SavedState,
+        *,
+        started: Started,
+        execution_timeout: Optional[float] = None,
+        shared_keys: Optional[SharedKeys] = None,
     ) -> tuple["Driver", list[Unrestored]]:
         """A driver over `Scheduler.resume(policy, state, started=started)` (which it owns),
         and the calls the policy left out. Run each restored batch with `run_restored` (its
         numbers are `restored()`), next to new batches with `run`."""
         scheduler, unrestored = Scheduler.resume(policy, state, started=started)
-        return cls(scheduler, execution_timeout=execution_timeout, owns_scheduler=True), unrestored
+        try:
+            driver = cls(scheduler, execution_timeout=execution_timeout, owns_scheduler=True, shared_keys=shared_keys)
+        except BaseException:
+            scheduler.close()
+            raise
+        return driver, unrestored
 
     @classmethod
     def of(cls, scheduler: Scheduler) -> "Driver":
@@ -414,6 +471,10 @@ class Driver:
             if not b.finished.done():
                 b.finished.cancel()
             raise
+        finally:
+            if b.acquiring or b.permits:  # never hang a shared key, whatever ended the batch
+                for i in list(b.acquiring) + [i for i in b.permits if i not in b.tasks]:
+                    self._give_back(b, i)
         if error is not None:
             raise error
         return b.results()
@@ -441,6 +502,8 @@ class Driver:
         done: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
         self._queue(_PAUSE, (key, until), done)
         await done
+        if self.shared_keys is not None and any(t.key == key for t in self._shared_tools.values()):
+            await self.shared_keys.pause(key, min(math.ceil(span * 1000), DELAY_MS_MAX))  # type: ignore[operator]
 
     def _retry(self, b: _Batch, i: int, limited: RateLimited) -> None:
         """An execution raised `RateLimited`: the entry runs again after it (or is settled
@@ -452,6 +515,10 @@ class Driver:
         else:
             until = self.now() + math.ceil(limited.retry_after * 1000)  # type: ignore[operator]
         until = min(max(until, 0), _U64_MAX)
+        key = b.shared_keys.get(i)
+        if key is not None and self.shared_keys is not None:
+            # Every process using the store pauses the key (a pause only extends).
+            self._spawn_give(self.shared_keys.pause(key, min(max(until - self.now(), 0), DELAY_MS_MAX)))
         if b.asking[i]:  # a question still open is closed with its execution
             b.asking[i] = False
             self._queue(_ANSWER, entry, b)
@@ -507,6 +574,9 @@ class Driver:
             self.scheduler._driver = None
         for b in list(self._batches.values()):
             b.fail(DisposedError("the driver"))
+            # Requests withdrawn and unused permits given back now, not after the next step.
+            for i in list(b.acquiring) + [i for i in b.permits if i not in b.permit_used]:
+                self._give_back(b, i)
         if self._batches:
             try:
                 loop = asyncio.get_running_loop()
@@ -548,6 +618,7 @@ class Driver:
         self.close()
         for b in live:
             await self._wind_down(b)
+        await self.settled_shared()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -625,7 +696,7 @@ class Driver:
             pause = [_KeyPause(key, until) for key, until in lists[_PAUSE]] if lists[_PAUSE] else []
             inputs = _StepInputs(
                 lists[_APPROVE], settle, lists[_ASK], lists[_ANSWER], lists[_OK], lists[_FAILED], lists[_CANCEL],
-                self.now(), retry, pause,
+                self.now(), retry, pause, lists[_GRANTED], lists[_DENIED],
             )
             try:
                 out = self._step(self._resource, inputs)
@@ -643,7 +714,15 @@ class Driver:
                     f.set_result(None)
 
     def _dispatch(
-        self, q: _Inputs, start: list[int], settled: list[Any], errors: list[Any], retired: list[int], wake_at: Optional[int] = None
+        self,
+        q: _Inputs,
+        start: list[int],
+        settled: list[Any],
+        errors: list[Any],
+        retired: list[int],
+        wake_at: Optional[int] = None,
+        acquire: Sequence[int] = (),
+        release: Sequence[int] = (),
     ) -> None:
         owner = self._owner
         refused: set[tuple[int, int]] = set()
@@ -652,7 +731,16 @@ class Driver:
                 k = _KIND_INDEX[r.input]
                 refused.add((k, r.index))
                 refusal = RefusedInput(InputKind(r.input), r.index, InputErrorCode(r.code), r.message)
-                if k == _NOW:  # the clock went back (a scheduler stepped with another clock)
+                if k == _GRANTED or k == _DENIED:
+                    # A permit that came (or failed) after its entry stopped waiting for it (the
+                    # step that listed it in `release` went first): nothing to report.
+                    b = q.owners[k][r.index]
+                    entry = q.lists[k][r.index]
+                    if k == _GRANTED:
+                        self._give_back(b, entry - b.first)
+                    else:
+                        b.denied_errors.pop(entry - b.first, None)
+                elif k == _NOW:  # the clock went back (a scheduler stepped with another clock)
                     for b in list(self._batches.values()):
                         b.fail(RefusedInputError(refusal))
                 elif k == _PAUSE:
@@ -669,6 +757,22 @@ class Driver:
                 if b is not None:
                     j = entry - b.first
                     b.settle(j, self._settled(entry, b.labels[j], _REASONS[how], _REASONS_WIT[how]))
+        for i, entry in enumerate(q.lists[_DENIED]):
+            # The store could not grant the permit: settled failed, with the store's error.
+            if (_DENIED, i) not in refused:
+                b = owner.get(entry)
+                if b is not None:
+                    j = entry - b.first
+                    error = b.denied_errors.pop(j, None)
+                    b.settle(j, self._settled(entry, b.labels[j], _REASONS["failed"], _REASONS_WIT["failed"], error))
+        for entry in release:
+            b = owner.get(entry)
+            if b is not None:
+                self._give_back(b, entry - b.first)
+        for entry in acquire:
+            b = owner.get(entry)
+            if b is not None:
+                self._acquire(b, entry - b.first)
         if settled:
             for s in settled:
                 b = owner.get(s.entry)
@@ -712,6 +816,10 @@ class Driver:
         task = loop.create_task(self._run(b, i, awaitable))  # type: ignore[union-attr]
         b.tasks[i] = task
         b.since[i] = loop.time()
+        permit = b.permits.get(i)
+        if permit is not None:
+            b.permit_used.add(i)
+            b.watchers[i] = loop.create_task(self._watch_lost(b, i, permit, task))  # type: ignore[union-attr]
         if self.execution_timeout is not None:
             b.timers[i] = loop.call_later(self.execution_timeout, self._expire, b, i)
 
@@ -732,7 +840,11 @@ class Driver:
             try:
                 value = await awaitable
             except asyncio.CancelledError:
-                if i in b.expired and not b.cancelled:
+                lost = b.lost.pop(i, None)
+                if lost is not None and not b.cancelled:
+                    # Its shared key's permit was lost (lease expired, store unreachable).
+                    self._ended(b, i, EntryOutcome(entry, label, FAILED, error=lost), False)
+                elif i in b.expired and not b.cancelled:
                     error = TimeoutError(f"{label} ran past execution_timeout ({self.execution_timeout} s)")
                     self._ended(b, i, EntryOutcome(entry, label, FAILED, error=error), False)
                 else:
@@ -753,11 +865,103 @@ class Driver:
         finally:
             del b.tasks[i]
             del b.since[i]
+            if b.watchers:
+                watcher = b.watchers.pop(i, None)
+                if watcher is not None:
+                    watcher.cancel()
+            if b.finished.done() and i in b.permits:  # its batch is gone: no step will say so
+                self._give_back(b, i)
             b.begun.discard(i)  # it may run again (a retry), as a task not yet begun
             if b.timers:
                 timer = b.timers.pop(i, None)
                 if timer is not None:
                     timer.cancel()
+
+    # -- shared keys -----------------------------------------------------------------------------
+
+    def _shared_terms(self, b: _Batch, i: int) -> tuple[str, int, int]:
+        """The shared key of entry `i` (made from its call's arguments for a key template), its
+        limit (capped at what a store takes) and delay."""
+        tool = self._shared_tools[b.call_of[i].tool]
+        key = tool.key
+        if tool.arguments:
+            statuses = self.scheduler.inspect(b.batch) or []
+            key = statuses[i].key if i < len(statuses) else key
+        return key, min(tool.limit or 1, LIMIT_MAX), tool.delay_ms or 0  # type: ignore[return-value]
+
+    def _acquire(self, b: _Batch, i: int) -> None:
+        """`acquire` listed entry `i`: a task asks the store for its permit and reports it
+        granted or denied."""
+        entry = b.first + i
+        try:
+            key, limit, delay_ms = self._shared_terms(b, i)
+        except Exception as e:  # e.g. a tool no longer in the policy: denied with why
+            b.denied_errors[i] = e
+            self._queue(_DENIED, entry, b)
+            return
+        b.shared_keys[i] = key
+        b.acquiring[i] = self._loop.create_task(self._acquiring(b, i, key, limit, delay_ms))  # type: ignore[union-attr]
+
+    async def _acquiring(self, b: _Batch, i: int, key: str, limit: int, delay_ms: int) -> None:
+        entry = b.first + i
+        me = asyncio.current_task()
+        try:
+            permit = await self.shared_keys.acquire(key, limit=limit, delay_ms=delay_ms)  # type: ignore[union-attr]
+        except asyncio.CancelledError:
+            return  # withdrawn: the keys gave the request back
+        except BaseException as e:  # StoreUnavailableError, LeaseLostError, DisposedError, anything
+            if b.acquiring.get(i) is me:
+                del b.acquiring[i]
+                b.denied_errors[i] = e
+                self._queue(_DENIED, entry, b)
+            if not isinstance(e, Exception):
+                raise
+            return
+        if b.acquiring.get(i) is not me or self._closed or b.finished.done():
+            self._spawn_give(permit.abandon())  # no longer wanted
+            return
+        del b.acquiring[i]
+        b.permits[i] = permit
+        self._queue(_GRANTED, entry, b)
+
+    def _give_back(self, b: _Batch, i: int) -> None:
+        """`release` listed entry `i` (or its batch is gone): its request is withdrawn, or its
+        permit released (its execution started) or abandoned (it never did)."""
+        task = b.acquiring.pop(i, None)
+        if task is not None:
+            task.cancel()
+        permit = b.permits.pop(i, None)
+        if permit is not None:
+            used = i in b.permit_used
+            b.permit_used.discard(i)
+            self._spawn_give(permit.release() if used else permit.abandon())
+
+    def _spawn_give(self, coro: Any) -> None:
+        """Runs a store call to its end (errors dropped: a lease ends anyway)."""
+
+        async def run() -> None:
+            with contextlib.suppress(Exception):
+                await coro
+
+        try:
+            task = self._loop.create_task(run())  # type: ignore[union-attr]
+        except (RuntimeError, AttributeError):  # no loop to run it on (closed): the lease ends anyway
+            coro.close()
+            return
+        self._giving.add(task)
+        task.add_done_callback(self._giving.discard)
+
+    async def _watch_lost(self, b: _Batch, i: int, permit: SharedPermit, task: "asyncio.Task[None]") -> None:
+        """Cancels the execution when its permit is lost."""
+        await permit.lost.wait()
+        if b.tasks.get(i) is task and not task.done():
+            b.lost[i] = permit.lost_error or RuntimeError(f"the permit of {b.labels[i]} was lost")
+            task.cancel()
+
+    async def settled_shared(self) -> None:
+        """Waits until every permit and request this driver gave back reached the store."""
+        while self._giving:
+            await asyncio.gather(*list(self._giving), return_exceptions=True)
 
     def _settled(self, entry: int, label: str, reason: Reason, wit: Any = None, error: Optional[BaseException] = None) -> EntryOutcome:
         """A settled entry's outcome, with the component's sentence for it (`wit`: the reason
@@ -801,15 +1005,16 @@ class Driver:
 class _StepInputs:
     """The WIT `inputs` record as wasmtime-py reads it (attributes by field name)."""
 
-    __slots__ = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel", "now", "retry", "pause")
+    __slots__ = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel", "now", "retry", "pause", "granted", "denied")
 
     def __init__(
         self, approve: list[int], settle: list[Any], ask: list[int], answer: list[int], ok: list[int], failed: list[int],
-        cancel: list[int], now: Optional[int], retry: list[Any], pause: list[Any],
+        cancel: list[int], now: Optional[int], retry: list[Any], pause: list[Any], granted: list[int], denied: list[int],
     ) -> None:
         self.approve, self.settle, self.ask, self.answer = approve, settle, ask, answer
         self.ok, self.failed, self.cancel = ok, failed, cancel
         self.now, self.retry, self.pause = now, retry, pause
+        self.granted, self.denied = granted, denied
 
 
 class _RetryAfter:

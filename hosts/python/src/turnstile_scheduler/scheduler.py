@@ -36,6 +36,8 @@ from .types import (
     KeyPaused,
     KeySpacing,
     Outcome,
+    PermitGranted,
+    PermitRequested,
     Outputs,
     Reason,
     ReasonKind,
@@ -51,6 +53,7 @@ from .types import (
     Started,
     SubmitErrorCode,
     Submitted,
+    ToolPolicy,
     Unrestored,
     UnrestoredCode,
     Wait,
@@ -167,6 +170,10 @@ def _wait(w: Any) -> Optional[Wait]:
             return KeySpacing(v.key, v.until)
         if tag == "retry-at":
             return RetryAt(v)
+        if tag == "permit-requested":
+            return PermitRequested(v)
+        if tag == "permit-granted":
+            return PermitGranted(v)
         raise ValueError(f"unknown wait {tag!r}")
     # A component before 0.3 passes `wait` untagged: u32, string and record lift to int, str
     # and a Record.
@@ -211,13 +218,23 @@ def _saved_state(s: Any) -> SavedState:
     )
 
 
-def _outputs(start: list[int], settle: list[Any], errors: list[Any], retired: list[int], wake_at: Optional[int] = None) -> Outputs:
+def _outputs(
+    start: list[int],
+    settle: list[Any],
+    errors: list[Any],
+    retired: list[int],
+    wake_at: Optional[int] = None,
+    acquire: Optional[list[int]] = None,
+    release: Optional[list[int]] = None,
+) -> Outputs:
     return Outputs(
         start=start,
         settle=[Settled(s.entry, _reason(s.reason)) for s in settle],
         errors=[RefusedInput(InputKind(e.input), e.index, InputErrorCode(e.code), e.message) for e in errors],
         retired=retired,
         wake_at=wake_at,
+        acquire=acquire or [],
+        release=release or [],
     )
 
 
@@ -299,11 +316,15 @@ class Scheduler:
         inst = _instance(instance)
         resource = policy.resource_in(inst)
         templates = policy.templates_in(inst, resource)
+        self._shared_tools = policy.shared_in(inst, resource)
         self._attach(inst, inst.func("scheduler", "[constructor]scheduler")(resource), instance is None, templates)
 
     def _attach(self, instance: Instance, resource: Any, owned: bool, templates: dict[str, tuple[str, ...]]) -> None:
         self._driver: Any = None  # the `Driver` that owns its steps, if any
         self._templates = templates
+        if not hasattr(self, "_shared_tools"):
+            self._shared_tools: dict[str, ToolPolicy] = {}
+        """Tool name to its policy, for the tools whose key is shared (the driver needs them)."""
         """Tool name to the arguments its key template names, for templated tools only."""
         self.instance = instance
         self._resource = resource
@@ -333,12 +354,14 @@ class Scheduler:
         inst = _instance(instance)
         resource = policy.resource_in(inst)
         templates = policy.templates_in(inst, resource)
+        shared_tools = policy.shared_in(inst, resource)
         result = inst.func("scheduler", "[static]scheduler.resume")(resource, wit, how.value)
         # result<tuple<scheduler, list<unrestored>>, resume-error> lifts untagged: a tuple or a Record.
         if not isinstance(result, tuple):
             raise ResumeError(ResumeErrorCode(result.code), result.message)
         resource, unrestored = result
         self = cls.__new__(cls)
+        self._shared_tools = shared_tools
         self._attach(inst, resource, instance is None, templates)
         return self, [Unrestored(u.batch, u.call, UnrestoredCode(u.code), u.message) for u in unrestored]
 
@@ -380,6 +403,8 @@ class Scheduler:
         now: Optional[int] = None,
         retry: Sequence[tuple[int, int]] = (),
         pause: Sequence[tuple[str, int]] = (),
+        granted: Sequence[int] = (),
+        denied: Sequence[int] = (),
     ) -> Outputs:
         """One driver round: every input since the last step (entry numbers; batch numbers for
         `cancel`; `(entry, how)` pairs for `settle`). Each list applies in order, and each
@@ -395,8 +420,15 @@ class Scheduler:
         (each frees its slot, pauses its key until then, and goes back to its place at the
         front of its key's queue; past its key's `retries` it is settled `rate-limited`).
         `pause` holds `(key, until)` pairs (a pause only ever extends; a key no tool declares
-        is refused as `unknown-key`). The order they apply in: `now` first, then approve,
-        settle, ask, answer, ok, failed, retry, cancel, pause."""
+        is refused as `unknown-key`).
+
+        Shared keys (`ToolPolicy.shared`): an entry with room locally is listed in
+        `Outputs.acquire` instead of `start`; the host asks its store for a permit and reports
+        the entry in `granted` (it then starts in written order) or `denied` (the store could
+        not grant it: it is settled failed without running; refused as `not-acquiring` for an
+        entry not waiting for a permit). `Outputs.release` lists the permits (or requests) to
+        give back. The order they apply in: `now` first, then approve, settle, granted,
+        denied, ask, answer, ok, failed, retry, cancel, pause."""
         resource = self._live()
         now = _check.opt_u64(now, "now")
         settlements = []
@@ -418,6 +450,8 @@ class Scheduler:
             now=now,
             retry=check_retry(retry),
             pause=check_pause(pause),
+            granted=_u64s(granted, "granted"),
+            denied=_u64s(denied, "denied"),
         )
         return _outputs(*self._step(resource, inputs))
 

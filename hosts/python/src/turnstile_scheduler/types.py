@@ -78,6 +78,8 @@ class InputKind(str, Enum):
     NOW = "now"
     RETRY = "retry"
     PAUSE = "pause"
+    GRANTED = "granted"
+    DENIED = "denied"
 
 
 class InputErrorCode(str, Enum):
@@ -94,6 +96,8 @@ class InputErrorCode(str, Enum):
     """`now` is earlier than a `now` given before: the clock must be monotonic."""
     UNKNOWN_KEY = "unknown-key"
     """A pause names a key no configured tool declares."""
+    NOT_ACQUIRING = "not-acquiring"
+    """A grant or a refusal of a permit for an entry that is not waiting for one."""
 
 
 class DiagnosticCode(str, Enum):
@@ -125,6 +129,8 @@ class DiagnosticCode(str, Enum):
     """Tools naming one concurrency key give it different `retries`."""
     CONCURRENCY_KEY_TEMPLATE = "concurrency-key-template"
     """A key template has a `{` not closed, an empty `{}`, or a stray `}`."""
+    CONCURRENCY_SHARED_CONFLICT = "concurrency-shared-conflict"
+    """Tools naming one concurrency key disagree on `shared`."""
 
 
 class SubmitErrorCode(str, Enum):
@@ -163,6 +169,10 @@ class EntryState(str, Enum):
 
     PENDING = "pending"
     APPROVED = "approved"
+    ACQUIRING = "acquiring"
+    """A shared key's entry waiting for its permit from the store (it holds a local slot)."""
+    GRANTED = "granted"
+    """Its permit granted; it starts once every earlier entry with its key has."""
     RUNNING = "running"
     ASKING = "asking"
     ENDED = "ended"
@@ -266,6 +276,9 @@ class ToolPolicy:
     delay_ms: Optional[int] = None
     retries: Optional[int] = None
     arguments: tuple[str, ...] = ()
+    shared: bool = False
+    """The key's limit, delay and pauses hold across every process using one store
+    (`concurrency = { key, limit, shared = true }`): a `Driver` needs `shared_keys=`."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,6 +378,12 @@ class Outputs:
     wake_at: Optional[int] = None
     """When to `step` again with a later `now` (milliseconds on the host's clock), because
     something waits on time (a key's delay or pause, a retry); None when nothing does."""
+    acquire: list[int] = field(default_factory=list)
+    """Entries of shared keys to acquire a permit for from the store, in written order; report
+    each as `granted` or `denied`. Each holds a local slot meanwhile."""
+    release: list[int] = field(default_factory=list)
+    """Entries of shared keys whose permit (or permit request) the host gives back: they ended,
+    hit a rate limit, or were cancelled or stopped while waiting for a permit."""
 
 
 @dataclass(frozen=True)
@@ -415,7 +434,22 @@ class RetryAt:
     until: int
 
 
-Wait = Union[BatchNotApproved, KeyFull, Behind, KeyPaused, KeySpacing, RetryAt]
+@dataclass(frozen=True)
+class PermitRequested:
+    """A shared key's entry waiting for its permit from the store (state ACQUIRING)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class PermitGranted:
+    """Its shared key's permit is granted; it waits for earlier entries of `key` to start
+    (state GRANTED)."""
+
+    key: str
+
+
+Wait = Union[BatchNotApproved, KeyFull, Behind, KeyPaused, KeySpacing, RetryAt, PermitRequested, PermitGranted]
 """Why an approved entry waits."""
 
 
