@@ -321,3 +321,78 @@ fn restart_gives_each_call_its_key_again() {
     );
     assert_eq!(out.start, vec![e[1]]);
 }
+
+#[test]
+fn a_name_is_one_key_whichever_template_or_table_makes_it() {
+    let text = r#"
+[conversation.tools.write]
+concurrency = { key = "fs:{path}", limit = 1 }
+[conversation.tools.move]
+concurrency = { key = "fs:{src}", limit = 1 }
+[conversation.tools.lock_a]
+concurrency = { key = "fs:/a", limit = 1 }
+"#;
+    let mut t = T::new(text);
+    let e = t.batch(
+        &[
+            ("w", "write", Some(r#"{"path":"/a"}"#)),
+            ("m", "move", Some(r#"{"src":"/a"}"#)),
+            ("l", "lock_a", None),
+        ],
+        0,
+    );
+    // Three tools, one resource: one at a time, in written order.
+    assert_eq!(t.out.start, vec![e[0]]);
+    let mut out = Outputs::default();
+    t.s.step(
+        &Inputs {
+            ok: &[e[0]],
+            pause: &[("fs:/a", 50)],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert!(out.start.is_empty(), "the pause reaches the one key");
+    assert_eq!(t.ok(&[], 50), vec![e[1]]);
+    assert_eq!(t.ok(&[e[1]], 51), vec![e[2]]);
+}
+
+#[test]
+fn the_idle_heap_follows_live_keys_not_history() {
+    let mut t = T::new(FS);
+    let mut out = Outputs::default();
+    // A made key paused far ahead stays while idle; batch after batch retires on it.
+    let e = t.batch(&[("a", "fs_write", Some(r#"{"path":"/a"}"#))], 0);
+    t.s.step(
+        &Inputs {
+            pause: &[("fs:/a", 1_000_000)],
+            ok: &e,
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    for i in 0..2_000 {
+        let id = format!("c{i}");
+        let b =
+            t.s.submit(&[Call {
+                id: &id,
+                tool: "fs_write",
+                operations: None,
+                arguments: Some(r#"{"path":"/a"}"#),
+            }])
+            .unwrap();
+        t.s.step(
+            &Inputs {
+                settle: &[(b.first, turnstile_engine::schedule::HostSettle::Rejected)],
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        assert_eq!(out.retired.len(), 1);
+    }
+    assert!(
+        t.s.idle_items_for_tests() <= 2,
+        "{}",
+        t.s.idle_items_for_tests()
+    );
+}

@@ -262,3 +262,101 @@ fn restart_asks_for_permits_again() {
     assert_eq!(out.acquire, e);
     assert!(out.start.is_empty());
 }
+
+/// Two processes share `github` (limit 2) through a FIFO store. Each one's `a` hits a rate
+/// limit while its `b` holds a permit: `b` gives it back and asks again behind `a`, so the
+/// store is never full of permits held by entries that wait for one with no request.
+#[test]
+fn a_rate_limit_gives_back_the_permits_behind_it_so_processes_never_deadlock() {
+    use std::collections::VecDeque;
+    const LIMIT: usize = 2;
+    let mut ps = [
+        Scheduler::new(policy(SHARED)),
+        Scheduler::new(policy(SHARED)),
+    ];
+    let mut out = Outputs::default();
+    let mut queue: VecDeque<(usize, EntryId)> = VecDeque::new();
+    let mut held: Vec<(usize, EntryId)> = Vec::new();
+    let mut entries = Vec::new();
+    let mut acquired: Vec<Vec<EntryId>> = vec![Vec::new(), Vec::new()];
+    for (p, s) in ps.iter_mut().enumerate() {
+        let calls: Vec<Call<'_>> = ["a", "b", "c"]
+            .iter()
+            .map(|id| Call {
+                id,
+                tool: "gh",
+                operations: None,
+                arguments: None,
+            })
+            .collect();
+        let b = s.submit(&calls).unwrap();
+        let e: Vec<EntryId> = (0..3).map(|i| EntryId(b.first.0 + i)).collect();
+        s.step(
+            &Inputs {
+                now: Some(0),
+                approve: &e,
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        acquired[p].clone_from(&out.acquire);
+        entries.push(e);
+    }
+    // Requests reach the store interleaved: P0a, P1a, P0b, P1b.
+    for i in 0..2 {
+        for (p, a) in acquired.iter().enumerate() {
+            queue.push_back((p, a[i]));
+        }
+    }
+    let mut now = 0;
+    let mut running: Vec<(usize, EntryId)> = Vec::new();
+    let mut rate_limited = [false, false];
+    let mut done = 0;
+    for _ in 0..100 {
+        // The store grants in arrival order while it has room.
+        let mut granted: [Vec<EntryId>; 2] = [Vec::new(), Vec::new()];
+        while held.len() < LIMIT {
+            let Some(x) = queue.pop_front() else { break };
+            held.push(x);
+            granted[x.0].push(x.1);
+        }
+        for p in 0..2 {
+            // Each process's `a` hits a 429 the first time it runs; everything else ends ok.
+            let a = entries[p][0];
+            let (retry, ok): (Vec<_>, Vec<_>) = running
+                .iter()
+                .filter(|r| r.0 == p)
+                .map(|r| r.1)
+                .partition(|&e| e == a && !rate_limited[p]);
+            if !retry.is_empty() {
+                rate_limited[p] = true;
+            }
+            let retry: Vec<(EntryId, u64)> = retry.iter().map(|&e| (e, now + 100)).collect();
+            running.retain(|r| r.0 != p);
+            ps[p].step(
+                &Inputs {
+                    now: Some(now),
+                    granted: &granted[p],
+                    ok: &ok,
+                    retry: &retry,
+                    ..Inputs::default()
+                },
+                &mut out,
+            );
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            done += ok.len();
+            for &r in &out.release {
+                held.retain(|&x| x != (p, r));
+                queue.retain(|&x| x != (p, r));
+            }
+            queue.extend(out.acquire.iter().map(|&e| (p, e)));
+            running.extend(out.start.iter().map(|&e| (p, e)));
+        }
+        if done == 6 {
+            break;
+        }
+        now += 50;
+    }
+    assert_eq!(done, 6, "held {held:?} waiting {queue:?}");
+    assert!(held.is_empty() && queue.is_empty());
+}

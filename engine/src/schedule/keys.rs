@@ -44,6 +44,11 @@ pub(crate) struct KeyRec {
     refs: u32,
     /// The last batch that counted itself in `refs` (or listed the key in its `keys`).
     last_batch: u64,
+    /// The time an idle-heap item for this key is queued for, if one is (like `armed`).
+    idle_at: Option<u64>,
+    /// A shared key's walk starts here: every queued entry numbered below it has asked for
+    /// its permit, holds one, or has its response (so the walk never rescans them).
+    pub(crate) scan_from: u64,
 }
 
 impl KeyRec {
@@ -79,7 +84,7 @@ pub(crate) struct ToolRec {
     pub(crate) stop: bool,
 }
 
-/// A key template and the live keys it expanded to.
+/// A key template.
 #[derive(Debug)]
 struct TemplateRec {
     template: KeyTemplate,
@@ -87,7 +92,6 @@ struct TemplateRec {
     /// The key named by the template's own text, taken by calls whose arguments do not
     /// expand: they are limited (among themselves), never unbounded.
     fallback: u32,
-    expanded: FxHashMap<String, u32>,
 }
 
 #[derive(Debug, Default)]
@@ -102,6 +106,10 @@ pub(crate) struct Keys {
     tool_index: FxHashMap<String, u32>,
     templates: Vec<TemplateRec>,
     template_index: FxHashMap<String, u32>,
+    /// Live keys made from templates, by name: one namespace with the configured keys (a
+    /// made name that is a configured key is that key), so every template making a name, and
+    /// a pause naming it, reach the same key.
+    made: FxHashMap<String, u32>,
     /// Expanded keys no live batch uses whose gate lies ahead: forgotten once it passes.
     idle: BinaryHeap<Reverse<(u64, u32)>>,
     /// Scratch for expanding templates.
@@ -121,6 +129,11 @@ impl Keys {
     /// How many key slots there are (live keys and forgotten ones kept for reuse).
     pub(crate) fn count(&self) -> usize {
         self.recs.len()
+    }
+
+    /// Items in the idle heap, live and stale.
+    pub(crate) fn idle_items(&self) -> usize {
+        self.idle.len()
     }
 
     /// How many keys are live (for tests that check expanded keys are forgotten).
@@ -195,6 +208,8 @@ impl Keys {
             template,
             refs: 0,
             last_batch: 0,
+            idle_at: None,
+            scan_from: 0,
         };
         match self.free.pop() {
             Some(k) => {
@@ -218,7 +233,6 @@ impl Keys {
             template: template.clone(),
             concurrency: c.clone(),
             fallback,
-            expanded: FxHashMap::default(),
         });
         self.template_index.insert(c.key.as_str().to_owned(), t);
         t
@@ -228,6 +242,7 @@ impl Keys {
     /// when no live batch uses it yet), or the template's own key when they do not expand.
     pub(crate) fn expand(
         &mut self,
+        policy: &Policy,
         t: u32,
         arguments: Option<&str>,
     ) -> Result<u32, (u32, Unexpanded)> {
@@ -236,25 +251,42 @@ impl Keys {
         let expanded = rec.template.expand(arguments, &mut self.fields, &mut name);
         let k = match expanded {
             Err(why) => Err((rec.fallback, why)),
-            Ok(()) => Ok(self.expanded_key(t, &name)),
+            Ok(()) => Ok(self.expanded_key(policy, t, &name)),
         };
         self.expanded = name;
         k
     }
 
-    /// Template `t`'s key named `name` (1 to `NAME_BYTES_MAX` bytes), interned when no live
-    /// batch uses it yet.
-    pub(crate) fn expanded_key(&mut self, t: u32, name: &str) -> u32 {
-        let rec = &self.templates[t as usize];
-        if let Some(&k) = rec.expanded.get(name) {
+    /// The key named `name` (1 to `NAME_BYTES_MAX` bytes) that template `t` made: a configured
+    /// key of that name, else a live made key of that name (from any template: the first to
+    /// make it gave it its limit), else a new one with template `t`'s limit and delay.
+    pub(crate) fn expanded_key(&mut self, policy: &Policy, t: u32, name: &str) -> u32 {
+        if let Some(k) = self.configured(policy, name) {
             return k;
         }
-        let c = rec.concurrency.clone();
+        if let Some(&k) = self.made.get(name) {
+            return k;
+        }
+        let c = self.templates[t as usize].concurrency.clone();
         let k = self.new_key(name, &c, Some(t));
-        self.templates[t as usize]
-            .expanded
-            .insert(name.to_owned(), k);
+        self.made.insert(name.to_owned(), k);
         k
+    }
+
+    /// A configured key by name (interned when no call has named it yet), or `None`. A
+    /// template's own text counts as its key (the key of arguments that do not expand).
+    fn configured(&mut self, policy: &Policy, name: &str) -> Option<u32> {
+        if let Some(&k) = self.index.get(name) {
+            return Some(k);
+        }
+        let c = policy.concurrency_of_key(name)?.clone();
+        Some(match c.key.template() {
+            None => self.intern_key(&c),
+            Some(template) => {
+                let t = self.intern_template(&c, template);
+                self.templates[t as usize].fallback
+            }
+        })
     }
 
     /// The key template `t` takes when a call's arguments do not expand.
@@ -293,8 +325,15 @@ impl Keys {
             let gate = key.gate();
             if gate <= now {
                 self.forget(k);
-            } else {
+            } else if key.idle_at != Some(gate) {
+                key.idle_at = Some(gate);
                 self.idle.push(Reverse((gate, k)));
+                // At most one live item per key: drop stale ones once they outnumber those.
+                if self.idle.len() > 2 * self.live() + 64 {
+                    let recs = &self.recs;
+                    self.idle
+                        .retain(|&Reverse((at, k))| recs[k as usize].idle_at == Some(at));
+                }
             }
         }
     }
@@ -306,16 +345,21 @@ impl Keys {
                 break;
             }
             self.idle.pop();
-            // The item may be stale: the key is used again, was forgotten (and its slot perhaps
-            // reused), or was paused further.
-            let key = &self.recs[k as usize];
-            if key.template.is_none() || key.refs > 0 || key.name.is_empty() {
+            // The item may be stale: another replaced it, the key is used again, or it was
+            // forgotten (and its slot perhaps reused).
+            let key = &mut self.recs[k as usize];
+            if key.idle_at != Some(at) {
+                continue;
+            }
+            key.idle_at = None;
+            if key.template.is_none() || key.refs > 0 {
                 continue;
             }
             let gate = key.gate();
             if gate <= now {
                 self.forget(k);
             } else {
+                key.idle_at = Some(gate);
                 self.idle.push(Reverse((gate, k)));
             }
         }
@@ -331,30 +375,18 @@ impl Keys {
         let name = std::mem::take(&mut key.name);
         key.queue = VecDeque::new();
         key.armed = None;
+        key.idle_at = None;
         key.template = None;
-        self.templates[t as usize].expanded.remove(&name);
+        debug_assert!((t as usize) < self.templates.len());
+        self.made.remove(&name);
         self.free.push(k);
     }
 
-    /// Keys by name: a configured key (interned when no call has named it yet), else every
-    /// live key expanded from a template with that name. Empty when there is none.
-    pub(crate) fn keys_named(&mut self, policy: &Policy, name: &str, out: &mut Vec<u32>) {
-        out.clear();
-        if let Some(&k) = self.index.get(name) {
-            out.push(k);
-            return;
-        }
-        if let Some(c) = policy.concurrency_of_key(name).cloned() {
-            out.push(match c.key.template() {
-                None => self.intern_key(&c),
-                Some(template) => {
-                    let t = self.intern_template(&c, template);
-                    self.templates[t as usize].fallback
-                }
-            });
-            return;
-        }
-        out.extend(self.templates.iter().filter_map(|t| t.expanded.get(name)));
+    /// A key by name: a configured key (interned when no call has named it yet), else a live
+    /// key made from a template; `None` when there is none.
+    pub(crate) fn key_named(&mut self, policy: &Policy, name: &str) -> Option<u32> {
+        self.configured(policy, name)
+            .or_else(|| self.made.get(name).copied())
     }
 
     /// The retry cap of an entry with key `k` (or unkeyed).
@@ -366,11 +398,18 @@ impl Keys {
     /// and lets the FIFO assertion start over from it.
     pub(crate) fn requeue(&mut self, k: u32, e: u64) {
         let key = &mut self.recs[k as usize];
+        key.scan_from = key.scan_from.min(e);
         let at = key.queue.partition_point(|&q| q < e);
         debug_assert!(key.queue.get(at) != Some(&e), "requeued twice");
         key.queue.insert(at, e);
         // The FIFO check starts over below the lowest entry back in the queue.
         key.last_released = key.last_released.min(e.checked_sub(1));
+    }
+
+    /// Entries from `e` on may need to ask for a permit again (a shared key's walk rescans).
+    pub(crate) fn rescan(&mut self, k: u32, e: u64) {
+        let key = &mut self.recs[k as usize];
+        key.scan_from = key.scan_from.min(e);
     }
 
     /// The key must walk its queue before this step ends.

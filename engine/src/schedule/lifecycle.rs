@@ -21,7 +21,9 @@
 //! a permit (`request`: approved to acquiring, holding a local slot), the host reports the
 //! store's grant (`grant`: acquiring to granted), and a granted entry is released in written
 //! order (granted to running). A permit the store refuses (`deny`) settles the entry
-//! `failed`; cancel and stop settle acquiring and granted entries like approved ones.
+//! `failed`; cancel and stop settle acquiring and granted entries like approved ones. When an
+//! entry of a shared key hits a rate limit and goes back in line, the acquiring and granted
+//! entries behind it `yield` (back to approved, their permits given back) and ask again after it.
 //!
 //! A restart (`resume`) is not an event: it builds entries anew from a saved state with
 //! [`Lifecycle::restored`], where what had started comes back `pending` or settled
@@ -176,6 +178,10 @@ pub(crate) enum Event {
     Grant,
     /// The store refused the permit (unreachable, timed out): a failure before running.
     Deny,
+    /// An earlier entry of its shared key hit a rate limit and asks again: this one gives its
+    /// permit (or request) back and asks again after it, so no process holds permits for
+    /// entries that wait behind one without a request.
+    Yield,
     Release,
     Ask,
     Answer,
@@ -197,6 +203,7 @@ impl Event {
             Self::Request => "request a permit for",
             Self::Grant => "grant a permit to",
             Self::Deny => "deny a permit to",
+            Self::Yield => "give back the permit of",
             Self::Release => "release",
             Self::Ask => "begin a question on",
             Self::Answer => "end a question on",
@@ -307,6 +314,7 @@ fn next(state: State, event: Event) -> Result<State, Illegal> {
         (S::Approved, Event::Request) => S::Acquiring,
         (S::Acquiring, Event::Grant) => S::Granted,
         (S::Acquiring | S::Granted, Event::Deny) => S::Settled(Reason::Failed),
+        (S::Acquiring | S::Granted, Event::Yield) => S::Approved,
         (S::Running, Event::Ask) => S::Asking,
         (S::Asking, Event::Answer) => S::Running,
         (S::Running | S::Asking, Event::End(outcome)) => S::Ended(outcome),

@@ -213,8 +213,6 @@ pub struct Scheduler {
     /// Scratch for `submit`: each call's id hash and entry count.
     scratch: Vec<(u64, u32)>,
     scratch_ids: FxHashMap<u64, u64>,
-    /// Scratch for keys named by a pause.
-    scratch_keys: Vec<u32>,
     /// The host's clock as last given (`time.rs`).
     now: u64,
     /// Wake-ups, earliest first; stale items are skipped.
@@ -244,7 +242,6 @@ impl Scheduler {
             errors: Vec::new(),
             scratch: Vec::new(),
             scratch_ids: FxHashMap::default(),
-            scratch_keys: Vec::new(),
             now: 0,
             timers: BinaryHeap::new(),
             retries: FxHashMap::default(),
@@ -266,6 +263,13 @@ impl Scheduler {
     /// expanded from templates that a live batch uses or whose gate lies ahead.
     pub fn live_keys(&self) -> usize {
         self.keys.live()
+    }
+
+    /// Items in the heap of idle made keys waiting to be forgotten (live and stale). For tests
+    /// that check it follows live keys, not history.
+    #[doc(hidden)]
+    pub fn idle_items_for_tests(&self) -> usize {
+        self.keys.idle_items()
     }
 
     /// How many entries carry retry bookkeeping: `(retried entries, unkeyed entries waiting on
@@ -374,7 +378,7 @@ impl Scheduler {
                 KeyOf::Fixed(k) => Some(k),
                 KeyOf::Template(t) => Some(
                     self.keys
-                        .expand(t, call.arguments)
+                        .expand(&self.policy, t, call.arguments)
                         .unwrap_or_else(|(fallback, _)| fallback),
                 ),
             };
@@ -533,6 +537,7 @@ impl Scheduler {
             Event::Ask | Event::Answer => {}
             Event::Release
             | Event::Request
+            | Event::Yield
             | Event::Cancel
             | Event::Stop { .. }
             | Event::Retry
@@ -752,7 +757,8 @@ impl Scheduler {
 
     /// A shared key's walk: granted entries at the front start in order; behind the entries
     /// waiting for a permit, approved ones ask for one while there is room locally. The scan
-    /// passes at most `limit` waiting entries (and answered ones not yet dropped).
+    /// starts at the key's `scan_from`, so each entry is passed once between rescans (a retry
+    /// or a yield moves it back).
     fn walk_shared(&mut self, k: u32) {
         while let Some(&e) = self.keys.key(k).queue.front() {
             if let Some((slot, index)) = self.batches.locate(e) {
@@ -767,7 +773,10 @@ impl Scheduler {
             }
             self.keys.key_mut(k).queue.pop_front();
         }
-        let mut i = 0;
+        // Every entry before `scan_from` needs nothing more: start there, and move it past
+        // each entry this walk leaves needing nothing.
+        let key = self.keys.key(k);
+        let mut i = key.queue.partition_point(|&q| q < key.scan_from);
         loop {
             let key = self.keys.key(k);
             let Some(&e) = key.queue.get(i) else {
@@ -776,20 +785,20 @@ impl Scheduler {
             let room = key.running < key.limit;
             let gate = key.gate();
             i += 1;
-            let Some((slot, index)) = self.batches.locate(e) else {
-                continue;
-            };
-            let batch = self.batches.slot(slot);
-            match batch.entries[index as usize].life.get() {
-                State::Pending => return,
-                State::Approved if !batch.open || !room => return,
-                State::Approved if gate > self.now => {
-                    self.arm_key(k, gate);
-                    return;
+            if let Some((slot, index)) = self.batches.locate(e) {
+                let batch = self.batches.slot(slot);
+                match batch.entries[index as usize].life.get() {
+                    State::Pending => return,
+                    State::Approved if !batch.open || !room => return,
+                    State::Approved if gate > self.now => {
+                        self.arm_key(k, gate);
+                        return;
+                    }
+                    State::Approved => self.request(slot, index, k),
+                    _ => {}
                 }
-                State::Approved => self.request(slot, index, k),
-                _ => {}
             }
+            self.keys.key_mut(k).scan_from = e + 1;
         }
     }
 

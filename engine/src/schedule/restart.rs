@@ -277,7 +277,7 @@ impl Scheduler {
                         // The key the call had: saved by name, since its arguments are not.
                         KeyOf::Template(t) => Some(match call.key.as_deref() {
                             Some(name) if batch::check_name("key", name, false).is_ok() => {
-                                self.keys.expanded_key(t, name)
+                                self.keys.expanded_key(&self.policy, t, name)
                             }
                             _ => self.keys.fallback(t),
                         }),

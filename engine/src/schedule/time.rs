@@ -103,24 +103,18 @@ impl Scheduler {
 
     /// Pauses a configured key until `until` (a pause only ever extends).
     pub(super) fn pause(&mut self, name: &str, until: u64) -> Result<(), (InputErrorCode, String)> {
-        let mut found = std::mem::take(&mut self.scratch_keys);
-        self.keys.keys_named(&self.policy, name, &mut found);
-        if found.is_empty() {
-            self.scratch_keys = found;
+        let Some(k) = self.keys.key_named(&self.policy, name) else {
             return Err((
                 InputErrorCode::UnknownKey,
                 format!(
                     "no configured tool declares concurrency key {name:?}, and no live call's \
-                     key was expanded to it"
+                     key was made with that name"
                 ),
             ));
-        }
-        for &k in &found {
-            let key = self.keys.key_mut(k);
-            key.paused_until = key.paused_until.max(until);
-            self.keys.mark_dirty(k);
-        }
-        self.scratch_keys = found;
+        };
+        let key = self.keys.key_mut(k);
+        key.paused_until = key.paused_until.max(until);
+        self.keys.mark_dirty(k);
         Ok(())
     }
 
@@ -176,7 +170,12 @@ impl Scheduler {
             None => {
                 self.retries.insert(e.0, u64::from(done) + 1);
                 match key {
-                    Some(k) => self.keys.requeue(k, e.0),
+                    Some(k) => {
+                        self.keys.requeue(k, e.0);
+                        if self.keys.key(k).shared {
+                            self.yield_behind(k, e.0);
+                        }
+                    }
                     None if until <= self.now => self.release(slot, index),
                     None => {
                         self.not_before.insert(e.0, until);
@@ -186,6 +185,29 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// A shared key's entry `e` went back in line: every entry behind it that asked for a
+    /// permit, or holds one without having started, gives it back and asks again after `e`.
+    /// Otherwise a process could hold granted permits for entries that wait behind one with
+    /// no request at the store, while every other process does the same: none would start.
+    fn yield_behind(&mut self, k: u32, e: u64) {
+        let queue = &self.keys.key(k).queue;
+        let from = queue.partition_point(|&q| q <= e);
+        let behind: Vec<u64> = queue.iter().skip(from).copied().collect();
+        for b in behind {
+            let Some((slot, index)) = self.batches.locate(b) else {
+                continue;
+            };
+            let entry = &mut self.batches.slot_mut(slot).entries[index as usize];
+            if entry.life.get().holds_permit_unstarted() {
+                let yielded = entry.life.apply(Event::Yield);
+                debug_assert!(yielded.is_ok());
+                self.keys.free_slot(k);
+                self.released.push(b);
+            }
+        }
+        self.keys.rescan(k, e);
     }
 
     /// When the scheduler next needs a step with a later `now`: the earliest live wake-up.

@@ -668,6 +668,19 @@ impl Model {
             None => {
                 self.time.retried.insert(n, done + 1);
                 self.set(n, St::Approved);
+                // On a shared key, what stands behind it asking for or holding a permit gives
+                // it back and asks again after it.
+                if let Some(k) = rule.as_ref().filter(|k| k.shared) {
+                    let behind: Vec<u64> = self
+                        .live_entries()
+                        .filter(|&m| m > n && self.st(m).permit())
+                        .filter(|&m| self.key(m).is_some_and(|(mk, _)| mk == k.name))
+                        .collect();
+                    for m in behind {
+                        self.set(m, St::Approved);
+                        out.release.push(m);
+                    }
+                }
                 if rule.is_none() && until > self.time.now {
                     self.time.not_before.insert(n, until);
                 }
