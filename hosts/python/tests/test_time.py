@@ -443,7 +443,12 @@ def test_delay_spaces_starts_through_the_driver() -> None:
             outcomes = await asyncio.wait_for(d.run(calls, execute), 5)
             assert [c.entries[0].status for c in outcomes] == [OutcomeStatus.OK] * 4
             gaps = [b - a for a, b in zip(began, began[1:])]
-            assert min(gaps) >= 0.039, gaps
+            # Each start is stamped when its task first runs, after the scheduler released it:
+            # a loaded machine runs a task late, which only shortens the gap after it. The exact
+            # spacing is checked on a virtual clock (tests/cases/time-*.toml, the simulator);
+            # this checks the driver's wake-ups, with room for scheduling jitter.
+            assert min(gaps) >= 0.030, gaps
+            assert began[-1] - began[0] >= 0.100, began
 
     asyncio.run(main())
 
