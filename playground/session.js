@@ -392,7 +392,6 @@ export class Session {
 
 function statusOf(rec) {
   const status = { label: rec.label, tool: rec.tool, key: rec.key, state: rec.state };
-  if (rec.wait) status.wait = rec.wait;
   if (rec.why) status.why = rec.why;
   if (rec.message) status.message = rec.message;
   return status;

@@ -12,7 +12,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use super::names::FxHashMap;
 use crate::config::{Concurrency, OnError, Policy, ToolPolicy};
 use crate::limits::RETRIES_DEFAULT;
-use crate::template::{KeyTemplate, Unexpanded};
+use crate::template::KeyTemplate;
 
 #[derive(Debug)]
 pub(crate) struct KeyRec {
@@ -240,18 +240,12 @@ impl Keys {
 
     /// The key a call of template `t` takes with these arguments: its expanded key (interned
     /// when no live batch uses it yet), or the template's own key when they do not expand.
-    pub(crate) fn expand(
-        &mut self,
-        policy: &Policy,
-        t: u32,
-        arguments: Option<&str>,
-    ) -> Result<u32, (u32, Unexpanded)> {
+    pub(crate) fn expand(&mut self, policy: &Policy, t: u32, arguments: Option<&str>) -> u32 {
         let rec = &self.templates[t as usize];
         let mut name = std::mem::take(&mut self.expanded);
-        let expanded = rec.template.expand(arguments, &mut self.fields, &mut name);
-        let k = match expanded {
-            Err(why) => Err((rec.fallback, why)),
-            Ok(()) => Ok(self.expanded_key(policy, t, &name)),
+        let k = match rec.template.expand(arguments, &mut self.fields, &mut name) {
+            Err(_) => rec.fallback,
+            Ok(()) => self.expanded_key(policy, t, &name),
         };
         self.expanded = name;
         k

@@ -88,6 +88,16 @@ fn sort(v: &mut [u64]) {
     }
 }
 
+/// What a key's walk does with one queued entry ([`Scheduler::turn`]).
+enum Turn {
+    /// It must wait, and so does everything behind it.
+    Wait,
+    /// It may go: released (a local key) or handed out for a permit (a shared key).
+    Go(u32, u32),
+    /// It needs nothing from the walk (answered, running, or waiting for a permit).
+    Pass,
+}
+
 /// A batch's number: never handed out twice by one scheduler (nor by one resumed from it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BatchId(pub u64);
@@ -376,11 +386,7 @@ impl Scheduler {
             let key = match rec.key {
                 KeyOf::Unkeyed => None,
                 KeyOf::Fixed(k) => Some(k),
-                KeyOf::Template(t) => Some(
-                    self.keys
-                        .expand(&self.policy, t, call.arguments)
-                        .unwrap_or_else(|(fallback, _)| fallback),
-                ),
+                KeyOf::Template(t) => Some(self.keys.expand(&self.policy, t, call.arguments)),
             };
             let b = self.batches.slot_mut(slot);
             batch::push_call(b, call.id, tool, count, call.operations.is_some(), stop);
@@ -728,30 +734,40 @@ impl Scheduler {
             self.walk_shared(k);
             return;
         }
-        loop {
-            let key = self.keys.key(k);
-            let Some(&e) = key.queue.front() else {
-                return;
-            };
-            let room = key.running < key.limit;
-            let gate = key.gate();
-            if let Some((slot, index)) = self.batches.locate(e) {
-                let batch = self.batches.slot(slot);
-                match batch.entries[index as usize].life.get() {
-                    State::Pending => return,
-                    State::Approved if !batch.open || !room => return,
-                    State::Approved if gate > self.now => {
-                        self.arm_key(k, gate);
-                        return;
-                    }
-                    State::Approved => {
-                        self.keys.released_in_order(k, e);
-                        self.release(slot, index);
-                    }
-                    _ => {}
+        while let Some(&e) = self.keys.key(k).queue.front() {
+            match self.turn(k, e) {
+                Turn::Wait => return,
+                Turn::Go(slot, index) => {
+                    self.keys.released_in_order(k, e);
+                    self.release(slot, index);
                 }
+                Turn::Pass => {}
             }
             self.keys.key_mut(k).queue.pop_front();
+        }
+    }
+
+    /// What a key's walk does with its queued entry `e`, the one rule both walks share: an
+    /// approved entry goes when its batch is open, its key has room and its gate is open;
+    /// pending or held back, it waits (arming a wake-up when only the clock holds it), and
+    /// everything behind it waits too; anything else is passed.
+    #[inline]
+    fn turn(&mut self, k: u32, e: u64) -> Turn {
+        let Some((slot, index)) = self.batches.locate(e) else {
+            return Turn::Pass;
+        };
+        let key = self.keys.key(k);
+        let (room, gate) = (key.running < key.limit, key.gate());
+        let batch = self.batches.slot(slot);
+        match batch.entries[index as usize].life.get() {
+            State::Pending => Turn::Wait,
+            State::Approved if !batch.open || !room => Turn::Wait,
+            State::Approved if gate > self.now => {
+                self.arm_key(k, gate);
+                Turn::Wait
+            }
+            State::Approved => Turn::Go(slot, index),
+            _ => Turn::Pass,
         }
     }
 
@@ -777,28 +793,14 @@ impl Scheduler {
         // each entry this walk leaves needing nothing.
         let key = self.keys.key(k);
         let mut i = key.queue.partition_point(|&q| q < key.scan_from);
-        loop {
-            let key = self.keys.key(k);
-            let Some(&e) = key.queue.get(i) else {
-                return;
-            };
-            let room = key.running < key.limit;
-            let gate = key.gate();
-            i += 1;
-            if let Some((slot, index)) = self.batches.locate(e) {
-                let batch = self.batches.slot(slot);
-                match batch.entries[index as usize].life.get() {
-                    State::Pending => return,
-                    State::Approved if !batch.open || !room => return,
-                    State::Approved if gate > self.now => {
-                        self.arm_key(k, gate);
-                        return;
-                    }
-                    State::Approved => self.request(slot, index, k),
-                    _ => {}
-                }
+        while let Some(&e) = self.keys.key(k).queue.get(i) {
+            match self.turn(k, e) {
+                Turn::Wait => return,
+                Turn::Go(slot, index) => self.request(slot, index, k),
+                Turn::Pass => {}
             }
             self.keys.key_mut(k).scan_from = e + 1;
+            i += 1;
         }
     }
 
