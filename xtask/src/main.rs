@@ -369,9 +369,19 @@ fn js_deps() -> Result<()> {
     if dir.join("node_modules/.bin/jco").exists() && installed.is_some() && installed >= locked {
         return Ok(());
     }
-    run(Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(&dir))
+    let mut npm = Command::new("npm");
+    npm.args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(&dir);
+    // better-sqlite3 (a dev dependency, for the shared-key tests) compiles from source where
+    // no prebuilt binary can be fetched; node-gyp then needs Node's headers, which Debian's
+    // nodejs ships in /usr/include/node. Point it there unless the user chose otherwise, so a
+    // machine that reaches only the package registries needs no ~/.npmrc.
+    if std::env::var_os("npm_config_nodedir").is_none()
+        && Path::new("/usr/include/node/node.h").exists()
+    {
+        npm.env("npm_config_nodedir", "/usr");
+    }
+    run(&mut npm)
 }
 
 /// Builds `hosts/js/dist` (installing the npm packages first when they are missing).
