@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use host_harness::{Harness, Instance, wit_config as wc, wit_scheduler as ws};
-use turnstile_engine::schedule::{Call, EntryId, Inputs, Outputs, Scheduler};
+use turnstile_engine::schedule::{Call, End, EntryId, Input, Releases, Scheduler};
 
 use crate::workload::Workload;
 
@@ -56,8 +56,7 @@ pub(crate) fn native(
 ) -> Result<Drive, String> {
     let policy = w.policy()?;
     let calls: Vec<Vec<Call<'_>>> = w.patterns.iter().map(|b| b.calls()).collect();
-    let mut out = Outputs::default();
-    let mut approve: Vec<EntryId> = Vec::new();
+    let mut out = Releases::default();
     let mut ended: Vec<EntryId> = Vec::new();
     let mut samples = Vec::with_capacity(marks.len());
     let mut tally = Tally::default();
@@ -67,20 +66,16 @@ pub(crate) fn native(
     let mut now = 0u64;
     for round in 0..w.rounds {
         let b = s
-            .submit(&calls[round % calls.len()])
+            .submit_batch(&calls[round % calls.len()])
             .map_err(|e| format!("native submit: {}", e.message))?;
-        approve.clear();
-        approve.extend((b.first.0..b.first.0 + u64::from(b.count)).map(EntryId));
-        s.step(
-            &Inputs {
-                approve: &approve,
-                ..Inputs::default()
-            },
-            &mut out,
-        );
+        for e in b.first.0..b.first.0 + u64::from(b.count) {
+            s.on_event(Input::Approve(EntryId(e)))
+                .map_err(|r| format!("native approve refused: {}", r.message))?;
+        }
+        s.next_releases(Some(now), &mut out);
         loop {
-            if let Some(e) = out.errors.first() {
-                return Err(format!("native step refused an input: {}", e.message));
+            if let Some(r) = &out.refused {
+                return Err(format!("native round refused the clock: {}", r.message));
             }
             tally.retired += out.retired.len();
             if out.start.is_empty() {
@@ -89,25 +84,16 @@ pub(crate) fn native(
                     break;
                 };
                 now = now.max(at);
-                s.step(
-                    &Inputs {
-                        now: Some(now),
-                        ..Inputs::default()
-                    },
-                    &mut out,
-                );
+                s.next_releases(Some(now), &mut out);
                 continue;
             }
             tally.ended += out.start.len();
             std::mem::swap(&mut ended, &mut out.start);
-            s.step(
-                &Inputs {
-                    now: Some(now),
-                    ok: &ended,
-                    ..Inputs::default()
-                },
-                &mut out,
-            );
+            for &e in &ended {
+                s.on_ended(e, End::Ok)
+                    .map_err(|r| format!("native end refused: {}", r.message))?;
+            }
+            s.next_releases(Some(now), &mut out);
         }
         if marks.get(samples.len()) == Some(&(round + 1)) {
             samples.push(memory());
@@ -130,42 +116,51 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
     let policy = resolve_policy(&mut inst, &w.policy_text)?;
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
     let store = &mut inst.store;
-    let mut inputs = empty_inputs();
+    let mut events: Vec<ws::Event> = Vec::new();
+    let mut ends: Vec<ws::Ended> = Vec::new();
     let mut samples = Vec::with_capacity(marks.len());
     let mut tally = Tally::default();
     let base = store.data().memory_peak();
     let start = Instant::now();
     let s = iface.call_constructor(&mut *store, policy)?;
+    let mut now = 0u64;
     for round in 0..w.rounds {
         let b = w.batch(round);
         let sub = iface
-            .call_submit(
-                &mut *store,
-                s,
-                &b.packed_ids,
-                &b.packed_tools,
-                &b.operations,
-                &b.packed_arguments,
-            )?
+            .call_submit_batch(&mut *store, s, &b.wit_calls)?
             .map_err(|e| wasmtime::format_err!("submit: {}", e.message))?;
-        inputs.ok.clear();
-        inputs.approve.clear();
-        inputs
-            .approve
-            .extend(sub.first..sub.first + u64::from(sub.count));
-        let mut out = iface.call_step(&mut *store, s, &inputs)?;
-        inputs.approve.clear();
+        events.clear();
+        events.extend((sub.first..sub.first + u64::from(sub.count)).map(ws::Event::Approve));
+        if let Some(r) = iface.call_on_events(&mut *store, s, &events)?.first() {
+            wasmtime::bail!("approve refused: {}", r.message);
+        }
+        let mut out = iface.call_next_releases(&mut *store, s, Some(now))?;
         loop {
-            if let Some(e) = out.errors.first() {
-                wasmtime::bail!("step refused an input: {}", e.message);
+            ends.clear();
+            for action in &out.actions {
+                match action {
+                    ws::Action::Start(e) => ends.push(ws::Ended {
+                        entry: *e,
+                        end: ws::End::Ok,
+                    }),
+                    ws::Action::Retired(_) => tally.retired += 1,
+                    other => wasmtime::bail!("unexpected action {other:?}"),
+                }
             }
-            tally.retired += out.retired.len();
-            if out.start.is_empty() {
-                break;
+            if ends.is_empty() {
+                // Something waits on the clock (a key's delay): the host's timer fires.
+                let Some(at) = out.wake_at else {
+                    break;
+                };
+                now = now.max(at);
+                out = iface.call_next_releases(&mut *store, s, Some(now))?;
+                continue;
             }
-            tally.ended += out.start.len();
-            inputs.ok = out.start;
-            out = iface.call_step(&mut *store, s, &inputs)?;
+            tally.ended += ends.len();
+            if let Some(r) = iface.call_on_ended(&mut *store, s, &ends)?.first() {
+                wasmtime::bail!("end refused: {}", r.message);
+            }
+            out = iface.call_next_releases(&mut *store, s, Some(now))?;
         }
         if marks.get(samples.len()) == Some(&(round + 1)) {
             samples.push(store.data().memory_peak());
@@ -175,10 +170,6 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
     s.resource_drop(&mut *store)?;
     tally.check(w, "component").map_err(wasmtime::Error::msg)?;
     Ok(Drive { ns, base, samples })
-}
-
-fn empty_inputs() -> ws::Inputs {
-    host_harness::no_inputs()
 }
 
 /// Resolves one layer of policy text in the instance.
@@ -197,16 +188,26 @@ pub(crate) fn resolve_policy(
 }
 
 /// What one WIT call costs with (almost) nothing to do, best of 3 runs of 100,000 calls each:
-/// `label` of an unknown entry (a number in, `none` out), `step` with empty inputs (seven empty
-/// lists in, four out), and `submit` of one plain call (three short values in).
+/// `label` of an unknown entry (a number in, `none` out), an empty round (`on-ended` of no ends
+/// and `next-releases` with no actions: the two crossings of an idle driver round), and
+/// `submit-batch` of one plain call.
 pub(crate) fn call_costs(harness: &Harness) -> Result<Vec<(&'static str, f64)>, String> {
     call_costs_inner(harness).map_err(|e| format!("call costs: {e:#}"))
 }
 
 fn call_costs_inner(harness: &Harness) -> wasmtime::Result<Vec<(&'static str, f64)>> {
     const CALLS: usize = 100_000;
-    let ids: Vec<String> = (0..CALLS).map(|i| format!("c{i}")).collect();
-    let (mut label, mut step, mut submit) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+    let calls: Vec<[ws::Call; 1]> = (0..CALLS)
+        .map(|i| {
+            [ws::Call {
+                id: format!("c{i}"),
+                tool: "t".to_owned(),
+                operations: None,
+                arguments: None,
+            }]
+        })
+        .collect();
+    let (mut label, mut round, mut submit) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
     for _ in 0..3 {
         let mut inst = harness.instance()?;
         let policy = resolve_policy(&mut inst, "")?;
@@ -218,22 +219,22 @@ fn call_costs_inner(harness: &Harness) -> wasmtime::Result<Vec<(&'static str, f6
             let _ = iface.call_label(&mut *store, s, u64::MAX)?;
         }
         label = label.min(t.elapsed().as_nanos() as f64);
-        let inputs = empty_inputs();
         let t = Instant::now();
         for _ in 0..CALLS {
-            let _ = iface.call_step(&mut *store, s, &inputs)?;
+            let _ = iface.call_on_ended(&mut *store, s, &[])?;
+            let _ = iface.call_next_releases(&mut *store, s, None)?;
         }
-        step = step.min(t.elapsed().as_nanos() as f64);
+        round = round.min(t.elapsed().as_nanos() as f64);
         let t = Instant::now();
-        for id in &ids {
-            let _ = iface.call_submit(&mut *store, s, id, "t", &[0], &[])?;
+        for call in &calls {
+            let _ = iface.call_submit_batch(&mut *store, s, call)?;
         }
         submit = submit.min(t.elapsed().as_nanos() as f64);
     }
     let per = |ns: f64| ns / CALLS as f64;
     Ok(vec![
         ("`label` (u64 in, option<string> out)", per(label)),
-        ("`step` with empty inputs", per(step)),
-        ("`submit` of one plain call", per(submit)),
+        ("an empty round (`on-ended`, `next-releases`)", per(round)),
+        ("`submit-batch` of one plain call", per(submit)),
     ])
 }

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use host_harness::{Harness, wit_config as wc};
+use host_harness::{Harness, wit_config as wc, wit_scheduler as ws};
 use turnstile_engine::config::{self, Layer};
 use turnstile_engine::schedule::{Call, Scheduler};
 
@@ -89,7 +89,7 @@ fn queued(
     let before = live();
     let mut s = Scheduler::new(policy);
     for c in &calls {
-        s.submit(c).map_err(|e| e.message)?;
+        s.submit_batch(c).map_err(|e| e.message)?;
     }
     let native = live().saturating_sub(before) as f64 / entries as f64;
     drop(s);
@@ -102,17 +102,17 @@ fn queued(
         .call_constructor(&mut inst.store, policy)
         .map_err(|e| e.to_string())?;
     for (ids, n) in &batches {
-        let tools = vec!["f"; ids.len()].join("\n");
-        let operations = vec![*n; ids.len()];
+        let calls: Vec<ws::Call> = ids
+            .iter()
+            .map(|id| ws::Call {
+                id: (*id).to_owned(),
+                tool: "f".to_owned(),
+                operations: (*n > 0).then_some(*n),
+                arguments: None,
+            })
+            .collect();
         iface
-            .call_submit(
-                &mut inst.store,
-                s,
-                &ids.join("\n"),
-                &tools,
-                &operations,
-                &[],
-            )
+            .call_submit_batch(&mut inst.store, s, &calls)
             .map_err(|e| e.to_string())?
             .map_err(|e| e.message)?;
     }

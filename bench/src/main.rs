@@ -254,8 +254,9 @@ fn side_by_side(harness: &Harness, w: &Workload, runs: usize) -> Result<(f64, f6
 fn boundary(harness: &Harness) -> Result<(), String> {
     println!("\n## 2. Boundary: native vs the component in wasmtime (100k executions, 10 keys)\n");
     println!(
-        "Per batch: `submit` (packed), one `step` approving its entries, then one `step` per \
-         round ending in `ok` everything the previous step started.\n"
+        "Per batch: `submit-batch`, one `on-events` approving its entries and `next-releases`, \
+         then per round one `on-ended` ending in `ok` everything the previous round started \
+         and `next-releases`.\n"
     );
     let large = Workload::large(100_000, 10);
     let small = Workload::small(100_000, 10);

@@ -1,24 +1,21 @@
 //! The workloads: which batches a drive submits, in both forms the two sides take (engine
-//! `Call`s natively, the packed strings of `submit` through the component), so the native
-//! engine and the component always run the same inputs.
+//! `Call`s natively, the WIT's `call` records through the component), so the native engine and
+//! the component always run the same inputs.
 
+use host_harness::wit_scheduler as ws;
 use turnstile_engine::config::{self, Layer, Policy};
 use turnstile_engine::schedule::Call;
 
-/// One batch, with its calls as owned strings and packed for the WIT `submit`.
+/// One batch, with its calls as owned strings and as the WIT's `submit-batch` takes them.
 pub(crate) struct Batch {
     ids: Vec<String>,
     tools: Vec<String>,
-    /// `0` for a plain call, `n` for a fan-out call of `n` operations (the WIT convention).
-    pub(crate) operations: Vec<u32>,
-    /// Call ids, newline-joined.
-    pub(crate) packed_ids: String,
-    /// Tool names, newline-joined.
-    pub(crate) packed_tools: String,
+    /// `0` for a plain call, `n` for a fan-out call of `n` operations.
+    operations: Vec<u32>,
     /// Each call's arguments (JSON), for tools whose key is a template.
     arguments: Vec<Option<String>>,
-    /// The same as `submit` packs them: `(call index, JSON)`.
-    pub(crate) packed_arguments: Vec<(u32, String)>,
+    /// The same calls as WIT records.
+    pub(crate) wit_calls: Vec<ws::Call>,
 }
 
 impl Batch {
@@ -27,10 +24,8 @@ impl Batch {
             ids: Vec::new(),
             tools: Vec::new(),
             operations: Vec::new(),
-            packed_ids: String::new(),
-            packed_tools: String::new(),
             arguments: Vec::new(),
-            packed_arguments: Vec::new(),
+            wit_calls: Vec::new(),
         }
     }
 
@@ -42,13 +37,15 @@ impl Batch {
     }
 
     fn pack(mut self) -> Self {
-        self.packed_ids = self.ids.join("\n");
-        self.packed_tools = self.tools.join("\n");
-        self.packed_arguments = self
-            .arguments
+        self.wit_calls = self
+            .calls()
             .iter()
-            .enumerate()
-            .filter_map(|(i, a)| Some((i as u32, a.clone()?)))
+            .map(|c| ws::Call {
+                id: c.id.to_owned(),
+                tool: c.tool.to_owned(),
+                operations: c.operations,
+                arguments: c.arguments.map(str::to_owned),
+            })
             .collect();
         self
     }

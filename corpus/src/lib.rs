@@ -186,51 +186,149 @@ impl Diag {
     }
 }
 
-/// The inputs of one `step`, by number. `settle` carries `rejected`, `skipped` or `failed`.
+/// The inputs of one round, by number, as the runner gathers them from a step of a case.
+/// `settle` carries `rejected`, `skipped` or `failed`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StepInputs {
-    /// Entries to approve.
-    pub approve: Vec<u64>,
-    /// Entries the host settles, with how.
-    pub settle: Vec<(u64, &'static str)>,
-    /// Questions asked.
-    pub ask: Vec<u64>,
-    /// Questions answered.
-    pub answer: Vec<u64>,
-    /// Ends with a result.
-    pub ok: Vec<u64>,
-    /// Ends with an error.
-    pub failed: Vec<u64>,
-    /// Batches to cancel.
-    pub cancel: Vec<u64>,
-    /// The host's clock.
-    pub now: Option<u64>,
-    /// Executions that hit a rate limit, with when they may run again.
-    pub retry: Vec<(u64, u64)>,
-    /// Keys to pause, with until when.
-    pub pause: Vec<(String, u64)>,
-    /// Shared keys' entries whose permit the store granted.
-    pub granted: Vec<u64>,
-    /// Shared keys' entries whose permit the store refused.
-    pub denied: Vec<u64>,
+struct StepInputs {
+    approve: Vec<u64>,
+    settle: Vec<(u64, &'static str)>,
+    ask: Vec<u64>,
+    answer: Vec<u64>,
+    ok: Vec<u64>,
+    failed: Vec<u64>,
+    cancel: Vec<u64>,
+    now: Option<u64>,
+    retry: Vec<(u64, u64)>,
+    pause: Vec<(String, u64)>,
+    granted: Vec<u64>,
+    denied: Vec<u64>,
 }
 
-/// What one `step` returned, by number.
+/// What one round returned, by number.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StepOutput {
-    /// Entries to start.
-    pub start: Vec<u64>,
-    /// Shared keys' entries to acquire a permit for.
-    pub acquire: Vec<u64>,
-    /// Shared keys' entries whose permit goes back.
-    pub release: Vec<u64>,
+struct StepOutput {
+    start: Vec<u64>,
+    acquire: Vec<u64>,
+    release: Vec<u64>,
     /// `(entry, reason, stopped-after)` of each entry the scheduler settled.
-    pub settle: Vec<(u64, String, Option<u32>)>,
-    /// `(list, index, code)` of each refused input; `list` is the WIT's `input-kind`.
-    pub errors: Vec<(String, u32, String)>,
-    /// Batches that retired.
-    pub retired: Vec<u64>,
-    /// When to wake the scheduler next.
+    settle: Vec<(u64, String, Option<u32>)>,
+    retired: Vec<u64>,
+    wake_at: Option<u64>,
+}
+
+/// One input of `on-events`, by number. `NotRun` carries `rejected`, `skipped` or `failed`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventSpec {
+    /// `approve`.
+    Approve(u64),
+    /// `not-run`.
+    NotRun(u64, &'static str),
+    /// `ask`.
+    Ask(u64),
+    /// `answer`.
+    Answer(u64),
+    /// `cancel` of a batch.
+    Cancel(u64),
+    /// `pause` of a key until a time.
+    Pause(String, u64),
+    /// `granted`.
+    Granted(u64),
+    /// `denied`.
+    Denied(u64),
+}
+
+/// How an execution ended, as `on-ended` takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndSpec {
+    /// `ok`.
+    Ok,
+    /// `failed`.
+    Failed,
+    /// `rate-limited(until)`.
+    RateLimited(u64),
+}
+
+/// A refused input: what it was about (`entry N`, `batch N`, `key NAME`, `clock T`) and its
+/// code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusalView {
+    /// What it was about.
+    pub about: String,
+    /// The stable code.
+    pub code: String,
+}
+
+/// One action of `next-releases`, by number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActionView {
+    /// The clock was refused.
+    Refused(RefusalView),
+    /// A permit to give back.
+    Release {
+        /// Its entry.
+        entry: u64,
+        /// Its key.
+        key: String,
+    },
+    /// An entry the scheduler settled.
+    Settled {
+        /// Its entry.
+        entry: u64,
+        /// The reason's name (`cancelled`, `stopped`, ...).
+        reason: String,
+        /// For `stopped`, the position it was stopped after.
+        after: Option<u32>,
+        /// The sentence for its response.
+        message: String,
+    },
+    /// A permit to ask for.
+    Acquire {
+        /// Its entry.
+        entry: u64,
+        /// Its key.
+        key: String,
+        /// The key's limit; none is unbounded.
+        limit: Option<u32>,
+        /// The key's delay.
+        delay_ms: u32,
+    },
+    /// An entry to start.
+    Start(u64),
+    /// A retired batch.
+    Retired(u64),
+}
+
+impl ActionView {
+    /// Where this kind of action stands in the order the WIT states.
+    fn rank(&self) -> u8 {
+        match self {
+            Self::Refused(_) => 0,
+            Self::Release { .. } => 1,
+            Self::Settled { .. } => 2,
+            Self::Acquire { .. } => 3,
+            Self::Start(_) => 4,
+            Self::Retired(_) => 5,
+        }
+    }
+
+    /// The entry or batch number it is about, for the order within its kind.
+    fn number(&self) -> u64 {
+        match self {
+            Self::Refused(_) => 0,
+            Self::Release { entry, .. }
+            | Self::Settled { entry, .. }
+            | Self::Acquire { entry, .. } => *entry,
+            Self::Start(e) | Self::Retired(e) => *e,
+        }
+    }
+}
+
+/// What `next-releases` returned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReleasesView {
+    /// The actions, in the order the subject returned them.
+    pub actions: Vec<ActionView>,
+    /// When to call `next-releases` again.
     pub wake_at: Option<u64>,
 }
 
@@ -243,10 +341,14 @@ pub trait Subject {
     fn tool_line(&mut self, name: &str) -> String;
     /// Makes a fresh scheduler from the kept policy.
     fn new_scheduler(&mut self);
-    /// `submit`: `(batch, first entry, entry count)`.
-    fn submit(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String>;
-    /// `step`.
-    fn step(&mut self, inputs: &StepInputs) -> StepOutput;
+    /// `submit-batch`: `(batch, first entry, entry count)`.
+    fn submit_batch(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String>;
+    /// `on-events`: the refused inputs, in order.
+    fn on_events(&mut self, events: &[EventSpec]) -> Vec<RefusalView>;
+    /// `on-ended`: the refused ends, in order.
+    fn on_ended(&mut self, ends: &[(u64, EndSpec)]) -> Vec<RefusalView>;
+    /// `next-releases`.
+    fn next_releases(&mut self, now: Option<u64>) -> ReleasesView;
     /// `label`.
     fn label(&mut self, entry: u64) -> Option<String>;
     /// `inspect`, rendered with [`inspect_line`]; `None` for a batch that is not live.
@@ -557,16 +659,6 @@ pub fn parse_calls(batch: &BatchSpec) -> Result<Vec<CallSpec>, String> {
         .collect()
 }
 
-/// The calls' arguments as `submit` packs them: `(call index, JSON text)` for each call that
-/// has any.
-pub fn packed_arguments(calls: &[CallSpec]) -> Vec<(u32, String)> {
-    calls
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| Some((i as u32, c.arguments.clone()?)))
-        .collect()
-}
-
 /// Runs a parsed case.
 pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
     let layers: Vec<(String, String)> = case
@@ -734,7 +826,7 @@ impl Runner {
                     .and_then(|i| case.batch.get(i as usize))
                     .ok_or_else(|| format!("the case has no batch {n}"))?;
                 let calls = parse_calls(spec)?;
-                match subject.submit(&calls) {
+                match subject.submit_batch(&calls) {
                     Ok((batch, first, count)) => {
                         self.batches.insert(n, batch);
                         let mut e = first;
@@ -770,7 +862,7 @@ impl Runner {
                     &mut out,
                     &mut refused,
                     false,
-                );
+                )?;
             }
             "approve" | "reject" | "skip" | "fail" | "ask" | "answer" => {
                 if args.is_empty() {
@@ -787,7 +879,7 @@ impl Runner {
                         "ask" => inputs.ask.push(e),
                         _ => inputs.answer.push(e),
                     }
-                    step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+                    step_once(step.at, subject, inputs, &mut out, &mut refused, false)?;
                     if !refused.is_empty() {
                         break;
                     }
@@ -799,7 +891,7 @@ impl Runner {
                     approve: args.iter().map(|l| self.entry(l)).collect(),
                     ..StepInputs::default()
                 };
-                step_once(step.at, subject, inputs, &mut out, &mut refused, true);
+                step_once(step.at, subject, inputs, &mut out, &mut refused, true)?;
             }
             "end-many" => {
                 single = false;
@@ -823,7 +915,7 @@ impl Runner {
                     (0..order.len()).filter(|&i| !order[i]).collect();
                 let n_ok = inputs.ok.len();
                 let mut raw = Vec::new();
-                step_once(step.at, subject, inputs, &mut out, &mut raw, true);
+                step_once(step.at, subject, inputs, &mut out, &mut raw, true)?;
                 for r in raw {
                     let (pos, code) = r.split_once(' ').unwrap_or(("0", &r));
                     let pos: usize = pos.parse().unwrap_or(0);
@@ -852,7 +944,7 @@ impl Runner {
                     failed: if ok { Vec::new() } else { vec![e] },
                     ..StepInputs::default()
                 };
-                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false)?;
             }
             "now" => {
                 let [t] = args.as_slice() else {
@@ -862,7 +954,7 @@ impl Runner {
                     now: Some(t.parse().map_err(|_| format!("bad time {t:?}"))?),
                     ..StepInputs::default()
                 };
-                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false)?;
             }
             "retry" => {
                 let [label, until] = args.as_slice() else {
@@ -873,7 +965,7 @@ impl Runner {
                     retry: vec![(self.entry(label), until)],
                     ..StepInputs::default()
                 };
-                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false)?;
             }
             "pause" => {
                 let [key, until] = args.as_slice() else {
@@ -884,7 +976,7 @@ impl Runner {
                     pause: vec![((*key).to_owned(), until)],
                     ..StepInputs::default()
                 };
-                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false)?;
             }
             "grant" | "deny" => {
                 if args.is_empty() {
@@ -902,7 +994,7 @@ impl Runner {
                         ..StepInputs::default()
                     }
                 };
-                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false)?;
             }
             "cancel" => {
                 let batch = self.batch(args.first().copied())?;
@@ -910,7 +1002,7 @@ impl Runner {
                     cancel: vec![batch],
                     ..StepInputs::default()
                 };
-                step_once(step.at, subject, inputs, &mut out, &mut refused, false);
+                step_once(step.at, subject, inputs, &mut out, &mut refused, false)?;
             }
             "restart" => {
                 let interrupt = match args.as_slice() {
@@ -930,7 +1022,7 @@ impl Runner {
                     &mut out,
                     &mut refused,
                     false,
-                );
+                )?;
             }
             "inspect" => {
                 let batch = self.batch(args.first().copied())?;
@@ -952,7 +1044,7 @@ impl Runner {
                     &mut out,
                     &mut refused,
                     false,
-                );
+                )?;
             }
             other => return Err(format!("unknown event {other:?}")),
         }
@@ -1030,8 +1122,13 @@ impl Runner {
     }
 }
 
-/// One `step` call, its output gathered into `out`; refusals are rendered `CODE`, or
-/// `INDEX CODE` (the index within the input's own list) when `indexed`.
+/// One round: the inputs through `on-events` and `on-ended` (a fixed order: approvals, answers
+/// without running, grants, denials, questions asked and answered, ends ok, failed and
+/// rate-limited, cancellations, pauses), then `next-releases`; its output gathered into `out`.
+/// Refusals are rendered `CODE`, or `INDEX CODE` (the index within the input's own list; ends
+/// ok and failed count as one list) when `indexed`, where each input crosses on its own so that
+/// a refusal is known to be its. Checks that the actions come in the order the WIT states and
+/// that every settlement has its sentence.
 fn step_once(
     at: Option<u64>,
     subject: &mut impl Subject,
@@ -1039,28 +1136,134 @@ fn step_once(
     out: &mut StepOutput,
     refused: &mut Vec<String>,
     indexed: bool,
-) {
+) -> Result<(), String> {
     if inputs.now.is_none() {
         inputs.now = at;
     }
-    let got = subject.step(&inputs);
-    out.start.extend(got.start);
-    out.acquire.extend(got.acquire);
-    out.release.extend(got.release);
-    out.settle.extend(got.settle);
-    out.retired.extend(got.retired);
-    out.wake_at = got.wake_at;
-    for (list, index, code) in got.errors {
-        let position = match list.as_str() {
-            "failed" => index as usize + inputs.ok.len(),
-            _ => index as usize,
-        };
-        refused.push(if indexed {
-            format!("{position} {code}")
-        } else {
-            code
-        });
+    enum One {
+        Event(EventSpec),
+        End(u64, EndSpec),
     }
+    let mut all: Vec<(usize, One)> = Vec::new();
+    let ev = |v: &[u64], f: fn(u64) -> EventSpec| -> Vec<(usize, One)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, &e)| (i, One::Event(f(e))))
+            .collect()
+    };
+    all.extend(ev(&inputs.approve, EventSpec::Approve));
+    all.extend(
+        inputs
+            .settle
+            .iter()
+            .enumerate()
+            .map(|(i, &(e, how))| (i, One::Event(EventSpec::NotRun(e, how)))),
+    );
+    all.extend(ev(&inputs.granted, EventSpec::Granted));
+    all.extend(ev(&inputs.denied, EventSpec::Denied));
+    all.extend(ev(&inputs.ask, EventSpec::Ask));
+    all.extend(ev(&inputs.answer, EventSpec::Answer));
+    let n_ok = inputs.ok.len();
+    all.extend(
+        inputs
+            .ok
+            .iter()
+            .enumerate()
+            .map(|(i, &e)| (i, One::End(e, EndSpec::Ok))),
+    );
+    all.extend(
+        inputs
+            .failed
+            .iter()
+            .enumerate()
+            .map(|(i, &e)| (i + n_ok, One::End(e, EndSpec::Failed))),
+    );
+    all.extend(
+        inputs
+            .retry
+            .iter()
+            .enumerate()
+            .map(|(i, &(e, until))| (i, One::End(e, EndSpec::RateLimited(until)))),
+    );
+    all.extend(ev(&inputs.cancel, EventSpec::Cancel));
+    all.extend(
+        inputs
+            .pause
+            .iter()
+            .enumerate()
+            .map(|(i, (k, until))| (i, One::Event(EventSpec::Pause(k.clone(), *until)))),
+    );
+    // Consecutive inputs of one kind cross together, unless each must be told apart.
+    let mut i = 0;
+    while i < all.len() {
+        let is_end = matches!(all[i].1, One::End(..));
+        let mut j = i + 1;
+        while !indexed && j < all.len() && matches!(all[j].1, One::End(..)) == is_end {
+            j += 1;
+        }
+        let got = if is_end {
+            let ends: Vec<(u64, EndSpec)> = all[i..j]
+                .iter()
+                .filter_map(|(_, o)| match o {
+                    One::End(e, how) => Some((*e, *how)),
+                    One::Event(_) => None,
+                })
+                .collect();
+            subject.on_ended(&ends)
+        } else {
+            let events: Vec<EventSpec> = all[i..j]
+                .iter()
+                .filter_map(|(_, o)| match o {
+                    One::Event(e) => Some(e.clone()),
+                    One::End(..) => None,
+                })
+                .collect();
+            subject.on_events(&events)
+        };
+        if got.len() > j - i {
+            return Err(format!("{} refusals for {} inputs", got.len(), j - i));
+        }
+        for r in got {
+            refused.push(if indexed {
+                format!("{} {}", all[i].0, r.code)
+            } else {
+                r.code
+            });
+        }
+        i = j;
+    }
+    let got = subject.next_releases(inputs.now);
+    let mut last: Option<(u8, u64)> = None;
+    for action in &got.actions {
+        let at = (action.rank(), action.number());
+        if last.is_some_and(|l| l > at || (l == at && at.0 != 0)) {
+            return Err(format!(
+                "next-releases: actions out of the WIT's order: {:?}",
+                got.actions
+            ));
+        }
+        last = Some(at);
+        match action {
+            ActionView::Refused(r) => refused.push(r.code.clone()),
+            ActionView::Release { entry, .. } => out.release.push(*entry),
+            ActionView::Settled {
+                entry,
+                reason,
+                after,
+                message,
+            } => {
+                if message.is_empty() {
+                    return Err(format!("settled entry {entry} has no sentence"));
+                }
+                out.settle.push((*entry, reason.clone(), *after));
+            }
+            ActionView::Acquire { entry, .. } => out.acquire.push(*entry),
+            ActionView::Start(e) => out.start.push(*e),
+            ActionView::Retired(b) => out.retired.push(*b),
+        }
+    }
+    out.wake_at = got.wake_at;
+    Ok(())
 }
 
 fn outcome_ok(word: &str) -> Result<bool, String> {

@@ -6,8 +6,8 @@
 //!   a typed [`config::Policy`], or a list of [`diagnostic::Diagnostic`]s that name the tools
 //!   involved and point at the lines.
 //! - [`schedule`]: the sans-IO scheduler of RFD 129. The host submits batches
-//!   ([`schedule::Scheduler::submit`]) and reports everything that happened in one round to
-//!   [`schedule::Scheduler::step`], which says what to start and what it settled.
+//!   ([`schedule::Scheduler::submit_batch`]), reports ends and other inputs as they happen, and
+//!   asks [`schedule::Scheduler::next_releases`] what to start and what it settled.
 //! - [`admission`]: per-connection admission control (classes of work under one budget).
 //!
 //! Every mistake a host can make is a typed error that changes nothing; the engine never panics

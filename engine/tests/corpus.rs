@@ -4,12 +4,15 @@
 
 use std::path::PathBuf;
 
-use turnstile_corpus::{self as corpus, CallSpec, Diag, StepInputs, StepOutput, Subject, WaitView};
+use turnstile_corpus::{
+    self as corpus, ActionView, CallSpec, Diag, EndSpec, EventSpec, RefusalView, ReleasesView,
+    Subject, WaitView,
+};
 use turnstile_engine::admission::{Admission, AdmissionConfig, Class, Ticket};
 use turnstile_engine::config::{self, Layer, Policy};
 use turnstile_engine::schedule::{
-    BatchId, Call, EntryId, HostSettle, InputKind, Inputs, Outputs, Reason, Scheduler, Started,
-    State, Wait,
+    About, Action, BatchId, Call, End, EntryId, HostSettle, Input, Reason, Refusal, Releases,
+    Scheduler, Started, State, Wait,
 };
 
 #[derive(Default)]
@@ -96,7 +99,7 @@ impl Subject for Native {
         self.scheduler = Some(Scheduler::new(self.policy.clone()));
     }
 
-    fn submit(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String> {
+    fn submit_batch(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String> {
         let calls: Vec<Call<'_>> = calls
             .iter()
             .map(|c| Call {
@@ -107,84 +110,81 @@ impl Subject for Native {
             })
             .collect();
         self.sched()
-            .submit(&calls)
+            .submit_batch(&calls)
             .map(|s| (s.batch.0, s.first.0, s.count))
             .map_err(|e| e.code.as_str().to_owned())
     }
 
-    fn step(&mut self, inputs: &StepInputs) -> StepOutput {
-        let ids = |v: &[u64]| -> Vec<EntryId> { v.iter().map(|&e| EntryId(e)).collect() };
-        let settle: Vec<(EntryId, HostSettle)> = inputs
-            .settle
+    fn on_events(&mut self, events: &[EventSpec]) -> Vec<RefusalView> {
+        let sched = self.sched();
+        events
             .iter()
-            .map(|&(e, how)| {
-                let how = match how {
-                    "rejected" => HostSettle::Rejected,
-                    "skipped" => HostSettle::Skipped,
-                    _ => HostSettle::Failed,
+            .filter_map(|event| {
+                let input = match event {
+                    EventSpec::Approve(e) => Input::Approve(EntryId(*e)),
+                    EventSpec::NotRun(e, how) => Input::NotRun(
+                        EntryId(*e),
+                        match *how {
+                            "rejected" => HostSettle::Rejected,
+                            "skipped" => HostSettle::Skipped,
+                            _ => HostSettle::Failed,
+                        },
+                    ),
+                    EventSpec::Ask(e) => Input::Ask(EntryId(*e)),
+                    EventSpec::Answer(e) => Input::Answer(EntryId(*e)),
+                    EventSpec::Cancel(b) => Input::Cancel(BatchId(*b)),
+                    EventSpec::Pause(k, until) => Input::Pause(k, *until),
+                    EventSpec::Granted(e) => Input::Granted(EntryId(*e)),
+                    EventSpec::Denied(e) => Input::Denied(EntryId(*e)),
                 };
-                (EntryId(e), how)
+                sched.on_event(input).err().map(refusal)
+            })
+            .collect()
+    }
+
+    fn on_ended(&mut self, ends: &[(u64, EndSpec)]) -> Vec<RefusalView> {
+        let sched = self.sched();
+        ends.iter()
+            .filter_map(|&(e, how)| {
+                let end = match how {
+                    EndSpec::Ok => End::Ok,
+                    EndSpec::Failed => End::Failed,
+                    EndSpec::RateLimited(until) => End::RateLimited(until),
+                };
+                sched.on_ended(EntryId(e), end).err().map(refusal)
+            })
+            .collect()
+    }
+
+    fn next_releases(&mut self, now: Option<u64>) -> ReleasesView {
+        let mut out = Releases::default();
+        self.sched().next_releases(now, &mut out);
+        let actions = out
+            .actions()
+            .map(|a| match a {
+                Action::Refused(r) => ActionView::Refused(refusal(r.clone())),
+                Action::Release(p) => ActionView::Release {
+                    entry: p.entry.0,
+                    key: p.key.clone(),
+                },
+                Action::Settled(s) => ActionView::Settled {
+                    entry: s.entry.0,
+                    reason: s.reason.name().to_owned(),
+                    after: after(s.reason),
+                    message: s.message.clone(),
+                },
+                Action::Acquire(p) => ActionView::Acquire {
+                    entry: p.entry.0,
+                    key: p.key.clone(),
+                    limit: p.limit,
+                    delay_ms: p.delay_ms,
+                },
+                Action::Start(e) => ActionView::Start(e.0),
+                Action::Retired(b) => ActionView::Retired(b.0),
             })
             .collect();
-        let (approve, ask, answer, ok, failed) = (
-            ids(&inputs.approve),
-            ids(&inputs.ask),
-            ids(&inputs.answer),
-            ids(&inputs.ok),
-            ids(&inputs.failed),
-        );
-        let cancel: Vec<BatchId> = inputs.cancel.iter().map(|&b| BatchId(b)).collect();
-        let retry: Vec<(EntryId, u64)> = inputs
-            .retry
-            .iter()
-            .map(|&(e, until)| (EntryId(e), until))
-            .collect();
-        let pause: Vec<(&str, u64)> = inputs
-            .pause
-            .iter()
-            .map(|(k, until)| (k.as_str(), *until))
-            .collect();
-        let granted = ids(&inputs.granted);
-        let denied = ids(&inputs.denied);
-        let mut out = Outputs::default();
-        self.sched().step(
-            &Inputs {
-                approve: &approve,
-                settle: &settle,
-                granted: &granted,
-                denied: &denied,
-                ask: &ask,
-                answer: &answer,
-                ok: &ok,
-                failed: &failed,
-                cancel: &cancel,
-                now: inputs.now,
-                retry: &retry,
-                pause: &pause,
-            },
-            &mut out,
-        );
-        StepOutput {
-            start: out.start.iter().map(|e| e.0).collect(),
-            acquire: out.acquire.iter().map(|e| e.0).collect(),
-            release: out.release.iter().map(|e| e.0).collect(),
-            settle: out
-                .settle
-                .iter()
-                .map(|&(e, reason)| (e.0, reason.name().to_owned(), after(reason)))
-                .collect(),
-            errors: out
-                .errors
-                .iter()
-                .map(|e| {
-                    (
-                        kind(e.input).to_owned(),
-                        e.index,
-                        e.code.as_str().to_owned(),
-                    )
-                })
-                .collect(),
-            retired: out.retired.iter().map(|b| b.0).collect(),
+        ReleasesView {
+            actions,
             wake_at: out.wake_at,
         }
     }
@@ -299,20 +299,15 @@ impl Subject for Native {
     }
 }
 
-fn kind(input: InputKind) -> &'static str {
-    match input {
-        InputKind::Approve => "approve",
-        InputKind::Settle => "settle",
-        InputKind::Granted => "granted",
-        InputKind::Denied => "denied",
-        InputKind::Ask => "ask",
-        InputKind::Answer => "answer",
-        InputKind::Ok => "ok",
-        InputKind::Failed => "failed",
-        InputKind::Cancel => "cancel",
-        InputKind::Now => "now",
-        InputKind::Retry => "retry",
-        InputKind::Pause => "pause",
+fn refusal(r: Refusal) -> RefusalView {
+    RefusalView {
+        about: match r.about {
+            About::Entry(e) => format!("entry {e}"),
+            About::Batch(b) => format!("batch {b}"),
+            About::Key(k) => format!("key {k}"),
+            About::Clock(t) => format!("clock {t}"),
+        },
+        code: r.code.as_str().to_owned(),
     }
 }
 

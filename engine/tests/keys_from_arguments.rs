@@ -7,8 +7,12 @@
 
 use turnstile_engine::config::{self, Layer, Policy};
 use turnstile_engine::limits::ARGUMENTS_BYTES_MAX;
+#[path = "common/step.rs"]
+mod step;
+
+use step::{Inputs, Outputs, Step};
 use turnstile_engine::schedule::{
-    BatchId, Call, EntryId, InputErrorCode, Inputs, Outputs, Scheduler, Started, SubmitErrorCode,
+    BatchId, Call, EntryId, InputErrorCode, Scheduler, Started, SubmitErrorCode,
 };
 
 fn policy(text: &str) -> Policy {
@@ -49,7 +53,7 @@ impl T {
                 arguments,
             })
             .collect();
-        let b = self.s.submit(&calls).expect("submit");
+        let b = self.s.submit_batch(&calls).expect("submit");
         let entries: Vec<EntryId> = (0..u64::from(b.count))
             .map(|i| EntryId(b.first.0 + i))
             .collect();
@@ -166,7 +170,7 @@ fn oversized_or_misplaced_arguments_are_refused_whole() {
     let mut s = Scheduler::new(policy(FS));
     let big = format!("{{\"path\":\"{}\"}}", "x".repeat(ARGUMENTS_BYTES_MAX));
     let err = s
-        .submit(&[Call {
+        .submit_batch(&[Call {
             id: "a",
             tool: "fs_write",
             operations: None,
@@ -374,7 +378,7 @@ fn the_idle_heap_follows_live_keys_not_history() {
     for i in 0..2_000 {
         let id = format!("c{i}");
         let b =
-            t.s.submit(&[Call {
+            t.s.submit_batch(&[Call {
                 id: &id,
                 tool: "fs_write",
                 operations: None,

@@ -7,9 +7,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use turnstile_engine::config::{self, Layer, Policy};
+#[path = "common/step.rs"]
+mod step;
+
+use step::{InputKind, Inputs, Outputs, Step};
 use turnstile_engine::schedule::{
-    BatchId, Call, EntryId, InputErrorCode, InputKind, Inputs, Outputs, Reason, Scheduler, Started,
-    State, Wait,
+    BatchId, Call, EntryId, InputErrorCode, Reason, Scheduler, Started, State, Wait,
 };
 
 const SHARED: &str = r#"
@@ -48,7 +51,7 @@ impl T {
                 arguments: None,
             })
             .collect();
-        let b = self.s.submit(&calls).unwrap();
+        let b = self.s.submit_batch(&calls).unwrap();
         let e: Vec<EntryId> = (0..u64::from(b.count))
             .map(|i| EntryId(b.first.0 + i))
             .collect();
@@ -289,7 +292,7 @@ fn a_rate_limit_gives_back_the_permits_behind_it_so_processes_never_deadlock() {
                 arguments: None,
             })
             .collect();
-        let b = s.submit(&calls).unwrap();
+        let b = s.submit_batch(&calls).unwrap();
         let e: Vec<EntryId> = (0..3).map(|i| EntryId(b.first.0 + i)).collect();
         s.step(
             &Inputs {

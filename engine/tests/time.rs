@@ -4,9 +4,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use turnstile_engine::config::{self, Layer, Policy};
+#[path = "common/step.rs"]
+mod step;
+
+use step::{InputKind, Inputs, Outputs, Step};
 use turnstile_engine::schedule::{
-    BatchId, Call, EntryId, InputErrorCode, InputKind, Inputs, Outputs, Reason, Scheduler, State,
-    Wait,
+    BatchId, Call, EntryId, InputErrorCode, Reason, Scheduler, State, Wait,
 };
 
 fn policy(text: &str) -> Policy {
@@ -42,7 +45,7 @@ impl T {
                 arguments: None,
             })
             .collect();
-        let b = s.submit(&calls).expect("submit");
+        let b = s.submit_batch(&calls).expect("submit");
         Self {
             s,
             out: Outputs::default(),
@@ -361,7 +364,7 @@ fan_out = { on_error = "stop" }
 "#;
     let mut s = Scheduler::new(policy(text));
     let b = s
-        .submit(&[Call {
+        .submit_batch(&[Call {
             id: "f",
             tool: "f",
             operations: Some(3),
@@ -472,7 +475,7 @@ fn retry_bookkeeping_is_forgotten_when_batches_retire() {
     let mut now = 0;
     for round in 0..2_000u64 {
         let b = s
-            .submit(&[Call {
+            .submit_batch(&[Call {
                 id: "x",
                 tool: "get",
                 operations: None,
@@ -565,7 +568,7 @@ fn waiting_retries_cancelled_with_their_batch_leave_nothing_behind() {
     for round in 0..2_000u64 {
         let tool = format!("get{round}");
         let b = s
-            .submit(&[
+            .submit_batch(&[
                 Call {
                     id: "x",
                     tool: &tool,

@@ -5,10 +5,9 @@ use turnstile_engine::admission::{
 };
 use turnstile_engine::config::{OnError, ToolPolicy};
 use turnstile_engine::diagnostic::{self, Code, Diagnostic};
-use turnstile_engine::limits::CALLS_PER_BATCH_MAX;
 use turnstile_engine::schedule::{
-    BatchId, Call, EntryId, EntryStatus, HostSettle, InputError, InputErrorCode, InputKind,
-    Outcome, Outputs, Reason, ResumeError, ResumeErrorCode, Saved, SavedBatch, SavedCall,
+    About, Action, BatchId, Call, End, EntryId, EntryStatus, HostSettle, Input, InputErrorCode,
+    Outcome, Reason, Refusal, Releases, ResumeError, ResumeErrorCode, Saved, SavedBatch, SavedCall,
     SavedState, Started, State, SubmitError, SubmitErrorCode, Unrestored, UnrestoredCode, Wait,
 };
 
@@ -76,7 +75,7 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
         name: t.name.clone(),
         concurrency: t.concurrency.as_ref().map(|c| wc::Concurrency {
             key: c.key.as_str().to_owned(),
-            limit: c.limit.get(),
+            limit: Some(c.limit.get()).filter(|&l| l != u32::MAX),
             delay_ms: c.delay_ms,
             retries: c.retries,
             arguments: c
@@ -93,11 +92,32 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
     }
 }
 
-pub(crate) fn host_settle(how: ws::HostSettle) -> HostSettle {
+fn not_run(how: ws::NotRun) -> HostSettle {
     match how {
-        ws::HostSettle::Rejected => HostSettle::Rejected,
-        ws::HostSettle::Skipped => HostSettle::Skipped,
-        ws::HostSettle::Failed => HostSettle::Failed,
+        ws::NotRun::Rejected => HostSettle::Rejected,
+        ws::NotRun::Skipped => HostSettle::Skipped,
+        ws::NotRun::Failed => HostSettle::Failed,
+    }
+}
+
+pub(crate) fn end(e: ws::End) -> End {
+    match e {
+        ws::End::Ok => End::Ok,
+        ws::End::Failed => End::Failed,
+        ws::End::RateLimited(until) => End::RateLimited(until),
+    }
+}
+
+pub(crate) fn input(e: &ws::Event) -> Input<'_> {
+    match e {
+        ws::Event::Approve(n) => Input::Approve(EntryId(*n)),
+        ws::Event::NotRun((n, how)) => Input::NotRun(EntryId(*n), not_run(*how)),
+        ws::Event::Ask(n) => Input::Ask(EntryId(*n)),
+        ws::Event::Answer(n) => Input::Answer(EntryId(*n)),
+        ws::Event::Cancel(b) => Input::Cancel(BatchId(*b)),
+        ws::Event::Pause(p) => Input::Pause(&p.key, p.until),
+        ws::Event::Granted(n) => Input::Granted(EntryId(*n)),
+        ws::Event::Denied(n) => Input::Denied(EntryId(*n)),
     }
 }
 
@@ -139,70 +159,17 @@ pub(crate) fn reason_in(r: ws::Reason) -> Reason {
     }
 }
 
-/// `submit`'s packed lists as calls borrowing from them.
-pub(crate) fn unpack<'a>(
-    ids: &'a str,
-    tools: &'a str,
-    operations: &[u32],
-    arguments: &'a [(u32, String)],
-) -> Result<Vec<Call<'a>>, SubmitError> {
-    // With no calls both strings are empty; otherwise an empty string is one empty name
-    // (refused as `invalid-id`), not zero names.
-    let split = |text: &'a str| -> Vec<&'a str> {
-        if operations.is_empty() && text.is_empty() {
-            Vec::new()
-        } else {
-            text.split('\n').collect()
-        }
-    };
-    if operations.len() > CALLS_PER_BATCH_MAX {
-        return Err(SubmitError {
-            code: SubmitErrorCode::TooLarge,
-            message: format!(
-                "{} calls in one batch; at most {CALLS_PER_BATCH_MAX} are accepted",
-                operations.len()
-            ),
-        });
-    }
-    let (ids, tools) = (split(ids), split(tools));
-    if ids.len() != operations.len() || tools.len() != operations.len() {
-        return Err(SubmitError {
-            code: SubmitErrorCode::InvalidOperations,
-            message: format!(
-                "packed batch: {} ids, {} tools and {} operation counts; they must match",
-                ids.len(),
-                tools.len(),
-                operations.len()
-            ),
-        });
-    }
-    let mut calls: Vec<Call<'a>> = ids
-        .into_iter()
-        .zip(tools)
-        .zip(operations)
-        .map(|((id, tool), &n)| Call {
-            id,
-            tool,
-            operations: (n > 0).then_some(n),
-            arguments: None,
+/// `submit-batch`'s calls as calls borrowing from them.
+pub(crate) fn calls(calls: &[ws::Call]) -> Vec<Call<'_>> {
+    calls
+        .iter()
+        .map(|c| Call {
+            id: &c.id,
+            tool: &c.tool,
+            operations: c.operations,
+            arguments: c.arguments.as_deref(),
         })
-        .collect();
-    for (index, text) in arguments {
-        let call = calls.get_mut(*index as usize).ok_or_else(|| SubmitError {
-            code: SubmitErrorCode::InvalidArguments,
-            message: format!(
-                "arguments for call {index}, but the batch has {} calls",
-                operations.len()
-            ),
-        })?;
-        if call.arguments.replace(text.as_str()).is_some() {
-            return Err(SubmitError {
-                code: SubmitErrorCode::InvalidArguments,
-                message: format!("arguments for call {index} given twice"),
-            });
-        }
-    }
-    Ok(calls)
+        .collect()
 }
 
 pub(crate) fn submit_error(e: SubmitError) -> ws::SubmitError {
@@ -216,36 +183,22 @@ pub(crate) fn submit_error(e: SubmitError) -> ws::SubmitError {
             E::NotFanOut => W::NotFanOut,
             E::InvalidOperations => W::InvalidOperations,
             E::TooLarge => W::TooLarge,
-            E::InvalidArguments => W::InvalidArguments,
         },
         message: e.message,
     }
 }
 
-fn input_kind(k: InputKind) -> ws::InputKind {
-    match k {
-        InputKind::Approve => ws::InputKind::Approve,
-        InputKind::Settle => ws::InputKind::Settle,
-        InputKind::Ask => ws::InputKind::Ask,
-        InputKind::Answer => ws::InputKind::Answer,
-        InputKind::Ok => ws::InputKind::Ok,
-        InputKind::Failed => ws::InputKind::Failed,
-        InputKind::Cancel => ws::InputKind::Cancel,
-        InputKind::Now => ws::InputKind::Now,
-        InputKind::Retry => ws::InputKind::Retry,
-        InputKind::Pause => ws::InputKind::Pause,
-        InputKind::Granted => ws::InputKind::Granted,
-        InputKind::Denied => ws::InputKind::Denied,
-    }
-}
-
-fn input_error(e: &InputError) -> ws::InputError {
+pub(crate) fn refusal(r: Refusal) -> ws::Refusal {
     use InputErrorCode as E;
-    use ws::InputErrorCode as W;
-    ws::InputError {
-        input: input_kind(e.input),
-        index: e.index,
-        code: match e.code {
+    use ws::RefusalCode as W;
+    ws::Refusal {
+        about: match r.about {
+            About::Entry(n) => ws::About::Entry(n),
+            About::Batch(b) => ws::About::Batch(b),
+            About::Key(k) => ws::About::Key(k),
+            About::Clock(t) => ws::About::Clock(t),
+        },
+        code: match r.code {
             E::UnknownEntry => W::UnknownEntry,
             E::UnknownBatch => W::UnknownBatch,
             E::AlreadyDecided => W::AlreadyDecided,
@@ -257,26 +210,36 @@ fn input_error(e: &InputError) -> ws::InputError {
             E::UnknownKey => W::UnknownKey,
             E::NotAcquiring => W::NotAcquiring,
         },
-        message: e.message.clone(),
+        message: r.message,
     }
 }
 
-pub(crate) fn outputs(out: &Outputs) -> ws::Outputs {
-    ws::Outputs {
-        start: out.start.iter().map(|e| e.0).collect(),
-        settle: out
-            .settle
-            .iter()
-            .map(|&(e, why)| ws::Settled {
-                entry: e.0,
-                reason: reason_out(why),
-            })
-            .collect(),
-        errors: out.errors.iter().map(input_error).collect(),
-        retired: out.retired.iter().map(|b| b.0).collect(),
+/// The round's output as the WIT's actions, in the engine's order.
+pub(crate) fn releases(out: &Releases) -> ws::Releases {
+    let mut actions = Vec::with_capacity(out.len());
+    actions.extend(out.actions().map(|a| match a {
+        Action::Refused(r) => ws::Action::Refused(refusal(r.clone())),
+        Action::Release(p) => ws::Action::Release(ws::Permit {
+            entry: p.entry.0,
+            key: p.key.clone(),
+        }),
+        Action::Settled(s) => ws::Action::Settled(ws::Settlement {
+            entry: s.entry.0,
+            reason: reason_out(s.reason),
+            message: s.message.clone(),
+        }),
+        Action::Acquire(p) => ws::Action::Acquire(ws::PermitRequest {
+            entry: p.entry.0,
+            key: p.key.clone(),
+            limit: p.limit,
+            delay_ms: p.delay_ms,
+        }),
+        Action::Start(e) => ws::Action::Start(e.0),
+        Action::Retired(b) => ws::Action::Retired(b.0),
+    }));
+    ws::Releases {
+        actions,
         wake_at: out.wake_at,
-        acquire: out.acquire.iter().map(|e| e.0).collect(),
-        release: out.release.iter().map(|e| e.0).collect(),
     }
 }
 

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 
 use turnstile_engine::admission::{Admission, Ticket};
 use turnstile_engine::config::{self as engine_config, Policy};
-use turnstile_engine::schedule::{BatchId, EntryId, HostSettle, Inputs, Outputs, Scheduler};
+use turnstile_engine::schedule::{BatchId, EntryId, Releases, Scheduler};
 
 wit_bindgen::generate!({ path: "../wit", world: "turnstile" });
 
@@ -28,23 +28,16 @@ pub struct PolicyResource {
 /// The `scheduler` resource.
 pub struct SchedulerResource {
     inner: RefCell<Scheduler>,
-    /// Buffers `step` reuses, so that a round allocates only what crosses the boundary.
-    scratch: RefCell<Scratch>,
-}
-
-#[derive(Default)]
-struct Scratch {
-    settle: Vec<(EntryId, HostSettle)>,
-    cancel: Vec<BatchId>,
-    retry: Vec<(EntryId, u64)>,
-    out: Outputs,
+    /// The output `next-releases` reuses, so that a round allocates only what crosses the
+    /// boundary.
+    out: RefCell<Releases>,
 }
 
 impl SchedulerResource {
     fn wrap(scheduler: Scheduler) -> Self {
         Self {
             inner: RefCell::new(scheduler),
-            scratch: RefCell::new(Scratch::default()),
+            out: RefCell::new(Releases::default()),
         }
     }
 }
@@ -127,18 +120,14 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
         ))
     }
 
-    fn submit(
+    fn submit_batch(
         &self,
-        ids: String,
-        tools: String,
-        operations: Vec<u32>,
-        arguments: Vec<(u32, String)>,
+        calls: Vec<wit_scheduler::Call>,
     ) -> Result<wit_scheduler::Submitted, wit_scheduler::SubmitError> {
-        let calls = convert::unpack(&ids, &tools, &operations, &arguments)
-            .map_err(convert::submit_error)?;
+        let calls = convert::calls(&calls);
         self.inner
             .borrow_mut()
-            .submit(&calls)
+            .submit_batch(&calls)
             .map(|s| wit_scheduler::Submitted {
                 batch: s.batch.0,
                 first: s.first.0,
@@ -147,48 +136,35 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
             .map_err(convert::submit_error)
     }
 
-    fn step(&self, inputs: wit_scheduler::Inputs) -> wit_scheduler::Outputs {
-        let mut scratch = self.scratch.borrow_mut();
-        let Scratch {
-            settle,
-            cancel,
-            retry,
-            out,
-        } = &mut *scratch;
-        settle.clear();
-        settle.extend(
-            inputs
-                .settle
-                .iter()
-                .map(|s| (EntryId(s.entry), convert::host_settle(s.how))),
-        );
-        cancel.clear();
-        cancel.extend(inputs.cancel.iter().map(|&b| BatchId(b)));
-        retry.clear();
-        retry.extend(inputs.retry.iter().map(|r| (EntryId(r.entry), r.until)));
-        let pause: Vec<(&str, u64)> = inputs
-            .pause
+    fn on_ended(&self, ends: Vec<wit_scheduler::Ended>) -> Vec<wit_scheduler::Refusal> {
+        let mut sched = self.inner.borrow_mut();
+        ends.iter()
+            .filter_map(|e| {
+                sched
+                    .on_ended(EntryId(e.entry), convert::end(e.end))
+                    .err()
+                    .map(convert::refusal)
+            })
+            .collect()
+    }
+
+    fn on_events(&self, events: Vec<wit_scheduler::Event>) -> Vec<wit_scheduler::Refusal> {
+        let mut sched = self.inner.borrow_mut();
+        events
             .iter()
-            .map(|p| (p.key.as_str(), p.until))
-            .collect();
-        self.inner.borrow_mut().step(
-            &Inputs {
-                now: inputs.now,
-                approve: entries(&inputs.approve),
-                settle,
-                ask: entries(&inputs.ask),
-                answer: entries(&inputs.answer),
-                ok: entries(&inputs.ok),
-                failed: entries(&inputs.failed),
-                granted: entries(&inputs.granted),
-                denied: entries(&inputs.denied),
-                retry,
-                cancel,
-                pause: &pause,
-            },
-            out,
-        );
-        convert::outputs(out)
+            .filter_map(|e| {
+                sched
+                    .on_event(convert::input(e))
+                    .err()
+                    .map(convert::refusal)
+            })
+            .collect()
+    }
+
+    fn next_releases(&self, now: Option<u64>) -> wit_scheduler::Releases {
+        let mut out = self.out.borrow_mut();
+        self.inner.borrow_mut().next_releases(now, &mut out);
+        convert::releases(&out)
     }
 
     fn label(&self, entry: u64) -> Option<String> {
@@ -203,13 +179,6 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
     fn unfinished(&self) -> wit_scheduler::SavedState {
         convert::saved_state_out(self.inner.borrow().unfinished())
     }
-}
-
-/// The WIT's `list<u64>` of entry numbers as entries, without a copy.
-fn entries(numbers: &[u64]) -> &[EntryId] {
-    // SAFETY: `EntryId` is `#[repr(transparent)]` over `u64`, so the two slices have the same
-    // layout, alignment and length; the lifetime is carried over unchanged.
-    unsafe { std::slice::from_raw_parts(numbers.as_ptr().cast::<EntryId>(), numbers.len()) }
 }
 
 impl wit_admission::Guest for Component {

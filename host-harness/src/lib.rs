@@ -30,25 +30,6 @@ pub use bindings::exports::turnstile::scheduler::admission as wit_admission;
 pub use bindings::exports::turnstile::scheduler::config as wit_config;
 pub use bindings::exports::turnstile::scheduler::scheduler as wit_scheduler;
 
-/// `step` inputs with every list empty and no clock: the one place a host of this crate (the
-/// CLI, the tests, the benchmarks) spells out every field.
-pub fn no_inputs() -> wit_scheduler::Inputs {
-    wit_scheduler::Inputs {
-        approve: Vec::new(),
-        settle: Vec::new(),
-        ask: Vec::new(),
-        answer: Vec::new(),
-        ok: Vec::new(),
-        failed: Vec::new(),
-        cancel: Vec::new(),
-        now: None,
-        retry: Vec::new(),
-        pause: Vec::new(),
-        granted: Vec::new(),
-        denied: Vec::new(),
-    }
-}
-
 /// What a host should cap: the guest's linear memory, and optionally the work one call may do
 /// (wasmtime fuel, roughly one unit per instruction).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

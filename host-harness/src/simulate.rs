@@ -4,7 +4,7 @@
 //! steps ignored) or layers and calls from the command line; [`HELP`] documents both.
 //!
 //! Nothing here prints a WIT value's `Debug`: settlements and waits are the component's own
-//! sentences (`explain` and `inspect`'s `why`), the same text every host shows.
+//! sentences (settlements' `message` and `inspect`'s `why`), the same text every host shows.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
@@ -45,8 +45,8 @@ options:
 
 Labels: a plain call's entry is labelled by its ID (`r1`); a fan-out call `ID TOOL*N` (N at
 least 1; the tool must fan out) has N entries, `ID#0` to `ID#N-1`. A call written
-`ID TOOL {JSON}` passes its arguments (a JSON object) to `submit`; a tool whose concurrency key
-is a template (`key = "fs:{path}"`) makes the call's key from them. IDs are 1 to 256 bytes,
+`ID TOOL {JSON}` passes its arguments (a JSON object) to `submit-batch`; a tool whose
+concurrency key is a template (`key = "fs:{path}"`) makes the call's key from them. IDs are 1 to 256 bytes,
 without `#`. A label that no entry has is an error.
 
 FILE is TOML, in the format of the case files in tests/cases (tests/cases/README.md):
@@ -167,7 +167,7 @@ pub fn split_calls(text: &str) -> Result<BatchSpec, String> {
 }
 
 /// A batch's calls, parsed as the corpus parses them, with a fan-out of no operations refused
-/// (it has no spelling in `submit`).
+/// (`submit-batch` refuses it).
 fn calls_of(batch: &BatchSpec) -> Result<Vec<CallSpec>, String> {
     let calls = corpus::parse_calls(batch)?;
     if let Some(i) = calls.iter().position(|c| c.operations == Some(0)) {
@@ -188,12 +188,10 @@ pub fn simulate(
 ) -> Result<String, Error> {
     let policy = resolve(instance, layers)?;
     let store = &mut instance.store;
-    let explain = instance.exports.turnstile_scheduler_scheduler();
-    let iface = explain.scheduler();
+    let iface = instance.exports.turnstile_scheduler_scheduler().scheduler();
     let sched = iface.call_constructor(&mut *store, policy).map_err(trap)?;
     let mut sim = Sim {
         store,
-        explain,
         iface,
         sched,
         out: format!("{:>6}  {:<7} {:<10} detail\n", "t(ms)", "event", "entry"),
@@ -241,14 +239,6 @@ fn trap(e: wasmtime::Error) -> Error {
     Error::Host(format!("trap: {e:#}"))
 }
 
-/// Inputs with nothing but the clock.
-fn idle(now_ms: u64) -> ws::Inputs {
-    ws::Inputs {
-        now: Some(now_ms),
-        ..crate::no_inputs()
-    }
-}
-
 struct Running {
     entry: u64,
     ends_at_ms: u64,
@@ -258,8 +248,6 @@ struct Running {
 /// One scheduler on a virtual clock, and the timeline so far.
 struct Sim<'a> {
     store: &'a mut Store<HostState>,
-    /// The interface's free functions (`explain`).
-    explain: &'a ws::Guest,
     iface: ws::GuestScheduler<'a>,
     sched: ResourceAny,
     out: String,
@@ -288,18 +276,18 @@ impl Sim<'_> {
     /// Submits the file's `n`-th batch; its number and entries.
     fn submit(&mut self, n: usize, batch: &BatchSpec) -> Result<(u64, Range<u64>), Error> {
         let calls = calls_of(batch).map_err(|e| Error::Input(format!("batch {n}: {e}")))?;
-        let join = |f: fn(&CallSpec) -> &str| calls.iter().map(f).collect::<Vec<_>>().join("\n");
-        let operations: Vec<u32> = calls.iter().map(|c| c.operations.unwrap_or(0)).collect();
+        let wit_calls: Vec<ws::Call> = calls
+            .iter()
+            .map(|c| ws::Call {
+                id: c.id.clone(),
+                tool: c.tool.clone(),
+                operations: c.operations,
+                arguments: c.arguments.clone(),
+            })
+            .collect();
         let submitted = self
             .iface
-            .call_submit(
-                &mut *self.store,
-                self.sched,
-                &join(|c| &c.id),
-                &join(|c| &c.tool),
-                &operations,
-                &corpus::packed_arguments(&calls),
-            )
+            .call_submit_batch(&mut *self.store, self.sched, &wit_calls)
             .map_err(trap)?
             .map_err(|e| Error::Input(format!("batch {n}: {}", e.message)))?;
         let detail = format!("{} calls", calls.len());
@@ -358,46 +346,61 @@ impl Sim<'_> {
         let mut running: Vec<Running> = Vec::new();
         let mut seq = 0u64;
         let mut shown: HashMap<String, String> = HashMap::new();
-        let mut inputs = ws::Inputs { approve, ..idle(0) };
+        // The host loop: inputs in, then one `match` over the round's actions.
+        let mut events: Vec<ws::Event> = approve.into_iter().map(ws::Event::Approve).collect();
+        let mut ends: Vec<ws::Ended> = Vec::new();
         loop {
-            let step = self
+            let mut refused = self
                 .iface
-                .call_step(&mut *self.store, self.sched, &inputs)
+                .call_on_events(&mut *self.store, self.sched, &events)
                 .map_err(trap)?;
-            if let Some(e) = step.errors.first() {
-                let why = format!("the scheduler refused an input: {}", e.message);
+            refused.extend(
+                self.iface
+                    .call_on_ended(&mut *self.store, self.sched, &ends)
+                    .map_err(trap)?,
+            );
+            events.clear();
+            ends.clear();
+            let round = self
+                .iface
+                .call_next_releases(&mut *self.store, self.sched, Some(self.now_ms))
+                .map_err(trap)?;
+            for action in round.actions {
+                match action {
+                    ws::Action::Refused(r) => refused.push(r),
+                    // One process here: a permit back is nothing to do.
+                    ws::Action::Release(_) => {}
+                    ws::Action::Settled(st) => {
+                        let label = self.label(st.entry);
+                        self.event("settle", &label, &st.message);
+                    }
+                    // One process here, so the store grants each permit at once.
+                    ws::Action::Acquire(p) => {
+                        let label = self.label(p.entry);
+                        self.event("permit", &label, "asked the shared store; granted at once");
+                        events.push(ws::Event::Granted(p.entry));
+                    }
+                    ws::Action::Start(e) => {
+                        let label = self.label(e);
+                        let key = self.entries.get(&e).map_or("", |(_, k)| k.as_str());
+                        let key = key.to_owned();
+                        self.event("start", &label, &key);
+                        running.push(Running {
+                            entry: e,
+                            ends_at_ms: self.now_ms + duration_ms(&label),
+                            seq,
+                        });
+                        seq += 1;
+                    }
+                    ws::Action::Retired(b) => batches.retain(|&x| x != b),
+                }
+            }
+            if let Some(r) = refused.first() {
+                let why = format!("the scheduler refused an input: {}", r.message);
                 return Err(Error::Host(why));
             }
-            for st in &step.settle {
-                let label = self.label(st.entry);
-                let text = self
-                    .explain
-                    .call_explain(&mut *self.store, &label, st.reason)
-                    .map_err(trap)?;
-                self.event("settle", &label, &text);
-            }
-            for &e in &step.start {
-                let label = self.label(e);
-                let key = self.entries.get(&e).map_or("", |(_, k)| k.as_str());
-                let key = key.to_owned();
-                self.event("start", &label, &key);
-                running.push(Running {
-                    entry: e,
-                    ends_at_ms: self.now_ms + duration_ms(&label),
-                    seq,
-                });
-                seq += 1;
-            }
-            batches.retain(|b| !step.retired.contains(b));
             self.show_waits(&batches, &mut shown)?;
-            // A shared key's permits: one process here, so the store grants each at once.
-            if !step.acquire.is_empty() {
-                for &e in &step.acquire {
-                    let label = self.label(e);
-                    self.event("permit", &label, "asked the shared store; granted at once");
-                }
-                inputs = idle(self.now_ms);
-                inputs.granted.clone_from(&step.acquire);
+            if !events.is_empty() {
                 continue;
             }
             let next = running
@@ -406,12 +409,11 @@ impl Sim<'_> {
                 .min_by_key(|(_, r)| (r.ends_at_ms, r.seq))
                 .map(|(i, r)| (i, r.ends_at_ms));
             // Something waits on time (a key's delay) and nothing ends before it: wake then.
-            if let Some(wake) = step
+            if let Some(wake) = round
                 .wake_at
                 .filter(|&w| next.is_none_or(|(_, end)| w < end))
             {
                 self.now_ms = wake.max(self.now_ms);
-                inputs = idle(self.now_ms);
                 continue;
             }
             let Some((next, _)) = next else {
@@ -420,14 +422,12 @@ impl Sim<'_> {
             let done = running.swap_remove(next);
             self.now_ms = done.ends_at_ms;
             let label = self.label(done.entry);
-            inputs = idle(self.now_ms);
-            if spec.fail.contains(&label) {
-                inputs.failed.push(done.entry);
-                self.event("end", &label, "failed");
-            } else {
-                inputs.ok.push(done.entry);
-                self.event("end", &label, "ok");
-            }
+            let failed = spec.fail.contains(&label);
+            ends.push(ws::Ended {
+                entry: done.entry,
+                end: if failed { ws::End::Failed } else { ws::End::Ok },
+            });
+            self.event("end", &label, if failed { "failed" } else { "ok" });
         }
         self.event("done", "", "every entry ended or settled");
         Ok(())

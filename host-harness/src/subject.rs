@@ -1,7 +1,10 @@
 //! The corpus's `Subject` over the component: every method is one or a few WIT calls. A trap is
 //! reported as an error string starting with `trap:`, which no case expects, so it fails.
 
-use turnstile_corpus::{self as corpus, CallSpec, Diag, StepInputs, StepOutput, Subject, WaitView};
+use turnstile_corpus::{
+    self as corpus, ActionView, CallSpec, Diag, EndSpec, EventSpec, RefusalView, ReleasesView,
+    Subject, WaitView,
+};
 use wasmtime::component::ResourceAny;
 
 use crate::{Instance, wit_admission as wa, wit_config as wc, wit_scheduler as ws};
@@ -141,16 +144,16 @@ impl Subject for ComponentSubject {
         self.scheduler = iface.call_constructor(&mut self.instance.store, p).ok();
     }
 
-    fn submit(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String> {
-        // The packed form spells a plain call as 0 operations, so an empty envelope has no
-        // spelling: a typed host API refuses it before crossing, with the engine's code.
-        if calls.iter().any(|c| c.operations == Some(0)) {
-            return Err("invalid-operations".to_owned());
-        }
-        let join = |f: fn(&CallSpec) -> &str| calls.iter().map(f).collect::<Vec<_>>().join("\n");
-        let ids = join(|c| &c.id);
-        let tools = join(|c| &c.tool);
-        let operations: Vec<u32> = calls.iter().map(|c| c.operations.unwrap_or(0)).collect();
+    fn submit_batch(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String> {
+        let calls: Vec<ws::Call> = calls
+            .iter()
+            .map(|c| ws::Call {
+                id: c.id.clone(),
+                tool: c.tool.clone(),
+                operations: c.operations,
+                arguments: c.arguments.clone(),
+            })
+            .collect();
         let s = self.scheduler()?;
         let iface = self
             .instance
@@ -158,93 +161,128 @@ impl Subject for ComponentSubject {
             .turnstile_scheduler_scheduler()
             .scheduler();
         iface
-            .call_submit(
-                &mut self.instance.store,
-                s,
-                &ids,
-                &tools,
-                &operations,
-                &corpus::packed_arguments(calls),
-            )
+            .call_submit_batch(&mut self.instance.store, s, &calls)
             .map_err(trap)?
             .map(|b| (b.batch, b.first, b.count))
             .map_err(|e| submit_code(e.code).to_owned())
     }
 
-    fn step(&mut self, inputs: &StepInputs) -> StepOutput {
+    fn on_events(&mut self, events: &[EventSpec]) -> Vec<RefusalView> {
         let s = match self.scheduler() {
             Ok(s) => s,
             Err(e) => return trapped(e),
         };
-        let wit = ws::Inputs {
-            approve: inputs.approve.clone(),
-            settle: inputs
-                .settle
-                .iter()
-                .map(|&(entry, how)| ws::HostSettlement {
-                    entry,
-                    how: match how {
-                        "rejected" => ws::HostSettle::Rejected,
-                        "skipped" => ws::HostSettle::Skipped,
-                        _ => ws::HostSettle::Failed,
+        let events: Vec<ws::Event> = events
+            .iter()
+            .map(|e| match e {
+                EventSpec::Approve(n) => ws::Event::Approve(*n),
+                EventSpec::NotRun(n, how) => ws::Event::NotRun((
+                    *n,
+                    match *how {
+                        "rejected" => ws::NotRun::Rejected,
+                        "skipped" => ws::NotRun::Skipped,
+                        _ => ws::NotRun::Failed,
                     },
-                })
-                .collect(),
-            ask: inputs.ask.clone(),
-            answer: inputs.answer.clone(),
-            ok: inputs.ok.clone(),
-            failed: inputs.failed.clone(),
-            cancel: inputs.cancel.clone(),
-            now: inputs.now,
-            retry: inputs
-                .retry
-                .iter()
-                .map(|&(entry, until)| ws::RetryAfter { entry, until })
-                .collect(),
-            pause: inputs
-                .pause
-                .iter()
-                .map(|(key, until)| ws::KeyPause {
+                )),
+                EventSpec::Ask(n) => ws::Event::Ask(*n),
+                EventSpec::Answer(n) => ws::Event::Answer(*n),
+                EventSpec::Cancel(b) => ws::Event::Cancel(*b),
+                EventSpec::Pause(key, until) => ws::Event::Pause(ws::KeyPause {
                     key: key.clone(),
                     until: *until,
-                })
-                .collect(),
-            granted: inputs.granted.clone(),
-            denied: inputs.denied.clone(),
+                }),
+                EventSpec::Granted(n) => ws::Event::Granted(*n),
+                EventSpec::Denied(n) => ws::Event::Denied(*n),
+            })
+            .collect();
+        let iface = self
+            .instance
+            .exports
+            .turnstile_scheduler_scheduler()
+            .scheduler();
+        match iface.call_on_events(&mut self.instance.store, s, &events) {
+            Ok(refused) => refused.iter().map(refusal).collect(),
+            Err(e) => trapped(trap(e)),
+        }
+    }
+
+    fn on_ended(&mut self, ends: &[(u64, EndSpec)]) -> Vec<RefusalView> {
+        let s = match self.scheduler() {
+            Ok(s) => s,
+            Err(e) => return trapped(e),
+        };
+        let ends: Vec<ws::Ended> = ends
+            .iter()
+            .map(|&(entry, how)| ws::Ended {
+                entry,
+                end: match how {
+                    EndSpec::Ok => ws::End::Ok,
+                    EndSpec::Failed => ws::End::Failed,
+                    EndSpec::RateLimited(until) => ws::End::RateLimited(until),
+                },
+            })
+            .collect();
+        let iface = self
+            .instance
+            .exports
+            .turnstile_scheduler_scheduler()
+            .scheduler();
+        match iface.call_on_ended(&mut self.instance.store, s, &ends) {
+            Ok(refused) => refused.iter().map(refusal).collect(),
+            Err(e) => trapped(trap(e)),
+        }
+    }
+
+    fn next_releases(&mut self, now: Option<u64>) -> ReleasesView {
+        let trapped_view = |why: String| ReleasesView {
+            actions: vec![ActionView::Refused(RefusalView {
+                about: "trap".to_owned(),
+                code: why,
+            })],
+            wake_at: None,
+        };
+        let s = match self.scheduler() {
+            Ok(s) => s,
+            Err(e) => return trapped_view(e),
         };
         let iface = self
             .instance
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        match iface.call_step(&mut self.instance.store, s, &wit) {
-            Ok(out) => StepOutput {
-                start: out.start,
-                acquire: out.acquire,
-                release: out.release,
-                settle: out
-                    .settle
+        match iface.call_next_releases(&mut self.instance.store, s, now) {
+            Ok(out) => ReleasesView {
+                actions: out
+                    .actions
                     .iter()
-                    .map(|st| {
-                        let (name, after) = reason(&st.reason);
-                        (st.entry, name.to_owned(), after)
+                    .map(|a| match a {
+                        ws::Action::Refused(r) => ActionView::Refused(refusal(r)),
+                        ws::Action::Release(p) => ActionView::Release {
+                            entry: p.entry,
+                            key: p.key.clone(),
+                        },
+                        ws::Action::Settled(st) => {
+                            let (name, after) = reason(&st.reason);
+                            ActionView::Settled {
+                                entry: st.entry,
+                                reason: name.to_owned(),
+                                after,
+                                message: st.message.clone(),
+                            }
+                        }
+                        ws::Action::Acquire(p) => ActionView::Acquire {
+                            entry: p.entry,
+                            key: p.key.clone(),
+                            limit: p.limit,
+                            delay_ms: p.delay_ms,
+                        },
+                        ws::Action::Start(e) => ActionView::Start(*e),
+                        ws::Action::Retired(b) => ActionView::Retired(*b),
                     })
                     .collect(),
-                errors: out
-                    .errors
-                    .iter()
-                    .map(|e| {
-                        (
-                            input_kind(e.input).to_owned(),
-                            e.index,
-                            input_code(e.code).to_owned(),
-                        )
-                    })
-                    .collect(),
-                retired: out.retired,
                 wake_at: out.wake_at,
             },
-            Err(e) => trapped(trap(e)),
+            Err(e) => trapped_view(trap(e)),
         }
     }
 
@@ -387,7 +425,7 @@ pub(crate) fn tool_line(t: &wc::ToolPolicy) -> String {
         &t.name,
         t.concurrency.as_ref().map(|c| corpus::KeyView {
             key: &c.key,
-            limit: c.limit,
+            limit: c.limit.unwrap_or(u32::MAX),
             delay_ms: c.delay_ms,
             retries: c.retries,
             shared: c.shared,
@@ -409,29 +447,23 @@ fn reason(r: &ws::Reason) -> (&'static str, Option<u32>) {
     }
 }
 
-/// A step that could not run: an error no case expects, so the case fails.
-fn trapped(why: String) -> StepOutput {
-    StepOutput {
-        errors: vec![("trap".to_owned(), 0, why)],
-        ..StepOutput::default()
-    }
+/// A call that could not run: an error no case expects, so the case fails.
+fn trapped(why: String) -> Vec<RefusalView> {
+    vec![RefusalView {
+        about: "trap".to_owned(),
+        code: why,
+    }]
 }
 
-fn input_kind(k: ws::InputKind) -> &'static str {
-    use ws::InputKind as K;
-    match k {
-        K::Approve => "approve",
-        K::Settle => "settle",
-        K::Ask => "ask",
-        K::Answer => "answer",
-        K::Ok => "ok",
-        K::Failed => "failed",
-        K::Cancel => "cancel",
-        K::Now => "now",
-        K::Retry => "retry",
-        K::Pause => "pause",
-        K::Granted => "granted",
-        K::Denied => "denied",
+fn refusal(r: &ws::Refusal) -> RefusalView {
+    RefusalView {
+        about: match &r.about {
+            ws::About::Entry(n) => format!("entry {n}"),
+            ws::About::Batch(b) => format!("batch {b}"),
+            ws::About::Key(k) => format!("key {k}"),
+            ws::About::Clock(t) => format!("clock {t}"),
+        },
+        code: input_code(r.code).to_owned(),
     }
 }
 
@@ -479,12 +511,11 @@ pub(crate) fn submit_code(code: ws::SubmitErrorCode) -> &'static str {
         E::NotFanOut => "not-fan-out",
         E::InvalidOperations => "invalid-operations",
         E::TooLarge => "too-large",
-        E::InvalidArguments => "invalid-arguments",
     }
 }
 
-pub(crate) fn input_code(code: ws::InputErrorCode) -> &'static str {
-    use ws::InputErrorCode as E;
+pub(crate) fn input_code(code: ws::RefusalCode) -> &'static str {
+    use ws::RefusalCode as E;
     match code {
         E::UnknownEntry => "unknown-entry",
         E::UnknownBatch => "unknown-batch",

@@ -10,7 +10,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{STOP_POLICY, Sched, assert_out, harness, hostile_strings, none};
+use common::{
+    HostSettle, HostSettlement, Inputs, RetryAfter, STOP_POLICY, Sched, assert_out, harness,
+    hostile_strings, none,
+};
 use host_harness::{ComponentSubject, Harness, default_component_path};
 use host_harness::{wit_config as wc, wit_scheduler as ws};
 use turnstile_corpus as corpus;
@@ -36,8 +39,8 @@ fn corpus_runs_through_the_component() {
     assert!(summary.failed.is_empty(), "{}", summary.line());
 }
 
-use ws::InputErrorCode as C;
-use ws::InputKind as K;
+use common::InputErrorCode as C;
+use common::InputKind as K;
 use ws::SubmitErrorCode as S;
 
 /// Every config input a host can construct that is hostile: each resolves to exactly the
@@ -167,7 +170,7 @@ fn config_survives_hostile_layers() {
         tools[0].concurrency,
         Some(wc::Concurrency {
             key: "f".to_owned(),
-            limit: 2,
+            limit: Some(2),
             delay_ms: 0,
             retries: 3,
             arguments: vec![],
@@ -186,16 +189,16 @@ fn config_survives_hostile_layers() {
 #[test]
 fn step_refuses_unknown_numbers_one_by_one() {
     let mut s = Sched::new(STOP_POLICY);
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         approve: vec![0, u64::MAX, 1],
         settle: vec![
-            ws::HostSettlement {
+            HostSettlement {
                 entry: 0,
-                how: ws::HostSettle::Rejected,
+                how: HostSettle::Rejected,
             },
-            ws::HostSettlement {
+            HostSettlement {
                 entry: u64::MAX,
-                how: ws::HostSettle::Failed,
+                how: HostSettle::Failed,
             },
         ],
         ask: vec![0],
@@ -205,8 +208,8 @@ fn step_refuses_unknown_numbers_one_by_one() {
         cancel: vec![0, 1, u64::MAX],
         now: None,
         retry: vec![
-            ws::RetryAfter { entry: 0, until: 5 },
-            ws::RetryAfter {
+            RetryAfter { entry: 0, until: 5 },
+            RetryAfter {
                 entry: u64::MAX,
                 until: u64::MAX,
             },
@@ -243,7 +246,7 @@ fn step_refuses_unknown_numbers_one_by_one() {
     let many: Vec<u64> = (0..200_000u64)
         .map(|i| 1_000_000_000_000 + i * 7919)
         .collect();
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         approve: many.clone(),
         failed: many,
         ..none()
@@ -349,7 +352,7 @@ fn submit_refuses_malformed_batches() {
     }
     // Operations out of range of their batch, and duplicates within one list.
     assert_eq!(s.submit("g", "f", &[3]), Ok((9, 9, 3)));
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         approve: vec![9, 12, 9, 10, 11, 10],
         ..none()
     });
@@ -365,10 +368,10 @@ fn submit_refuses_malformed_batches() {
         &[],
     );
     // Illegal lifecycle moves, each refused with its code, nothing changed.
-    let out = s.step(&ws::Inputs {
-        settle: vec![ws::HostSettlement {
+    let out = s.step(&Inputs {
+        settle: vec![HostSettlement {
             entry: 9,
-            how: ws::HostSettle::Skipped,
+            how: HostSettle::Skipped,
         }],
         ask: vec![11],
         answer: vec![9],
@@ -390,7 +393,7 @@ fn submit_refuses_malformed_batches() {
         &[],
     );
     // g#0 fails: under stop, nothing is left to stop (g#2 was cancelled); g#1 ends.
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         failed: vec![9],
         ok: vec![10, 10],
         ..none()
@@ -398,7 +401,7 @@ fn submit_refuses_malformed_batches() {
     assert_out(&out, &[], &[], &[(K::Ok, 1, C::AlreadyEnded)], &[9]);
     assert_eq!(s.inspect(9), None);
     assert_out(
-        &s.step(&ws::Inputs {
+        &s.step(&Inputs {
             ok: vec![9],
             cancel: vec![9],
             ..none()
@@ -432,21 +435,19 @@ fn limits_turn_pathological_input_into_errors() {
     )
     .expect("no trap");
     let mut s = Sched::in_instance(small.instance().expect("no trap"), "");
-    let ids: String = (0..100_000)
-        .map(|i| format!("a-rather-long-call-id-{i:08}"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let tools: String = (0..100_000)
-        .map(|i| format!("tool-{i}"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let ops = vec![0u32; 100_000];
     let iface = s.inst.exports.turnstile_scheduler_scheduler().scheduler();
     let mut hit = None;
     for round in 0..8 {
-        // Each round's ids are new: rename by prefix so no batch is a duplicate.
-        let ids = ids.replace("a-rather", &format!("r{round}-rather"));
-        match iface.call_submit(&mut s.inst.store, s.s, &ids, &tools, &ops, &[]) {
+        // Each round's ids are new, so no batch is a duplicate.
+        let calls: Vec<ws::Call> = (0..100_000)
+            .map(|i| ws::Call {
+                id: format!("r{round}-rather-long-call-id-{i:08}"),
+                tool: format!("tool-{i}"),
+                operations: None,
+                arguments: None,
+            })
+            .collect();
+        match iface.call_submit_batch(&mut s.inst.store, s.s, &calls) {
             Err(trap) => {
                 hit = Some(trap);
                 break;

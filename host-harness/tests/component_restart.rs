@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{STOP_POLICY, Sched, assert_out, none};
+use common::{
+    HostSettle, HostSettlement, InputErrorCode, InputKind, Inputs, STOP_POLICY, Sched, assert_out,
+    none,
+};
 use host_harness::wit_scheduler as ws;
 use ws::Reason as R;
 
@@ -64,16 +67,16 @@ fn every_state() -> Sched {
         s.submit(ids, "u\nu\nu\ns\nf", &[0, 0, 0, 3, 2]),
         Ok((1, 1, 8))
     );
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         approve: vec![1, 2, 4, 5, 6, 7, 8],
-        settle: vec![ws::HostSettlement {
+        settle: vec![HostSettlement {
             entry: 3,
-            how: ws::HostSettle::Rejected,
+            how: HostSettle::Rejected,
         }],
         ..none()
     });
     assert_out(&out, &[1, 2, 4, 7, 8], &[], &[], &[]);
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         ask: vec![2],
         failed: vec![4],
         ..none()
@@ -87,7 +90,7 @@ fn every_state() -> Sched {
     );
     assert_eq!(s.submit("c1\nc2\nc3", "u\nw\nw", &[0, 0, 0]), Ok((2, 9, 3)));
     assert_out(&s.approve(&[9, 10, 11]), &[9, 10], &[], &[], &[]);
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         cancel: vec![2],
         ..none()
     });
@@ -229,12 +232,12 @@ fn run_again_restores_every_state_with_the_same_numbers() {
     assert_eq!((resumed.next_batch, resumed.next_entry), (4, 14));
     assert_eq!(resumed.policy, state.policy);
     // The same numbers are stepped; what has a response cannot be decided again.
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         approve: vec![1, 2, 7, 8, 12, 13, 3, 5],
         ..none()
     });
-    use ws::InputErrorCode as C;
-    use ws::InputKind as K;
+    use crate::common::InputErrorCode as C;
+    use crate::common::InputKind as K;
     assert_out(
         &out,
         &[1, 2, 7, 8, 12, 13],
@@ -323,9 +326,9 @@ fn a_changed_policy_leaves_out_only_what_it_no_longer_allows() {
         &[],
         &[2],
     );
-    use ws::InputErrorCode as C;
-    use ws::InputKind as K;
-    let out = s.step(&ws::Inputs {
+    use crate::common::InputErrorCode as C;
+    use crate::common::InputKind as K;
+    let out = s.step(&Inputs {
         approve: vec![1, 2, 7, 12, 13],
         ..none()
     });
@@ -635,8 +638,8 @@ fn numbers_never_wrap_around() {
         &[],
         &[],
         &[
-            (ws::InputKind::Approve, 0, ws::InputErrorCode::UnknownEntry),
-            (ws::InputKind::Approve, 1, ws::InputErrorCode::UnknownEntry),
+            (InputKind::Approve, 0, InputErrorCode::UnknownEntry),
+            (InputKind::Approve, 1, InputErrorCode::UnknownEntry),
         ],
         &[],
     );

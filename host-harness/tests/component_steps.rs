@@ -5,10 +5,10 @@
 
 mod common;
 
-use common::{Sched, assert_out, none};
+use common::InputErrorCode as C;
+use common::InputKind as K;
+use common::{HostSettle, HostSettlement, Inputs, Sched, assert_out, none};
 use host_harness::wit_scheduler as ws;
-use ws::InputErrorCode as C;
-use ws::InputKind as K;
 
 /// Keys `j` and `k` of limit 1; tool `u` is unconfigured (unbounded).
 const KEYS: &str =
@@ -52,7 +52,7 @@ fn an_end_that_already_happened_does_not_block_another_batch() {
 #[test]
 fn an_end_of_an_entry_not_running_does_not_block_another_batch() {
     let mut s = two_batches();
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         ok: vec![4],
         failed: vec![3],
         ..none()
@@ -65,7 +65,7 @@ fn an_end_of_an_entry_not_running_does_not_block_another_batch() {
 #[test]
 fn an_end_of_an_unknown_entry_does_not_block_another_batch() {
     let mut s = two_batches();
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         failed: vec![4, u64::MAX, 6, 0],
         ..none()
     });
@@ -89,11 +89,11 @@ fn every_kind_of_mistake_in_one_step_leaves_the_good_inputs_applied() {
     // C (3): one plain call, pending; its approval opens it next to a repeated approval of A's.
     assert_eq!(s.submit("c1", "u", &[0]), Ok((3, 6, 1)));
     assert_eq!(s.submit("d1", "u", &[0]), Ok((4, 7, 1)));
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         approve: vec![3, 6],
-        settle: vec![ws::HostSettlement {
+        settle: vec![HostSettlement {
             entry: 1,
-            how: ws::HostSettle::Rejected,
+            how: HostSettle::Rejected,
         }],
         ask: vec![3, 2],
         answer: vec![4],
@@ -124,7 +124,7 @@ fn every_kind_of_mistake_in_one_step_leaves_the_good_inputs_applied() {
         s.states(1).unwrap(),
         ["a1 ended-ok", "a2 asking", "a3 approved"]
     );
-    let out = s.step(&ws::Inputs {
+    let out = s.step(&Inputs {
         answer: vec![2],
         ok: vec![6],
         ..none()
@@ -149,7 +149,7 @@ fn stale_numbers_never_name_new_entries() {
         // The previous batch's numbers, next to the new batch's approvals: all unknown, and
         // none of them ends a new entry.
         let stale: Vec<u64> = previous.map_or(Vec::new(), |(_, f)| (f..f + 4).collect());
-        let out = s.step(&ws::Inputs {
+        let out = s.step(&Inputs {
             approve: new.clone(),
             ok: stale.clone(),
             cancel: previous.map_or(Vec::new(), |(b, _)| vec![b]),

@@ -1,10 +1,10 @@
 //! The scheduler's typed errors, one small type per operation. Every one means "the host made a
-//! mistake and nothing changed" (for `step`, nothing changed for that one input).
+//! mistake and nothing changed" (for an input, nothing changed for that one input).
 
 use std::fmt;
 
 codes! {
-    /// Why [`Scheduler::submit`](super::Scheduler::submit) refused a batch.
+    /// Why [`Scheduler::submit_batch`](super::Scheduler::submit_batch) refused a batch.
     SubmitErrorCode {
         /// A batch with no calls.
         EmptyBatch => "empty-batch",
@@ -14,17 +14,15 @@ codes! {
         DuplicateId => "duplicate-id",
         /// Operations given for a tool whose policy does not fan out.
         NotFanOut => "not-fan-out",
-        /// Zero operations, or packed lists of different lengths.
+        /// A fan-out call with zero operations.
         InvalidOperations => "invalid-operations",
         /// A size above a limit in [`crate::limits`].
         TooLarge => "too-large",
-        /// Arguments given for no call of the batch, or twice for one (the packed form).
-        InvalidArguments => "invalid-arguments",
     }
 }
 
 codes! {
-    /// Why one input of [`Scheduler::step`](super::Scheduler::step) was refused.
+    /// Why one input was refused ([`Refusal`]).
     InputErrorCode {
         /// No live entry has this number (never handed out, or its batch retired).
         UnknownEntry => "unknown-entry",
@@ -73,35 +71,6 @@ codes! {
     }
 }
 
-/// Which list of [`Inputs`](super::Inputs) an input was in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum InputKind {
-    /// [`Inputs::approve`](super::Inputs::approve).
-    Approve,
-    /// [`Inputs::settle`](super::Inputs::settle).
-    Settle,
-    /// [`Inputs::granted`](super::Inputs::granted).
-    Granted,
-    /// [`Inputs::denied`](super::Inputs::denied).
-    Denied,
-    /// [`Inputs::ask`](super::Inputs::ask).
-    Ask,
-    /// [`Inputs::answer`](super::Inputs::answer).
-    Answer,
-    /// [`Inputs::ok`](super::Inputs::ok).
-    Ok,
-    /// [`Inputs::failed`](super::Inputs::failed).
-    Failed,
-    /// [`Inputs::cancel`](super::Inputs::cancel).
-    Cancel,
-    /// [`Inputs::now`](super::Inputs::now).
-    Now,
-    /// [`Inputs::retry`](super::Inputs::retry).
-    Retry,
-    /// [`Inputs::pause`](super::Inputs::pause).
-    Pause,
-}
-
 error_type!(
     /// A refused batch; nothing changed.
     SubmitError,
@@ -113,33 +82,37 @@ error_type!(
     ResumeErrorCode
 );
 
-/// A refused input of a `step`: its list, its position there, and why. Nothing of it applied.
+/// What a refused input was about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum About {
+    /// An entry.
+    Entry(u64),
+    /// A batch (a cancellation).
+    Batch(u64),
+    /// A key, by name (a pause).
+    Key(String),
+    /// The clock: the `now` given to `next_releases`.
+    Clock(u64),
+}
+
+/// A refused input: what it was about, and why. Nothing of it applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InputError {
-    /// Its list.
-    pub input: InputKind,
-    /// Its zero-based position in that list.
-    pub index: u32,
+pub struct Refusal {
+    /// The entry, batch, key or clock it was about.
+    pub about: About,
     /// What went wrong.
     pub code: InputErrorCode,
     /// For people: lowercase, no trailing period, names the entry and its state.
     pub message: String,
 }
 
-impl fmt::Display for InputError {
+impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:?} input {}: {}: {}",
-            self.input,
-            self.index,
-            self.code.as_str(),
-            self.message
-        )
+        write!(f, "{}: {}", self.code.as_str(), self.message)
     }
 }
 
-impl std::error::Error for InputError {}
+impl std::error::Error for Refusal {}
 
 /// A call `resume` left out; the host answers it itself.
 #[derive(Clone, Debug, PartialEq, Eq)]

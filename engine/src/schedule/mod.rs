@@ -29,10 +29,10 @@
 //! - *What does cancelling do?* A cancellation settles every pending or approved entry of the
 //!   batch as cancelled. Running ones keep their slot until the host reports their end; nothing
 //!   of that batch is released again.
-//! - *When is a batch forgotten?* In the [`step`](Scheduler::step) that gives its last entry a
-//!   response: it is listed in [`Outputs::retired`], its entry and batch numbers are unknown
-//!   from then on (numbers are never handed out twice), its call ids may be used again, and its
-//!   memory is reused by later batches.
+//! - *When is a batch forgotten?* In the [`next_releases`](Scheduler::next_releases) whose
+//!   output gives its last entry a response: it is listed in [`Releases::retired`], its entry
+//!   and batch numbers are unknown from then on (numbers are never handed out twice), its call
+//!   ids may be used again, and its memory is reused by later batches.
 //! - *Restart?* [`Scheduler::unfinished`] exports every live batch; [`Scheduler::resume`]
 //!   rebuilds them with the same numbers in a fresh scheduler (`restart.rs`). No mark of an
 //!   earlier release survives, which is what makes the restart-reorder bug (JP ticket 0ya5qnf)
@@ -42,11 +42,17 @@
 //!
 //! # Call order
 //!
-//! - [`submit`](Scheduler::submit) adds a batch and numbers it; nothing of it can start yet.
-//! - [`step`](Scheduler::step) takes every input of one driver round ([`Inputs`]) and fills
-//!   [`Outputs`]: what to start, what the scheduler settled, which inputs were refused, which
-//!   batches retired. Each input is judged on its own: a refused one changes nothing, and the
-//!   others still apply. Inputs apply in the order of `Inputs`' fields.
+//! The methods come in three kinds, called in any order (quinn-proto's `handle_*` / `poll_*`):
+//!
+//! - Inputs, each applied the moment it arrives and judged on its own (a refused one is
+//!   returned as a [`Refusal`] naming its entry, batch or key, and changed nothing):
+//!   [`submit_batch`](Scheduler::submit_batch) adds a batch and numbers it (nothing of it can
+//!   start yet); [`on_ended`](Scheduler::on_ended) reports an execution's end;
+//!   [`on_event`](Scheduler::on_event) every other [`Input`].
+//! - The round: [`next_releases`](Scheduler::next_releases) moves the clock, runs the walks
+//!   the inputs made necessary and fills [`Releases`]: what to give back, settle, ask for and
+//!   start, which batches retired, and when to call it again. [`Releases::actions`] is the
+//!   order to perform them.
 //! - Queries change nothing: [`label`](Scheduler::label), [`inspect`](Scheduler::inspect),
 //!   [`unfinished`](Scheduler::unfinished).
 
@@ -63,8 +69,8 @@ mod time;
 
 pub use batch::Call;
 pub use error::{
-    InputError, InputErrorCode, InputKind, ResumeError, ResumeErrorCode, SubmitError,
-    SubmitErrorCode, Unrestored, UnrestoredCode,
+    About, InputErrorCode, Refusal, ResumeError, ResumeErrorCode, SubmitError, SubmitErrorCode,
+    Unrestored, UnrestoredCode,
 };
 pub use inspect::{EntryStatus, Wait};
 pub use lifecycle::{HostSettle, Outcome, Reason, Saved, State};
@@ -108,7 +114,7 @@ pub struct BatchId(pub u64);
 #[repr(transparent)]
 pub struct EntryId(pub u64);
 
-/// A batch as [`Scheduler::submit`] numbered it: entries `first .. first + count`.
+/// A batch as [`Scheduler::submit_batch`] numbered it: entries `first .. first + count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Submitted {
     /// The batch.
@@ -119,83 +125,158 @@ pub struct Submitted {
     pub count: u32,
 }
 
-/// Everything that happened since the last [`Scheduler::step`], applied in field order.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Inputs<'a> {
-    /// The host's clock: monotonic milliseconds, never earlier than a `now` given before.
-    /// `None` leaves the scheduler's clock where it was (it starts at 0). A host whose keys
-    /// have a `delay` or may pause gives it on every step that can release work: a start is
-    /// stamped with the clock as last given.
-    pub now: Option<u64>,
-    /// Pending entries the user approved.
-    pub approve: &'a [EntryId],
-    /// Pending entries the host settles without running them.
-    pub settle: &'a [(EntryId, HostSettle)],
-    /// Entries of shared keys whose permit the store granted (each was in an `acquire`
-    /// output); they start in written order.
-    pub granted: &'a [EntryId],
-    /// Entries of shared keys whose permit the store could not grant (unreachable, timed
-    /// out): settled `failed` without running.
-    pub denied: &'a [EntryId],
-    /// Running executions that asked a question; they keep their slot.
-    pub ask: &'a [EntryId],
-    /// Questions answered; the tool runs on. A declined question is an end.
-    pub answer: &'a [EntryId],
-    /// Executions that ended with a result.
-    pub ok: &'a [EntryId],
-    /// Executions that ended with an error.
-    pub failed: &'a [EntryId],
-    /// Executions that hit a rate limit, with the time they may run again (`Retry-After`):
-    /// each frees its slot, pauses its key until then and goes back to the front of its
-    /// key's queue; past the key's retry cap it is settled `rate-limited` instead.
-    pub retry: &'a [(EntryId, u64)],
-    /// Batches to cancel.
-    pub cancel: &'a [BatchId],
-    /// Keys to pause until a time (a pause only ever extends), by name.
-    pub pause: &'a [(&'a str, u64)],
+/// One input of the host's other than an execution's end ([`Scheduler::on_event`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input<'a> {
+    /// A pending entry the user approved.
+    Approve(EntryId),
+    /// A pending entry the host answers without running it.
+    NotRun(EntryId, HostSettle),
+    /// A running execution asked a question; it keeps its slot.
+    Ask(EntryId),
+    /// Its question was answered; the tool runs on. A declined question is an end.
+    Answer(EntryId),
+    /// A batch to cancel: its pending, approved and permit-waiting entries are settled as
+    /// cancelled; running ones still report their end.
+    Cancel(BatchId),
+    /// Pause a key, by name, until a time (a pause only ever extends).
+    Pause(&'a str, u64),
+    /// The store granted the permit of an entry that was in an [`Action::Acquire`]; it starts
+    /// in written order.
+    Granted(EntryId),
+    /// The store could not grant it, or the granted permit was lost before the entry started:
+    /// settled `failed` without running, and given no [`Action::Release`].
+    Denied(EntryId),
 }
 
-/// What one [`Scheduler::step`] decided. Reuse one value across steps to keep its capacity.
+/// How an execution ended ([`Scheduler::on_ended`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// With a result.
+    Ok,
+    /// With an error.
+    Failed,
+    /// It hit a rate limit and may run again at this time (the host's clock, from
+    /// `Retry-After`): its slot is freed, its key pauses until then, and it goes back to the
+    /// front of its key's queue; past the key's retry cap it is settled `rate-limited`.
+    RateLimited(u64),
+}
+
+/// A permit (or a request for one) to give back to a shared key's store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Permit {
+    /// The entry it was for.
+    pub entry: EntryId,
+    /// The shared key.
+    pub key: String,
+}
+
+/// A permit to ask a shared key's store for, with the terms the store keeps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PermitRequest {
+    /// The entry it is for.
+    pub entry: EntryId,
+    /// The shared key.
+    pub key: String,
+    /// At most this many permits at once across processes; `None` is unbounded.
+    pub limit: Option<u32>,
+    /// Milliseconds between consecutive starts across processes.
+    pub delay_ms: u32,
+}
+
+/// An entry the scheduler settled, with the sentence for its response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settlement {
+    /// The entry.
+    pub entry: EntryId,
+    /// Why.
+    pub reason: Reason,
+    /// What to show a user or hand back to the model ("not run: the batch was cancelled").
+    pub message: String,
+}
+
+/// One thing the host must do, in the order [`Releases::actions`] gives them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action<'a> {
+    /// The `now` given was earlier than the clock: the clock stayed, the round ran at it.
+    Refused(&'a Refusal),
+    /// Give back a permit or a request.
+    Release(&'a Permit),
+    /// Answer this entry with this response; it will not run.
+    Settled(&'a Settlement),
+    /// Ask the store for a permit; report [`Input::Granted`] or [`Input::Denied`].
+    Acquire(&'a PermitRequest),
+    /// Start this entry's execution; report its end with [`Scheduler::on_ended`].
+    Start(EntryId),
+    /// Every entry of this batch has its response: its numbers are retired.
+    Retired(BatchId),
+}
+
+/// What one [`Scheduler::next_releases`] decided. Each list is in (batch, written) order;
+/// [`actions`](Self::actions) gives them in the order to perform them. Reuse one value across
+/// rounds to keep its capacity.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Outputs {
-    /// Entries to start now, in (batch, written) order.
+pub struct Releases {
+    /// The refused clock, if the `now` given went back.
+    pub refused: Option<Refusal>,
+    /// Permits (or requests) to give back: their entries ended, hit a rate limit, were
+    /// cancelled or stopped while waiting for a permit, or stood behind an entry of their key
+    /// that hit a rate limit.
+    pub release: Vec<Permit>,
+    /// Entries the scheduler settled (cancelled, stopped, interrupted, rate-limited).
+    pub settled: Vec<Settlement>,
+    /// Permits to ask the store for.
+    pub acquire: Vec<PermitRequest>,
+    /// Entries to start now.
     pub start: Vec<EntryId>,
-    /// Entries of shared keys to acquire a permit for from the store (in written order);
-    /// report each as `granted` or `denied`.
-    pub acquire: Vec<EntryId>,
-    /// Entries of shared keys whose permit request or permit the host gives back: they ended,
-    /// were settled while acquiring, or hit a rate limit (in written order).
-    pub release: Vec<EntryId>,
-    /// Entries the scheduler settled (cancelled, stopped, interrupted), in (batch, written)
-    /// order; each needs its response.
-    pub settle: Vec<(EntryId, Reason)>,
-    /// Refused inputs, in input order. Every other input applied.
-    pub errors: Vec<InputError>,
-    /// Batches whose every entry now has a response; their numbers are retired.
+    /// Batches whose every entry now has a response.
     pub retired: Vec<BatchId>,
-    /// When to call `step` again with a later `now`, because something waits on time: never
-    /// later than the earliest such time; it may be earlier after a cancellation or a stop
-    /// removed what waited (that step then changes nothing).
+    /// When to call `next_releases` again with a later `now`, because something waits on
+    /// time: never later than the earliest such time; it may be earlier after a cancellation
+    /// or a stop removed what waited (that round then changes nothing).
     pub wake_at: Option<u64>,
 }
 
-impl Outputs {
-    /// Nothing to do and nothing refused.
+impl Releases {
+    /// Every action in the order to perform it: a refused clock, permits to give back (so the
+    /// store can grant them elsewhere first), settlements, permits to ask for, starts, and
+    /// last the retired batches (after every action about their entries).
+    pub fn actions(&self) -> impl Iterator<Item = Action<'_>> {
+        let refused = self.refused.iter().map(Action::Refused);
+        let release = self.release.iter().map(Action::Release);
+        let settled = self.settled.iter().map(Action::Settled);
+        let acquire = self.acquire.iter().map(Action::Acquire);
+        let start = self.start.iter().copied().map(Action::Start);
+        let retired = self.retired.iter().copied().map(Action::Retired);
+        refused
+            .chain(release)
+            .chain(settled)
+            .chain(acquire)
+            .chain(start)
+            .chain(retired)
+    }
+
+    /// How many actions there are.
+    pub fn len(&self) -> usize {
+        usize::from(self.refused.is_some())
+            + self.release.len()
+            + self.settled.len()
+            + self.acquire.len()
+            + self.start.len()
+            + self.retired.len()
+    }
+
+    /// Nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.start.is_empty()
-            && self.acquire.is_empty()
-            && self.release.is_empty()
-            && self.settle.is_empty()
-            && self.errors.is_empty()
-            && self.retired.is_empty()
+        self.len() == 0
     }
 
     fn clear(&mut self) {
-        self.start.clear();
-        self.acquire.clear();
+        self.refused = None;
         self.release.clear();
-        self.settle.clear();
-        self.errors.clear();
+        self.settled.clear();
+        self.acquire.clear();
+        self.start.clear();
         self.retired.clear();
         self.wake_at = None;
     }
@@ -209,18 +290,20 @@ pub struct Scheduler {
     batches: Batches,
     next_batch: u64,
     next_entry: u64,
-    /// Batches that reached zero unanswered entries during this step.
+    /// Batches that reached zero unanswered entries since the last round.
     retiring: Vec<u32>,
-    /// This step's output as plain numbers (one sort serves them all), handed to the caller's
-    /// [`Outputs`] at its end. Settled entries' reasons are read from their states then.
+    /// What the inputs since the last round decided, as plain numbers (one sort serves them
+    /// all), handed to the caller's [`Releases`] by `next_releases`. Settled entries' reasons
+    /// are read from their states then.
     started: Vec<u64>,
     settled: Vec<u64>,
     /// Shared keys' entries to acquire a permit for, and those whose permit goes back.
     acquiring: Vec<u64>,
     released: Vec<u64>,
     retired: Vec<u64>,
-    errors: Vec<InputError>,
-    /// Scratch for `submit`: each call's id hash and entry count.
+    /// A refused clock, for the round's [`Releases`].
+    clock_refused: Option<Refusal>,
+    /// Scratch for `submit_batch`: each call's id hash and entry count.
     scratch: Vec<(u64, u32)>,
     scratch_ids: FxHashMap<u64, u64>,
     /// The host's clock as last given (`time.rs`).
@@ -249,7 +332,7 @@ impl Scheduler {
             acquiring: Vec::new(),
             released: Vec::new(),
             retired: Vec::new(),
-            errors: Vec::new(),
+            clock_refused: None,
             scratch: Vec::new(),
             scratch_ids: FxHashMap::default(),
             now: 0,
@@ -291,7 +374,7 @@ impl Scheduler {
 
     /// Adds a batch in written order, all or nothing. Its entries start pending; nothing of it
     /// is released until every entry is approved or settled.
-    pub fn submit(&mut self, calls: &[Call<'_>]) -> Result<Submitted, SubmitError> {
+    pub fn submit_batch(&mut self, calls: &[Call<'_>]) -> Result<Submitted, SubmitError> {
         self.check_submit(calls)?;
         let (id, first) = (self.next_batch, self.next_entry);
         let total: u64 = self.scratch.iter().map(|&(_, n)| u64::from(n)).sum();
@@ -417,77 +500,58 @@ impl Scheduler {
         self.batches.sealed(slot);
     }
 
-    /// One driver round: applies every input on its own, runs the keys' walks, and fills `out`
-    /// (cleared first) with what to do.
-    pub fn step(&mut self, inputs: &Inputs<'_>, out: &mut Outputs) {
-        // The output vectors are empty here, or hold what `resume` settled.
-        self.advance(inputs.now);
-        for (i, &e) in inputs.approve.iter().enumerate() {
-            self.judged(InputKind::Approve, i, e, Event::Approve);
-        }
-        for (i, &(e, how)) in inputs.settle.iter().enumerate() {
-            self.judged(InputKind::Settle, i, e, Event::Settle(how));
-        }
-        for (i, &e) in inputs.granted.iter().enumerate() {
-            self.judged(InputKind::Granted, i, e, Event::Grant);
-        }
-        for (i, &e) in inputs.denied.iter().enumerate() {
-            self.judged(InputKind::Denied, i, e, Event::Deny);
-        }
-        for (i, &e) in inputs.ask.iter().enumerate() {
-            self.judged(InputKind::Ask, i, e, Event::Ask);
-        }
-        for (i, &e) in inputs.answer.iter().enumerate() {
-            self.judged(InputKind::Answer, i, e, Event::Answer);
-        }
-        for (i, &e) in inputs.ok.iter().enumerate() {
-            self.judged(InputKind::Ok, i, e, Event::End(Outcome::Ok));
-        }
-        for (i, &e) in inputs.failed.iter().enumerate() {
-            self.judged(InputKind::Failed, i, e, Event::End(Outcome::Failed));
-        }
-        for (i, &(e, until)) in inputs.retry.iter().enumerate() {
-            let result = self.retry(e, until);
-            self.refused(InputKind::Retry, i, result);
-        }
-        for (i, &b) in inputs.cancel.iter().enumerate() {
-            let result = self.cancel(b);
-            self.refused(InputKind::Cancel, i, result);
-        }
-        for (i, &(key, until)) in inputs.pause.iter().enumerate() {
-            let result = self.pause(key, until);
-            self.refused(InputKind::Pause, i, result);
-        }
-        self.finish_step(out);
+    /// Applies one input of the host's (anything but an execution's end).
+    pub fn on_event(&mut self, input: Input<'_>) -> Result<(), Refusal> {
+        let (about, result) = match input {
+            Input::Approve(e) => (e, self.apply(e, Event::Approve)),
+            Input::NotRun(e, how) => (e, self.apply(e, Event::Settle(how))),
+            Input::Ask(e) => (e, self.apply(e, Event::Ask)),
+            Input::Answer(e) => (e, self.apply(e, Event::Answer)),
+            Input::Granted(e) => (e, self.apply(e, Event::Grant)),
+            Input::Denied(e) => (e, self.apply(e, Event::Deny)),
+            Input::Cancel(b) => {
+                return self.cancel(b).map_err(|(code, message)| Refusal {
+                    about: About::Batch(b.0),
+                    code,
+                    message,
+                });
+            }
+            Input::Pause(key, until) => {
+                return self.pause(key, until).map_err(|(code, message)| Refusal {
+                    about: About::Key(key.to_owned()),
+                    code,
+                    message,
+                });
+            }
+        };
+        result.map_err(|(code, message)| Refusal {
+            about: About::Entry(about.0),
+            code,
+            message,
+        })
     }
 
-    /// Records why an input was refused, if it was.
-    fn refused(
-        &mut self,
-        input: InputKind,
-        index: usize,
-        result: Result<(), (InputErrorCode, String)>,
-    ) {
-        if let Err((code, message)) = result {
-            self.errors.push(InputError {
-                input,
-                index: index as u32,
-                code,
-                message,
-            });
-        }
+    /// Applies one execution's end.
+    pub fn on_ended(&mut self, e: EntryId, end: End) -> Result<(), Refusal> {
+        let result = match end {
+            End::Ok => self.apply(e, Event::End(Outcome::Ok)),
+            End::Failed => self.apply(e, Event::End(Outcome::Failed)),
+            End::RateLimited(until) => self.retry(e, until),
+        };
+        result.map_err(|(code, message)| Refusal {
+            about: About::Entry(e.0),
+            code,
+            message,
+        })
     }
 
-    /// Applies one entry input, or records why it was refused.
-    fn judged(&mut self, input: InputKind, index: usize, e: EntryId, event: Event) {
-        if let Err((code, message)) = self.apply(e, event) {
-            self.errors.push(InputError {
-                input,
-                index: index as u32,
-                code,
-                message,
-            });
-        }
+    /// One round's output: moves the clock to `now` (`None` leaves it; an earlier one is
+    /// refused and the clock stays), wakes what became due, runs the walks the inputs since the
+    /// last round made necessary, retires batches, and fills `out` (cleared first).
+    pub fn next_releases(&mut self, now: Option<u64>, out: &mut Releases) {
+        // The number vectors are empty here, or hold what the inputs (or `resume`) decided.
+        self.advance(now);
+        self.finish_round(out);
     }
 
     fn apply(&mut self, e: EntryId, event: Event) -> Result<(), (InputErrorCode, String)> {
@@ -594,7 +658,7 @@ impl Scheduler {
         Ok(())
     }
 
-    /// An entry got a response; at zero unanswered the batch retires at the end of the step.
+    /// An entry got a response; at zero unanswered the batch retires in the next round.
     fn answered(&mut self, slot: u32) {
         let batch = self.batches.slot_mut(slot);
         debug_assert!(batch.unanswered > 0);
@@ -675,9 +739,9 @@ impl Scheduler {
         }
     }
 
-    /// Runs the key walks this step made necessary, orders its output, retires batches, and
-    /// hands the output over.
-    fn finish_step(&mut self, out: &mut Outputs) {
+    /// Runs the key walks the inputs since the last round made necessary, orders the output,
+    /// retires batches, and hands the output over.
+    fn finish_round(&mut self, out: &mut Releases) {
         while let Some(k) = self.keys.pop_dirty() {
             self.walk(k);
         }
@@ -687,28 +751,54 @@ impl Scheduler {
         sort(&mut self.acquiring);
         sort(&mut self.released);
         out.clear();
+        out.refused = self.clock_refused.take();
         out.start.extend(self.started.drain(..).map(EntryId));
-        out.acquire.extend(self.acquiring.drain(..).map(EntryId));
-        out.release.extend(self.released.drain(..).map(EntryId));
+        // Permits name their key; every entry here is still live (batches retire below).
+        for &e in &self.acquiring {
+            let k = self.key_of(e);
+            let key = self.keys.key(k);
+            out.acquire.push(PermitRequest {
+                entry: EntryId(e),
+                key: key.name.clone(),
+                limit: (key.limit != u32::MAX).then_some(key.limit),
+                delay_ms: key.delay,
+            });
+        }
+        self.acquiring.clear();
+        for &e in &self.released {
+            let k = self.key_of(e);
+            out.release.push(Permit {
+                entry: EntryId(e),
+                key: self.keys.key(k).name.clone(),
+            });
+        }
+        self.released.clear();
         for e in self.settled.drain(..) {
-            let reason = match self.batches.locate(e) {
+            let (reason, message) = match self.batches.locate(e) {
                 Some((slot, index)) => {
-                    match self.batches.slot(slot).entries[index as usize].life.get() {
-                        State::Settled(reason) => reason,
+                    let batch = self.batches.slot(slot);
+                    match batch.entries[index as usize].life.get() {
+                        State::Settled(reason) => {
+                            let label = batch.label(index);
+                            (reason, explain::settled_sentence(reason, &label))
+                        }
                         other => {
                             debug_assert!(false, "settled entry {e} is {other:?}");
-                            Reason::Cancelled
+                            (Reason::Cancelled, String::new())
                         }
                     }
                 }
                 None => {
                     debug_assert!(false, "settled entry {e} is not live");
-                    Reason::Cancelled
+                    (Reason::Cancelled, String::new())
                 }
             };
-            out.settle.push((EntryId(e), reason));
+            out.settled.push(Settlement {
+                entry: EntryId(e),
+                reason,
+                message,
+            });
         }
-        out.errors.append(&mut self.errors);
         // Batch numbers follow submission order, like entry numbers.
         let mut retiring = std::mem::take(&mut self.retiring);
         for slot in retiring.drain(..) {
@@ -724,7 +814,20 @@ impl Scheduler {
         self.retiring = retiring;
         sort(&mut self.retired);
         out.retired.extend(self.retired.drain(..).map(BatchId));
+        // Last, once no input of this round can still name them: idle made keys whose gate
+        // has passed are forgotten.
+        self.keys.forget_idle(self.now);
         out.wake_at = self.wake_at();
+    }
+
+    /// The key of a live keyed entry (one that asks for or gives back a permit).
+    fn key_of(&self, e: u64) -> u32 {
+        let key = self
+            .batches
+            .locate(e)
+            .and_then(|(slot, index)| self.batches.slot(slot).entries[index as usize].key.get());
+        debug_assert!(key.is_some(), "permit for entry {e}, which has no live key");
+        key.unwrap_or(0)
     }
 
     /// Releases from the front of a key's queue while there is room (rule 2). Each entry is

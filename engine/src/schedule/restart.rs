@@ -70,7 +70,7 @@ pub enum Started {
     /// Pending again; they run again once approved (RFD 129).
     #[default]
     RunAgain,
-    /// Settled as [`Reason::Interrupted`], reported by the first `step`.
+    /// Settled as [`Reason::Interrupted`], reported by the first `next_releases`.
     Interrupt,
 }
 
@@ -110,7 +110,7 @@ impl Scheduler {
     /// Exports every live batch, for [`Scheduler::resume`]. Costs time proportional to live
     /// work.
     pub fn unfinished(&self) -> SavedState {
-        // What `resume` settled but no `step` has reported yet is saved as it was before, so
+        // What `resume` settled but no `next_releases` has reported yet is saved as it was before, so
         // that the next `resume` reports it again rather than never.
         let undelivered = |e: u64, state: State| match state {
             State::Settled(Reason::Interrupted) if self.settled.contains(&e) => {
@@ -173,7 +173,7 @@ impl Scheduler {
     /// says (always interrupted in a cancelled batch). A call that cannot be restored (its
     /// tool no longer fans out, its id is taken, its numbers are wrong) is left out and
     /// listed; its entries are never released, and the host answers it. Interrupted entries
-    /// are reported by the first [`Scheduler::step`].
+    /// are reported by the first [`Scheduler::next_releases`].
     pub fn resume(
         policy: Policy,
         state: &SavedState,
@@ -308,7 +308,7 @@ impl Scheduler {
                             self.keys.enqueue(k, e, e + 1);
                         }
                     }
-                    // Settled by this restart (not before it): the first `step` reports it.
+                    // Settled by this restart (not before it): the first `next_releases` reports it.
                     State::Settled(reason @ (Reason::Interrupted | Reason::Cancelled))
                         if problem.is_none() && saved_state != Some(Saved::Settled(reason)) =>
                     {

@@ -1,6 +1,6 @@
-//! Time, which stays the host's: the engine never reads a clock. Inputs carry the host's `now`
+//! Time, which stays the host's: the engine never reads a clock. `next_releases` carries the host's `now`
 //! (monotonic milliseconds); a key's gate (spacing after its last start, and its pause) holds
-//! back its front entry until the gate's time, and the step's output says when to wake the
+//! back its front entry until the gate's time, and the round's output says when to wake the
 //! scheduler next (`wake_at`). A host pauses a key until a time (`pause`; a pause only ever
 //! extends), and an execution that hit a rate limit ends as `retry`: its slot is freed, its key
 //! pauses, and the entry goes back to its place at the front of its key's queue to run again,
@@ -8,14 +8,14 @@
 //!
 //! Wake-ups are a min-heap of `(time, timer)`. A key has at most one live wake-up (`armed`); a
 //! heap item that no longer matches is stale and skipped, so nothing is ever searched. A host
-//! that keeps moving a gate into the future (a pause extended every step) would pile stale items
+//! that keeps moving a gate into the future (a pause extended every round) would pile stale items
 //! up, so once they outnumber the live ones the heap keeps only its live items: each item is
 //! pushed once and dropped once, O(1) amortized, and memory stays proportional to live work.
 
 use std::cmp::Reverse;
 
 use super::lifecycle::Event;
-use super::{EntryId, InputErrorCode, InputKind, Reason, Scheduler, State};
+use super::{EntryId, InputErrorCode, Reason, Scheduler, State};
 
 /// What a wake-up is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -27,13 +27,12 @@ pub(crate) enum Timer {
 }
 
 impl Scheduler {
-    /// Applies the host's `now` (first of a step's inputs) and wakes what became due.
+    /// Applies the host's `now` (first thing a round does) and wakes what became due.
     pub(super) fn advance(&mut self, now: Option<u64>) {
         if let Some(now) = now {
             if now < self.now {
-                self.errors.push(super::InputError {
-                    input: InputKind::Now,
-                    index: 0,
+                self.clock_refused = Some(super::Refusal {
+                    about: super::About::Clock(now),
                     code: InputErrorCode::TimeBackwards,
                     message: format!(
                         "now = {now} is earlier than {}, given before; the clock must be monotonic",
@@ -44,7 +43,6 @@ impl Scheduler {
                 self.now = now;
             }
         }
-        self.keys.forget_idle(self.now);
         while let Some(&Reverse((at, timer))) = self.timers.peek() {
             if at > self.now {
                 break;
@@ -210,7 +208,7 @@ impl Scheduler {
         self.keys.rescan(k, e);
     }
 
-    /// When the scheduler next needs a step with a later `now`: the earliest live wake-up.
+    /// When the scheduler next needs a round with a later `now`: the earliest live wake-up.
     pub(super) fn wake_at(&mut self) -> Option<u64> {
         while let Some(&Reverse((at, timer))) = self.timers.peek() {
             let live = match timer {

@@ -58,3 +58,6 @@ pub(crate) fn seeds() -> Vec<u64> {
         .unwrap_or(2000);
     (0..n).collect()
 }
+
+#[allow(dead_code)] // the admission simulator drives no scheduler
+pub(crate) mod step;

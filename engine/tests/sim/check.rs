@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use turnstile_engine::schedule::{BatchId, EntryId, InputKind, Reason};
+use turnstile_engine::schedule::{BatchId, EntryId, Reason};
+
+use crate::common::step::InputKind;
 
 use crate::drive::Sim;
 use crate::generate::RETRIES_DEFAULT;

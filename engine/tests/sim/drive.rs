@@ -5,9 +5,11 @@ use std::collections::{HashMap, HashSet};
 
 use turnstile_engine::config::Policy;
 use turnstile_engine::schedule::{
-    BatchId, Call, EntryId, HostSettle, InputKind, Inputs, Outputs, ResumeErrorCode, SAVED_VERSION,
-    SavedState, Scheduler, Started, UnrestoredCode, fingerprint,
+    BatchId, Call, EntryId, HostSettle, ResumeErrorCode, SAVED_VERSION, SavedState, Scheduler,
+    Started, UnrestoredCode, fingerprint,
 };
+
+use crate::common::step::{InputKind, Inputs, Outputs, Step};
 
 use crate::check::Timing;
 use crate::common::Rng;
@@ -162,7 +164,7 @@ impl Sim {
             .collect();
         let got = self
             .engine
-            .submit(&engine_calls)
+            .submit_batch(&engine_calls)
             .map(|s| (s.batch.0, s.first.0, s.count));
         let want = self.model.submit(&calls);
         match (&got, &want) {

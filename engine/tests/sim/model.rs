@@ -6,9 +6,11 @@ use std::collections::{HashMap, HashSet};
 
 use turnstile_engine::limits::{NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
 use turnstile_engine::schedule::{
-    BatchId, EntryId, EntryStatus, HostSettle, InputErrorCode, InputKind, Outcome, Outputs, Reason,
-    Saved, SavedBatch, SavedCall, Started, State, SubmitErrorCode, UnrestoredCode, Wait, explain,
+    BatchId, EntryId, EntryStatus, HostSettle, InputErrorCode, Outcome, Reason, Saved, SavedBatch,
+    SavedCall, Started, State, SubmitErrorCode, UnrestoredCode, Wait, explain,
 };
+
+use crate::common::step::{InputKind, Outputs};
 
 use crate::generate::{ARGUMENTS, Gen, KeyRule, RETRIES_DEFAULT, TEMPLATE};
 
@@ -537,29 +539,6 @@ impl Model {
             settle: std::mem::take(&mut self.reports),
             ..Out::default()
         };
-        if let Some(now) = ins.now {
-            if now < self.time.now {
-                out.errors
-                    .push((InputKind::Now, 0, InputErrorCode::TimeBackwards));
-            } else {
-                self.time.now = now;
-            }
-        }
-        // Unkeyed retried entries whose wait is over run again as the clock reaches them.
-        let due: Vec<u64> = self
-            .time
-            .not_before
-            .iter()
-            .filter(|&(_, &t)| t <= self.time.now)
-            .map(|(&n, _)| n)
-            .collect();
-        for n in due {
-            self.time.not_before.remove(&n);
-            if self.is_live(n) && self.st(n) == St::Approved {
-                self.set(n, St::Running);
-                out.start.push(n);
-            }
-        }
         for (i, &n) in ins.approve.iter().enumerate() {
             self.judge(InputKind::Approve, i, n, None, &mut out);
         }
@@ -600,6 +579,30 @@ impl Model {
             } else {
                 out.errors
                     .push((InputKind::Pause, i as u32, InputErrorCode::UnknownKey));
+            }
+        }
+        // The clock moves after the round's inputs, as `next_releases` moves it.
+        if let Some(now) = ins.now {
+            if now < self.time.now {
+                out.errors
+                    .insert(0, (InputKind::Now, 0, InputErrorCode::TimeBackwards));
+            } else {
+                self.time.now = now;
+            }
+        }
+        // Unkeyed retried entries whose wait is over run again as the clock reaches them.
+        let due: Vec<u64> = self
+            .time
+            .not_before
+            .iter()
+            .filter(|&(_, &t)| t <= self.time.now)
+            .map(|(&n, _)| n)
+            .collect();
+        for n in due {
+            self.time.not_before.remove(&n);
+            if self.is_live(n) && self.st(n) == St::Approved {
+                self.set(n, St::Running);
+                out.start.push(n);
             }
         }
         self.walk(&mut out);

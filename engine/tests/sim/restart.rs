@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 
 use turnstile_engine::config::{self, Layer};
-use turnstile_engine::schedule::{
-    Call, EntryId, Inputs, Outcome, Outputs, Reason, Scheduler, Started, State,
-};
+use turnstile_engine::schedule::{Call, EntryId, Outcome, Reason, Scheduler, Started, State};
+
+use crate::common::step::{Inputs, Outputs, Step};
 
 use crate::common::Rng;
 
@@ -67,7 +67,7 @@ pub(super) fn run_to_end(seed: u64, restart: bool) -> Vec<String> {
                 arguments: None,
             })
             .collect();
-        let batch = s.submit(&calls).unwrap_or_else(|e| panic!("{e}"));
+        let batch = s.submit_batch(&calls).unwrap_or_else(|e| panic!("{e}"));
         let mut n = batch.first.0;
         for c in &calls {
             match c.operations {

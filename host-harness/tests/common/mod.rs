@@ -53,13 +53,87 @@ pub(crate) fn harness() -> &'static Harness {
     })
 }
 
+pub(crate) use ws::NotRun as HostSettle;
+pub(crate) use ws::RefusalCode as InputErrorCode;
+
+/// Which list of [`Inputs`] a refused input was in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InputKind {
+    Approve,
+    Settle,
+    Granted,
+    Denied,
+    Ask,
+    Answer,
+    Ok,
+    Failed,
+    Retry,
+    Cancel,
+    Pause,
+    Now,
+}
+
+/// An entry the host answers without running it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HostSettlement {
+    pub(crate) entry: u64,
+    pub(crate) how: HostSettle,
+}
+
+/// An execution that hit a rate limit, and when it may run again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RetryAfter {
+    pub(crate) entry: u64,
+    pub(crate) until: u64,
+}
+
+/// One round's inputs as lists, for tests written as rounds ([`Sched::step`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Inputs {
+    pub(crate) approve: Vec<u64>,
+    pub(crate) settle: Vec<HostSettlement>,
+    pub(crate) granted: Vec<u64>,
+    pub(crate) denied: Vec<u64>,
+    pub(crate) ask: Vec<u64>,
+    pub(crate) answer: Vec<u64>,
+    pub(crate) ok: Vec<u64>,
+    pub(crate) failed: Vec<u64>,
+    pub(crate) retry: Vec<RetryAfter>,
+    pub(crate) cancel: Vec<u64>,
+    pub(crate) pause: Vec<ws::KeyPause>,
+    pub(crate) now: Option<u64>,
+}
+
+/// A refused input: its list, its position there, and the component's refusal.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct InputError {
+    pub(crate) input: InputKind,
+    pub(crate) index: u32,
+    pub(crate) code: InputErrorCode,
+    pub(crate) message: String,
+    pub(crate) about: ws::About,
+}
+
+/// One round's output, by kind, with the actions as the component returned them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Outputs {
+    pub(crate) start: Vec<u64>,
+    pub(crate) settle: Vec<ws::Settlement>,
+    pub(crate) acquire: Vec<u64>,
+    pub(crate) release: Vec<u64>,
+    pub(crate) retired: Vec<u64>,
+    pub(crate) errors: Vec<InputError>,
+    pub(crate) wake_at: Option<u64>,
+    pub(crate) actions: Vec<ws::Action>,
+}
+
 /// Inputs with every list empty.
-pub(crate) fn none() -> ws::Inputs {
-    host_harness::no_inputs()
+pub(crate) fn none() -> Inputs {
+    Inputs::default()
 }
 
 /// A step's refused inputs as (list, index, code); messages are for people.
-pub(crate) fn errors(out: &ws::Outputs) -> Vec<(ws::InputKind, u32, ws::InputErrorCode)> {
+pub(crate) fn errors(out: &Outputs) -> Vec<(InputKind, u32, InputErrorCode)> {
     out.errors
         .iter()
         .map(|e| (e.input, e.index, e.code))
@@ -67,17 +141,25 @@ pub(crate) fn errors(out: &ws::Outputs) -> Vec<(ws::InputKind, u32, ws::InputErr
 }
 
 /// A step's settled entries as (entry, reason).
-pub(crate) fn settled(out: &ws::Outputs) -> Vec<(u64, ws::Reason)> {
+pub(crate) fn settled(out: &Outputs) -> Vec<(u64, ws::Reason)> {
     out.settle.iter().map(|s| (s.entry, s.reason)).collect()
+}
+
+/// What a refusal names for the input `(kind, number)`.
+fn about_of(kind: InputKind, number: u64) -> ws::About {
+    match kind {
+        InputKind::Cancel => ws::About::Batch(number),
+        _ => ws::About::Entry(number),
+    }
 }
 
 /// Asserts a step's four lists exactly.
 #[track_caller]
 pub(crate) fn assert_out(
-    out: &ws::Outputs,
+    out: &Outputs,
     start: &[u64],
     settle: &[(u64, ws::Reason)],
-    errs: &[(ws::InputKind, u32, ws::InputErrorCode)],
+    errs: &[(InputKind, u32, InputErrorCode)],
     retired: &[u64],
 ) {
     assert_eq!(out.start, start, "start of {out:?}");
@@ -86,6 +168,12 @@ pub(crate) fn assert_out(
     assert_eq!(out.retired, retired, "retired of {out:?}");
     for e in &out.errors {
         assert!(!e.message.is_empty(), "an error without a message: {e:?}");
+    }
+    for s in &out.settle {
+        assert!(
+            !s.message.is_empty(),
+            "a settlement without a sentence: {s:?}"
+        );
     }
 }
 
@@ -173,7 +261,8 @@ impl Sched {
         self.submit_with(ids, tools, operations, &[])
     }
 
-    /// `submit` with calls' arguments, as (batch, first, count), or the error's code.
+    /// `submit` with calls' arguments, as (batch, first, count), or the error's code. Ids and
+    /// tools are one per line (an empty `ids` is no calls), `0` operations a plain call.
     pub(crate) fn submit_with(
         &mut self,
         ids: &str,
@@ -181,21 +270,45 @@ impl Sched {
         operations: &[u32],
         arguments: &[(u32, String)],
     ) -> Result<(u64, u64, u32), ws::SubmitErrorCode> {
+        let split = |text: &str| -> Vec<String> {
+            if operations.is_empty() && text.is_empty() {
+                Vec::new()
+            } else {
+                text.split('\n').map(str::to_owned).collect()
+            }
+        };
+        let (ids, tools) = (split(ids), split(tools));
+        assert_eq!(ids.len(), tools.len(), "ids and tools of one length");
+        let calls: Vec<ws::Call> = ids
+            .into_iter()
+            .zip(tools)
+            .enumerate()
+            .map(|(i, (id, tool))| ws::Call {
+                id,
+                tool,
+                operations: operations.get(i).copied().filter(|&n| n > 0),
+                arguments: arguments
+                    .iter()
+                    .find(|(c, _)| *c as usize == i)
+                    .map(|(_, a)| a.clone()),
+            })
+            .collect();
+        self.submit_calls(&calls)
+    }
+
+    /// `submit-batch` of calls.
+    pub(crate) fn submit_calls(
+        &mut self,
+        calls: &[ws::Call],
+    ) -> Result<(u64, u64, u32), ws::SubmitErrorCode> {
         let iface = self
             .inst
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
         let r = iface
-            .call_submit(
-                &mut self.inst.store,
-                self.s,
-                ids,
-                tools,
-                operations,
-                arguments,
-            )
-            .unwrap_or_else(|e| panic!("submit trapped: {e:#}"));
+            .call_submit_batch(&mut self.inst.store, self.s, calls)
+            .unwrap_or_else(|e| panic!("submit-batch trapped: {e:#}"));
         match r {
             Ok(b) => Ok((b.batch, b.first, b.count)),
             Err(e) => {
@@ -205,26 +318,200 @@ impl Sched {
         }
     }
 
-    pub(crate) fn step(&mut self, inputs: &ws::Inputs) -> ws::Outputs {
+    /// `on-events`.
+    pub(crate) fn on_events(&mut self, events: &[ws::Event]) -> Vec<ws::Refusal> {
         let iface = self
             .inst
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
         iface
-            .call_step(&mut self.inst.store, self.s, inputs)
-            .unwrap_or_else(|e| panic!("step trapped: {e:#}"))
+            .call_on_events(&mut self.inst.store, self.s, events)
+            .unwrap_or_else(|e| panic!("on-events trapped: {e:#}"))
     }
 
-    pub(crate) fn approve(&mut self, entries: &[u64]) -> ws::Outputs {
-        self.step(&ws::Inputs {
+    /// `on-ended`.
+    pub(crate) fn on_ended(&mut self, ends: &[ws::Ended]) -> Vec<ws::Refusal> {
+        let iface = self
+            .inst
+            .exports
+            .turnstile_scheduler_scheduler()
+            .scheduler();
+        iface
+            .call_on_ended(&mut self.inst.store, self.s, ends)
+            .unwrap_or_else(|e| panic!("on-ended trapped: {e:#}"))
+    }
+
+    /// `next-releases`.
+    pub(crate) fn next_releases(&mut self, now: Option<u64>) -> ws::Releases {
+        let iface = self
+            .inst
+            .exports
+            .turnstile_scheduler_scheduler()
+            .scheduler();
+        iface
+            .call_next_releases(&mut self.inst.store, self.s, now)
+            .unwrap_or_else(|e| panic!("next-releases trapped: {e:#}"))
+    }
+
+    /// One round: the inputs in the order of [`Inputs`]' fields, each list in one crossing
+    /// (each input of a list on its own when a number repeats, so every refusal is known to be
+    /// its input's), then `next-releases`. Checks that refusals name their input and that the
+    /// actions come in the WIT's order.
+    pub(crate) fn step(&mut self, inputs: &Inputs) -> Outputs {
+        let mut out = Outputs::default();
+        let ev = |v: &[u64], f: fn(u64) -> ws::Event| v.iter().map(|&n| (n, f(n))).collect();
+        let events: [(InputKind, Vec<(u64, ws::Event)>); 6] = [
+            (InputKind::Approve, ev(&inputs.approve, ws::Event::Approve)),
+            (
+                InputKind::Settle,
+                inputs
+                    .settle
+                    .iter()
+                    .map(|s| (s.entry, ws::Event::NotRun((s.entry, s.how))))
+                    .collect(),
+            ),
+            (InputKind::Granted, ev(&inputs.granted, ws::Event::Granted)),
+            (InputKind::Denied, ev(&inputs.denied, ws::Event::Denied)),
+            (InputKind::Ask, ev(&inputs.ask, ws::Event::Ask)),
+            (InputKind::Answer, ev(&inputs.answer, ws::Event::Answer)),
+        ];
+        for (kind, list) in events {
+            self.cross(kind, &list, &mut out, |s, items| s.on_events(items));
+        }
+        let end = |v: &[u64], end: ws::End| -> Vec<(u64, ws::Ended)> {
+            v.iter()
+                .map(|&entry| (entry, ws::Ended { entry, end }))
+                .collect()
+        };
+        let ends: [(InputKind, Vec<(u64, ws::Ended)>); 3] = [
+            (InputKind::Ok, end(&inputs.ok, ws::End::Ok)),
+            (InputKind::Failed, end(&inputs.failed, ws::End::Failed)),
+            (
+                InputKind::Retry,
+                inputs
+                    .retry
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.entry,
+                            ws::Ended {
+                                entry: r.entry,
+                                end: ws::End::RateLimited(r.until),
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
+        ];
+        for (kind, list) in ends {
+            self.cross(kind, &list, &mut out, |s, items| s.on_ended(items));
+        }
+        let cancel: Vec<(u64, ws::Event)> = ev(&inputs.cancel, ws::Event::Cancel);
+        self.cross(InputKind::Cancel, &cancel, &mut out, |s, items| {
+            s.on_events(items)
+        });
+        for (i, p) in inputs.pause.iter().enumerate() {
+            for r in self.on_events(&[ws::Event::Pause(p.clone())]) {
+                assert_eq!(r.about, ws::About::Key(p.key.clone()), "{r:?}");
+                out.errors.push(InputError {
+                    input: InputKind::Pause,
+                    index: i as u32,
+                    code: r.code,
+                    message: r.message,
+                    about: r.about,
+                });
+            }
+        }
+        let releases = self.next_releases(inputs.now);
+        let rank = |a: &ws::Action| match a {
+            ws::Action::Refused(_) => (0, 0),
+            ws::Action::Release(p) => (1, p.entry),
+            ws::Action::Settled(s) => (2, s.entry),
+            ws::Action::Acquire(p) => (3, p.entry),
+            ws::Action::Start(e) => (4, *e),
+            ws::Action::Retired(b) => (5, *b),
+        };
+        assert!(
+            releases
+                .actions
+                .windows(2)
+                .all(|w| rank(&w[0]) < rank(&w[1])),
+            "actions out of the WIT's order: {:?}",
+            releases.actions
+        );
+        for a in &releases.actions {
+            match a {
+                ws::Action::Refused(r) => out.errors.insert(
+                    0,
+                    InputError {
+                        input: InputKind::Now,
+                        index: 0,
+                        code: r.code,
+                        message: r.message.clone(),
+                        about: r.about.clone(),
+                    },
+                ),
+                ws::Action::Release(p) => out.release.push(p.entry),
+                ws::Action::Settled(s) => out.settle.push(s.clone()),
+                ws::Action::Acquire(p) => out.acquire.push(p.entry),
+                ws::Action::Start(e) => out.start.push(*e),
+                ws::Action::Retired(b) => out.retired.push(*b),
+            }
+        }
+        out.wake_at = releases.wake_at;
+        out.actions = releases.actions;
+        out
+    }
+
+    /// Sends one list of inputs and files its refusals under `kind` by position.
+    fn cross<T: Clone>(
+        &mut self,
+        kind: InputKind,
+        list: &[(u64, T)],
+        out: &mut Outputs,
+        send: impl Fn(&mut Self, &[T]) -> Vec<ws::Refusal>,
+    ) {
+        let mut seen = std::collections::HashSet::new();
+        let distinct = list.iter().all(|(n, _)| seen.insert(*n));
+        let mut file = |index: usize, r: ws::Refusal| {
+            out.errors.push(InputError {
+                input: kind,
+                index: index as u32,
+                code: r.code,
+                message: r.message,
+                about: r.about,
+            });
+        };
+        if distinct {
+            let items: Vec<T> = list.iter().map(|(_, t)| t.clone()).collect();
+            let mut at = 0;
+            for r in send(self, &items) {
+                let i = (at..list.len())
+                    .find(|&i| about_of(kind, list[i].0) == r.about)
+                    .unwrap_or_else(|| panic!("a refusal about no input of the list: {r:?}"));
+                at = i + 1;
+                file(i, r);
+            }
+        } else {
+            for (i, (n, t)) in list.iter().enumerate() {
+                for r in send(self, std::slice::from_ref(t)) {
+                    assert_eq!(r.about, about_of(kind, *n), "{r:?}");
+                    file(i, r);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn approve(&mut self, entries: &[u64]) -> Outputs {
+        self.step(&Inputs {
             approve: entries.to_vec(),
             ..none()
         })
     }
 
-    pub(crate) fn ok(&mut self, entries: &[u64]) -> ws::Outputs {
-        self.step(&ws::Inputs {
+    pub(crate) fn ok(&mut self, entries: &[u64]) -> Outputs {
+        self.step(&Inputs {
             ok: entries.to_vec(),
             ..none()
         })
