@@ -457,8 +457,9 @@ impl Keys {
         key.last_start = Some(now);
     }
 
-    /// A granted entry of a shared key starts: its slot was taken at its request, and the
-    /// store kept the gate.
+    /// A granted entry of a shared key starts: its slot was taken at its request, the store
+    /// kept the spacing, and the key's pause is over (paired with
+    /// `Scheduler::granted_may_start`).
     pub(crate) fn started_granted(&mut self, k: u32, now: u64) {
         let key = &mut self.recs[k as usize];
         debug_assert!(
@@ -466,6 +467,7 @@ impl Keys {
             "a permit on {} without a slot",
             key.name
         );
+        debug_assert!(key.open_at(now), "started while paused on {}", key.name);
         key.last_start = Some(now);
     }
 

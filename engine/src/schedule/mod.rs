@@ -771,14 +771,15 @@ impl Scheduler {
         }
     }
 
-    /// A shared key's walk: granted entries at the front start in order; behind the entries
-    /// waiting for a permit, approved ones ask for one while there is room locally. The scan
-    /// starts at the key's `scan_from`, so each entry is passed once between rescans (a retry
-    /// or a yield moves it back).
+    /// A shared key's walk: granted entries at the front start in order once the key's pause
+    /// is over (`time.rs`); behind the entries waiting for a permit, approved ones ask for one
+    /// while there is room locally. The scan starts at the key's `scan_from`, so each entry is
+    /// passed once between rescans (a retry or a yield moves it back).
     fn walk_shared(&mut self, k: u32) {
         while let Some(&e) = self.keys.key(k).queue.front() {
             if let Some((slot, index)) = self.batches.locate(e) {
                 match self.batches.slot(slot).entries[index as usize].life.get() {
+                    State::Granted if !self.granted_may_start(k) => break,
                     State::Granted => {
                         self.keys.released_in_order(k, e);
                         self.release(slot, index);

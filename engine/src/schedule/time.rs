@@ -68,6 +68,19 @@ impl Scheduler {
         }
     }
 
+    /// Whether a granted entry at the front of shared key `k` may start by the clock. A pause
+    /// holds every entry of its key, granted ones too, as on a local key: the entry keeps its
+    /// permit and its local slot, and the key's wake-up is armed for the pause's end. (A shared
+    /// key's spacing is the store's, so only a pause closes its gate.)
+    pub(super) fn granted_may_start(&mut self, k: u32) -> bool {
+        let gate = self.keys.key(k).gate();
+        if gate <= self.now {
+            return true;
+        }
+        self.arm_key(k, gate);
+        false
+    }
+
     /// Queues a wake-up for key `k` at `at`, unless one is queued for that time already.
     pub(super) fn arm_key(&mut self, k: u32, at: u64) {
         let key = self.keys.key_mut(k);

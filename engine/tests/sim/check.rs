@@ -184,7 +184,8 @@ impl Sim {
                 self.count("pause", "applied");
             }
         }
-        // A shared key's pause holds back its permit requests; a granted permit starts.
+        // A shared key's pause holds back its permit requests, and its granted entries: a
+        // pause holds every entry of its key (SHARED.md: pauses apply locally too).
         for &n in &out.acquire {
             if let Some(k) = self.model.rule(n) {
                 let paused = self.timing.paused.get(&k.name).copied().unwrap_or(0);
@@ -199,7 +200,16 @@ impl Sim {
         }
         for &n in &start {
             match self.model.rule(n).cloned() {
-                Some(k) if k.shared => self.count("permit", "granted and started"),
+                Some(k) if k.shared => {
+                    let paused = self.timing.paused.get(&k.name).copied().unwrap_or(0);
+                    if clock < paused {
+                        self.fail(&format!(
+                            "key {}: granted {n} started at {clock}, paused until {paused}",
+                            k.name
+                        ));
+                    }
+                    self.count("permit", "granted and started");
+                }
                 Some(k) => {
                     let paused = self.timing.paused.get(&k.name).copied().unwrap_or(0);
                     if clock < paused {

@@ -410,8 +410,8 @@ impl Model {
         })
     }
 
-    /// When something waits on time: a key whose front entry could start but for its gate, or
-    /// an unkeyed retried entry waiting alone.
+    /// When something waits on time: a key whose front entry could start but for its gate, a
+    /// granted entry first in line on a paused key, or an unkeyed retried entry waiting alone.
     pub(super) fn wake_at(&self) -> Option<u64> {
         let mut names: Vec<&KeyRule> = Vec::new();
         for n in self.live_entries() {
@@ -430,13 +430,24 @@ impl Model {
                 && gate > self.time.now)
                 .then_some(gate)
         });
+        // A granted entry that nothing earlier of its key holds back waits for the pause.
+        let granted = self.live_entries().filter_map(|n| {
+            let k = self.rule(n)?;
+            let (gate, earlier) = (self.gate(k), |m: u64| {
+                m < n
+                    && self.key(m).is_some_and(|(mk, _)| mk == k.name)
+                    && (self.st(m).undecided_or_parked() || self.st(m).permit())
+            });
+            (self.st(n) == St::Granted && gate > self.time.now && !self.live_entries().any(earlier))
+                .then_some(gate)
+        });
         let alone = self
             .time
             .not_before
             .iter()
             .filter(|&(&n, _)| self.is_live(n) && self.st(n) == St::Approved)
             .map(|(_, &t)| t);
-        keys.chain(alone).min()
+        keys.chain(granted).chain(alone).min()
     }
 
     pub(super) fn label(&self, n: u64) -> String {
@@ -802,11 +813,13 @@ impl Model {
         };
         let same = |m: &u64| self.key(*m).is_some_and(|(k, _)| k == key);
         if self.st(n) == St::Granted {
-            // Starts once nothing earlier of its key waits to start.
-            return !self
-                .live_entries()
-                .filter(same)
-                .any(|m| m < n && (self.st(m).undecided_or_parked() || self.st(m).permit()));
+            // Starts once nothing earlier of its key waits to start, and the key is not paused:
+            // a pause holds every entry of its key, a granted one too.
+            return self.rule(n).is_some_and(|k| self.gate(k) <= self.time.now)
+                && !self
+                    .live_entries()
+                    .filter(same)
+                    .any(|m| m < n && (self.st(m).undecided_or_parked() || self.st(m).permit()));
         }
         if self.st(n) != St::Approved {
             return false;
