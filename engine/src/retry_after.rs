@@ -28,6 +28,27 @@
 //! in the past: wait 0, an immediate retry) and the Python host fell back to its default; both
 //! now get the refusal and apply their fallback, which is what Python did.
 
+use crate::config::Concurrency;
+
+/// The longest wait a rate limit may ask for on a key whose config sets none: 5 minutes. Past
+/// it, the scheduler settles the entry `rate-limited` at once (with the wait it asked for) and
+/// does not pause its key, so a wrong or hostile `Retry-After` (a date in year 9999, a
+/// saturated number) never wedges a key and every later batch. Why 5 minutes: the waits real
+/// APIs ask for are seconds to a minute or two (secondary limits, per-minute token buckets);
+/// a tool call held longer than a few minutes is one a person or the model should hear about
+/// and decide on, rather than a silent stall; and it stays well under the shared store's 24 h
+/// cap on a pause, which would otherwise be the only bound.
+pub const MAX_WAIT_DEFAULT_MS: u64 = 5 * 60 * 1_000;
+
+/// The maximum wait on a rate limit for entries with this concurrency (`None`: unkeyed), in
+/// milliseconds. The scheduler reads it once per key, when the key is made. The hook for a
+/// config field: today every key takes [`MAX_WAIT_DEFAULT_MS`]; once `concurrency` has a
+/// `max_wait` (`max_wait = "10m"`, resolved to `Concurrency::max_wait_ms`), this returns it.
+pub fn max_wait_ms(concurrency: Option<&Concurrency>) -> u64 {
+    let _ = concurrency;
+    MAX_WAIT_DEFAULT_MS
+}
+
 codes! {
     /// Why [`retry_after`] could not read a `Retry-After` value.
     RetryAfterErrorCode {

@@ -479,7 +479,16 @@ fn a_granted_entry_waits_for_the_pause_of_a_rate_limit_given_up_on() {
         },
         &mut out,
     );
-    assert_eq!(out.settle, vec![(e[0], Reason::RateLimited { retries: 0 })]);
+    assert_eq!(
+        out.settle,
+        vec![(
+            e[0],
+            Reason::RateLimited {
+                retries: 0,
+                asked_s: None
+            }
+        )]
+    );
     assert_eq!(out.release, vec![e[0]]);
     s.step(
         &Inputs {

@@ -34,8 +34,14 @@ pub(crate) struct KeyRec {
     pub(crate) shared: bool,
     /// When the last entry with this key started (the host's `now` then).
     pub(crate) last_start: Option<u64>,
-    /// Nothing with this key starts before this time (a pause only ever extends).
+    /// Nothing with this key starts before this time (a pause only ever extends): the later
+    /// of the host's pause and `limited_until`.
     pub(crate) paused_until: u64,
+    /// The part of the pause that rate limits asked for (`retry`): lifting the host's pause
+    /// (`lift_pause`) leaves this one.
+    pub(crate) limited_until: u64,
+    /// The longest wait a rate limit may ask for before its entry is settled instead.
+    pub(crate) max_wait_ms: u64,
     /// The time a wake-up is queued for this key, if one is.
     pub(crate) armed: Option<u64>,
     /// The template this key was expanded from; `None` for a configured key.
@@ -204,6 +210,8 @@ impl Keys {
             shared: c.shared,
             last_start: None,
             paused_until: 0,
+            limited_until: 0,
+            max_wait_ms: crate::retry_after::max_wait_ms(Some(c)),
             armed: None,
             template,
             refs: 0,
@@ -386,6 +394,14 @@ impl Keys {
     /// The retry cap of an entry with key `k` (or unkeyed).
     pub(crate) fn retry_cap(&self, k: Option<u32>) -> u32 {
         k.map_or(RETRIES_DEFAULT, |k| self.recs[k as usize].retries)
+    }
+
+    /// The maximum wait on a rate limit of an entry with key `k` (or unkeyed).
+    pub(crate) fn max_wait_ms(&self, k: Option<u32>) -> u64 {
+        k.map_or_else(
+            || crate::retry_after::max_wait_ms(None),
+            |k| self.recs[k as usize].max_wait_ms,
+        )
     }
 
     /// Puts a retried entry back in its place at the front of the key's queue, in entry order,

@@ -69,6 +69,7 @@ pub use error::{
 pub use inspect::{EntryStatus, Wait};
 pub use lifecycle::{HostSettle, Outcome, Reason, Saved, State};
 pub use restart::{SAVED_VERSION, SavedBatch, SavedCall, SavedState, Started, fingerprint};
+pub use time::{LiftPauseError, LiftPauseErrorCode};
 
 use crate::config::Policy;
 use crate::limits::{ARGUMENTS_BYTES_MAX, ENTRIES_MAX};

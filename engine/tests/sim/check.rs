@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use turnstile_engine::schedule::{BatchId, EntryId, InputKind, Reason};
 
 use crate::drive::Sim;
-use crate::generate::RETRIES_DEFAULT;
+use crate::generate::{MAX_WAIT_MS, RETRIES_DEFAULT};
 use crate::model::{Ins, Out, ix};
 
 /// What the time properties need, since the scheduler was made or resumed (a resumed
@@ -119,20 +119,34 @@ impl Sim {
                 })
             };
             let rule = self.model.rule(n).cloned();
-            if let Some(k) = &rule {
+            // A wait past the maximum pauses nothing and settles the entry.
+            let wait = until.saturating_sub(clock);
+            let too_long = wait > MAX_WAIT_MS;
+            if let Some(k) = rule.as_ref().filter(|_| !too_long) {
                 let p = self.timing.paused.entry(k.name.clone()).or_insert(0);
                 *p = (*p).max(until);
             }
             let done = self.timing.retries.get(&n).copied().unwrap_or(0);
             let cap = rule.as_ref().map_or(RETRIES_DEFAULT, |k| k.retries);
             match settled(&n) {
-                Some(Reason::RateLimited { retries }) => {
-                    if *retries != done || done != cap {
-                        self.fail(&format!(
-                            "{n} gave up after {retries} retries, ran again {done}, cap {cap}"
-                        ));
+                Some(Reason::RateLimited { retries, asked_s }) => {
+                    if *retries != done {
+                        self.fail(&format!("{n} gave up after {retries} retries, ran {done}"));
                     }
-                    self.count("retry", "past the cap");
+                    match asked_s {
+                        Some(s)
+                            if !too_long
+                                || u64::from(s.get())
+                                    != wait.div_ceil(1_000).min(u32::MAX.into()) =>
+                        {
+                            self.fail(&format!("{n} gave up asking {s} s, waiting {wait} ms"));
+                        }
+                        Some(_) => self.count("retry", "asked to wait too long"),
+                        None if too_long || done != cap => self.fail(&format!(
+                            "{n} gave up after {retries} retries, cap {cap}, wait {wait} ms"
+                        )),
+                        None => self.count("retry", "past the cap"),
+                    }
                 }
                 Some(Reason::Cancelled) => self.count("retry", "in a cancelled batch"),
                 Some(Reason::Stopped { .. }) => self.count("retry", "behind a failure under stop"),
@@ -140,6 +154,9 @@ impl Sim {
                 None => {
                     if done + 1 > cap {
                         self.fail(&format!("{n} ran again {} times, cap {cap}", done + 1));
+                    }
+                    if too_long {
+                        self.fail(&format!("{n} waits {wait} ms, past the maximum"));
                     }
                     if !self.started.contains(&n) {
                         // Started earlier in this step (only unkeyed entries can be).

@@ -3,6 +3,7 @@
 //! owned, comparable forms of a step's inputs and outputs.
 
 use std::collections::{HashMap, HashSet};
+use std::num::NonZeroU32;
 
 use turnstile_engine::limits::{NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
 use turnstile_engine::schedule::{
@@ -10,7 +11,7 @@ use turnstile_engine::schedule::{
     Saved, SavedBatch, SavedCall, Started, State, SubmitErrorCode, UnrestoredCode, Wait, explain,
 };
 
-use crate::generate::{ARGUMENTS, Gen, KeyRule, RETRIES_DEFAULT, TEMPLATE};
+use crate::generate::{ARGUMENTS, Gen, KeyRule, MAX_WAIT_MS, RETRIES_DEFAULT, TEMPLATE};
 
 /// An entry's state, as the model sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,8 +32,9 @@ pub(super) enum St {
     Cancelled,
     Stopped(u32),
     Interrupted,
-    /// Hit a rate limit once more than its key's cap allows, after this many retries.
-    RateLimited(u32),
+    /// Hit a rate limit once more than its key's cap allows, after this many retries, or asked
+    /// to wait longer than its key's maximum (these many seconds, rounded up).
+    RateLimited(u32, Option<u32>),
 }
 
 impl St {
@@ -70,7 +72,7 @@ impl St {
     fn failure(self) -> bool {
         matches!(
             self,
-            Self::Failed | Self::SettledFailed | Self::RateLimited(_)
+            Self::Failed | Self::SettledFailed | Self::RateLimited(..)
         )
     }
 
@@ -95,7 +97,10 @@ impl St {
             Self::Cancelled => State::Settled(Reason::Cancelled),
             Self::Stopped(after) => State::Settled(Reason::Stopped { after }),
             Self::Interrupted => State::Settled(Reason::Interrupted),
-            Self::RateLimited(retries) => State::Settled(Reason::RateLimited { retries }),
+            Self::RateLimited(retries, asked) => State::Settled(Reason::RateLimited {
+                retries,
+                asked_s: asked.and_then(NonZeroU32::new),
+            }),
         }
     }
 
@@ -638,9 +643,16 @@ impl Model {
             st if st.ended() => return Err(InputErrorCode::AlreadyEnded),
             _ => return Err(InputErrorCode::NotRunning),
         }
+        // A wait longer than the key's maximum is not waited for: the entry is settled and the
+        // key is not paused.
+        let wait = until.saturating_sub(self.time.now);
+        let too_long =
+            (wait > MAX_WAIT_MS).then(|| u32::try_from(wait.div_ceil(1_000)).unwrap_or(u32::MAX));
         if let Some(k) = &rule {
-            let p = self.time.paused.entry(k.name.clone()).or_insert(0);
-            *p = (*p).max(until);
+            if too_long.is_none() {
+                let p = self.time.paused.entry(k.name.clone()).or_insert(0);
+                *p = (*p).max(until);
+            }
             if k.shared {
                 out.release.push(n);
             }
@@ -659,8 +671,8 @@ impl Model {
             Some(St::Cancelled)
         } else if let Some(f) = behind {
             Some(St::Stopped(f + 1))
-        } else if done >= cap {
-            Some(St::RateLimited(done))
+        } else if done >= cap || too_long.is_some() {
+            Some(St::RateLimited(done, too_long))
         } else {
             None
         };
