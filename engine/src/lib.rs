@@ -9,6 +9,7 @@
 //!   ([`schedule::Scheduler::submit_batch`]), reports ends and other inputs as they happen, and
 //!   asks [`schedule::Scheduler::next_releases`] what to start and what it settled.
 //! - [`admission`]: per-connection admission control (classes of work under one budget).
+//! - [`retry_after`]: a `Retry-After` header value read as a wait, the same in every host.
 //!
 //! Every mistake a host can make is a typed error that changes nothing; the engine never panics
 //! on host input, because a panic inside the WebAssembly component poisons the instance for
@@ -25,5 +26,6 @@ pub mod admission;
 pub mod config;
 pub mod diagnostic;
 pub mod limits;
+pub mod retry_after;
 pub mod schedule;
 pub mod template;

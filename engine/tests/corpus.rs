@@ -41,7 +41,7 @@ impl Native {
 fn after(reason: Reason) -> Option<u32> {
     match reason {
         Reason::Stopped { after } => Some(after),
-        Reason::RateLimited { retries } => Some(retries),
+        Reason::RateLimited { retries, .. } => Some(retries),
         _ => None,
     }
 }

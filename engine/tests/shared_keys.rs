@@ -363,3 +363,197 @@ fn a_rate_limit_gives_back_the_permits_behind_it_so_processes_never_deadlock() {
     assert_eq!(done, 6, "held {held:?} waiting {queue:?}");
     assert!(held.is_empty() && queue.is_empty());
 }
+
+/// A shared key with no retries: a 429 settles its entry at once and pauses the key.
+const ONE_TRY: &str = r#"
+[conversation.tools.api]
+concurrency = { key = "api", limit = 2, shared = true, retries = 0 }
+"#;
+
+fn one_try() -> (Scheduler, Vec<EntryId>) {
+    let mut s = Scheduler::new(policy(ONE_TRY));
+    let calls: Vec<Call<'_>> = ["a", "b"]
+        .iter()
+        .map(|id| Call {
+            id,
+            tool: "api",
+            operations: None,
+            arguments: None,
+        })
+        .collect();
+    let b = s.submit_batch(&calls).unwrap();
+    let e = vec![b.first, EntryId(b.first.0 + 1)];
+    let mut out = Outputs::default();
+    s.step(
+        &Inputs {
+            now: Some(0),
+            approve: &e,
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.acquire, e);
+    (s, e)
+}
+
+/// A pause holds every entry of its key, granted ones included: a grant that arrives while
+/// the key is paused (its request was out before the pause) starts nothing until it ends.
+#[test]
+fn a_granted_entry_waits_for_a_host_pause() {
+    let (mut s, e) = one_try();
+    let mut out = Outputs::default();
+    s.step(
+        &Inputs {
+            now: Some(10),
+            pause: &[("api", 100)],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert!(out.start.is_empty() && out.release.is_empty());
+    // b's grant arrives first, then a's: nothing starts before 100. Only once a is granted
+    // does anything wait on the clock (before, a waits on the store).
+    for (now, grant, wake) in [(20, e[1], None), (30, e[0], Some(100))] {
+        s.step(
+            &Inputs {
+                now: Some(now),
+                granted: &[grant],
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        assert!(out.start.is_empty(), "started {:?} at {now}", out.start);
+        assert!(
+            out.release.is_empty(),
+            "a held permit is kept, not given back"
+        );
+        assert_eq!(out.wake_at, wake, "at {now}");
+    }
+    assert_eq!(s.state(e[0]), Some(State::Granted));
+    s.step(
+        &Inputs {
+            now: Some(99),
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert!(out.start.is_empty());
+    // The pause ends: both start, in written order.
+    s.step(
+        &Inputs {
+            now: Some(100),
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.start, e);
+    assert_eq!(out.wake_at, None);
+    s.step(
+        &Inputs {
+            ok: &e,
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.release, e, "every permit back exactly once");
+}
+
+/// A 429 past the retry cap settles its entry and pauses the key: the entry behind it whose
+/// permit was already requested waits for the pause when its grant arrives, as a local key's
+/// entry would.
+#[test]
+fn a_granted_entry_waits_for_the_pause_of_a_rate_limit_given_up_on() {
+    let (mut s, e) = one_try();
+    let mut out = Outputs::default();
+    s.step(
+        &Inputs {
+            now: Some(5),
+            granted: &[e[0]],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.start, vec![e[0]]);
+    s.step(
+        &Inputs {
+            now: Some(10),
+            retry: &[(e[0], 500)],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(
+        out.settle,
+        vec![(
+            e[0],
+            Reason::RateLimited {
+                retries: 0,
+                asked_s: None
+            }
+        )]
+    );
+    assert_eq!(out.release, vec![e[0]]);
+    s.step(
+        &Inputs {
+            now: Some(20),
+            granted: &[e[1]],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert!(out.start.is_empty(), "b started during the 429's pause");
+    assert_eq!(out.wake_at, Some(500));
+    s.step(
+        &Inputs {
+            now: Some(500),
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.start, vec![e[1]]);
+    s.step(
+        &Inputs {
+            ok: &[e[1]],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.release, vec![e[1]]);
+    assert_eq!(out.retired, vec![BatchId(1)]);
+}
+
+/// Entries held by a pause with their permits still give each back exactly once when their
+/// batch is cancelled, and nothing of them starts when the pause ends.
+#[test]
+fn a_cancel_during_the_pause_gives_the_held_permits_back_once() {
+    let (mut s, e) = one_try();
+    let mut out = Outputs::default();
+    s.step(
+        &Inputs {
+            now: Some(10),
+            pause: &[("api", 100)],
+            granted: &e,
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert!(out.start.is_empty());
+    s.step(
+        &Inputs {
+            now: Some(50),
+            cancel: &[BatchId(1)],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.release, e);
+    assert_eq!(out.retired, vec![BatchId(1)]);
+    s.step(
+        &Inputs {
+            now: Some(100),
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert!(out.start.is_empty() && out.release.is_empty());
+}

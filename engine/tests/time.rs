@@ -9,7 +9,7 @@ mod step;
 
 use step::{InputKind, Inputs, Outputs, Step};
 use turnstile_engine::schedule::{
-    BatchId, Call, EntryId, InputErrorCode, Reason, Scheduler, State, Wait,
+    BatchId, Call, EntryId, Input, InputErrorCode, Reason, Scheduler, State, Wait,
 };
 
 fn policy(text: &str) -> Policy {
@@ -411,7 +411,13 @@ fan_out = { on_error = "stop" }
     assert_eq!(
         out.settle,
         [
-            (e(0), Reason::RateLimited { retries: 1 }),
+            (
+                e(0),
+                Reason::RateLimited {
+                    retries: 1,
+                    asked_s: None
+                }
+            ),
             (e(1), Reason::Stopped { after: 1 }),
             (e(2), Reason::Stopped { after: 1 }),
         ]
@@ -592,10 +598,11 @@ fn waiting_retries_cancelled_with_their_batch_leave_nothing_behind() {
             },
             &mut out,
         );
-        // Both hit a rate limit and wait far ahead: x in its key's queue, y alone.
+        // Both hit a rate limit and wait far ahead (within the maximum wait): x in its key's
+        // queue, y alone.
         s.step(
             &Inputs {
-                retry: &[(x, round + 1_000_000), (y, round + 1_000_000)],
+                retry: &[(x, round + 200_000), (y, round + 200_000)],
                 ..Inputs::default()
             },
             &mut out,
@@ -618,4 +625,167 @@ fn waiting_retries_cancelled_with_their_batch_leave_nothing_behind() {
     // Every key's wake-up went stale with its batch; at most a few stay queued.
     let (_, _, heap) = s.pending_wakeups_for_tests();
     assert!(heap <= 2 * 2_000 + 64, "{heap} wake-ups queued");
+}
+
+/// One key of limit 1, retries 3, and an unkeyed tool.
+const BOUNDED: &str = r#"
+[conversation.tools.get]
+concurrency = { key = "api", limit = 1 }
+"#;
+
+const MAX: u64 = turnstile_engine::retry_after::MAX_WAIT_DEFAULT_MS;
+
+fn asked(retries: u32, s: u32) -> Reason {
+    Reason::RateLimited {
+        retries,
+        asked_s: std::num::NonZeroU32::new(s),
+    }
+}
+
+#[test]
+fn lifting_a_pause_of_an_unknown_key_is_refused_and_changes_nothing() {
+    let mut t = T::new(BOUNDED, &[("a", "get")]);
+    let err = t.s.on_event(Input::LiftPause("nope")).unwrap_err();
+    assert_eq!(err.code.as_str(), "unknown-key");
+    assert!(err.message.contains("\"nope\""), "{}", err.message);
+    // Lifting a key that is not paused changes nothing either.
+    t.s.on_event(Input::LiftPause("api")).unwrap();
+    t.approve_all(1, 0);
+    assert_eq!(t.started(), [0]);
+}
+
+/// A Retry-After far in the future (a date in year 9999) is not waited for: the entry is
+/// settled `rate-limited` at once with the wait it asked for, the key is not paused, and the
+/// calls behind it go on.
+#[test]
+fn a_wait_past_the_maximum_settles_the_entry_and_pauses_nothing() {
+    let mut t = T::new(BOUNDED, &[("a", "get"), ("b", "get")]);
+    t.approve_all(2, 0);
+    assert_eq!(t.started(), [0]);
+    let wall_now = 1_700_000_000_000;
+    let wait =
+        turnstile_engine::retry_after::retry_after("Fri, 31 Dec 9999 23:59:59 GMT", wall_now)
+            .unwrap();
+    assert_eq!(wait / 3_600_000, 69_917_305, "hours");
+    let e = t.e(0);
+    let out = t.retry(0, 10, 10 + wait);
+    assert_eq!(out.settle, vec![(e, asked(0, u32::MAX))]);
+    assert_eq!(t.started(), [1], "the key is not paused: b starts at once");
+    assert_eq!(t.out.wake_at, None);
+    // One millisecond past the maximum is past it; the asked wait is rounded up to seconds.
+    let e = t.e(1);
+    let out = t.retry(1, 20, 20 + MAX + 1);
+    assert_eq!(out.settle, vec![(e, asked(0, 301))]);
+    assert_eq!(out.retired, vec![BatchId(1)]);
+    assert_eq!(
+        turnstile_engine::schedule::explain::settled_sentence(asked(0, 301), "b"),
+        "not run again: rate limited, and the endpoint asked to wait 5 min 1 s, longer than the \
+         scheduler waits on this key"
+    );
+}
+
+#[test]
+fn a_wait_of_exactly_the_maximum_is_waited_for() {
+    let mut t = T::new(BOUNDED, &[("a", "get")]);
+    t.approve_all(1, 0);
+    let out = t.retry(0, 10, 10 + MAX);
+    assert!(out.settle.is_empty());
+    assert_eq!(out.wake_at, Some(10 + MAX));
+    assert_eq!(t.at(10 + MAX), [0]);
+}
+
+/// The bound holds for a retry that already ran again, and for unkeyed entries; the retry
+/// count in the reason says how often it had run again.
+#[test]
+fn the_maximum_holds_after_retries_and_for_unkeyed_entries() {
+    let mut t = T::new(BOUNDED, &[("a", "get"), ("u", "free")]);
+    t.approve_all(2, 0);
+    assert_eq!(t.started(), [0, 1]);
+    t.retry(0, 0, 100);
+    assert_eq!(t.at(100), [0]);
+    let e = t.e(0);
+    let out = t.retry(0, 100, u64::MAX);
+    assert_eq!(out.settle, vec![(e, asked(1, u32::MAX))]);
+    let e = t.e(1);
+    let out = t.retry(1, 100, 100 + MAX + 1_000);
+    assert_eq!(out.settle, vec![(e, asked(0, 301))]);
+    assert_eq!(t.s.pending_wakeups_for_tests(), (0, 0, 0));
+}
+
+/// A host lifts the pause it set; a rate limit's pause on the same key stays (the endpoint
+/// asked for it, and its wait is bounded).
+#[test]
+fn lift_pause_ends_the_hosts_pause_but_not_a_rate_limits() {
+    let mut t = T::new(BOUNDED, &[("a", "get"), ("b", "get")]);
+    t.step(Inputs {
+        now: Some(0),
+        pause: &[("api", 1_000_000)],
+        ..Inputs::default()
+    });
+    t.approve_all(2, 0);
+    assert!(t.started().is_empty());
+    assert_eq!(t.out.wake_at, Some(1_000_000));
+    t.s.on_event(Input::LiftPause("api")).unwrap();
+    assert_eq!(t.at(5), [0], "takes effect at the next step");
+    assert_eq!(t.out.wake_at, None, "the old wake-up is gone");
+    // a hits a rate limit (until 500), then the host pauses the key longer.
+    t.retry(0, 10, 500);
+    t.step(Inputs {
+        now: Some(20),
+        pause: &[("api", 9_000)],
+        ..Inputs::default()
+    });
+    assert_eq!(t.out.wake_at, Some(9_000));
+    t.s.on_event(Input::LiftPause("api")).unwrap();
+    assert!(t.at(30).is_empty());
+    assert_eq!(
+        t.out.wake_at,
+        Some(500),
+        "the rate limit's pause still holds"
+    );
+    let statuses = t.s.inspect(BatchId(1)).unwrap();
+    assert_eq!(
+        statuses[0].wait,
+        Some(Wait::KeyPaused {
+            key: "api".into(),
+            until: 500
+        })
+    );
+    // Lifting again changes nothing; the rate limit's pause ends on its own.
+    t.s.on_event(Input::LiftPause("api")).unwrap();
+    assert_eq!(t.at(499), Vec::<u64>::new());
+    assert_eq!(t.at(500), [0]);
+    assert_eq!(t.s.state(t.e(1)), Some(State::Approved));
+}
+
+/// A pause on a made key (from a template) is lifted by its name, like `pause` reaches it.
+#[test]
+fn lift_pause_reaches_a_made_key() {
+    let text = r#"
+[conversation.tools.read]
+concurrency = { key = "fs:{path}", limit = 1 }
+"#;
+    let mut s = Scheduler::new(policy(text));
+    let b = s
+        .submit_batch(&[Call {
+            id: "r",
+            tool: "read",
+            operations: None,
+            arguments: Some(r#"{"path":"/a"}"#),
+        }])
+        .unwrap();
+    let mut out = Outputs::default();
+    s.step(
+        &Inputs {
+            now: Some(0),
+            pause: &[("fs:/a", 100)],
+            approve: &[b.first],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert!(out.start.is_empty());
+    s.on_event(Input::LiftPause("fs:/a")).unwrap();
+    s.step(&Inputs::default(), &mut out);
+    assert_eq!(out.start, vec![b.first]);
 }

@@ -116,6 +116,7 @@ pub(crate) fn input(e: &ws::Event) -> Input<'_> {
         ws::Event::Answer(n) => Input::Answer(EntryId(*n)),
         ws::Event::Cancel(b) => Input::Cancel(BatchId(*b)),
         ws::Event::Pause(p) => Input::Pause(&p.key, p.until),
+        ws::Event::LiftPause(key) => Input::LiftPause(key),
         ws::Event::Granted(n) => Input::Granted(EntryId(*n)),
         ws::Event::Denied(n) => Input::Denied(EntryId(*n)),
     }
@@ -143,7 +144,8 @@ fn reason_out(r: Reason) -> ws::Reason {
         Reason::Cancelled => ws::Reason::Cancelled,
         Reason::Stopped { after } => ws::Reason::Stopped(after),
         Reason::Interrupted => ws::Reason::Interrupted,
-        Reason::RateLimited { retries } => ws::Reason::RateLimited(retries),
+        // The wait an endpoint asked for, when it was too long, is in the settlement's sentence.
+        Reason::RateLimited { retries, .. } => ws::Reason::RateLimited(retries),
     }
 }
 
@@ -155,7 +157,10 @@ pub(crate) fn reason_in(r: ws::Reason) -> Reason {
         ws::Reason::Cancelled => Reason::Cancelled,
         ws::Reason::Stopped(after) => Reason::Stopped { after },
         ws::Reason::Interrupted => Reason::Interrupted,
-        ws::Reason::RateLimited(retries) => Reason::RateLimited { retries },
+        ws::Reason::RateLimited(retries) => Reason::RateLimited {
+            retries,
+            asked_s: None,
+        },
     }
 }
 

@@ -112,11 +112,23 @@ pub fn settled_sentence(reason: Reason, label: &str) -> String {
             "not run again: it was running when the host stopped, and its result is unknown"
                 .to_owned()
         }
-        Reason::RateLimited { retries: 0 } => {
-            "not run again: rate limited (no retries allowed); the endpoint asked to wait"
-                .to_owned()
-        }
-        Reason::RateLimited { retries } => format!(
+        Reason::RateLimited {
+            asked_s: Some(s), ..
+        } => format!(
+            "not run again: rate limited, and the endpoint asked to wait {}{}, longer than the \
+             scheduler waits on this key",
+            if s.get() == u32::MAX { "at least " } else { "" },
+            duration(u64::from(s.get()) * 1_000),
+        ),
+        Reason::RateLimited {
+            retries: 0,
+            asked_s: None,
+        } => "not run again: rate limited (no retries allowed); the endpoint asked to wait"
+            .to_owned(),
+        Reason::RateLimited {
+            retries,
+            asked_s: None,
+        } => format!(
             "not run again: rate limited {} times ({retries} {} allowed); the endpoint asked \
              to wait",
             u64::from(retries) + 1,
@@ -180,12 +192,38 @@ mod tests {
              first failure)"
         );
         assert_eq!(
-            settled_sentence(Reason::RateLimited { retries: 1 }, "g"),
+            settled_sentence(
+                Reason::RateLimited {
+                    retries: 1,
+                    asked_s: None
+                },
+                "g"
+            ),
             "not run again: rate limited 2 times (1 retry allowed); the endpoint asked to wait"
         );
         assert_eq!(
-            settled_sentence(Reason::RateLimited { retries: 0 }, "g"),
+            settled_sentence(
+                Reason::RateLimited {
+                    retries: 0,
+                    asked_s: None
+                },
+                "g"
+            ),
             "not run again: rate limited (no retries allowed); the endpoint asked to wait"
+        );
+        let asked = |s| Reason::RateLimited {
+            retries: 2,
+            asked_s: std::num::NonZeroU32::new(s),
+        };
+        assert_eq!(
+            settled_sentence(asked(7_200), "g"),
+            "not run again: rate limited, and the endpoint asked to wait 2 h, longer than the \
+             scheduler waits on this key"
+        );
+        assert_eq!(
+            settled_sentence(asked(u32::MAX), "g"),
+            "not run again: rate limited, and the endpoint asked to wait at least 1193046 h 28 \
+             min, longer than the scheduler waits on this key"
         );
     }
 }

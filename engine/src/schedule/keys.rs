@@ -34,8 +34,14 @@ pub(crate) struct KeyRec {
     pub(crate) shared: bool,
     /// When the last entry with this key started (the host's `now` then).
     pub(crate) last_start: Option<u64>,
-    /// Nothing with this key starts before this time (a pause only ever extends).
+    /// Nothing with this key starts before this time (a pause only ever extends): the later
+    /// of the host's pause and `limited_until`.
     pub(crate) paused_until: u64,
+    /// The part of the pause that rate limits asked for (`retry`): lifting the host's pause
+    /// (`lift_pause`) leaves this one.
+    pub(crate) limited_until: u64,
+    /// The longest wait a rate limit may ask for before its entry is settled instead.
+    pub(crate) max_wait_ms: u64,
     /// The time a wake-up is queued for this key, if one is.
     pub(crate) armed: Option<u64>,
     /// The template this key was expanded from; `None` for a configured key.
@@ -204,6 +210,8 @@ impl Keys {
             shared: c.shared,
             last_start: None,
             paused_until: 0,
+            limited_until: 0,
+            max_wait_ms: crate::retry_after::max_wait_ms(Some(c)),
             armed: None,
             template,
             refs: 0,
@@ -388,6 +396,14 @@ impl Keys {
         k.map_or(RETRIES_DEFAULT, |k| self.recs[k as usize].retries)
     }
 
+    /// The maximum wait on a rate limit of an entry with key `k` (or unkeyed).
+    pub(crate) fn max_wait_ms(&self, k: Option<u32>) -> u64 {
+        k.map_or_else(
+            || crate::retry_after::max_wait_ms(None),
+            |k| self.recs[k as usize].max_wait_ms,
+        )
+    }
+
     /// Puts a retried entry back in its place at the front of the key's queue, in entry order,
     /// and lets the FIFO assertion start over from it.
     pub(crate) fn requeue(&mut self, k: u32, e: u64) {
@@ -457,8 +473,9 @@ impl Keys {
         key.last_start = Some(now);
     }
 
-    /// A granted entry of a shared key starts: its slot was taken at its request, and the
-    /// store kept the gate.
+    /// A granted entry of a shared key starts: its slot was taken at its request, the store
+    /// kept the spacing, and the key's pause is over (paired with
+    /// `Scheduler::granted_may_start`).
     pub(crate) fn started_granted(&mut self, k: u32, now: u64) {
         let key = &mut self.recs[k as usize];
         debug_assert!(
@@ -466,6 +483,7 @@ impl Keys {
             "a permit on {} without a slot",
             key.name
         );
+        debug_assert!(key.open_at(now), "started while paused on {}", key.name);
         key.last_start = Some(now);
     }
 

@@ -29,6 +29,8 @@
 //! [`Lifecycle::restored`], where what had started comes back `pending` or settled
 //! `interrupted`.
 
+use std::num::NonZeroU32;
+
 use super::error::InputErrorCode;
 
 /// Where one entry (a plain call, or one operation of a fanned-out call) is.
@@ -133,11 +135,17 @@ pub enum Reason {
     /// It had started and had no response when the state was exported; the host chose, on
     /// resume, not to run it again (scheduler).
     Interrupted,
-    /// Its execution hit a rate limit once more than its key's retry cap allows (scheduler).
-    /// Counts as a failure for `on_error = "stop"`.
+    /// Its execution hit a rate limit once more than its key's retry cap allows, or asked to
+    /// wait longer than its key's maximum wait (scheduler). Counts as a failure for
+    /// `on_error = "stop"`.
     RateLimited {
         /// How many times it had already run again.
         retries: u32,
+        /// The wait the endpoint asked for, in whole seconds (rounded up, saturating at
+        /// `u32::MAX`, 136 years), when it was longer than the key's maximum wait and the
+        /// scheduler settled the entry for that (the key was not paused); `None` when the
+        /// retry cap was reached.
+        asked_s: Option<NonZeroU32>,
     },
 }
 

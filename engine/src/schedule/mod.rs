@@ -141,6 +141,8 @@ pub enum Input<'a> {
     Cancel(BatchId),
     /// Pause a key, by name, until a time (a pause only ever extends).
     Pause(&'a str, u64),
+    /// Lift the pauses the host set on a key, by name; a pause from a rate limit stays.
+    LiftPause(&'a str),
     /// The store granted the permit of an entry that was in an [`Action::Acquire`]; it starts
     /// in written order.
     Granted(EntryId),
@@ -523,6 +525,13 @@ impl Scheduler {
                     message,
                 });
             }
+            Input::LiftPause(key) => {
+                return self.lift_pause(key).map_err(|(code, message)| Refusal {
+                    about: About::Key(key.to_owned()),
+                    code,
+                    message,
+                });
+            }
         };
         result.map_err(|(code, message)| Refusal {
             about: About::Entry(about.0),
@@ -874,14 +883,15 @@ impl Scheduler {
         }
     }
 
-    /// A shared key's walk: granted entries at the front start in order; behind the entries
-    /// waiting for a permit, approved ones ask for one while there is room locally. The scan
-    /// starts at the key's `scan_from`, so each entry is passed once between rescans (a retry
-    /// or a yield moves it back).
+    /// A shared key's walk: granted entries at the front start in order once the key's pause
+    /// is over (`time.rs`); behind the entries waiting for a permit, approved ones ask for one
+    /// while there is room locally. The scan starts at the key's `scan_from`, so each entry is
+    /// passed once between rescans (a retry or a yield moves it back).
     fn walk_shared(&mut self, k: u32) {
         while let Some(&e) = self.keys.key(k).queue.front() {
             if let Some((slot, index)) = self.batches.locate(e) {
                 match self.batches.slot(slot).entries[index as usize].life.get() {
+                    State::Granted if !self.granted_may_start(k) => break,
                     State::Granted => {
                         self.keys.released_in_order(k, e);
                         self.release(slot, index);

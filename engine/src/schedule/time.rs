@@ -6,6 +6,13 @@
 //! pauses, and the entry goes back to its place at the front of its key's queue to run again,
 //! up to the key's retry cap; past it the scheduler gives up (settled `rate-limited`).
 //!
+//! A rate limit's wait is bounded: each key has a maximum wait
+//! ([`crate::retry_after::max_wait_ms`], 5 minutes unless configured). A `retry` whose `until`
+//! lies further ahead than that is settled `rate-limited` at once, with the wait it asked for
+//! in its reason (`asked_s`), and its key is not paused by it: a Retry-After of year 9999
+//! costs one call, not the key. A host lifts a pause it set with [`Scheduler::lift_pause`];
+//! what rate limits asked for stays (their wait is bounded, and the endpoint said so).
+//!
 //! Wake-ups are a min-heap of `(time, timer)`. A key has at most one live wake-up (`armed`); a
 //! heap item that no longer matches is stale and skipped, so nothing is ever searched. A host
 //! that keeps moving a gate into the future (a pause extended every round) would pile stale items
@@ -13,9 +20,16 @@
 //! pushed once and dropped once, O(1) amortized, and memory stays proportional to live work.
 
 use std::cmp::Reverse;
+use std::num::NonZeroU32;
 
 use super::lifecycle::Event;
 use super::{EntryId, InputErrorCode, Reason, Scheduler, State};
+
+/// A wait in milliseconds as whole seconds, rounded up and saturating; at least 1 for a wait
+/// of at least 1 ms (a wait past a maximum always is).
+fn asked_seconds(wait_ms: u64) -> Option<NonZeroU32> {
+    NonZeroU32::new(u32::try_from(wait_ms.div_ceil(1_000)).unwrap_or(u32::MAX))
+}
 
 /// What a wake-up is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -66,6 +80,19 @@ impl Scheduler {
         }
     }
 
+    /// Whether a granted entry at the front of shared key `k` may start by the clock. A pause
+    /// holds every entry of its key, granted ones too, as on a local key: the entry keeps its
+    /// permit and its local slot, and the key's wake-up is armed for the pause's end. (A shared
+    /// key's spacing is the store's, so only a pause closes its gate.)
+    pub(super) fn granted_may_start(&mut self, k: u32) -> bool {
+        let gate = self.keys.key(k).gate();
+        if gate <= self.now {
+            return true;
+        }
+        self.arm_key(k, gate);
+        false
+    }
+
     /// Queues a wake-up for key `k` at `at`, unless one is queued for that time already.
     pub(super) fn arm_key(&mut self, k: u32, at: u64) {
         let key = self.keys.key_mut(k);
@@ -99,6 +126,33 @@ impl Scheduler {
         }
     }
 
+    /// Lifts the pause the host set on key `key` (`pause`): its entries may start as soon as
+    /// nothing else holds them. What rate limits asked for on the key (`retry`) still holds,
+    /// because the endpoint, not the host, asked for it and the key's maximum wait already
+    /// bounds it; [`inspect`](Scheduler::inspect) says until when. Lifting a key that is not
+    /// paused changes nothing. It takes effect in the next
+    /// [`next_releases`](Scheduler::next_releases), whose output lists what it released. A shared key's pause at the store is the host's to lift
+    /// there: this lifts the local one.
+    pub(super) fn lift_pause(&mut self, key: &str) -> Result<(), (InputErrorCode, String)> {
+        let Some(k) = self.keys.key_named(&self.policy, key) else {
+            return Err((
+                InputErrorCode::UnknownKey,
+                format!(
+                    "no configured tool declares concurrency key {key:?}, and no live call's \
+                     key was made with that name"
+                ),
+            ));
+        };
+        let rec = self.keys.key_mut(k);
+        if rec.paused_until > rec.limited_until {
+            rec.paused_until = rec.limited_until;
+            // The wake-up queued for the old gate is stale now; the walk arms one if needed.
+            rec.armed = None;
+            self.keys.mark_dirty(k);
+        }
+        Ok(())
+    }
+
     /// Pauses a configured key until `until` (a pause only ever extends).
     pub(super) fn pause(&mut self, name: &str, until: u64) -> Result<(), (InputErrorCode, String)> {
         let Some(k) = self.keys.key_named(&self.policy, name) else {
@@ -117,7 +171,8 @@ impl Scheduler {
     }
 
     /// An execution hit a rate limit: it runs again after `until` (its key pauses until then),
-    /// or, past its retry cap, the scheduler gives up on it.
+    /// or, past its retry cap or when `until` is further ahead than its key's maximum wait, the
+    /// scheduler gives up on it (and, for the wait, does not pause the key).
     pub(super) fn retry(&mut self, e: EntryId, until: u64) -> Result<(), (InputErrorCode, String)> {
         let Some((slot, index)) = self.batches.locate(e.0) else {
             return Err((
@@ -129,18 +184,25 @@ impl Scheduler {
         let entry = &batch.entries[index as usize];
         let key = entry.key.get();
         let done = u32::try_from(self.retries.get(&e.0).copied().unwrap_or(0)).unwrap_or(u32::MAX);
+        let wait = until.saturating_sub(self.now);
+        let too_long = (wait > self.keys.max_wait_ms(key))
+            .then(|| asked_seconds(wait))
+            .flatten();
         // Only an execution can hit a rate limit: anything else is refused by the transition
         // table (as a retry) before the scheduler decides whether it may run again. It may not
         // when its batch was cancelled, when an earlier operation of its call failed under
-        // `stop` (while it ran), or past its key's cap.
+        // `stop` (while it ran), past its key's cap, or when it asked to wait too long.
         let give_up = if !entry.life.get().is_started_unended() {
             None
         } else if batch.cancelled {
             Some(Reason::Cancelled)
         } else if let Some(after) = self.stopped_by(slot, index) {
             Some(Reason::Stopped { after })
-        } else if done >= self.keys.retry_cap(key) {
-            Some(Reason::RateLimited { retries: done })
+        } else if done >= self.keys.retry_cap(key) || too_long.is_some() {
+            Some(Reason::RateLimited {
+                retries: done,
+                asked_s: too_long,
+            })
         } else {
             None
         };
@@ -153,8 +215,11 @@ impl Scheduler {
         if let Some(k) = key {
             self.keys.free_slot(k);
             self.permit_back(k, e.0);
-            let rec = self.keys.key_mut(k);
-            rec.paused_until = rec.paused_until.max(until);
+            if too_long.is_none() {
+                let rec = self.keys.key_mut(k);
+                rec.paused_until = rec.paused_until.max(until);
+                rec.limited_until = rec.limited_until.max(until);
+            }
         }
         match give_up {
             Some(reason) => {
@@ -240,5 +305,28 @@ impl Scheduler {
                 map.retain(|e, _| !(first..end).contains(e));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::batch::Entry;
+    use super::*;
+
+    /// A reason's asked wait costs an entry 4 bytes, not 8: whole seconds in a `NonZeroU32`
+    /// (the `None` niche) beside the retry count. Entries are most of what queued work costs.
+    #[test]
+    fn an_entry_stays_small() {
+        assert_eq!(size_of::<Reason>(), 12);
+        assert_eq!(size_of::<State>(), 12);
+        assert_eq!(size_of::<Entry>(), 20);
+    }
+
+    #[test]
+    fn asked_seconds_round_up_and_saturate() {
+        assert_eq!(asked_seconds(0), None);
+        assert_eq!(asked_seconds(1).map(NonZeroU32::get), Some(1));
+        assert_eq!(asked_seconds(300_001).map(NonZeroU32::get), Some(301));
+        assert_eq!(asked_seconds(u64::MAX).map(NonZeroU32::get), Some(u32::MAX));
     }
 }

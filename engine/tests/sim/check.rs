@@ -8,7 +8,7 @@ use turnstile_engine::schedule::{BatchId, EntryId, Reason};
 use crate::common::step::InputKind;
 
 use crate::drive::Sim;
-use crate::generate::RETRIES_DEFAULT;
+use crate::generate::{MAX_WAIT_MS, RETRIES_DEFAULT};
 use crate::model::{Ins, Out, ix};
 
 /// What the time properties need, since the scheduler was made or resumed (a resumed
@@ -80,6 +80,8 @@ impl Sim {
                 .iter()
                 .any(|&(k, j, _)| k == kind && j as usize == i)
         };
+        // The round's inputs are judged by the clock as last given; its `now` moves it after.
+        let judged_at = self.timing.clock;
         if let Some(now) = ins.now {
             if refused(InputKind::Now, 0) != (now < self.timing.clock) {
                 self.fail(&format!(
@@ -121,20 +123,34 @@ impl Sim {
                 })
             };
             let rule = self.model.rule(n).cloned();
-            if let Some(k) = &rule {
+            // A wait past the maximum pauses nothing and settles the entry.
+            let wait = until.saturating_sub(judged_at);
+            let too_long = wait > MAX_WAIT_MS;
+            if let Some(k) = rule.as_ref().filter(|_| !too_long) {
                 let p = self.timing.paused.entry(k.name.clone()).or_insert(0);
                 *p = (*p).max(until);
             }
             let done = self.timing.retries.get(&n).copied().unwrap_or(0);
             let cap = rule.as_ref().map_or(RETRIES_DEFAULT, |k| k.retries);
             match settled(&n) {
-                Some(Reason::RateLimited { retries }) => {
-                    if *retries != done || done != cap {
-                        self.fail(&format!(
-                            "{n} gave up after {retries} retries, ran again {done}, cap {cap}"
-                        ));
+                Some(Reason::RateLimited { retries, asked_s }) => {
+                    if *retries != done {
+                        self.fail(&format!("{n} gave up after {retries} retries, ran {done}"));
                     }
-                    self.count("retry", "past the cap");
+                    match asked_s {
+                        Some(s)
+                            if !too_long
+                                || u64::from(s.get())
+                                    != wait.div_ceil(1_000).min(u32::MAX.into()) =>
+                        {
+                            self.fail(&format!("{n} gave up asking {s} s, waiting {wait} ms"));
+                        }
+                        Some(_) => self.count("retry", "asked to wait too long"),
+                        None if too_long || done != cap => self.fail(&format!(
+                            "{n} gave up after {retries} retries, cap {cap}, wait {wait} ms"
+                        )),
+                        None => self.count("retry", "past the cap"),
+                    }
                 }
                 Some(Reason::Cancelled) => self.count("retry", "in a cancelled batch"),
                 Some(Reason::Stopped { .. }) => self.count("retry", "behind a failure under stop"),
@@ -142,6 +158,9 @@ impl Sim {
                 None => {
                     if done + 1 > cap {
                         self.fail(&format!("{n} ran again {} times, cap {cap}", done + 1));
+                    }
+                    if too_long {
+                        self.fail(&format!("{n} waits {wait} ms, past the maximum"));
                     }
                     if !self.started.contains(&n) {
                         // Started earlier in this step (only unkeyed entries can be).
@@ -186,7 +205,8 @@ impl Sim {
                 self.count("pause", "applied");
             }
         }
-        // A shared key's pause holds back its permit requests; a granted permit starts.
+        // A shared key's pause holds back its permit requests, and its granted entries: a
+        // pause holds every entry of its key (SHARED.md: pauses apply locally too).
         for &n in &out.acquire {
             if let Some(k) = self.model.rule(n) {
                 let paused = self.timing.paused.get(&k.name).copied().unwrap_or(0);
@@ -201,7 +221,16 @@ impl Sim {
         }
         for &n in &start {
             match self.model.rule(n).cloned() {
-                Some(k) if k.shared => self.count("permit", "granted and started"),
+                Some(k) if k.shared => {
+                    let paused = self.timing.paused.get(&k.name).copied().unwrap_or(0);
+                    if clock < paused {
+                        self.fail(&format!(
+                            "key {}: granted {n} started at {clock}, paused until {paused}",
+                            k.name
+                        ));
+                    }
+                    self.count("permit", "granted and started");
+                }
                 Some(k) => {
                     let paused = self.timing.paused.get(&k.name).copied().unwrap_or(0);
                     if clock < paused {

@@ -66,6 +66,8 @@ pub(super) struct Gen {
 
 /// The cap of an entry without a key, and of a key whose tables do not write `retries`.
 pub(super) const RETRIES_DEFAULT: u32 = 3;
+/// The longest wait a rate limit may ask for (every key: no config sets one yet), in ms.
+pub(super) const MAX_WAIT_MS: u64 = 5 * 60 * 1_000;
 
 /// A key as the rules see it.
 #[derive(Clone, Debug, PartialEq, Eq)]

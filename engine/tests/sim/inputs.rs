@@ -5,7 +5,7 @@ use turnstile_engine::limits::OPERATIONS_PER_CALL_MAX;
 use turnstile_engine::schedule::HostSettle;
 
 use crate::drive::Sim;
-use crate::generate::{ARGUMENTS, KEY_POOL, MADE_KEYS};
+use crate::generate::{ARGUMENTS, KEY_POOL, MADE_KEYS, MAX_WAIT_MS};
 use crate::model::{Ins, Model, St, SubCall, ix};
 
 const CALL_IDS: [&str; 6] = ["c0", "c1", "c2", "c3", "c4", "c5"];
@@ -183,6 +183,12 @@ impl Sim {
                     let until = match self.rng.below(6) {
                         0 => base.saturating_sub(self.rng.below(10) as u64),
                         1 => base,
+                        // Rarely, a wait at the maximum, just past it, or absurd (year 9999).
+                        _ if self.rng.chance(4) => match self.rng.below(3) {
+                            0 => base + MAX_WAIT_MS,
+                            1 => base + MAX_WAIT_MS + 1,
+                            _ => u64::MAX,
+                        },
                         _ => base + 1 + self.rng.below(80) as u64,
                     };
                     ins.retry.push((n, until));

@@ -3,6 +3,7 @@
 //! owned, comparable forms of a step's inputs and outputs.
 
 use std::collections::{HashMap, HashSet};
+use std::num::NonZeroU32;
 
 use turnstile_engine::limits::{NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
 use turnstile_engine::schedule::{
@@ -12,7 +13,7 @@ use turnstile_engine::schedule::{
 
 use crate::common::step::{InputKind, Outputs};
 
-use crate::generate::{ARGUMENTS, Gen, KeyRule, RETRIES_DEFAULT, TEMPLATE};
+use crate::generate::{ARGUMENTS, Gen, KeyRule, MAX_WAIT_MS, RETRIES_DEFAULT, TEMPLATE};
 
 /// An entry's state, as the model sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,8 +34,9 @@ pub(super) enum St {
     Cancelled,
     Stopped(u32),
     Interrupted,
-    /// Hit a rate limit once more than its key's cap allows, after this many retries.
-    RateLimited(u32),
+    /// Hit a rate limit once more than its key's cap allows, after this many retries, or asked
+    /// to wait longer than its key's maximum (these many seconds, rounded up).
+    RateLimited(u32, Option<u32>),
 }
 
 impl St {
@@ -72,7 +74,7 @@ impl St {
     fn failure(self) -> bool {
         matches!(
             self,
-            Self::Failed | Self::SettledFailed | Self::RateLimited(_)
+            Self::Failed | Self::SettledFailed | Self::RateLimited(..)
         )
     }
 
@@ -97,7 +99,10 @@ impl St {
             Self::Cancelled => State::Settled(Reason::Cancelled),
             Self::Stopped(after) => State::Settled(Reason::Stopped { after }),
             Self::Interrupted => State::Settled(Reason::Interrupted),
-            Self::RateLimited(retries) => State::Settled(Reason::RateLimited { retries }),
+            Self::RateLimited(retries, asked) => State::Settled(Reason::RateLimited {
+                retries,
+                asked_s: asked.and_then(NonZeroU32::new),
+            }),
         }
     }
 
@@ -412,8 +417,8 @@ impl Model {
         })
     }
 
-    /// When something waits on time: a key whose front entry could start but for its gate, or
-    /// an unkeyed retried entry waiting alone.
+    /// When something waits on time: a key whose front entry could start but for its gate, a
+    /// granted entry first in line on a paused key, or an unkeyed retried entry waiting alone.
     pub(super) fn wake_at(&self) -> Option<u64> {
         let mut names: Vec<&KeyRule> = Vec::new();
         for n in self.live_entries() {
@@ -432,13 +437,24 @@ impl Model {
                 && gate > self.time.now)
                 .then_some(gate)
         });
+        // A granted entry that nothing earlier of its key holds back waits for the pause.
+        let granted = self.live_entries().filter_map(|n| {
+            let k = self.rule(n)?;
+            let (gate, earlier) = (self.gate(k), |m: u64| {
+                m < n
+                    && self.key(m).is_some_and(|(mk, _)| mk == k.name)
+                    && (self.st(m).undecided_or_parked() || self.st(m).permit())
+            });
+            (self.st(n) == St::Granted && gate > self.time.now && !self.live_entries().any(earlier))
+                .then_some(gate)
+        });
         let alone = self
             .time
             .not_before
             .iter()
             .filter(|&(&n, _)| self.is_live(n) && self.st(n) == St::Approved)
             .map(|(_, &t)| t);
-        keys.chain(alone).min()
+        keys.chain(granted).chain(alone).min()
     }
 
     pub(super) fn label(&self, n: u64) -> String {
@@ -630,9 +646,16 @@ impl Model {
             st if st.ended() => return Err(InputErrorCode::AlreadyEnded),
             _ => return Err(InputErrorCode::NotRunning),
         }
+        // A wait longer than the key's maximum is not waited for: the entry is settled and the
+        // key is not paused.
+        let wait = until.saturating_sub(self.time.now);
+        let too_long =
+            (wait > MAX_WAIT_MS).then(|| u32::try_from(wait.div_ceil(1_000)).unwrap_or(u32::MAX));
         if let Some(k) = &rule {
-            let p = self.time.paused.entry(k.name.clone()).or_insert(0);
-            *p = (*p).max(until);
+            if too_long.is_none() {
+                let p = self.time.paused.entry(k.name.clone()).or_insert(0);
+                *p = (*p).max(until);
+            }
             if k.shared {
                 out.release.push(n);
             }
@@ -651,8 +674,8 @@ impl Model {
             Some(St::Cancelled)
         } else if let Some(f) = behind {
             Some(St::Stopped(f + 1))
-        } else if done >= cap {
-            Some(St::RateLimited(done))
+        } else if done >= cap || too_long.is_some() {
+            Some(St::RateLimited(done, too_long))
         } else {
             None
         };
@@ -805,11 +828,13 @@ impl Model {
         };
         let same = |m: &u64| self.key(*m).is_some_and(|(k, _)| k == key);
         if self.st(n) == St::Granted {
-            // Starts once nothing earlier of its key waits to start.
-            return !self
-                .live_entries()
-                .filter(same)
-                .any(|m| m < n && (self.st(m).undecided_or_parked() || self.st(m).permit()));
+            // Starts once nothing earlier of its key waits to start, and the key is not paused:
+            // a pause holds every entry of its key, a granted one too.
+            return self.rule(n).is_some_and(|k| self.gate(k) <= self.time.now)
+                && !self
+                    .live_entries()
+                    .filter(same)
+                    .any(|m| m < n && (self.st(m).undecided_or_parked() || self.st(m).permit()));
         }
         if self.st(n) != St::Approved {
             return false;
