@@ -72,6 +72,7 @@
 
 mod error;
 mod lifecycle;
+mod method;
 mod serial;
 #[cfg(test)]
 mod tests;
@@ -81,6 +82,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use error::{
     AbandonError, AbandonErrorCode, BeginError, BeginErrorCode, EndError, EndErrorCode,
 };
+pub use method::class_of_method;
 
 use crate::fx::FxHashMap;
 use crate::limits::{NAME_BYTES_MAX, REQUESTS_MAX};

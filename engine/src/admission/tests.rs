@@ -625,3 +625,49 @@ fn a_mistake_changes_nothing() {
         end q1: admit r1",
     );
 }
+
+#[test]
+fn methods_not_in_the_table_are_requests_compared_exactly() {
+    for method in [
+        "",
+        "Tools/call",
+        "tools/call ",
+        " tools/call",
+        "tools/Call",
+        "tools/call/",
+        "tools",
+        "PING",
+        "logging/setlevel",
+        "resources/templates",
+        "notifications/cancelled",
+        "sampling/createMessage",
+        "elicitation/create",
+        "roots/list",
+        "some/future-method",
+    ] {
+        assert_eq!(class_of_method(method), Class::Request, "{method:?}");
+    }
+}
+
+#[test]
+fn each_mcp_method_has_its_class() {
+    let table = [
+        ("tools/call", Class::Call),
+        ("resources/read", Class::Request),
+        ("prompts/get", Class::Request),
+        ("completion/complete", Class::Request),
+        ("initialize", Class::Control),
+        ("ping", Class::Control),
+        ("tools/list", Class::Control),
+        ("prompts/list", Class::Control),
+        ("resources/list", Class::Control),
+        ("resources/templates/list", Class::Control),
+        ("resources/subscribe", Class::Control),
+        ("resources/unsubscribe", Class::Control),
+        ("logging/setLevel", Class::Control),
+    ];
+    for (method, class) in table {
+        assert_eq!(class_of_method(method), class, "{method:?}");
+        assert_ne!(class_of_method(method), Class::Reentrant);
+    }
+}
