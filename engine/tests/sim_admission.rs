@@ -1,8 +1,8 @@
 //! The seeded simulator for admission: a reference model that shares nothing with the engine but
 //! its public API (its own list of requests, its own predicates, re-derived from scratch after
 //! every event) against the engine, with random budgets, classes, re-entrant chains whose
-//! ancestors end, stale and repeated tickets, reused ids, abandons before and after the drain,
-//! mistakes and shutdowns. After every step: the same errors, the same admissions in the same
+//! ancestors end, stale and repeated tickets, another controller's tickets (random tags), reused
+//! ids, abandons before and after the drain, mistakes and shutdowns. After every step: the same errors, the same admissions in the same
 //! order, the same shutdown reports; the budget holds; without `allow_parallel` the tool calls in
 //! flight form one line of descent; one control at a time; nothing reported by a shutdown is
 //! ever admitted; no ticket is handed out or admitted twice. `TURNSTILE_SEED` / `TURNSTILE_SEEDS`
@@ -50,6 +50,8 @@ struct Model {
     parallel: bool,
     reqs: Vec<Req>,
     by_ticket: HashMap<Ticket, usize>,
+    /// Tickets another controller handed out: never this one's.
+    foreign: HashSet<Ticket>,
     shut: bool,
     admissions: usize,
     /// Admitted and not yet drained, in admission order.
@@ -72,6 +74,9 @@ impl Model {
     }
 
     fn live(&self, ticket: Ticket) -> Option<usize> {
+        if self.foreign.contains(&ticket) {
+            return None;
+        }
         self.by_ticket
             .get(&ticket)
             .copied()
@@ -266,6 +271,8 @@ struct Sim {
     rng: Rng,
     weights: Weights,
     engine: Admission,
+    /// Another controller (another tag): its tickets are unknown to `engine`.
+    other: Admission,
     model: Model,
     log: Vec<String>,
     /// Tickets a shutdown reported, and tickets drained: neither may be drained again.
@@ -284,15 +291,19 @@ impl Sim {
         let budget = [0, 1, 2, 3, 4, 6, 8][rng.below(7)];
         let parallel = rng.below(3) == 0;
         let weights = Weights::new(&mut rng);
-        let engine = Admission::new(AdmissionConfig {
+        let config = AdmissionConfig {
             max_concurrent: budget,
             allow_parallel: parallel,
-        });
+        };
+        let tag = [0, 1, rng.next()][rng.below(3)];
+        let engine = Admission::with_tag(config, tag);
+        let other = Admission::with_tag(config, [2, tag ^ 1, rng.next() | 2][rng.below(3)]);
         let model = Model {
             budget: budget.max(1),
             parallel,
             reqs: Vec::new(),
             by_ticket: HashMap::new(),
+            foreign: HashSet::new(),
             shut: false,
             admissions: 0,
             out: Vec::new(),
@@ -304,8 +315,9 @@ impl Sim {
             rng,
             weights,
             engine,
+            other,
             model,
-            log: vec![format!("budget {budget} parallel {parallel}")],
+            log: vec![format!("budget {budget} parallel {parallel} tag {tag}")],
             reported: HashSet::new(),
             drained: HashSet::new(),
             seen,
@@ -350,7 +362,7 @@ impl Sim {
         let mut parent = None;
         if class == Class::Reentrant || self.rng.below(20) == 0 {
             let tool_in_flight = |r: &Req| is_tool(r.class) && r.st != St::Queued;
-            parent = Some(pick_ticket(&mut self.rng, &self.model, tool_in_flight));
+            parent = Some(self.pick(tool_in_flight));
         }
         if self.rng.below(30) == 0 {
             parent = None;
@@ -364,6 +376,9 @@ impl Sim {
             Ok(ticket) => {
                 if self.model.by_ticket.contains_key(&ticket) {
                     self.fail("ticket handed out twice");
+                }
+                if self.model.foreign.contains(&ticket) {
+                    self.fail("two controllers handed out one ticket");
                 }
                 if expect.is_none() {
                     self.model.by_ticket.insert(ticket, n);
@@ -385,8 +400,25 @@ impl Sim {
         (expect, got)
     }
 
+    /// A ticket to name (see [`pick_ticket`]); one in twenty is another controller's, which
+    /// under 0.2's numbering was often a live ticket of this one.
+    fn pick(&mut self, prefer: impl Fn(&Req) -> bool) -> Ticket {
+        if self.rng.below(20) == 0 {
+            let n = self.model.reqs.len();
+            if let Ok(foreign) = self.other.begin(&format!("q{n}"), Class::Call, None) {
+                self.count("foreign ticket", 1);
+                if self.model.by_ticket.contains_key(&foreign) {
+                    self.fail("two controllers handed out one ticket");
+                }
+                self.model.foreign.insert(foreign);
+                return foreign;
+            }
+        }
+        pick_ticket(&mut self.rng, &self.model, prefer)
+    }
+
     fn end(&mut self) -> Outcome {
-        let ticket = pick_ticket(&mut self.rng, &self.model, |r| r.st != St::Queued);
+        let ticket = self.pick(|r| r.st != St::Queued);
         self.log.push(format!("end {}", self.show(ticket)));
         let at = self.model.live(ticket);
         let expect = match at.map(|i| self.model.reqs[i].st) {
@@ -406,7 +438,7 @@ impl Sim {
     }
 
     fn abandon(&mut self) -> Outcome {
-        let ticket = pick_ticket(&mut self.rng, &self.model, |r| r.st != St::Drained);
+        let ticket = self.pick(|r| r.st != St::Drained);
         self.log.push(format!("abandon {}", self.show(ticket)));
         let at = self.model.live(ticket);
         let expect = match at.map(|i| self.model.reqs[i].st) {

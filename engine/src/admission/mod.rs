@@ -28,6 +28,12 @@
 //!   request id only has to be unique among live requests, and names the request in messages.
 //!   [`end`](Admission::end) and [`abandon`](Admission::abandon) take the ticket, so a stale or
 //!   repeated ticket is [`EndErrorCode::UnknownRequest`] and touches no other request.
+//! - Tickets of two controllers do not coincide in practice: a controller made
+//!   [`with_tag`](Admission::with_tag) numbers its tickets upward from a base derived from the
+//!   host's tag, a random `u64` per controller, so two controllers' ranges are 2^63 wide apart
+//!   at random. A ticket below the base or beyond the last one handed out was not handed out by
+//!   this controller: `unknown-request` for `end` and `abandon`, `invalid-parent` as a parent,
+//!   and nothing else is looked at. [`Admission::new`] is tag 0: tickets 1, 2, 3, ...
 //! - A request that gives up before the host learned it was admitted
 //!   ([`abandon`](Admission::abandon): queued, or admitted but not drained) consumes nothing: an
 //!   admitted one is taken back out of [`next_admissions`](Admission::next_admissions) and
@@ -148,6 +154,9 @@ pub struct Admission {
     requests: FxHashMap<Ticket, Request>,
     /// Every live request's ticket by id.
     ids: FxHashMap<Box<str>, Ticket>,
+    /// Ticket `n` (counting from 1) is `Ticket(ticket_base + n)`; below 2^63, so never wraps.
+    ticket_base: u64,
+    /// The count of the next ticket: every ticket counted below it was handed out.
     next_ticket: u64,
     /// The next admission number.
     next_seq: u64,
@@ -170,14 +179,26 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// A controller for `config`, clamping the budget to at least 1.
+    /// A controller for `config` with tag 0 (tickets 1, 2, 3, ...), clamping the budget to at
+    /// least 1. Tests and case files use it; a host with more than one controller uses
+    /// [`Admission::with_tag`].
     pub fn new(config: AdmissionConfig) -> Self {
+        Self::with_tag(config, 0)
+    }
+
+    /// A controller for `config` whose tickets start from a base derived from `tag`, clamping
+    /// the budget to at least 1. The engine has no randomness: the host passes a random `u64`
+    /// for each controller, so that a ticket of one controller is never taken for a ticket of
+    /// another (it is refused as unknown). Two controllers with the same tag number their tickets
+    /// alike; tag 0 numbers them 1, 2, 3, ... Nearby tags give unrelated bases.
+    pub fn with_tag(config: AdmissionConfig, tag: u64) -> Self {
         Self {
             budget: config.max_concurrent.max(1),
             allow_parallel: config.allow_parallel,
             shut_down: false,
             requests: FxHashMap::default(),
             ids: FxHashMap::default(),
+            ticket_base: mix(tag) >> 1,
             next_ticket: 1,
             next_seq: 1,
             calls: BTreeSet::new(),
@@ -204,7 +225,7 @@ impl Admission {
 
     /// The id of a live request (queued or in flight).
     pub fn id(&self, ticket: Ticket) -> Option<&str> {
-        self.requests.get(&ticket).map(|r| &*r.id)
+        self.live(ticket).ok().map(|r| &*r.id)
     }
 
     /// Asks to admit a request and returns its ticket. It is admitted now or queued; either way
@@ -234,7 +255,7 @@ impl Admission {
             return Err(BeginError::new(E::TooMany, message));
         }
         self.check_parent(id, class, parent)?;
-        let ticket = Ticket(self.next_ticket);
+        let ticket = Ticket(self.ticket_base + self.next_ticket);
         self.next_ticket += 1;
         self.enqueue(ticket, id, class, parent);
         self.admit_waiting();
@@ -244,10 +265,9 @@ impl Admission {
     /// An admitted request finished, whatever its outcome; its place in the budget and its lock
     /// are returned. An admission not yet drained may be ended too (it is then never reported).
     pub fn end(&mut self, ticket: Ticket) -> Result<(), EndError> {
-        let Some(request) = self.requests.get(&ticket) else {
-            let message = format!("no live request has ticket {}", ticket.0);
-            return Err(EndError::new(EndErrorCode::UnknownRequest, message));
-        };
+        let request = self
+            .live(ticket)
+            .map_err(|message| EndError::new(EndErrorCode::UnknownRequest, message))?;
         if request.state == State::Queued {
             let message = format!(
                 "request {:?} (ticket {}) is still queued; abandon it instead",
@@ -264,10 +284,9 @@ impl Admission {
     /// yet drained. It consumed nothing; an admitted one is taken back and others may take its
     /// place.
     pub fn abandon(&mut self, ticket: Ticket) -> Result<(), AbandonError> {
-        let Some(request) = self.requests.get(&ticket) else {
-            let message = format!("no live request has ticket {}", ticket.0);
-            return Err(AbandonError::new(AbandonErrorCode::UnknownRequest, message));
-        };
+        let request = self
+            .live(ticket)
+            .map_err(|message| AbandonError::new(AbandonErrorCode::UnknownRequest, message))?;
         match request.state {
             State::Drained => {
                 let message = format!(
@@ -316,6 +335,24 @@ impl Admission {
         self.drain()
     }
 
+    /// The live request with `ticket`, or why there is none (a message): a ticket this
+    /// controller never handed out (another controller's, or not yet issued) is told apart
+    /// from a stale one, and only a ticket it handed out is looked up.
+    fn live(&self, ticket: Ticket) -> Result<&Request, String> {
+        let handed_out = ticket
+            .0
+            .checked_sub(self.ticket_base)
+            .is_some_and(|n| n >= 1 && n < self.next_ticket);
+        if !handed_out {
+            return Err(format!(
+                "ticket {} was not handed out by this controller",
+                ticket.0
+            ));
+        }
+        let request = self.requests.get(&ticket);
+        request.ok_or_else(|| format!("no live request has ticket {}", ticket.0))
+    }
+
     /// Checks a re-entrant call's parent (and that only re-entrant calls have one), then that
     /// the calls waiting on it leave room in the budget.
     fn check_parent(
@@ -341,10 +378,9 @@ impl Admission {
                 return Err(BeginError::new(E::InvalidParent, message));
             }
         };
-        let Some(request) = self.requests.get(&parent) else {
-            let message = format!("parent ticket {} of {id:?} is not live", parent.0);
-            return Err(BeginError::new(E::InvalidParent, message));
-        };
+        let request = self
+            .live(parent)
+            .map_err(|why| BeginError::new(E::InvalidParent, format!("parent of {id:?}: {why}")))?;
         if !request.in_flight() || !matches!(request.class, Class::Call | Class::Reentrant) {
             let message = format!(
                 "parent {:?} of {id:?} is not a tool call in flight (it is a {} {})",
@@ -406,4 +442,13 @@ impl Admission {
         }
         count
     }
+}
+
+/// The splitmix64 finalizer: a bijection on `u64` that spreads nearby tags far apart and keeps
+/// 0 at 0.
+fn mix(tag: u64) -> u64 {
+    let mut z = tag;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }

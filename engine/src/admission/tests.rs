@@ -596,7 +596,7 @@ fn errors_are_spelled_like_the_wit_and_read_well() {
     assert!(messages[1].starts_with("would-deadlock: "));
     assert_eq!(
         messages[2],
-        "unknown-request: no live request has ticket 99"
+        "unknown-request: ticket 99 was not handed out by this controller"
     );
     for m in &messages {
         assert!(!m.ends_with('.') && m.chars().next().is_some_and(char::is_lowercase));
@@ -670,4 +670,104 @@ fn each_mcp_method_has_its_class() {
         assert_eq!(class_of_method(method), class, "{method:?}");
         assert_ne!(class_of_method(method), Class::Reentrant);
     }
+}
+
+/// 0.2 numbered every controller's tickets 1, 2, 3...: `b` ended its own `q1` when handed
+/// `a`'s ticket, and took `a`'s call as a parent.
+#[test]
+fn another_controllers_ticket_is_unknown_and_touches_nothing() {
+    let config = AdmissionConfig {
+        max_concurrent: 1,
+        allow_parallel: false,
+    };
+    let mut a = Admission::with_tag(config, 0x5eed_0001);
+    let mut b = Admission::with_tag(config, 0x5eed_0002);
+    let a1 = a.begin("c1", Class::Call, None).unwrap();
+    let b1 = b.begin("q1", Class::Request, None).unwrap();
+    let b2 = b.begin("c1", Class::Call, None).unwrap();
+    assert_eq!(a.next_admissions(), [a1]);
+    assert_eq!(b.next_admissions(), [b1]);
+    let end = b.end(a1).unwrap_err();
+    assert_eq!(end.code, EndErrorCode::UnknownRequest);
+    assert_eq!(
+        end.message,
+        format!("ticket {} was not handed out by this controller", a1.0)
+    );
+    let abandon = b.abandon(a1).unwrap_err();
+    assert_eq!(abandon.code, AbandonErrorCode::UnknownRequest);
+    let parent = b.begin("r1", Class::Reentrant, Some(a1)).unwrap_err();
+    assert_eq!(parent.code, BeginErrorCode::InvalidParent);
+    assert!(parent.message.contains("not handed out by this controller"));
+    assert_eq!(b.id(a1), None);
+    // Nothing changed in `b`: `q1` is still in flight, `c1` still queued.
+    assert_eq!(
+        (b.in_flight(), b.id(b1), b.id(b2)),
+        (1, Some("q1"), Some("c1"))
+    );
+    assert!(b.next_admissions().is_empty());
+    b.end(b1).unwrap();
+    assert_eq!(b.next_admissions(), [b2]);
+    // And the other way round.
+    assert_eq!(a.end(b2).unwrap_err().code, EndErrorCode::UnknownRequest);
+    a.end(a1).unwrap();
+}
+
+#[test]
+fn a_ticket_not_yet_handed_out_is_unknown_not_stale() {
+    let mut a = Admission::with_tag(
+        AdmissionConfig {
+            max_concurrent: 1,
+            allow_parallel: false,
+        },
+        7,
+    );
+    let first = a.begin("c1", Class::Call, None).unwrap();
+    let next = Ticket(first.0 + 1);
+    let before = Ticket(first.0 - 1);
+    for t in [next, before, Ticket(0), Ticket(u64::MAX)] {
+        let e = a.end(t).unwrap_err();
+        assert_eq!(e.code, EndErrorCode::UnknownRequest);
+        assert!(
+            e.message.ends_with("was not handed out by this controller"),
+            "{e}"
+        );
+    }
+    a.end(first).unwrap();
+    let stale = a.end(first).unwrap_err();
+    assert_eq!(stale.code, EndErrorCode::UnknownRequest);
+    assert_eq!(
+        stale.message,
+        format!("no live request has ticket {}", first.0)
+    );
+}
+
+#[test]
+fn tagged_tickets_ascend_never_repeat_and_differ_between_tags() {
+    let config = AdmissionConfig {
+        max_concurrent: 2,
+        allow_parallel: true,
+    };
+    // Tag 0 numbers 1, 2, 3... (tests and case files); nearby tags land far apart.
+    let mut seen = std::collections::HashSet::new();
+    for tag in [0, 1, 2, 3, u64::MAX, u64::MAX - 1, 1 << 63] {
+        let mut a = Admission::with_tag(config, tag);
+        let mut last = None;
+        for i in 0..100 {
+            let t = a.begin(&format!("q{i}"), Class::Request, None).unwrap();
+            a.abandon(t).unwrap();
+            assert!(
+                last.is_none_or(|l| t > l),
+                "tag {tag}: {t:?} after {last:?}"
+            );
+            assert!(seen.insert(t), "tag {tag}: {t:?} handed out twice");
+            last = Some(t);
+        }
+        if tag == 0 {
+            assert_eq!(a.begin("x", Class::Call, None).unwrap(), Ticket(101));
+        }
+    }
+    let untagged = Admission::new(config)
+        .begin("x", Class::Call, None)
+        .unwrap();
+    assert_eq!(untagged, Ticket(1));
 }
