@@ -4,7 +4,7 @@
 //! ancestors end, stale and repeated tickets, another controller's tickets (random tags), reused
 //! ids, abandons before and after the drain, mistakes and shutdowns. After every step: the same errors, the same admissions in the same
 //! order, the same shutdown reports; the budget holds; without `allow_parallel` the tool calls in
-//! flight form one line of descent; one control at a time; nothing reported by a shutdown is
+//! flight all descend from one call; one control at a time; nothing reported by a shutdown is
 //! ever admitted; no ticket is handed out or admitted twice. `TURNSTILE_SEED` / `TURNSTILE_SEEDS`
 //! as for the scheduler.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
@@ -99,15 +99,21 @@ impl Model {
         false
     }
 
+    /// Some ancestor of `i` (ended links skipped) is in flight.
+    fn ancestor_in_flight(&self, i: usize) -> bool {
+        (0..self.reqs.len()).any(|a| self.in_flight(a) && self.descends(i, a))
+    }
+
+    /// The class rules: without `allow_parallel`, a call (or a re-entrant call whose ancestors
+    /// all ended) only when no tool call is in flight; a re-entrant call with an ancestor in
+    /// flight always (the budget is checked by the caller).
     fn allowed(&self, i: usize) -> bool {
-        let tools: Vec<usize> = (0..self.reqs.len())
-            .filter(|&j| self.in_flight(j) && is_tool(self.reqs[j].class))
-            .collect();
+        let no_tools = self.count(|r| is_tool(r.class)) == 0;
         match self.reqs[i].class {
             Class::Request => true,
             Class::Control => self.count(|r| r.class == Class::Control) == 0,
-            Class::Call => self.parallel || tools.is_empty(),
-            Class::Reentrant => self.parallel || tools.iter().all(|&j| self.descends(i, j)),
+            Class::Call => self.parallel || no_tools,
+            Class::Reentrant => self.parallel || no_tools || self.ancestor_in_flight(i),
         }
     }
 
@@ -501,7 +507,8 @@ impl Sim {
             if self.model.reqs[i].class == Class::Reentrant {
                 let parent = self.model.reqs[i].parent.map(|p| self.model.reqs[p].st);
                 let key = match parent {
-                    Some(St::Gone) => "admitted reentrant, parent ended",
+                    _ if !self.model.ancestor_in_flight(i) => "admitted reentrant, orphaned",
+                    Some(St::Gone) => "admitted reentrant, parent ended, ancestor in flight",
                     _ => "admitted reentrant, parent in flight",
                 };
                 self.count(key, 1);
@@ -529,16 +536,26 @@ impl Sim {
         if model.count(|r| r.class == Class::Control) > 1 {
             self.fail("two controls in flight");
         }
+        let mut side_by_side = false;
         if !model.parallel {
             let tools: Vec<usize> = (0..model.reqs.len())
                 .filter(|&i| model.in_flight(i) && is_tool(model.reqs[i].class))
                 .collect();
-            for (n, &a) in tools.iter().enumerate() {
-                for &b in &tools[n + 1..] {
-                    if !model.descends(a, b) && !model.descends(b, a) {
-                        self.fail("two tool calls in flight, neither descends from the other");
-                    }
-                }
+            // One call (in flight or ended) that all of them are or descend from: it is one of
+            // the first's line.
+            let mut line = tools.first().copied().map(|t| vec![t]).unwrap_or_default();
+            while let Some(p) = line.last().and_then(|&i| model.reqs[i].parent) {
+                line.push(p);
+            }
+            let under = |c: usize| tools.iter().all(|&i| i == c || model.descends(i, c));
+            let one_tree = tools.is_empty() || line.into_iter().any(under);
+            side_by_side = tools.iter().any(|&a| {
+                tools
+                    .iter()
+                    .any(|&b| a < b && !model.descends(a, b) && !model.descends(b, a))
+            });
+            if !one_tree {
+                self.fail("tool calls in flight that do not all descend from one call");
             }
         }
         if !model.reqs.is_empty() {
@@ -547,6 +564,9 @@ impl Sim {
             if self.engine.id(r.ticket) != want {
                 self.fail("id of a ticket");
             }
+        }
+        if side_by_side {
+            self.count("serialized tool calls in flight side by side", 1);
         }
     }
 

@@ -11,19 +11,25 @@
 //! - `max_concurrent` bounds the requests in flight over every class; below 1 it is clamped to 1
 //!   (a budget of zero would block forever). Requests are bounded by the budget only; control
 //!   operations run one at a time.
-//! - Without `allow_parallel`, two tool calls are in flight together only when one descends from
-//!   the other (through its parents, ended ones included). A call is admitted only when no tool
-//!   call is in flight; a re-entrant call only when every tool call in flight is one of its
-//!   ancestors. So a re-entrant call whose ancestors have all ended is serialized like a call,
-//!   and two re-entrant calls of one parent run one after the other. With `allow_parallel`, tool
-//!   calls are bounded by the budget only.
+//! - Without `allow_parallel`, a call is admitted only when no tool call is in flight. A
+//!   re-entrant call with an ancestor in flight (its parent, or any call up its line of parents,
+//!   ended links skipped) is admitted without the serializer, bounded by the budget only, as the
+//!   seed says: the ancestor holds the serializer and waits for it. Its siblings, and their
+//!   nested calls, likewise: together they count against the budget. A re-entrant call whose
+//!   ancestors have all ended is serialized like a call (nothing waits for it any more). So the
+//!   tool calls in flight all descend from one call (through their parents, ended ones
+//!   included), and a call waits for all of them, re-entrant calls whose ancestors ended
+//!   included. (The Go original takes no lock for a re-entrant call, so there a call could run
+//!   next to one whose ancestors had ended.) With `allow_parallel`, tool calls are bounded by the
+//!   budget only.
 //! - A re-entrant call names its parent: a tool call in flight. Its parent, the parent's parent
 //!   while that is in flight, and so on up to the first ended link, are waiting for it (each
 //!   waits for its sampling round-trip). When they hold the whole budget it could never be
 //!   admitted, so [`Admission::begin`] fails at once with [`BeginErrorCode::WouldDeadlock`]. A
-//!   call above an ended link no longer waits on this one and does not count. (Under
-//!   `allow_parallel`, unrelated calls that wait on each other's nested calls can still fill the
-//!   budget; as in the Go original, only the host's deadlines break that.)
+//!   call above an ended link no longer waits on this one and does not count. (Calls that are
+//!   not one line, siblings or unrelated calls under `allow_parallel`, can still fill the budget
+//!   while each waits on a nested call of its own; as in the Go original, only the host's
+//!   deadlines break that.)
 //! - [`Admission::begin`] returns a [`Ticket`] no other request of the controller ever gets; the
 //!   request id only has to be unique among live requests, and names the request in messages.
 //!   [`end`](Admission::end) and [`abandon`](Admission::abandon) take the ticket, so a stale or
@@ -49,11 +55,11 @@
 //!
 //! Whenever the budget has room, the earliest-arrived waiter whose class allows it is admitted,
 //! then the next, until the budget is full or no waiter is allowed: first-come first-served
-//! within what each class allows. A blocked class never blocks another. Nor does a blocked
-//! re-entrant call block another one: with nested sampling, call `c` may have re-entrant call
-//! `a` in flight and `b` waiting (siblings are serialized); `a`'s own sampling then issues
-//! `a1`. `b` waits for `a` to end, `a` waits for `a1`, so a strict FIFO that kept `a1` behind
-//! `b` would deadlock. `a1` is admitted as soon as the budget allows, and `b` after `a` ends.
+//! within what each class allows. A blocked class never blocks another. Nor does a re-entrant
+//! call waiting for the serializer (its ancestors ended) block one with an ancestor in flight:
+//! with nested sampling, `b` may wait for the serializer while `a`, in flight, waits for its
+//! own nested call `a1`; a strict FIFO that kept `a1` behind `b` would deadlock. `a1` is
+//! admitted as soon as the budget allows, and `b` once no tool call is in flight.
 //!
 //! Unlike the Go original, which made no ordering promise, the order is deterministic: the same
 //! inputs always admit the same requests in the same order.
@@ -73,8 +79,9 @@
 //! `begin`, `end` and `abandon` cost O(log n) for n live requests, plus O(log n) for each
 //! request they admit: waiters sit in ordered sets per class, and only the head of each is
 //! looked at. `would-deadlock` is answered from counters in O(1). When a tool call ends while
-//! re-entrant calls wait below it, they join the group below its nearest in-flight ancestor,
-//! the smaller group moved into the larger (see `serial.rs`). `shutdown` sorts what it reports.
+//! k tool calls it issued are still in flight or waiting, they move below its nearest in-flight
+//! ancestor: O(k log n) more (see `serial.rs`); in the usual nesting k is 0. `shutdown` sorts
+//! what it reports.
 
 mod error;
 mod lifecycle;

@@ -262,32 +262,74 @@ fn an_orphaned_reentrant_call_is_serialized_like_a_call() {
     );
 }
 
-/// 0.1 admitted `rb` next to its sibling `ra`, and let it run next to `c2` once `c1` ended.
+/// Siblings fill the budget together; would-deadlock is still the unbroken line above the
+/// parent holding the whole budget. `a1` and `b1` wait for the budget, not refused: `ra` or
+/// `rb` may end without a nested call. If both wait on theirs, only a deadline helps (`end rb`
+/// below); `b1` then still descends from `c1`, in flight, and skips the serializer.
 #[test]
-fn sibling_reentrant_calls_are_serialized() {
+fn sibling_reentrant_calls_share_the_budget_and_would_deadlock_is_the_line() {
     check(
-        "serial 4
+        "serial 2
+        begin c1 call
+        begin ra reentrant c1
+        begin a1 reentrant ra
+        begin rb reentrant c1",
+        "begin c1 call: admit c1
+        begin ra reentrant c1: admit ra
+        begin a1 reentrant ra: error would-deadlock
+        begin rb reentrant c1",
+    );
+    check(
+        "serial 3
         begin c1 call
         begin ra reentrant c1
         begin rb reentrant c1
-        end c1
-        begin c2 call
-        end ra
-        end rb",
+        begin a1 reentrant ra
+        begin b1 reentrant rb
+        end rb
+        end a1",
         "begin c1 call: admit c1
         begin ra reentrant c1: admit ra
-        begin rb reentrant c1
-        end c1
-        begin c2 call
-        end ra: admit rb
-        end rb: admit c2",
+        begin rb reentrant c1: admit rb
+        begin a1 reentrant ra
+        begin b1 reentrant rb
+        end rb: admit a1
+        end a1: admit b1",
     );
 }
 
-/// `rb` (a sibling of `ra`) waits for `ra`; `ra` waits for `a1`, which arrived after `rb`:
-/// strict FIFO among re-entrant calls would deadlock here.
+/// 0.2 serialized siblings: `rb` waited for `ra`. Now they run side by side; `rc`, over the
+/// budget, is orphaned when `c1` ends and then waits for the serializer like `c2`, which waits
+/// for every tool call in flight, re-entrant calls whose parent ended included.
 #[test]
-fn a_blocked_reentrant_call_does_not_block_a_nested_one() {
+fn sibling_reentrant_calls_skip_the_serializer_until_orphaned() {
+    check(
+        "serial 3
+        begin c1 call
+        begin ra reentrant c1
+        begin rb reentrant c1
+        begin rc reentrant c1
+        end c1
+        begin c2 call
+        end ra
+        end rb
+        end rc",
+        "begin c1 call: admit c1
+        begin ra reentrant c1: admit ra
+        begin rb reentrant c1: admit rb
+        begin rc reentrant c1
+        end c1
+        begin c2 call
+        end ra
+        end rb: admit rc
+        end rc: admit c2",
+    );
+}
+
+/// `rb` (orphaned when `c1` ended) waits for the serializer; `ra` waits for `a1`, which
+/// arrived after `rb`: strict FIFO among re-entrant calls would deadlock here.
+#[test]
+fn an_orphan_waiting_for_the_serializer_does_not_block_a_nested_call() {
     check(
         "serial 4
         begin c1 call
@@ -295,48 +337,58 @@ fn a_blocked_reentrant_call_does_not_block_a_nested_one() {
         begin q1 request
         begin q2 request
         begin rb reentrant c1
+        end c1
+        begin q3 request
         begin a1 reentrant ra
         end q1
         end a1
-        end ra
-        end rb",
+        end ra",
         "begin c1 call: admit c1
         begin ra reentrant c1: admit ra
         begin q1 request: admit q1
         begin q2 request: admit q2
         begin rb reentrant c1
+        end c1
+        begin q3 request: admit q3
         begin a1 reentrant ra
         end q1: admit a1
         end a1
-        end ra: admit rb
-        end rb",
+        end ra: admit rb",
     );
 }
 
-/// When `ra` ends in the middle of the chain, `rx` (waiting below it) joins `rb` below `c1`;
-/// both are admitted once `a1` ends, earliest first.
+/// When `ra` ends, `rx` and `ry` (waiting below it) move below `c1`, still skipping the
+/// serializer; once `c1` ends too, they are roots and `c2` waits for both.
 #[test]
 fn waiters_below_an_ended_call_move_to_its_nearest_ancestor() {
     check(
         "serial 5
         begin c1 call
         begin ra reentrant c1
-        begin rb reentrant c1
-        begin a1 reentrant ra
-        begin rx reentrant ra
-        end ra
         begin q1 request
-        end a1
-        end rb",
+        begin q2 request
+        begin q3 request
+        begin rx reentrant ra
+        begin ry reentrant ra
+        begin c2 call
+        end ra
+        end q1
+        end c1
+        end rx
+        end ry",
         "begin c1 call: admit c1
         begin ra reentrant c1: admit ra
-        begin rb reentrant c1
-        begin a1 reentrant ra: admit a1
-        begin rx reentrant ra
-        end ra
         begin q1 request: admit q1
-        end a1: admit rb
-        end rb: admit rx",
+        begin q2 request: admit q2
+        begin q3 request: admit q3
+        begin rx reentrant ra
+        begin ry reentrant ra
+        begin c2 call
+        end ra: admit rx
+        end q1: admit ry
+        end c1
+        end rx
+        end ry: admit c2",
     );
 }
 
