@@ -1,10 +1,10 @@
 //! The seeded simulator for admission: a reference model that shares nothing with the engine but
 //! its public API (its own list of requests, its own predicates, re-derived from scratch after
 //! every event) against the engine, with random budgets, classes, re-entrant chains whose
-//! ancestors end, stale and repeated tickets, reused ids, abandons before and after the drain,
-//! mistakes and shutdowns. After every step: the same errors, the same admissions in the same
+//! ancestors end, stale and repeated tickets, another controller's tickets (random tags), reused
+//! ids, abandons before and after the drain, mistakes and shutdowns. After every step: the same errors, the same admissions in the same
 //! order, the same shutdown reports; the budget holds; without `allow_parallel` the tool calls in
-//! flight form one line of descent; one control at a time; nothing reported by a shutdown is
+//! flight all descend from one call; one control at a time; nothing reported by a shutdown is
 //! ever admitted; no ticket is handed out or admitted twice. `TURNSTILE_SEED` / `TURNSTILE_SEEDS`
 //! as for the scheduler.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
@@ -50,6 +50,8 @@ struct Model {
     parallel: bool,
     reqs: Vec<Req>,
     by_ticket: HashMap<Ticket, usize>,
+    /// Tickets another controller handed out: never this one's.
+    foreign: HashSet<Ticket>,
     shut: bool,
     admissions: usize,
     /// Admitted and not yet drained, in admission order.
@@ -72,6 +74,9 @@ impl Model {
     }
 
     fn live(&self, ticket: Ticket) -> Option<usize> {
+        if self.foreign.contains(&ticket) {
+            return None;
+        }
         self.by_ticket
             .get(&ticket)
             .copied()
@@ -94,15 +99,21 @@ impl Model {
         false
     }
 
+    /// Some ancestor of `i` (ended links skipped) is in flight.
+    fn ancestor_in_flight(&self, i: usize) -> bool {
+        (0..self.reqs.len()).any(|a| self.in_flight(a) && self.descends(i, a))
+    }
+
+    /// The class rules: without `allow_parallel`, a call (or a re-entrant call whose ancestors
+    /// all ended) only when no tool call is in flight; a re-entrant call with an ancestor in
+    /// flight always (the budget is checked by the caller).
     fn allowed(&self, i: usize) -> bool {
-        let tools: Vec<usize> = (0..self.reqs.len())
-            .filter(|&j| self.in_flight(j) && is_tool(self.reqs[j].class))
-            .collect();
+        let no_tools = self.count(|r| is_tool(r.class)) == 0;
         match self.reqs[i].class {
             Class::Request => true,
             Class::Control => self.count(|r| r.class == Class::Control) == 0,
-            Class::Call => self.parallel || tools.is_empty(),
-            Class::Reentrant => self.parallel || tools.iter().all(|&j| self.descends(i, j)),
+            Class::Call => self.parallel || no_tools,
+            Class::Reentrant => self.parallel || no_tools || self.ancestor_in_flight(i),
         }
     }
 
@@ -266,6 +277,8 @@ struct Sim {
     rng: Rng,
     weights: Weights,
     engine: Admission,
+    /// Another controller (another tag): its tickets are unknown to `engine`.
+    other: Admission,
     model: Model,
     log: Vec<String>,
     /// Tickets a shutdown reported, and tickets drained: neither may be drained again.
@@ -284,15 +297,19 @@ impl Sim {
         let budget = [0, 1, 2, 3, 4, 6, 8][rng.below(7)];
         let parallel = rng.below(3) == 0;
         let weights = Weights::new(&mut rng);
-        let engine = Admission::new(AdmissionConfig {
+        let config = AdmissionConfig {
             max_concurrent: budget,
             allow_parallel: parallel,
-        });
+        };
+        let tag = [0, 1, rng.next()][rng.below(3)];
+        let engine = Admission::with_tag(config, tag);
+        let other = Admission::with_tag(config, [2, tag ^ 1, rng.next() | 2][rng.below(3)]);
         let model = Model {
             budget: budget.max(1),
             parallel,
             reqs: Vec::new(),
             by_ticket: HashMap::new(),
+            foreign: HashSet::new(),
             shut: false,
             admissions: 0,
             out: Vec::new(),
@@ -304,8 +321,9 @@ impl Sim {
             rng,
             weights,
             engine,
+            other,
             model,
-            log: vec![format!("budget {budget} parallel {parallel}")],
+            log: vec![format!("budget {budget} parallel {parallel} tag {tag}")],
             reported: HashSet::new(),
             drained: HashSet::new(),
             seen,
@@ -350,7 +368,7 @@ impl Sim {
         let mut parent = None;
         if class == Class::Reentrant || self.rng.below(20) == 0 {
             let tool_in_flight = |r: &Req| is_tool(r.class) && r.st != St::Queued;
-            parent = Some(pick_ticket(&mut self.rng, &self.model, tool_in_flight));
+            parent = Some(self.pick(tool_in_flight));
         }
         if self.rng.below(30) == 0 {
             parent = None;
@@ -364,6 +382,9 @@ impl Sim {
             Ok(ticket) => {
                 if self.model.by_ticket.contains_key(&ticket) {
                     self.fail("ticket handed out twice");
+                }
+                if self.model.foreign.contains(&ticket) {
+                    self.fail("two controllers handed out one ticket");
                 }
                 if expect.is_none() {
                     self.model.by_ticket.insert(ticket, n);
@@ -385,8 +406,25 @@ impl Sim {
         (expect, got)
     }
 
+    /// A ticket to name (see [`pick_ticket`]); one in twenty is another controller's, which
+    /// under 0.2's numbering was often a live ticket of this one.
+    fn pick(&mut self, prefer: impl Fn(&Req) -> bool) -> Ticket {
+        if self.rng.below(20) == 0 {
+            let n = self.model.reqs.len();
+            if let Ok(foreign) = self.other.begin(&format!("q{n}"), Class::Call, None) {
+                self.count("foreign ticket", 1);
+                if self.model.by_ticket.contains_key(&foreign) {
+                    self.fail("two controllers handed out one ticket");
+                }
+                self.model.foreign.insert(foreign);
+                return foreign;
+            }
+        }
+        pick_ticket(&mut self.rng, &self.model, prefer)
+    }
+
     fn end(&mut self) -> Outcome {
-        let ticket = pick_ticket(&mut self.rng, &self.model, |r| r.st != St::Queued);
+        let ticket = self.pick(|r| r.st != St::Queued);
         self.log.push(format!("end {}", self.show(ticket)));
         let at = self.model.live(ticket);
         let expect = match at.map(|i| self.model.reqs[i].st) {
@@ -406,7 +444,7 @@ impl Sim {
     }
 
     fn abandon(&mut self) -> Outcome {
-        let ticket = pick_ticket(&mut self.rng, &self.model, |r| r.st != St::Drained);
+        let ticket = self.pick(|r| r.st != St::Drained);
         self.log.push(format!("abandon {}", self.show(ticket)));
         let at = self.model.live(ticket);
         let expect = match at.map(|i| self.model.reqs[i].st) {
@@ -469,7 +507,8 @@ impl Sim {
             if self.model.reqs[i].class == Class::Reentrant {
                 let parent = self.model.reqs[i].parent.map(|p| self.model.reqs[p].st);
                 let key = match parent {
-                    Some(St::Gone) => "admitted reentrant, parent ended",
+                    _ if !self.model.ancestor_in_flight(i) => "admitted reentrant, orphaned",
+                    Some(St::Gone) => "admitted reentrant, parent ended, ancestor in flight",
                     _ => "admitted reentrant, parent in flight",
                 };
                 self.count(key, 1);
@@ -497,16 +536,26 @@ impl Sim {
         if model.count(|r| r.class == Class::Control) > 1 {
             self.fail("two controls in flight");
         }
+        let mut side_by_side = false;
         if !model.parallel {
             let tools: Vec<usize> = (0..model.reqs.len())
                 .filter(|&i| model.in_flight(i) && is_tool(model.reqs[i].class))
                 .collect();
-            for (n, &a) in tools.iter().enumerate() {
-                for &b in &tools[n + 1..] {
-                    if !model.descends(a, b) && !model.descends(b, a) {
-                        self.fail("two tool calls in flight, neither descends from the other");
-                    }
-                }
+            // One call (in flight or ended) that all of them are or descend from: it is one of
+            // the first's line.
+            let mut line = tools.first().copied().map(|t| vec![t]).unwrap_or_default();
+            while let Some(p) = line.last().and_then(|&i| model.reqs[i].parent) {
+                line.push(p);
+            }
+            let under = |c: usize| tools.iter().all(|&i| i == c || model.descends(i, c));
+            let one_tree = tools.is_empty() || line.into_iter().any(under);
+            side_by_side = tools.iter().any(|&a| {
+                tools
+                    .iter()
+                    .any(|&b| a < b && !model.descends(a, b) && !model.descends(b, a))
+            });
+            if !one_tree {
+                self.fail("tool calls in flight that do not all descend from one call");
             }
         }
         if !model.reqs.is_empty() {
@@ -515,6 +564,9 @@ impl Sim {
             if self.engine.id(r.ticket) != want {
                 self.fail("id of a ticket");
             }
+        }
+        if side_by_side {
+            self.count("serialized tool calls in flight side by side", 1);
         }
     }
 

@@ -32,8 +32,6 @@ pub(super) struct Request {
     pub(super) state: State,
     /// The parent's ticket (re-entrant calls).
     pub(super) parent: Option<Ticket>,
-    /// The parent's admission number (re-entrant calls).
-    pub(super) parent_seq: u64,
     /// This request's admission number, once admitted: admission order.
     pub(super) seq: u64,
     /// In-flight tool calls whose parent this is (while in flight).
@@ -55,15 +53,11 @@ impl Admission {
         class: Class,
         parent: Option<Ticket>,
     ) {
-        let parent_seq = parent
-            .and_then(|p| self.requests.get(&p))
-            .map_or(0, |p| p.seq);
         let request = Request {
             id: id.into(),
             class,
             state: State::Queued,
             parent,
-            parent_seq,
             seq: 0,
             kids: 0,
         };
@@ -71,7 +65,7 @@ impl Admission {
         self.ids.insert(id.into(), ticket);
         let queued = match (class, parent) {
             (Class::Reentrant, Some(parent)) if !self.allow_parallel => {
-                self.serial.wait(ticket, parent, parent_seq);
+                self.serial.wait(ticket, parent);
                 true
             }
             (Class::Call | Class::Reentrant, _) => self.calls.insert(ticket),
@@ -118,9 +112,7 @@ impl Admission {
         };
         debug_assert_eq!(request.state, State::Queued);
         let removed = match request.class {
-            Class::Reentrant if !self.allow_parallel => {
-                self.serial.remove(ticket, request.parent_seq)
-            }
+            Class::Reentrant if !self.allow_parallel => self.serial.withdraw(ticket),
             Class::Call | Class::Reentrant => self.calls.remove(&ticket),
             Class::Request => self.requests_waiting.remove(&ticket),
             Class::Control => self.controls.remove(&ticket),
@@ -148,7 +140,7 @@ impl Admission {
         debug_assert!(self.in_flight < self.budget, "admitted over the budget");
         request.state = State::Admitted;
         request.seq = seq;
-        let (class, parent, parent_seq) = (request.class, request.parent, request.parent_seq);
+        let (class, parent) = (request.class, request.parent);
         self.in_flight += 1;
         self.undrained.insert(seq, ticket);
         match class {
@@ -160,8 +152,7 @@ impl Admission {
             Class::Call | Class::Reentrant => {
                 self.link(parent);
                 if !self.allow_parallel {
-                    let parent_seq = (class == Class::Reentrant).then_some(parent_seq);
-                    self.serial.admit(ticket, seq, parent_seq);
+                    self.serial.admit(ticket);
                 }
             }
         }
@@ -190,7 +181,7 @@ impl Admission {
             Class::Call | Class::Reentrant => {
                 self.unlink(&request);
                 if !self.allow_parallel {
-                    self.serial.release(ticket, request.seq);
+                    self.serial.release(ticket);
                 }
             }
         }
@@ -199,6 +190,9 @@ impl Admission {
     /// Queued → gone.
     pub(super) fn remove_queued(&mut self, ticket: Ticket) {
         self.withdraw(ticket);
+        if !self.allow_parallel {
+            self.serial.forget(ticket);
+        }
         self.forget(ticket);
     }
 

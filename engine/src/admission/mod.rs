@@ -11,23 +11,35 @@
 //! - `max_concurrent` bounds the requests in flight over every class; below 1 it is clamped to 1
 //!   (a budget of zero would block forever). Requests are bounded by the budget only; control
 //!   operations run one at a time.
-//! - Without `allow_parallel`, two tool calls are in flight together only when one descends from
-//!   the other (through its parents, ended ones included). A call is admitted only when no tool
-//!   call is in flight; a re-entrant call only when every tool call in flight is one of its
-//!   ancestors. So a re-entrant call whose ancestors have all ended is serialized like a call,
-//!   and two re-entrant calls of one parent run one after the other. With `allow_parallel`, tool
-//!   calls are bounded by the budget only.
+//! - Without `allow_parallel`, a call is admitted only when no tool call is in flight. A
+//!   re-entrant call with an ancestor in flight (its parent, or any call up its line of parents,
+//!   ended links skipped) is admitted without the serializer, bounded by the budget only, as the
+//!   seed says: the ancestor holds the serializer and waits for it. Its siblings, and their
+//!   nested calls, likewise: together they count against the budget. A re-entrant call whose
+//!   ancestors have all ended is serialized like a call (nothing waits for it any more). So the
+//!   tool calls in flight all descend from one call (through their parents, ended ones
+//!   included), and a call waits for all of them, re-entrant calls whose ancestors ended
+//!   included. (The Go original takes no lock for a re-entrant call, so there a call could run
+//!   next to one whose ancestors had ended.) With `allow_parallel`, tool calls are bounded by the
+//!   budget only.
 //! - A re-entrant call names its parent: a tool call in flight. Its parent, the parent's parent
 //!   while that is in flight, and so on up to the first ended link, are waiting for it (each
 //!   waits for its sampling round-trip). When they hold the whole budget it could never be
 //!   admitted, so [`Admission::begin`] fails at once with [`BeginErrorCode::WouldDeadlock`]. A
-//!   call above an ended link no longer waits on this one and does not count. (Under
-//!   `allow_parallel`, unrelated calls that wait on each other's nested calls can still fill the
-//!   budget; as in the Go original, only the host's deadlines break that.)
+//!   call above an ended link no longer waits on this one and does not count. (Calls that are
+//!   not one line, siblings or unrelated calls under `allow_parallel`, can still fill the budget
+//!   while each waits on a nested call of its own; as in the Go original, only the host's
+//!   deadlines break that.)
 //! - [`Admission::begin`] returns a [`Ticket`] no other request of the controller ever gets; the
 //!   request id only has to be unique among live requests, and names the request in messages.
 //!   [`end`](Admission::end) and [`abandon`](Admission::abandon) take the ticket, so a stale or
 //!   repeated ticket is [`EndErrorCode::UnknownRequest`] and touches no other request.
+//! - Tickets of two controllers do not coincide in practice: a controller made
+//!   [`with_tag`](Admission::with_tag) numbers its tickets upward from a base derived from the
+//!   host's tag, a random `u64` per controller, so two controllers' ranges are 2^63 wide apart
+//!   at random. A ticket below the base or beyond the last one handed out was not handed out by
+//!   this controller: `unknown-request` for `end` and `abandon`, `invalid-parent` as a parent,
+//!   and nothing else is looked at. [`Admission::new`] is tag 0: tickets 1, 2, 3, ...
 //! - A request that gives up before the host learned it was admitted
 //!   ([`abandon`](Admission::abandon): queued, or admitted but not drained) consumes nothing: an
 //!   admitted one is taken back out of [`next_admissions`](Admission::next_admissions) and
@@ -43,11 +55,11 @@
 //!
 //! Whenever the budget has room, the earliest-arrived waiter whose class allows it is admitted,
 //! then the next, until the budget is full or no waiter is allowed: first-come first-served
-//! within what each class allows. A blocked class never blocks another. Nor does a blocked
-//! re-entrant call block another one: with nested sampling, call `c` may have re-entrant call
-//! `a` in flight and `b` waiting (siblings are serialized); `a`'s own sampling then issues
-//! `a1`. `b` waits for `a` to end, `a` waits for `a1`, so a strict FIFO that kept `a1` behind
-//! `b` would deadlock. `a1` is admitted as soon as the budget allows, and `b` after `a` ends.
+//! within what each class allows. A blocked class never blocks another. Nor does a re-entrant
+//! call waiting for the serializer (its ancestors ended) block one with an ancestor in flight:
+//! with nested sampling, `b` may wait for the serializer while `a`, in flight, waits for its
+//! own nested call `a1`; a strict FIFO that kept `a1` behind `b` would deadlock. `a1` is
+//! admitted as soon as the budget allows, and `b` once no tool call is in flight.
 //!
 //! Unlike the Go original, which made no ordering promise, the order is deterministic: the same
 //! inputs always admit the same requests in the same order.
@@ -67,11 +79,13 @@
 //! `begin`, `end` and `abandon` cost O(log n) for n live requests, plus O(log n) for each
 //! request they admit: waiters sit in ordered sets per class, and only the head of each is
 //! looked at. `would-deadlock` is answered from counters in O(1). When a tool call ends while
-//! re-entrant calls wait below it, they join the group below its nearest in-flight ancestor,
-//! the smaller group moved into the larger (see `serial.rs`). `shutdown` sorts what it reports.
+//! k tool calls it issued are still in flight or waiting, they move below its nearest in-flight
+//! ancestor: O(k log n) more (see `serial.rs`); in the usual nesting k is 0. `shutdown` sorts
+//! what it reports.
 
 mod error;
 mod lifecycle;
+mod method;
 mod serial;
 #[cfg(test)]
 mod tests;
@@ -81,6 +95,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use error::{
     AbandonError, AbandonErrorCode, BeginError, BeginErrorCode, EndError, EndErrorCode,
 };
+pub use method::class_of_method;
 
 use crate::fx::FxHashMap;
 use crate::limits::{NAME_BYTES_MAX, REQUESTS_MAX};
@@ -146,6 +161,9 @@ pub struct Admission {
     requests: FxHashMap<Ticket, Request>,
     /// Every live request's ticket by id.
     ids: FxHashMap<Box<str>, Ticket>,
+    /// Ticket `n` (counting from 1) is `Ticket(ticket_base + n)`; below 2^63, so never wraps.
+    ticket_base: u64,
+    /// The count of the next ticket: every ticket counted below it was handed out.
     next_ticket: u64,
     /// The next admission number.
     next_seq: u64,
@@ -168,14 +186,26 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// A controller for `config`, clamping the budget to at least 1.
+    /// A controller for `config` with tag 0 (tickets 1, 2, 3, ...), clamping the budget to at
+    /// least 1. Tests and case files use it; a host with more than one controller uses
+    /// [`Admission::with_tag`].
     pub fn new(config: AdmissionConfig) -> Self {
+        Self::with_tag(config, 0)
+    }
+
+    /// A controller for `config` whose tickets start from a base derived from `tag`, clamping
+    /// the budget to at least 1. The engine has no randomness: the host passes a random `u64`
+    /// for each controller, so that a ticket of one controller is never taken for a ticket of
+    /// another (it is refused as unknown). Two controllers with the same tag number their tickets
+    /// alike; tag 0 numbers them 1, 2, 3, ... Nearby tags give unrelated bases.
+    pub fn with_tag(config: AdmissionConfig, tag: u64) -> Self {
         Self {
             budget: config.max_concurrent.max(1),
             allow_parallel: config.allow_parallel,
             shut_down: false,
             requests: FxHashMap::default(),
             ids: FxHashMap::default(),
+            ticket_base: mix(tag) >> 1,
             next_ticket: 1,
             next_seq: 1,
             calls: BTreeSet::new(),
@@ -202,7 +232,7 @@ impl Admission {
 
     /// The id of a live request (queued or in flight).
     pub fn id(&self, ticket: Ticket) -> Option<&str> {
-        self.requests.get(&ticket).map(|r| &*r.id)
+        self.live(ticket).ok().map(|r| &*r.id)
     }
 
     /// Asks to admit a request and returns its ticket. It is admitted now or queued; either way
@@ -232,7 +262,7 @@ impl Admission {
             return Err(BeginError::new(E::TooMany, message));
         }
         self.check_parent(id, class, parent)?;
-        let ticket = Ticket(self.next_ticket);
+        let ticket = Ticket(self.ticket_base + self.next_ticket);
         self.next_ticket += 1;
         self.enqueue(ticket, id, class, parent);
         self.admit_waiting();
@@ -242,10 +272,9 @@ impl Admission {
     /// An admitted request finished, whatever its outcome; its place in the budget and its lock
     /// are returned. An admission not yet drained may be ended too (it is then never reported).
     pub fn end(&mut self, ticket: Ticket) -> Result<(), EndError> {
-        let Some(request) = self.requests.get(&ticket) else {
-            let message = format!("no live request has ticket {}", ticket.0);
-            return Err(EndError::new(EndErrorCode::UnknownRequest, message));
-        };
+        let request = self
+            .live(ticket)
+            .map_err(|message| EndError::new(EndErrorCode::UnknownRequest, message))?;
         if request.state == State::Queued {
             let message = format!(
                 "request {:?} (ticket {}) is still queued; abandon it instead",
@@ -262,10 +291,9 @@ impl Admission {
     /// yet drained. It consumed nothing; an admitted one is taken back and others may take its
     /// place.
     pub fn abandon(&mut self, ticket: Ticket) -> Result<(), AbandonError> {
-        let Some(request) = self.requests.get(&ticket) else {
-            let message = format!("no live request has ticket {}", ticket.0);
-            return Err(AbandonError::new(AbandonErrorCode::UnknownRequest, message));
-        };
+        let request = self
+            .live(ticket)
+            .map_err(|message| AbandonError::new(AbandonErrorCode::UnknownRequest, message))?;
         match request.state {
             State::Drained => {
                 let message = format!(
@@ -314,6 +342,24 @@ impl Admission {
         self.drain()
     }
 
+    /// The live request with `ticket`, or why there is none (a message): a ticket this
+    /// controller never handed out (another controller's, or not yet issued) is told apart
+    /// from a stale one, and only a ticket it handed out is looked up.
+    fn live(&self, ticket: Ticket) -> Result<&Request, String> {
+        let handed_out = ticket
+            .0
+            .checked_sub(self.ticket_base)
+            .is_some_and(|n| n >= 1 && n < self.next_ticket);
+        if !handed_out {
+            return Err(format!(
+                "ticket {} was not handed out by this controller",
+                ticket.0
+            ));
+        }
+        let request = self.requests.get(&ticket);
+        request.ok_or_else(|| format!("no live request has ticket {}", ticket.0))
+    }
+
     /// Checks a re-entrant call's parent (and that only re-entrant calls have one), then that
     /// the calls waiting on it leave room in the budget.
     fn check_parent(
@@ -339,10 +385,9 @@ impl Admission {
                 return Err(BeginError::new(E::InvalidParent, message));
             }
         };
-        let Some(request) = self.requests.get(&parent) else {
-            let message = format!("parent ticket {} of {id:?} is not live", parent.0);
-            return Err(BeginError::new(E::InvalidParent, message));
-        };
+        let request = self
+            .live(parent)
+            .map_err(|why| BeginError::new(E::InvalidParent, format!("parent of {id:?}: {why}")))?;
         if !request.in_flight() || !matches!(request.class, Class::Call | Class::Reentrant) {
             let message = format!(
                 "parent {:?} of {id:?} is not a tool call in flight (it is a {} {})",
@@ -404,4 +449,13 @@ impl Admission {
         }
         count
     }
+}
+
+/// The splitmix64 finalizer: a bijection on `u64` that spreads nearby tags far apart and keeps
+/// 0 at 0.
+fn mix(tag: u64) -> u64 {
+    let mut z = tag;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }

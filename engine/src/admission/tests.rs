@@ -262,32 +262,74 @@ fn an_orphaned_reentrant_call_is_serialized_like_a_call() {
     );
 }
 
-/// 0.1 admitted `rb` next to its sibling `ra`, and let it run next to `c2` once `c1` ended.
+/// Siblings fill the budget together; would-deadlock is still the unbroken line above the
+/// parent holding the whole budget. `a1` and `b1` wait for the budget, not refused: `ra` or
+/// `rb` may end without a nested call. If both wait on theirs, only a deadline helps (`end rb`
+/// below); `b1` then still descends from `c1`, in flight, and skips the serializer.
 #[test]
-fn sibling_reentrant_calls_are_serialized() {
+fn sibling_reentrant_calls_share_the_budget_and_would_deadlock_is_the_line() {
     check(
-        "serial 4
+        "serial 2
+        begin c1 call
+        begin ra reentrant c1
+        begin a1 reentrant ra
+        begin rb reentrant c1",
+        "begin c1 call: admit c1
+        begin ra reentrant c1: admit ra
+        begin a1 reentrant ra: error would-deadlock
+        begin rb reentrant c1",
+    );
+    check(
+        "serial 3
         begin c1 call
         begin ra reentrant c1
         begin rb reentrant c1
-        end c1
-        begin c2 call
-        end ra
-        end rb",
+        begin a1 reentrant ra
+        begin b1 reentrant rb
+        end rb
+        end a1",
         "begin c1 call: admit c1
         begin ra reentrant c1: admit ra
-        begin rb reentrant c1
-        end c1
-        begin c2 call
-        end ra: admit rb
-        end rb: admit c2",
+        begin rb reentrant c1: admit rb
+        begin a1 reentrant ra
+        begin b1 reentrant rb
+        end rb: admit a1
+        end a1: admit b1",
     );
 }
 
-/// `rb` (a sibling of `ra`) waits for `ra`; `ra` waits for `a1`, which arrived after `rb`:
-/// strict FIFO among re-entrant calls would deadlock here.
+/// 0.2 serialized siblings: `rb` waited for `ra`. Now they run side by side; `rc`, over the
+/// budget, is orphaned when `c1` ends and then waits for the serializer like `c2`, which waits
+/// for every tool call in flight, re-entrant calls whose parent ended included.
 #[test]
-fn a_blocked_reentrant_call_does_not_block_a_nested_one() {
+fn sibling_reentrant_calls_skip_the_serializer_until_orphaned() {
+    check(
+        "serial 3
+        begin c1 call
+        begin ra reentrant c1
+        begin rb reentrant c1
+        begin rc reentrant c1
+        end c1
+        begin c2 call
+        end ra
+        end rb
+        end rc",
+        "begin c1 call: admit c1
+        begin ra reentrant c1: admit ra
+        begin rb reentrant c1: admit rb
+        begin rc reentrant c1
+        end c1
+        begin c2 call
+        end ra
+        end rb: admit rc
+        end rc: admit c2",
+    );
+}
+
+/// `rb` (orphaned when `c1` ended) waits for the serializer; `ra` waits for `a1`, which
+/// arrived after `rb`: strict FIFO among re-entrant calls would deadlock here.
+#[test]
+fn an_orphan_waiting_for_the_serializer_does_not_block_a_nested_call() {
     check(
         "serial 4
         begin c1 call
@@ -295,48 +337,58 @@ fn a_blocked_reentrant_call_does_not_block_a_nested_one() {
         begin q1 request
         begin q2 request
         begin rb reentrant c1
+        end c1
+        begin q3 request
         begin a1 reentrant ra
         end q1
         end a1
-        end ra
-        end rb",
+        end ra",
         "begin c1 call: admit c1
         begin ra reentrant c1: admit ra
         begin q1 request: admit q1
         begin q2 request: admit q2
         begin rb reentrant c1
+        end c1
+        begin q3 request: admit q3
         begin a1 reentrant ra
         end q1: admit a1
         end a1
-        end ra: admit rb
-        end rb",
+        end ra: admit rb",
     );
 }
 
-/// When `ra` ends in the middle of the chain, `rx` (waiting below it) joins `rb` below `c1`;
-/// both are admitted once `a1` ends, earliest first.
+/// When `ra` ends, `rx` and `ry` (waiting below it) move below `c1`, still skipping the
+/// serializer; once `c1` ends too, they are roots and `c2` waits for both.
 #[test]
 fn waiters_below_an_ended_call_move_to_its_nearest_ancestor() {
     check(
         "serial 5
         begin c1 call
         begin ra reentrant c1
-        begin rb reentrant c1
-        begin a1 reentrant ra
-        begin rx reentrant ra
-        end ra
         begin q1 request
-        end a1
-        end rb",
+        begin q2 request
+        begin q3 request
+        begin rx reentrant ra
+        begin ry reentrant ra
+        begin c2 call
+        end ra
+        end q1
+        end c1
+        end rx
+        end ry",
         "begin c1 call: admit c1
         begin ra reentrant c1: admit ra
-        begin rb reentrant c1
-        begin a1 reentrant ra: admit a1
-        begin rx reentrant ra
-        end ra
         begin q1 request: admit q1
-        end a1: admit rb
-        end rb: admit rx",
+        begin q2 request: admit q2
+        begin q3 request: admit q3
+        begin rx reentrant ra
+        begin ry reentrant ra
+        begin c2 call
+        end ra: admit rx
+        end q1: admit ry
+        end c1
+        end rx
+        end ry: admit c2",
     );
 }
 
@@ -596,7 +648,7 @@ fn errors_are_spelled_like_the_wit_and_read_well() {
     assert!(messages[1].starts_with("would-deadlock: "));
     assert_eq!(
         messages[2],
-        "unknown-request: no live request has ticket 99"
+        "unknown-request: ticket 99 was not handed out by this controller"
     );
     for m in &messages {
         assert!(!m.ends_with('.') && m.chars().next().is_some_and(char::is_lowercase));
@@ -624,4 +676,150 @@ fn a_mistake_changes_nothing() {
         abandon c1: error not-queued
         end q1: admit r1",
     );
+}
+
+#[test]
+fn methods_not_in_the_table_are_requests_compared_exactly() {
+    for method in [
+        "",
+        "Tools/call",
+        "tools/call ",
+        " tools/call",
+        "tools/Call",
+        "tools/call/",
+        "tools",
+        "PING",
+        "logging/setlevel",
+        "resources/templates",
+        "notifications/cancelled",
+        "sampling/createMessage",
+        "elicitation/create",
+        "roots/list",
+        "some/future-method",
+    ] {
+        assert_eq!(class_of_method(method), Class::Request, "{method:?}");
+    }
+}
+
+#[test]
+fn each_mcp_method_has_its_class() {
+    let table = [
+        ("tools/call", Class::Call),
+        ("resources/read", Class::Request),
+        ("prompts/get", Class::Request),
+        ("completion/complete", Class::Request),
+        ("initialize", Class::Control),
+        ("ping", Class::Control),
+        ("tools/list", Class::Control),
+        ("prompts/list", Class::Control),
+        ("resources/list", Class::Control),
+        ("resources/templates/list", Class::Control),
+        ("resources/subscribe", Class::Control),
+        ("resources/unsubscribe", Class::Control),
+        ("logging/setLevel", Class::Control),
+    ];
+    for (method, class) in table {
+        assert_eq!(class_of_method(method), class, "{method:?}");
+        assert_ne!(class_of_method(method), Class::Reentrant);
+    }
+}
+
+/// 0.2 numbered every controller's tickets 1, 2, 3...: `b` ended its own `q1` when handed
+/// `a`'s ticket, and took `a`'s call as a parent.
+#[test]
+fn another_controllers_ticket_is_unknown_and_touches_nothing() {
+    let config = AdmissionConfig {
+        max_concurrent: 1,
+        allow_parallel: false,
+    };
+    let mut a = Admission::with_tag(config, 0x5eed_0001);
+    let mut b = Admission::with_tag(config, 0x5eed_0002);
+    let a1 = a.begin("c1", Class::Call, None).unwrap();
+    let b1 = b.begin("q1", Class::Request, None).unwrap();
+    let b2 = b.begin("c1", Class::Call, None).unwrap();
+    assert_eq!(a.next_admissions(), [a1]);
+    assert_eq!(b.next_admissions(), [b1]);
+    let end = b.end(a1).unwrap_err();
+    assert_eq!(end.code, EndErrorCode::UnknownRequest);
+    assert_eq!(
+        end.message,
+        format!("ticket {} was not handed out by this controller", a1.0)
+    );
+    let abandon = b.abandon(a1).unwrap_err();
+    assert_eq!(abandon.code, AbandonErrorCode::UnknownRequest);
+    let parent = b.begin("r1", Class::Reentrant, Some(a1)).unwrap_err();
+    assert_eq!(parent.code, BeginErrorCode::InvalidParent);
+    assert!(parent.message.contains("not handed out by this controller"));
+    assert_eq!(b.id(a1), None);
+    // Nothing changed in `b`: `q1` is still in flight, `c1` still queued.
+    assert_eq!(
+        (b.in_flight(), b.id(b1), b.id(b2)),
+        (1, Some("q1"), Some("c1"))
+    );
+    assert!(b.next_admissions().is_empty());
+    b.end(b1).unwrap();
+    assert_eq!(b.next_admissions(), [b2]);
+    // And the other way round.
+    assert_eq!(a.end(b2).unwrap_err().code, EndErrorCode::UnknownRequest);
+    a.end(a1).unwrap();
+}
+
+#[test]
+fn a_ticket_not_yet_handed_out_is_unknown_not_stale() {
+    let mut a = Admission::with_tag(
+        AdmissionConfig {
+            max_concurrent: 1,
+            allow_parallel: false,
+        },
+        7,
+    );
+    let first = a.begin("c1", Class::Call, None).unwrap();
+    let next = Ticket(first.0 + 1);
+    let before = Ticket(first.0 - 1);
+    for t in [next, before, Ticket(0), Ticket(u64::MAX)] {
+        let e = a.end(t).unwrap_err();
+        assert_eq!(e.code, EndErrorCode::UnknownRequest);
+        assert!(
+            e.message.ends_with("was not handed out by this controller"),
+            "{e}"
+        );
+    }
+    a.end(first).unwrap();
+    let stale = a.end(first).unwrap_err();
+    assert_eq!(stale.code, EndErrorCode::UnknownRequest);
+    assert_eq!(
+        stale.message,
+        format!("no live request has ticket {}", first.0)
+    );
+}
+
+#[test]
+fn tagged_tickets_ascend_never_repeat_and_differ_between_tags() {
+    let config = AdmissionConfig {
+        max_concurrent: 2,
+        allow_parallel: true,
+    };
+    // Tag 0 numbers 1, 2, 3... (tests and case files); nearby tags land far apart.
+    let mut seen = std::collections::HashSet::new();
+    for tag in [0, 1, 2, 3, u64::MAX, u64::MAX - 1, 1 << 63] {
+        let mut a = Admission::with_tag(config, tag);
+        let mut last = None;
+        for i in 0..100 {
+            let t = a.begin(&format!("q{i}"), Class::Request, None).unwrap();
+            a.abandon(t).unwrap();
+            assert!(
+                last.is_none_or(|l| t > l),
+                "tag {tag}: {t:?} after {last:?}"
+            );
+            assert!(seen.insert(t), "tag {tag}: {t:?} handed out twice");
+            last = Some(t);
+        }
+        if tag == 0 {
+            assert_eq!(a.begin("x", Class::Call, None).unwrap(), Ticket(101));
+        }
+    }
+    let untagged = Admission::new(config)
+        .begin("x", Class::Call, None)
+        .unwrap();
+    assert_eq!(untagged, Ticket(1));
 }
