@@ -687,7 +687,8 @@ fn a_wait_past_the_maximum_settles_the_entry_and_pauses_nothing() {
 #[test]
 fn a_wait_of_exactly_the_maximum_is_waited_for() {
     let mut t = T::new(BOUNDED, &[("a", "get")]);
-    t.approve_all(1, 0);
+    // The retry is judged by the clock as last given (10).
+    t.approve_all(1, 10);
     let out = t.retry(0, 10, 10 + MAX);
     assert!(out.settle.is_empty());
     assert_eq!(out.wake_at, Some(10 + MAX));
