@@ -391,6 +391,8 @@ fn wasm_test() -> Result<()> {
             "turnstile-engine",
             "--target",
             "wasm32-unknown-unknown",
+            // every test binary reports, not only the first that fails
+            "--no-fail-fast",
         ])
         .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER", &runner)
         .env("TURNSTILE_WASM_CASES", &cases)
