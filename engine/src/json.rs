@@ -300,6 +300,8 @@ fn hex4(chars: &mut std::str::Chars<'_>) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
 
     fn read(text: &str, wanted: &[&str]) -> Result<Vec<Option<String>>, JsonError> {
         let wanted: Vec<String> = wanted.iter().map(|w| (*w).to_owned()).collect();

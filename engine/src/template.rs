@@ -163,6 +163,8 @@ impl KeyTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
 
     fn expand(t: &str, args: Option<&str>) -> Result<String, Unexpanded> {
         let t = KeyTemplate::parse(t).unwrap().unwrap();

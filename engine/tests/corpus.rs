@@ -2,6 +2,10 @@
 //! expected output the wasmtime harness (and every other host) checks through the component.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
+#[cfg(not(target_arch = "wasm32"))]
 use std::path::PathBuf;
 
 use turnstile_corpus::{
@@ -311,12 +315,14 @@ fn refusal(r: Refusal) -> RefusalView {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 fn cases_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/cases")
 }
 
 /// `TURNSTILE_CASE=sched-03 cargo test -p turnstile-engine --test corpus` runs the cases whose
 /// file name contains `sched-03`.
+#[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn corpus_runs_natively() {
     let only = std::env::var("TURNSTILE_CASE").ok();
@@ -350,6 +356,7 @@ fn corpus_runs_natively() {
 
 /// `UPDATE_EXPECT=1 cargo test -p turnstile-engine --test corpus`: writes each diagnostics
 /// case's `rendered` text from the engine (then review the diff).
+#[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn update_rendered_expectations() {
     if std::env::var_os("UPDATE_EXPECT").is_none() {
@@ -422,6 +429,39 @@ fn update_rendered_expectations() {
         }
         std::fs::write(&path, out).unwrap();
     }
+}
+
+/// The corpus in wasm, which has no filesystem: `cargo xtask test` writes the list of case files
+/// (`include_str!` each) and names it in `TURNSTILE_WASM_CASES` at compile time.
+#[cfg(target_arch = "wasm32")]
+#[test]
+fn corpus_runs_in_wasm() {
+    let cases: &[(&str, &str)] = include!(env!(
+        "TURNSTILE_WASM_CASES",
+        "build the wasm tests with `cargo xtask test` (it embeds tests/cases)"
+    ));
+    assert!(
+        cases.len() >= 60,
+        "expected the whole corpus, found {} cases",
+        cases.len()
+    );
+    let failed: Vec<String> = cases
+        .iter()
+        .filter_map(|(name, text)| {
+            toml::from_str::<corpus::Case>(text)
+                .map_err(|e| format!("not a case file: {e}"))
+                .and_then(|case| corpus::run_case(&case, &mut Native::default()))
+                .err()
+                .map(|why| format!("FAIL {name}: {why}"))
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} passed, {} failed\n{}",
+        cases.len() - failed.len(),
+        failed.len(),
+        failed.join("\n")
+    );
 }
 
 /// Paste one case here to iterate on it.

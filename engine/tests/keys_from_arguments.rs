@@ -5,6 +5,9 @@
 //! key, pauses by expanded name, forgetting idle keys, and restart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
 use turnstile_engine::config::{self, Layer, Policy};
 use turnstile_engine::limits::ARGUMENTS_BYTES_MAX;
 #[path = "common/step.rs"]

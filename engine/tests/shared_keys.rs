@@ -6,6 +6,9 @@
 //! back exactly once, restart asks again.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
 use turnstile_engine::config::{self, Layer, Policy};
 #[path = "common/step.rs"]
 mod step;

@@ -23,6 +23,9 @@
 //! the per-step properties, `restart` the restart property, `runner` the seed loop.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
 #[path = "sim/check.rs"]
 mod check;
 mod common;

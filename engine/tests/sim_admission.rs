@@ -9,6 +9,9 @@
 //! as for the scheduler.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
 use std::collections::{HashMap, HashSet};
 
 use turnstile_engine::admission::{Admission, AdmissionConfig, Class, Ticket};
@@ -611,11 +614,13 @@ fn admission_agrees_with_the_reference_model() {
         None => (0..std::env::var("TURNSTILE_SEEDS")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(2000))
+            .unwrap_or(common::DEFAULT_SEEDS))
             .collect(),
     };
     let mut seen = HashMap::new();
     for &seed in &seeds {
+        #[cfg(target_arch = "wasm32")]
+        common::name_seed_on_panic("admission", seed);
         seen = Sim::new(seed, seen).run();
     }
     let mut seen: Vec<_> = seen.into_iter().collect();

@@ -3,6 +3,9 @@
 //! retries of entries that are not running, a retry cap that runs out.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
 use turnstile_engine::config::{self, Layer, Policy};
 #[path = "common/step.rs"]
 mod step;

@@ -11,7 +11,12 @@
 //! - `playground [PORT]`: builds the JS package and serves the playground on 127.0.0.1.
 //! - `fuzz [SECONDS]`: runs each cargo-fuzz target (config, config_shaped, scheduler, admission) for SECONDS
 //!   (default 60); needs `cargo install cargo-fuzz`; runs on stable through RUSTC_BOOTSTRAP.
-//! - `test`: every check CI runs: fmt, clippy, docs, the engine's tests, the component build,
+//! - `wasm-test`: the engine's tests (unit tests, the corpus, the simulators at
+//!   `DEFAULT_SEEDS`) compiled to `wasm32-unknown-unknown` and run by wasm-bindgen-test in Node,
+//!   then in headless Chromium (installs wasm-bindgen-cli at the lock file's wasm-bindgen
+//!   version, and Debian's chromium and chromium-driver, when missing).
+//! - `test`: every check CI runs: fmt, clippy, docs, the engine's tests (natively, then in wasm
+//!   as `wasm-test` does), the component build,
 //!   the harness running the corpus through the component, the import pin, the Node corpus and
 //!   driver tests, the playground in Chromium, and the Python corpus and driver tests.
 
@@ -36,10 +41,11 @@ fn main() -> ExitCode {
         Some("py") => build_guest().and_then(|wasm| py(&wasm).map(|_| ())),
         Some("playground") => playground(args.get(1).map_or("8080", String::as_str)),
         Some("fuzz") => fuzz(args.get(1).map_or("60", String::as_str)),
+        Some("wasm-test") => wasm_test(),
         Some("test") => test(),
         _ => Err(
             "usage: cargo xtask build-guest | wit [PATH] | pin [--update] | simulate [ARGS] | js | py \
-             | playground [PORT] | fuzz [SECONDS] | test"
+             | playground [PORT] | fuzz [SECONDS] | wasm-test | test"
                 .to_owned(),
         ),
     };
@@ -327,6 +333,7 @@ fn test() -> Result<()> {
         "--package",
         "turnstile-corpus",
     ]))?;
+    wasm_test()?;
     pin(false)?;
     run(harness(&wasm).args(["cases", "tests/cases"]))?;
     js(&wasm)?;
@@ -358,6 +365,152 @@ fn test() -> Result<()> {
         .current_dir(root()))?;
     eprintln!("xtask: all checks passed");
     Ok(())
+}
+
+/// The engine's tests inside WebAssembly: `cargo test` for `wasm32-unknown-unknown` (release,
+/// engine assertions on, as natively) with `wasm-bindgen-test-runner` as the cargo runner, once
+/// in Node and once in headless Chromium through chromedriver. Every `#[test]` is a
+/// `#[wasm_bindgen_test]` there (each test file aliases it); the corpus is embedded from the list
+/// written here, the simulators run `DEFAULT_SEEDS` (engine/tests/common).
+fn wasm_test() -> Result<()> {
+    let _ = Command::new("rustup")
+        .args(["target", "add", "wasm32-unknown-unknown"])
+        .current_dir(root())
+        .status();
+    let runner = wasm_bindgen_test_runner()?;
+    let dir = target_dir().join("wasm-test");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let cases = dir.join("cases.rs");
+    write_if_changed(&cases, &wasm_case_list()?)?;
+    let test = || {
+        let mut cmd = cargo();
+        cmd.args([
+            "test",
+            "--release",
+            "--package",
+            "turnstile-engine",
+            "--target",
+            "wasm32-unknown-unknown",
+            // every test binary reports, not only the first that fails
+            "--no-fail-fast",
+        ])
+        .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER", &runner)
+        .env("TURNSTILE_WASM_CASES", &cases)
+        // The seeds of the slowest test take a few seconds; the runner's default is 20 s.
+        .env("WASM_BINDGEN_TEST_TIMEOUT", "300");
+        cmd
+    };
+    run(&mut test())?;
+    ensure_chromium()?;
+    let chromedriver = ensure_chromedriver()?;
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
+    // The runner adds headless, no-sandbox (run as root) and disable-dev-shm-usage; the rest keep
+    // Chromium off the network, which this machine's closed network refuses.
+    let args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ];
+    let webdriver = dir.join("webdriver.json");
+    write_if_changed(
+        &webdriver,
+        &format!("{{\"goog:chromeOptions\": {{\"binary\": {chromium:?}, \"args\": {args:?}}}}}\n"),
+    )?;
+    run(test()
+        .env("WASM_BINDGEN_USE_BROWSER", "1")
+        .env("CHROMEDRIVER", &chromedriver)
+        .env("WASM_BINDGEN_TEST_WEBDRIVER_JSON", &webdriver))
+}
+
+fn write_if_changed(path: &Path, text: &str) -> Result<()> {
+    if std::fs::read_to_string(path).ok().as_deref() == Some(text) {
+        return Ok(());
+    }
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `tests/cases/*.toml` as a Rust expression, `&[(name, include_str!(path)), ...]`, for the
+/// corpus test in wasm (no filesystem there).
+fn wasm_case_list() -> Result<String> {
+    let dir = root().join("tests/cases");
+    let read = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files: Vec<PathBuf> = read
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    let mut out = String::from("&[\n");
+    for file in &files {
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        let path = file
+            .to_str()
+            .ok_or_else(|| format!("{}: not UTF-8", file.display()))?;
+        out.push_str(&format!("    ({name:?}, include_str!({path:?})),\n"));
+    }
+    out.push_str("]\n");
+    Ok(out)
+}
+
+/// `wasm-bindgen-test-runner` at the version of the `wasm-bindgen` crate in Cargo.lock (they
+/// must match), installed with cargo when missing or different (about 150 s).
+fn wasm_bindgen_test_runner() -> Result<PathBuf> {
+    let lock = std::fs::read_to_string(root().join("Cargo.lock"))
+        .map_err(|e| format!("Cargo.lock: {e}"))?;
+    let version = lock
+        .split("[[package]]")
+        .find_map(|package| {
+            let mut lines = package.lines().map(str::trim);
+            lines.find(|l| *l == "name = \"wasm-bindgen\"")?;
+            lines.find_map(|l| l.strip_prefix("version = \"")?.strip_suffix('"'))
+        })
+        .ok_or("Cargo.lock has no wasm-bindgen")?
+        .to_owned();
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set")?;
+    let runner = cargo_home.join("bin/wasm-bindgen-test-runner");
+    let installed = Command::new(&runner)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    if installed.as_deref() == Some(format!("wasm-bindgen-test-runner {version}").as_str()) {
+        return Ok(runner);
+    }
+    eprintln!(
+        "xtask: {} is {}; installing wasm-bindgen-cli {version}",
+        runner.display(),
+        installed.as_deref().unwrap_or("missing")
+    );
+    // Not `--locked`: its lock file pins a webpki-roots the registry no longer offers.
+    run(cargo().args(["install", "wasm-bindgen-cli", "--version", &version]))?;
+    Ok(runner)
+}
+
+/// chromedriver for the wasm tests in Chromium: Debian's chromium-driver (the same version as
+/// its chromium), installed like `ensure_chromium` when missing.
+fn ensure_chromedriver() -> Result<PathBuf> {
+    let path = PathBuf::from(
+        std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".to_owned()),
+    );
+    if path.exists() {
+        return Ok(path);
+    }
+    eprintln!(
+        "xtask: {} is missing; installing Debian's chromium-driver",
+        path.display()
+    );
+    run(Command::new("apt-get").arg("update"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "chromium-driver"])
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    Ok(path)
 }
 
 /// Installs the npm packages of `hosts/js` when they are missing or older than the lock file.

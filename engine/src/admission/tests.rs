@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 
 use super::*;
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
 
 #[track_caller]
 fn check(script: &str, expect: &str) {

@@ -140,6 +140,8 @@ pub fn settled_sentence(reason: Reason, label: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
 
     #[test]
     fn durations_read_well() {

@@ -1,5 +1,7 @@
 //! What the simulators share: a small seedable random number generator (SplitMix64) and the
 //! seed list (`TURNSTILE_SEED=N` replays one seed, `TURNSTILE_SEEDS=N` sets how many run).
+//! In wasm (wasm-bindgen-test, `cargo xtask test`) there is no environment: `DEFAULT_SEEDS`
+//! run, and a failing seed is named by the panic hook (`name_seed_on_panic`).
 
 /// SplitMix64: small, seedable, good enough to explore.
 pub(crate) struct Rng(pub(crate) u64);
@@ -43,7 +45,17 @@ impl Rng {
     }
 }
 
-/// The seeds to run: `TURNSTILE_SEED=N` alone, else `0..TURNSTILE_SEEDS` (default 2000).
+/// How many seeds run when `TURNSTILE_SEEDS` is not set: 2000 natively, fewer in wasm, where
+/// the simulators run about as many times slower as they are run (Node and Chromium).
+#[allow(dead_code)] // used by the simulators only
+pub(crate) const DEFAULT_SEEDS: u64 = if cfg!(target_arch = "wasm32") {
+    300
+} else {
+    2000
+};
+
+/// The seeds to run: `TURNSTILE_SEED=N` alone, else `0..TURNSTILE_SEEDS` (default
+/// `DEFAULT_SEEDS`).
 #[allow(dead_code)] // used by one simulator only
 pub(crate) fn seeds() -> Vec<u64> {
     if let Some(seed) = std::env::var("TURNSTILE_SEED")
@@ -55,9 +67,32 @@ pub(crate) fn seeds() -> Vec<u64> {
     let n = std::env::var("TURNSTILE_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
+        .unwrap_or(DEFAULT_SEEDS);
     (0..n).collect()
 }
 
 #[allow(dead_code)] // the admission simulator drives no scheduler
 pub(crate) mod step;
+
+/// In wasm a panic aborts (no unwinding), so a seed loop's `catch_unwind` can neither rerun a
+/// failing seed verbose nor say which it was: this names the seed running now, and a panic hook
+/// (chained after wasm-bindgen-test's, which prints the message) prints it.
+#[cfg(target_arch = "wasm32")]
+#[allow(dead_code)] // used by the simulators only
+pub(crate) fn name_seed_on_panic(what: &str, seed: u64) {
+    use std::cell::RefCell;
+    use std::sync::Once;
+    thread_local!(static RUNNING: RefCell<String> = const { RefCell::new(String::new()) });
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            before(info);
+            RUNNING.with(|r| wasm_bindgen_test::console_error!("{}", r.borrow()));
+        }));
+    });
+    RUNNING.with(|r| {
+        *r.borrow_mut() =
+            format!("{what}: seed {seed} failed (replay natively: TURNSTILE_SEED={seed})");
+    });
+}

@@ -15,6 +15,8 @@ pub(super) fn run_seeds(what: &str, f: impl Fn(u64, bool) -> Stats + std::panic:
     let replay = seeds.len() == 1;
     let mut stats = Stats::new();
     for &seed in &seeds {
+        #[cfg(target_arch = "wasm32")]
+        crate::common::name_seed_on_panic(what, seed);
         let result = std::panic::catch_unwind(|| f(seed, replay))
             .or_else(|_| std::panic::catch_unwind(|| f(seed, true)));
         match result {
