@@ -278,55 +278,51 @@ fn step_refuses_unknown_numbers_one_by_one() {
 fn submit_refuses_malformed_batches() {
     let mut s = Sched::new(STOP_POLICY);
     let long = "x".repeat(100_000);
-    let many_ids: String = (0..100_001).map(|i| format!("c{i}\n")).collect();
-    let many_tools = "t\n".repeat(100_001);
-    let huge_ids: String = (0..41).map(|i| format!("h{i}\n")).collect();
-    let huge_tools = "f\n".repeat(41);
-    let refused: Vec<(&str, &str, Vec<u32>, S)> = vec![
-        ("", "", vec![], S::EmptyBatch),
-        ("a\nb", "t", vec![0, 0], S::InvalidOperations),
-        ("a", "t\nt", vec![0], S::InvalidOperations),
-        ("a", "t", vec![], S::InvalidOperations),
-        ("a", "t", vec![0, 0], S::InvalidOperations),
-        // With calls, an empty string is one empty name, not none.
-        ("a", "", vec![0], S::InvalidId),
-        ("", "", vec![0], S::InvalidId),
-        ("", "t", vec![0], S::InvalidId),
-        ("\nb", "t\nt", vec![0, 0], S::InvalidId),
-        ("a\n", "t\nt", vec![0, 0], S::InvalidId),
-        ("a\nb", "t\n", vec![0, 0], S::InvalidId),
-        ("#", "t", vec![0], S::InvalidId),
-        ("a#", "t", vec![0], S::InvalidId),
-        ("a#0", "t", vec![0], S::InvalidId),
-        (&long, "t", vec![0], S::InvalidId),
-        ("a", &long, vec![0], S::InvalidId),
-        ("d\nd", "t\nt", vec![0, 0], S::DuplicateId),
-        ("z", "t", vec![3], S::NotFanOut),
-        ("z", "t", vec![u32::MAX], S::NotFanOut),
-        ("f", "f", vec![u32::MAX], S::TooLarge),
-        ("f", "f", vec![100_001], S::TooLarge),
-        (
-            many_ids.trim_end(),
-            many_tools.trim_end(),
-            vec![0; 100_001],
-            S::TooLarge,
-        ),
+    let call = |id: &str, tool: &str, operations: Option<u32>| ws::Call {
+        id: id.to_owned(),
+        tool: tool.to_owned(),
+        operations,
+        arguments: None,
+    };
+    let plain = |id: &str, tool: &str| call(id, tool, None);
+    let many: Vec<ws::Call> = (0..100_001).map(|i| plain(&format!("c{i}"), "t")).collect();
+    let huge: Vec<ws::Call> = (0..41)
+        .map(|i| call(&format!("h{i}"), "f", Some(100_000)))
+        .collect();
+    let refused: Vec<(Vec<ws::Call>, S)> = vec![
+        (vec![], S::EmptyBatch),
+        (vec![plain("", "t")], S::InvalidId),
+        (vec![plain("a", "")], S::InvalidId),
+        (vec![plain("a\n", "t")], S::InvalidId),
+        (vec![plain("b", "t"), plain("", "t")], S::InvalidId),
+        (vec![plain("#", "t")], S::InvalidId),
+        (vec![plain("a#", "t")], S::InvalidId),
+        (vec![plain("a#0", "t")], S::InvalidId),
+        (vec![plain(&long, "t")], S::InvalidId),
+        (vec![plain("a", &long)], S::InvalidId),
+        (vec![plain("d", "t"), plain("d", "t")], S::DuplicateId),
+        (vec![call("z", "t", Some(3))], S::NotFanOut),
+        (vec![call("z", "t", Some(u32::MAX))], S::NotFanOut),
+        (vec![call("f", "f", Some(0))], S::InvalidOperations),
+        (vec![call("f", "f", Some(u32::MAX))], S::TooLarge),
+        (vec![call("f", "f", Some(100_001))], S::TooLarge),
+        (many, S::TooLarge),
         // 41 calls of 100,000 operations: above 4,000,000 live entries.
+        (huge, S::TooLarge),
         (
-            huge_ids.trim_end(),
-            huge_tools.trim_end(),
-            vec![100_000; 41],
+            vec![ws::Call {
+                arguments: Some("x".repeat(65_537)),
+                ..plain("g", "t")
+            }],
             S::TooLarge,
         ),
     ];
-    for (ids, tools, ops, code) in &refused {
+    for (calls, code) in &refused {
         assert_eq!(
-            s.submit(ids, tools, ops),
+            s.submit_calls(calls),
             Err(*code),
-            "ids {:.20?} tools {:.20?} ops {:?}",
-            ids,
-            tools,
-            &ops[..ops.len().min(3)]
+            "calls {:.60?}",
+            &calls[..calls.len().min(2)]
         );
     }
     let id256 = "y".repeat(256);
