@@ -354,6 +354,27 @@ fn corpus_runs_natively() {
     assert!(summary.failed.is_empty(), "{}", summary.line());
 }
 
+/// Tidy: `rendered` is optional in the case format, but every diagnostics case of the project's
+/// own corpus gives it, so a change to a rendering is always seen in review.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn every_diagnostics_case_of_the_corpus_pins_its_rendering() {
+    let files = corpus::case_files(&cases_dir()).unwrap_or_default();
+    let mut missing = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let value: toml::Value = toml::from_str(&text).unwrap_or(toml::Value::Boolean(false));
+        if value.get("diagnostics").is_some() && value.get("rendered").is_none() {
+            missing.push(path.display().to_string());
+        }
+    }
+    assert!(files.len() >= 60, "found {} cases", files.len());
+    assert!(
+        missing.is_empty(),
+        "diagnostics cases without `rendered`: {missing:?}"
+    );
+}
+
 /// `UPDATE_EXPECT=1 cargo test -p turnstile-engine --test corpus`: writes each diagnostics
 /// case's `rendered` text from the engine (then review the diff).
 #[cfg(not(target_arch = "wasm32"))]
