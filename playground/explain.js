@@ -1,6 +1,7 @@
 // Every sentence the playground shows about an entry (why it waits, how it ended, why it was
 // settled) comes from `explain`. Waits and settlements are the component's own sentences
-// (`inspect()`'s `why`, and `Scheduler.explain(label, reason)`), the text every host shows and
+// (`inspect()`'s `why`, a `step` settlement's `message`, and `Scheduler.explain(label, reason)`
+// for a response the host made), the text every host shows and
 // hands to the model; the playground words only what the engine does not (pending, running,
 // asking, ended).
 

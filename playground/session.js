@@ -276,7 +276,7 @@ export class Session {
     for (const s of out.settle) {
       const rec = this.byEntry.get(String(s.entry));
       rec.state = { kind: 'settled', reason: s.reason };
-      rec.message = this.sched.explain(rec.label, s.reason);
+      rec.message = s.message;
       rec.settledAt = this.now;
       this.#log('settle', explain(statusOf(rec)), rec);
     }
@@ -321,6 +321,7 @@ export class Session {
       rec.state = status.state;
       rec.wait = status.wait ?? null;
       rec.why = status.why ?? null;
+      // A response the host made (a rejection): the step reported no settlement, so no sentence.
       if (status.state.kind === 'settled' && !rec.message) rec.message = this.sched.explain(rec.label, status.state.reason);
       rec.key = status.key;
     }

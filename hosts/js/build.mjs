@@ -12,7 +12,7 @@
 // (1.35 reads `process.env.JCO_DEBUG` several times per call and keeps async-task bookkeeping
 // this WIT does not use). Patches, each guarded: the build fails when its pattern is gone, so a
 // jco change cannot silently undo it.
-// 1. `list<u64>` / `list<u32>` results are copied with `new T(memory.buffer.slice(...))`
+// 1. `list<u64>` / `list<u32>` results (admission's tickets) are copied with `new T(memory.buffer.slice(...))`
 //    (ArrayBuffer.prototype.slice on wasm memory costs 0.6-2 us); a typed-array slice of a view
 //    costs 60-230 ns and yields the same fresh array.
 // 2. The fallback loader builds the asset URL from a template (`new URL(`./${name}`, ...)`),
@@ -20,7 +20,7 @@
 //    resolve; the package always passes its own loader with literal URLs (src/core-files.ts),
 //    so the fallback is removed.
 // 3. (jco >= 1.13) `_debugLog` reading `process.env` on every call is made to read it once.
-// 4. Empty lists are lowered without calling the guest's allocator (see below).
+// 4. Empty lists of records are lowered without calling the guest's allocator (see below).
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -74,16 +74,15 @@ const slices = glue.match(slice)?.length ?? 0;
 if (slices === 0) fail('patch 1: no `new T(memoryN.buffer.slice(ptr, ptr + len * size))` in jco\'s glue; check the lifting of list results and update the patch');
 glue = glue.replace(slice, 'new $1($2.buffer, $3, $4).slice()');
 
-// Patch 4: an empty list is lowered without a call to the guest's allocator and without two
-// typed-array views (half the cost of a `step` with empty lists). The pointer is the alignment,
-// non-null and aligned, as the canonical ABI allows for an empty list (jco lowers an empty
-// string the same way, as pointer 1).
-const lowerList = /var (ptr\d+) = realloc0\(0, 0, (\d+), (len\d+) \* (\d+)\);\n(\s*)var (src\d+) = new Uint8Array\((val\d+)\.buffer, \7\.byteOffset, \3 \* \4\);\n\s*\(new Uint8Array\(memory0\.buffer, \1, \3 \* \4\)\)\.set\(\6\);/g;
-const lowered = glue.match(lowerList)?.length ?? 0;
-if (lowered === 0) fail('patch 4: no typed list lowering (`realloc0(...)`, `new Uint8Array(valN.buffer, ...)`) in jco\'s glue; check the lowering of list<u64> / list<u32> and update the patch');
-glue = glue.replace(lowerList, (_, ptr, align, len, size, indent, _src, val) =>
-  `var ${ptr} = ${align};\n${indent}if (${len}) {\n${indent}  ${ptr} = realloc0(0, 0, ${align}, ${len} * ${size});\n${indent}  (new Uint8Array(memory0.buffer, ${ptr}, ${len} * ${size})).set(new Uint8Array(${val}.buffer, ${val}.byteOffset, ${len} * ${size}));\n${indent}}`);
+// Patch 4: an empty list of records (`submit-batch`'s calls, `on-ended`'s ends, `on-events`'s
+// events, a saved state's lists) is lowered without a call to the guest's allocator: most
+// rounds send no events or no ends. The pointer is the alignment, non-null and aligned, as the
+// canonical ABI allows for an empty list (jco lowers an empty string the same way, as pointer
+// 1). (Since WIT 0.3 no export takes a `list<u64>` / `list<u32>`, whose typed-array lowering this
+// patch also covered; that part is gone with them.)
 const lowerRecords = /var (result\d+) = realloc0\(0, 0, (\d+), (len\d+) \* (\d+)\);/g;
+const lowered = glue.match(lowerRecords)?.length ?? 0;
+if (lowered === 0) fail('patch 4: no list-of-records lowering (`var resultN = realloc0(0, 0, align, lenN * size);`) in jco\'s glue; check the lowering of list<call> / list<event> and update the patch');
 glue = glue.replace(lowerRecords, (_, result, align, len, size) => `var ${result} = ${len} ? realloc0(0, 0, ${align}, ${len} * ${size}) : ${align};`);
 
 // Patch 2: no template-built asset URL.

@@ -5,10 +5,24 @@
 import type * as wc from './component/interfaces/turnstile-scheduler-config.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import type { Diagnostic, EntryState, EntryStatus, Reason, SavedEntryState, SavedState, Settled, Started, StepOutputs, ToolPolicy, Unrestored, Wait } from './types.js';
+import type { RawOutputs } from './scheduler.js';
 import { array, boolean, oneOf, record, string, u32, u64 } from './validate.js';
 
 export const diagnostics = (list: wc.Diagnostic[]): Diagnostic[] => list;
-export const toolPolicy = (p: wc.ToolPolicy): ToolPolicy => p;
+/** The limit of a key that is unbounded but spaced (or capped), as `ToolPolicy` spells it: the
+ * component's `none`. */
+export const UNBOUNDED = 4294967295;
+
+export function toolPolicy(p: wc.ToolPolicy): ToolPolicy {
+  const c = p.concurrency;
+  if (c === undefined) return { name: p.name, fanOut: p.fanOut, onError: p.onError };
+  return {
+    name: p.name,
+    concurrency: { key: c.key, limit: c.limit ?? UNBOUNDED, delayMs: c.delayMs, retries: c.retries, arguments: c.arguments, shared: c.shared },
+    fanOut: p.fanOut,
+    onError: p.onError,
+  };
+}
 export const unrestored = (list: ws.Unrestored[]): Unrestored[] => list;
 
 export function reason(r: ws.Reason): Reason {
@@ -50,9 +64,9 @@ export function reasonIn(value: unknown, name: string): ws.Reason {
 /** A time the component reported (u64 milliseconds) as a JS number. */
 const ms = (t: bigint): number => Number(t);
 
-export function outputs(out: ws.Outputs): StepOutputs {
+export function outputs(out: RawOutputs): StepOutputs {
   const settle: Settled[] = new Array(out.settle.length);
-  for (let i = 0; i < settle.length; i++) settle[i] = { entry: out.settle[i].entry, reason: reason(out.settle[i].reason) };
+  for (let i = 0; i < settle.length; i++) settle[i] = { entry: out.settle[i].entry, reason: reason(out.settle[i].reason), message: out.settle[i].message };
   const result: StepOutputs = { start: out.start, settle, errors: out.errors, retired: out.retired, acquire: out.acquire, release: out.release };
   if (out.wakeAt !== undefined) result.wakeAt = ms(out.wakeAt);
   return result;

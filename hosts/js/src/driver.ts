@@ -39,7 +39,7 @@
 import { DisposedError, RateLimitedError, RefusedInputError, TurnstileError } from './errors.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import * as convert from './convert.js';
-import { Scheduler, Submitted, type CallInput, type ResumeOptions } from './scheduler.js';
+import { Scheduler, Submitted, type CallInput, type RawNotRun, type RawOutputs, type RawRetry, type ResumeOptions } from './scheduler.js';
 import type { Policy } from './turnstile.js';
 import type { EntryStatus, InputKind, Reason, SavedCall, SavedState, Unrestored } from './types.js';
 import { DELAY_MS_MAX, LIMIT_MAX } from './shared/contract.js';
@@ -181,7 +181,7 @@ function words(list: BigUint64Array): Uint32Array {
 /** The inputs of the next `step`. */
 class Pending {
   readonly approve = new NumberList();
-  readonly settle: ws.HostSettlement[] = [];
+  readonly settle: RawNotRun[] = [];
   readonly settleOwners: Batch[] = [];
   readonly ask = new NumberList();
   readonly answer = new NumberList();
@@ -190,7 +190,7 @@ class Pending {
   readonly cancel = new NumberList();
   readonly granted = new NumberList();
   readonly denied = new NumberList();
-  readonly retry: ws.RetryAfter[] = [];
+  readonly retry: RawRetry[] = [];
   readonly retryOwners: Batch[] = [];
   readonly pause: ws.KeyPause[] = [];
   /** Settles each `Driver.pause` once its step ran. */
@@ -594,7 +594,7 @@ export class Driver {
     this.#fail(batch, error);
   }
 
-  #settle(batch: Batch, offset: number, how: ws.HostSettle): void {
+  #settle(batch: Batch, offset: number, how: ws.NotRun): void {
     this.#record(batch, offset, this.#settled(BigInt(batch.first + offset), batch.label(offset), { kind: how }, { tag: how }));
     if (this.#disposed) return;
     this.#pending.settle.push({ entry: BigInt(batch.first + offset), how });
@@ -750,23 +750,19 @@ export class Driver {
 
   // --- shared keys ------------------------------------------------------------------------
 
-  /** Asks the store for the entry's permit (the scheduler listed it in `acquire`). */
-  #acquire(batch: Batch, offset: number, keysOf: Map<Batch, EntryStatus[] | undefined>): void {
+  /** Asks the store for the entry's permit (the scheduler listed it in `acquire`, with the key
+   * its arguments made, the key's limit and its delay). */
+  #acquire(batch: Batch, offset: number, terms: ws.PermitRequest): void {
     const entry = batch.first + offset;
-    const tool = this.scheduler.sharedTools?.get(batch.submitted.calls[batch.submitted.at(offset).index].tool);
-    let key = tool?.key ?? '';
-    if (tool?.template) {
-      // The key its arguments made: the scheduler's (one `inspect` per batch and step).
-      if (!keysOf.has(batch)) keysOf.set(batch, this.scheduler.inspect(batch.submitted.batch));
-      key = keysOf.get(batch)?.[offset]?.key ?? key;
-    }
+    const key = terms.key;
     const hold = new Hold(key);
     this.#holds.set(entry, hold);
     let request: Promise<SharedPermit>;
     try {
-      if (!tool || !this.sharedKeys) throw new TypeError(`turnstile driver: ${batch.label(offset)} has no shared key to acquire (a bug)`);
-      // A key written `limit = 0` with a delay is unbounded but spaced: the store's largest limit.
-      request = this.sharedKeys.acquire(key, { limit: Math.min(tool.limit, LIMIT_MAX), delayMs: Math.min(tool.delayMs, DELAY_MS_MAX), signal: hold.controller.signal });
+      if (!this.sharedKeys) throw new TypeError(`turnstile driver: ${batch.label(offset)} has no shared key to acquire (a bug)`);
+      // A key written `limit = 0` with a delay is unbounded but spaced (no limit): the store's
+      // largest limit.
+      request = this.sharedKeys.acquire(key, { limit: Math.min(terms.limit ?? LIMIT_MAX, LIMIT_MAX), delayMs: Math.min(terms.delayMs, DELAY_MS_MAX), signal: hold.controller.signal });
     } catch (error) {
       request = Promise.reject(error);
     }
@@ -890,7 +886,7 @@ export class Driver {
   }
 
   #dispatch(p: Pending): void {
-    let out: ws.Outputs;
+    let out: RawOutputs;
     try {
       out = this.scheduler.stepRaw({
         approve: p.approve.view(),
@@ -933,7 +929,8 @@ export class Driver {
     for (const s of out.settle) {
       const offset = Number(s.entry);
       const batch = this.#find(offset);
-      if (batch) this.#record(batch, offset - batch.first, this.#settled(s.entry, batch.label(offset - batch.first), convert.reason(s.reason), s.reason));
+      // The scheduler's settlement carries its sentence: no `explain` crossing.
+      if (batch) this.#record(batch, offset - batch.first, { entry: s.entry, label: batch.label(offset - batch.first), status: 'settled', reason: convert.reason(s.reason), message: s.message });
     }
     const release = out.release;
     if (release.length) {
@@ -958,15 +955,11 @@ export class Driver {
       this.#fail(batch, new RefusedInputError(e, p.target(e.input, e.index)));
     }
     for (const done of p.pauseDone) done();
-    const acquire = out.acquire;
-    if (acquire.length) {
-      const w = words(acquire);
-      const keysOf = new Map<Batch, EntryStatus[] | undefined>();
-      for (let i = 0; i < acquire.length; i++) {
-        const entry = w[i << 1] + w[(i << 1) + 1] * TWO_32;
-        const batch = this.#find(entry);
-        if (batch) this.#acquire(batch, entry - batch.first, keysOf);
-      }
+    const requests = out.requests;
+    for (let i = 0; i < requests.length; i++) {
+      const entry = Number(requests[i].entry);
+      const batch = this.#find(entry);
+      if (batch) this.#acquire(batch, entry - batch.first, requests[i]);
     }
     const start = out.start;
     if (start.length) {

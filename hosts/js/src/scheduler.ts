@@ -1,12 +1,21 @@
 // The scheduler: `submit` a batch, then feed every driver round to `step`. Every argument is
 // checked before it crosses (see `validate.ts`); refused calls throw typed errors and change
 // nothing; a refused `step` input is data (`errors`), and every other input applies.
+//
+// The component's verbs (WIT `turnstile:scheduler@0.3.0`) are `submit-batch`, `on-events`,
+// `on-ended` and `next-releases`; the package's `step` is one round over them (see `stepRaw`):
+// its inputs cross in the order of the old `step` (approvals, host settlements, grants,
+// denials, questions asked and answered as `on-events`; ends ok, failed and rate-limited as
+// `on-ended`; cancellations and pauses as `on-events`), consecutive inputs of one verb in one
+// crossing, then `next-releases(now)`. The component names a refused input by what it was about
+// (an entry, a batch, a key, the clock); the package maps it back to the input's list and
+// position, which it can because it built the lists (see `Round`).
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import * as convert from './convert.js';
 import { ResumeError, SubmitError } from './errors.js';
 import { Held, type Instance } from './instance.js';
 import type { Policy } from './turnstile.js';
-import type { EntryStatus, Reason, SavedState, Started, StepInputs, StepOutputs, Unrestored } from './types.js';
+import type { EntryStatus, InputError, InputKind, Reason, SavedState, Started, StepInputs, StepOutputs, Unrestored } from './types.js';
 import { array, fail, numbers, oneOf, record, string, time, u32, u64 } from './validate.js';
 
 /** A call as the model wrote it: `operations` for a fan-out envelope of that many operations
@@ -28,7 +37,8 @@ export interface CallInput {
  * `[call index, JSON text]` pairs, added to those the calls' `args` make. The text crosses as
  * given (every field of it, however long: above 65536 bytes the batch is refused with
  * `too-large`; `args` sends only the fields a template names). An index of no call, or of a
- * call named twice (here, or here and by its `args`), is refused with `invalid-arguments`. */
+ * call named twice (here, or here and by its `args`), is refused with `invalid-arguments` (the
+ * package's own check: the component takes each call's arguments on the call). */
 export interface SubmitOptions {
   arguments?: readonly (readonly [number, string])[];
 }
@@ -75,7 +85,8 @@ function templatesOf(policy: Policy): Map<string, readonly string[]> | undefined
   return out;
 }
 
-/** A shared key as one tool declares it: its key (a template when `template`), limit and delay. */
+/** A shared key as one tool declares it: its key (a template when `template`), limit (4294967295
+ * for an unbounded but spaced key, as `ToolPolicy` spells it) and delay. */
 export interface SharedTool {
   readonly key: string;
   readonly limit: number;
@@ -209,7 +220,7 @@ export class Submitted {
 const HOW = ['rejected', 'skipped', 'failed'] as const;
 const STEP_FIELDS = ['approve', 'settle', 'ask', 'answer', 'ok', 'failed', 'cancel', 'now', 'retry', 'pause', 'granted', 'denied'] as const;
 
-function retries(value: unknown): ws.RetryAfter[] {
+function retries(value: unknown): RawRetry[] {
   if (value === undefined) return [];
   return array(value, 'inputs.retry').map((v, i) => {
     const r = record(v, `inputs.retry[${i}]`, ['entry', 'until']);
@@ -225,12 +236,286 @@ function pauses(value: unknown): ws.KeyPause[] {
   });
 }
 
-function settlements(value: unknown): ws.HostSettlement[] {
+function settlements(value: unknown): RawNotRun[] {
   if (value === undefined) return [];
   return array(value, 'inputs.settle').map((v, i) => {
     const s = record(v, `inputs.settle[${i}]`, ['entry', 'how']);
     return { entry: u64(s.entry, `inputs.settle[${i}].entry`), how: oneOf(s.how, `inputs.settle[${i}].how`, HOW) };
   });
+}
+
+
+/** @internal A host settlement as it crosses (`not-run`). */
+export interface RawNotRun {
+  entry: bigint;
+  how: ws.NotRun;
+}
+
+/** @internal An execution that hit a rate limit, and when it may run again. */
+export interface RawRetry {
+  entry: bigint;
+  until: bigint;
+}
+
+/** @internal The inputs of one package `step`, checked: the old WIT `inputs` record, which the
+ * driver builds (`Scheduler.stepRaw`). */
+export interface RawInputs {
+  approve: BigUint64Array;
+  settle: readonly RawNotRun[];
+  ask: BigUint64Array;
+  answer: BigUint64Array;
+  ok: BigUint64Array;
+  failed: BigUint64Array;
+  cancel: BigUint64Array;
+  now: bigint | undefined;
+  retry: readonly RawRetry[];
+  pause: readonly ws.KeyPause[];
+  granted: BigUint64Array;
+  denied: BigUint64Array;
+}
+
+/** @internal An entry the scheduler settled, with the component's sentence for it. */
+export interface RawSettled {
+  entry: bigint;
+  reason: ws.Reason;
+  message: string;
+}
+
+/** @internal What one package `step` decided, before conversion: the actions of
+ * `next-releases` sorted into lists by kind (each in the component's order), and the refused
+ * inputs with their list and position. `requests` are the `acquire` actions themselves (key,
+ * limit, delay), in the order of `acquire`. */
+export interface RawOutputs {
+  start: BigUint64Array;
+  settle: RawSettled[];
+  errors: InputError[];
+  retired: BigUint64Array;
+  wakeAt: bigint | undefined;
+  acquire: BigUint64Array;
+  requests: ws.PermitRequest[];
+  release: BigUint64Array;
+}
+
+const ENTRY = 0;
+const BATCH = 1;
+const KEY = 2;
+type Subject = typeof ENTRY | typeof BATCH | typeof KEY;
+
+/** The inputs of one package `step` on their way across, a crossing at a time, and the refusals
+ * mapped back to the package's (list, position).
+ *
+ * The component names a refused input by what it was about, not by its position, and returns
+ * the refusals of one crossing in input order. Within one crossing each subject (an entry, a
+ * batch, a key) appears in one run of adjacent identical inputs at most: an input about a
+ * subject already in the crossing starts a new crossing, unless it is identical (same list,
+ * same payload) to the input just before it. Then each refusal belongs to exactly one input:
+ * the refusals about a subject are its run's, and of a run of n identical inputs with k refused,
+ * the refused are the last k (a refused input changed nothing, so the identical input after it
+ * is refused too; the inputs before the first refused one applied). So `[r1, r1]` in `approve`
+ * crosses once and its refusal is the second's, while `ask: [e], answer: [e]` crosses twice. */
+class Round {
+  readonly #raw: ws.Scheduler;
+  readonly errors: InputError[] = [];
+  #ended = false;
+  #items: (ws.Event | ws.Ended)[] = [];
+  #kinds: InputKind[] = [];
+  #indexes: number[] = [];
+  #subjects: Subject[] = [];
+  #values: (bigint | string)[] = [];
+  /** The payload that tells identical inputs on one subject apart (a `how`, an `until`). */
+  #payloads: (bigint | string | undefined)[] = [];
+  /** Whether the input continues the run of the one before it. */
+  #continues: boolean[] = [];
+  readonly #entries = new Set<bigint>();
+  readonly #batches = new Set<bigint>();
+  readonly #keys = new Set<string>();
+  /** Crossings made (`on-events` and `on-ended`). */
+  crossings = 0;
+
+  constructor(raw: ws.Scheduler) {
+    this.#raw = raw;
+  }
+
+  add(ended: boolean, kind: InputKind, index: number, item: ws.Event | ws.Ended, subject: Subject, value: bigint | string, payload?: bigint | string): void {
+    let n = this.#items.length;
+    if (n && ended !== this.#ended) {
+      this.flush();
+      n = 0;
+    }
+    this.#ended = ended;
+    const seen = subject === ENTRY ? this.#entries : subject === BATCH ? this.#batches : this.#keys;
+    let continues = false;
+    if ((seen as Set<bigint | string>).has(value)) {
+      const last = n - 1;
+      if (this.#kinds[last] === kind && this.#subjects[last] === subject && this.#values[last] === value && this.#payloads[last] === payload) continues = true;
+      else {
+        this.flush();
+        n = 0;
+      }
+    }
+    if (!continues) (seen as Set<bigint | string>).add(value);
+    this.#items.push(item);
+    this.#kinds.push(kind);
+    this.#indexes.push(index);
+    this.#subjects.push(subject);
+    this.#values.push(value);
+    this.#payloads.push(payload);
+    this.#continues.push(continues);
+  }
+
+  /** Sends what is gathered in one crossing and maps its refusals. */
+  flush(): void {
+    const n = this.#items.length;
+    if (!n) return;
+    const raw = this.#raw;
+    const items = this.#items;
+    this.crossings++;
+    const refusals = this.#ended ? raw.onEnded(items as ws.Ended[]) : raw.onEvents(items as ws.Event[]);
+    if (refusals.length) this.#map(refusals);
+    this.#items = [];
+    this.#kinds.length = this.#indexes.length = this.#subjects.length = this.#values.length = this.#payloads.length = this.#continues.length = 0;
+    this.#entries.clear();
+    this.#batches.clear();
+    this.#keys.clear();
+  }
+
+  #map(refusals: ws.Refusal[]): void {
+    const n = this.#items.length;
+    let r = 0;
+    for (let i = 0; i < n && r < refusals.length; ) {
+      let j = i + 1;
+      while (j < n && this.#continues[j]) j++;
+      const subject = this.#subjects[i];
+      const value = this.#values[i];
+      let k = 0;
+      while (k < j - i && r + k < refusals.length && about(refusals[r + k].about, subject, value)) k++;
+      for (let t = j - k; t < j; t++) {
+        const refusal = refusals[r++];
+        this.errors.push({ input: this.#kinds[t], index: this.#indexes[t], code: refusal.code, message: refusal.message });
+      }
+      i = j;
+    }
+    if (r < refusals.length) {
+      const rest = refusals.slice(r).map((x) => `${x.about.tag} ${x.about.val} ${x.code}`);
+      throw new Error(`turnstile: the component refused inputs the package cannot place (${rest.join(', ')}; a bug)`);
+    }
+  }
+}
+
+function about(a: ws.About, subject: Subject, value: bigint | string): boolean {
+  switch (a.tag) {
+    case 'entry':
+      return subject === ENTRY && a.val === value;
+    case 'batch':
+      return subject === BATCH && a.val === value;
+    case 'key':
+      return subject === KEY && a.val === value;
+    default:
+      return false;
+  }
+}
+
+const OK: ws.End = { tag: 'ok' };
+const FAILED: ws.End = { tag: 'failed' };
+
+function entryEvents(round: Round, kind: 'approve' | 'ask' | 'answer' | 'granted' | 'denied', list: BigUint64Array): void {
+  for (let i = 0; i < list.length; i++) {
+    const entry = list[i];
+    round.add(false, kind, i, { tag: kind, val: entry }, ENTRY, entry);
+  }
+}
+
+function ends(round: Round, kind: 'ok' | 'failed', list: BigUint64Array): void {
+  const end = kind === 'ok' ? OK : FAILED;
+  for (let i = 0; i < list.length; i++) {
+    const entry = list[i];
+    round.add(true, kind, i, { entry, end }, ENTRY, entry);
+  }
+}
+
+/** One package `step` over the component's verbs (see `Round`); `crossings` counts the calls
+ * into the component, `next-releases` included. @internal */
+export function stepOn(raw: ws.Scheduler, inputs: RawInputs): RawOutputs & { crossings: number } {
+  const round = new Round(raw);
+  entryEvents(round, 'approve', inputs.approve);
+  const settle = inputs.settle;
+  for (let i = 0; i < settle.length; i++) {
+    const { entry, how } = settle[i];
+    round.add(false, 'settle', i, { tag: 'not-run', val: [entry, how] }, ENTRY, entry, how);
+  }
+  entryEvents(round, 'granted', inputs.granted);
+  entryEvents(round, 'denied', inputs.denied);
+  entryEvents(round, 'ask', inputs.ask);
+  entryEvents(round, 'answer', inputs.answer);
+  ends(round, 'ok', inputs.ok);
+  ends(round, 'failed', inputs.failed);
+  const retry = inputs.retry;
+  for (let i = 0; i < retry.length; i++) {
+    const { entry, until } = retry[i];
+    round.add(true, 'retry', i, { entry, end: { tag: 'rate-limited', val: until } }, ENTRY, entry, until);
+  }
+  const cancel = inputs.cancel;
+  for (let i = 0; i < cancel.length; i++) round.add(false, 'cancel', i, { tag: 'cancel', val: cancel[i] }, BATCH, cancel[i]);
+  const pause = inputs.pause;
+  for (let i = 0; i < pause.length; i++) {
+    const p = pause[i];
+    round.add(false, 'pause', i, { tag: 'pause', val: { key: p.key, until: p.until } }, KEY, p.key, p.until);
+  }
+  round.flush();
+  const releases = raw.nextReleases(inputs.now);
+  return { ...releasesOut(releases, round.errors), crossings: round.crossings + 1 };
+}
+
+/** The actions of `next-releases` sorted into lists by kind. */
+function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutputs {
+  const actions = releases.actions;
+  let starts = 0;
+  let releasing = 0;
+  let retiring = 0;
+  const settle: RawSettled[] = [];
+  const requests: ws.PermitRequest[] = [];
+  let errors = inputErrors;
+  for (let i = 0; i < actions.length; i++) {
+    const a = actions[i];
+    switch (a.tag) {
+      case 'start':
+        starts++;
+        break;
+      case 'release':
+        releasing++;
+        break;
+      case 'retired':
+        retiring++;
+        break;
+      case 'settled':
+        settle.push(a.val);
+        break;
+      case 'acquire':
+        requests.push(a.val);
+        break;
+      case 'refused':
+        // The clock, applied first by the old `step`: its refusal comes first.
+        errors = [{ input: 'now', index: 0, code: a.val.code, message: a.val.message }, ...errors];
+        break;
+    }
+  }
+  const start = starts ? new BigUint64Array(starts) : new BigUint64Array(0);
+  const release = releasing ? new BigUint64Array(releasing) : new BigUint64Array(0);
+  const retired = retiring ? new BigUint64Array(retiring) : new BigUint64Array(0);
+  const acquire = requests.length ? new BigUint64Array(requests.length) : new BigUint64Array(0);
+  for (let i = 0; i < requests.length; i++) acquire[i] = requests[i].entry;
+  let s = 0;
+  let r = 0;
+  let t = 0;
+  if (starts || releasing || retiring) {
+    for (let i = 0; i < actions.length; i++) {
+      const a = actions[i];
+      if (a.tag === 'start') start[s++] = a.val;
+      else if (a.tag === 'release') release[r++] = a.val.entry;
+      else if (a.tag === 'retired') retired[t++] = a.val;
+    }
+  }
+  return { start, settle, errors, retired, wakeAt: releases.wakeAt, acquire, requests, release };
 }
 
 /** The scheduler: `submit` a batch, then feed every driver round to `step`. Batches, keys and
@@ -283,9 +568,7 @@ export class Scheduler {
     const raw = options === undefined ? undefined : record(options, 'options', ['arguments']).arguments;
     const args: [number, string][] = raw === undefined ? [] : rawArguments(raw);
     const templates = this.#templates;
-    const operations = new Uint32Array(calls.length);
-    let ids = '';
-    let tools = '';
+    const wire: ws.Call[] = new Array(calls.length);
     let fansOut = false;
     for (let i = 0; i < calls.length; i++) {
       // Checked inline: a parameter name is only built for an error (this loop is per call).
@@ -295,19 +578,21 @@ export class Scheduler {
       const tool = call.tool;
       if (typeof id !== 'string') fail(`calls[${i}].id`, 'a string', id);
       if (typeof tool !== 'string') fail(`calls[${i}].tool`, 'a string', tool);
-      // The ids and tools cross as two newline-joined strings, which cannot carry a newline or
-      // tell one empty line from none: such a call is refused here with the guest's code.
+      // The package's rule since ids and tools crossed newline-joined (kept so that every host
+      // refuses the same names): no empty name, and no newline in an id or a tool name.
       if (id === '' || tool === '' || id.includes('\n') || tool.includes('\n')) {
         throw new SubmitError('invalid-id', `call ${i + 1}: call ids and tool names are 1 to 256 bytes without a newline`);
       }
+      const c: ws.Call = { id, tool };
       if (call.operations !== undefined) {
         fansOut = true;
         const n = u32(call.operations, `calls[${i}].operations`);
-        // `0` on the wire is a plain call, so an envelope of no operations is refused here with
-        // the code the scheduler would give it.
+        // An envelope of no operations has nothing to schedule (the component refuses it with
+        // the same code; refused here, with the package's message, before anything crosses).
         if (n === 0) throw new SubmitError('invalid-operations', `call ${JSON.stringify(id)}: a fan-out call has at least 1 operation, got 0`);
-        operations[i] = n;
+        c.operations = n;
       }
+      wire[i] = c;
       if (templates !== undefined && call.args !== undefined) {
         const names = templates.get(tool);
         if (names !== undefined) {
@@ -315,23 +600,26 @@ export class Scheduler {
           if (text !== undefined) args.push([i, text]);
         }
       }
-      if (i) {
-        ids += '\n';
-        tools += '\n';
-      }
-      ids += id;
-      tools += tool;
+    }
+    // Each call's arguments go on the call: a pair naming no call, or a call named twice (by two
+    // pairs, or by a pair and its `args`), is refused before anything crosses.
+    for (const [index, text] of args) {
+      const c = wire[index];
+      if (c === undefined) throw new SubmitError('invalid-arguments', `arguments for call ${index}, but the batch has ${calls.length} calls`);
+      if (c.arguments !== undefined) throw new SubmitError('invalid-arguments', `arguments for call ${index} given twice`);
+      c.arguments = text;
     }
     const sched = this.held.get();
     const s = this.held.instance.call(
-      () => sched.submit(ids, tools, operations, args),
+      () => sched.submitBatch(wire),
       (payload) => new SubmitError((payload as ws.SubmitError).code, (payload as ws.SubmitError).message),
     );
     return new Submitted(s.batch, s.first, s.count, calls, !fansOut);
   }
 
   /** One driver round: applies every input, each on its own, and says what to do. A refused input
-   * is listed in `errors` (its list, position and code) and changed nothing. */
+   * is listed in `errors` (its list, position and code) and changed nothing. Settled entries
+   * carry the component's sentence (`message`). */
   step(inputs: StepInputs = {}): StepOutputs {
     const i = record(inputs, 'inputs', STEP_FIELDS);
     return convert.outputs(
@@ -352,10 +640,11 @@ export class Scheduler {
     );
   }
 
-  /** @internal `step` with inputs already checked and outputs unconverted (the driver's path). */
-  stepRaw(inputs: ws.Inputs): ws.Outputs {
+  /** @internal `step` with inputs already checked and outputs unconverted (the driver's path):
+   * the inputs cross as `on-events` / `on-ended` (see `Round`), then `next-releases(now)`. */
+  stepRaw(inputs: RawInputs): RawOutputs {
     const raw = this.held.get();
-    return this.held.instance.call(() => raw.step(inputs));
+    return this.held.instance.call(() => stepOn(raw, inputs));
   }
 
   /** The label of a live entry (`call` or `call#i`); `undefined` once its batch retired. */

@@ -135,10 +135,12 @@ export interface InputError {
   message: string;
 }
 
-/** An entry the scheduler settled, with why. */
+/** An entry the scheduler settled, with why, and `message`: the component's sentence to show a
+ * user or hand back to the model as the call's result (`"not run: the batch was cancelled"`). */
 export interface Settled {
   entry: bigint;
   reason: Reason;
+  message: string;
 }
 
 /** Inputs of one `step`, every field optional, applied in this field order, each list in
@@ -158,15 +160,17 @@ export interface StepInputs {
   failed?: Numbers;
   /** Batches to cancel: their pending and approved entries are settled as cancelled. */
   cancel?: Numbers;
-  /** The host's clock in milliseconds, monotonic (applied first; the scheduler never reads a
-   * clock). Give it on every step when keys have a `delay` or may pause. */
-  now?: number;
+  /** The host's clock in milliseconds, monotonic (the scheduler never reads a clock). It moves
+   * after the step's inputs applied, as the step releases work: an input is judged by the clock
+   * as last given. A refused one is reported first in `errors`, as `now`. Give it on every step when keys have a `delay` or may
+   * pause. A bigint reaches past 2^53 (any `u64`). */
+  now?: number | bigint;
   /** Executions that hit a rate limit, with the time (ms, the same clock) they may run again:
    * each frees its slot, pauses its key until then and goes back to its place in line; past
    * its key's `retries` it is settled `rate-limited`. */
-  retry?: readonly { entry: bigint; until: number }[];
+  retry?: readonly { entry: bigint; until: number | bigint }[];
   /** Keys to pause until a time (a pause only ever extends), by name. */
-  pause?: readonly { key: string; until: number }[];
+  pause?: readonly { key: string; until: number | bigint }[];
   /** Entries of shared keys whose permit the store granted (each was in `acquire`); they start
    * in written order. Applied after `settle`. */
   granted?: Numbers;
@@ -282,7 +286,8 @@ export interface Unrestored {
 
 /** Why `submit` refused a batch: `too-large` is above a limit (calls per batch, operations per
  * call, live entries, or 65536 bytes of one call's arguments); `invalid-arguments` is an
- * `arguments` item that names no call of the batch, or a call twice. */
+ * `arguments` item that names no call of the batch, or a call twice (the package's own check:
+ * the component's `submit-error-code` has no such code since 0.3). */
 export type SubmitErrorCode = 'empty-batch' | 'invalid-id' | 'duplicate-id' | 'not-fan-out' | 'invalid-operations' | 'too-large' | 'invalid-arguments';
 export type ResumeErrorCode = 'unsupported-version' | 'too-large';
 

@@ -40,9 +40,13 @@ export function millis(value: unknown, name: string): number {
   return value;
 }
 
-/** A time on the host's clock in milliseconds (`now`, `until`): a non-negative safe integer, as
- * the component's `u64`. */
+/** A time on the host's clock in milliseconds (`now`, `until`): a non-negative safe integer, or
+ * a bigint for the whole range of the component's `u64`. */
 export function time(value: unknown, name: string): bigint {
+  if (typeof value === 'bigint') {
+    if (value < 0n || value > U64_MAX) throw new RangeError(`${name} must be a number of milliseconds in 0 ..= 2^64 - 1, got ${value}`);
+    return value;
+  }
   if (typeof value !== 'number') fail(name, 'a number of milliseconds', value);
   if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be an integer number of milliseconds in 0 ..= 2^53 - 1, got ${value}`);
   return BigInt(value);

@@ -125,7 +125,9 @@ test('host settlements, cancellation and stop are reported with their reasons', 
   let out = sched.step({ approve: [d0, d1, d2, x], settle: [{ entry: y, how: 'rejected' }] });
   assert.deepEqual([...out.start], [d0, x]);
   out = sched.step({ failed: [d0] });
-  assert.deepEqual(out.settle, [{ entry: d1, reason: { kind: 'stopped', after: 1 } }, { entry: d2, reason: { kind: 'stopped', after: 1 } }]);
+  assert.deepEqual(out.settle.map(({ entry, reason }) => ({ entry, reason })), [{ entry: d1, reason: { kind: 'stopped', after: 1 } }, { entry: d2, reason: { kind: 'stopped', after: 1 } }]);
+  // Each settlement carries the component's sentence, the one `explain` gives.
+  assert.deepEqual(out.settle.map((s) => s.message), [sched.explain('d#1', out.settle[0].reason), sched.explain('d#2', out.settle[1].reason)]);
   out = sched.step({ cancel: [b.batch] });
   assert.deepEqual(out.settle, []);
   assert.deepEqual(sched.step({ cancel: [b.batch] }).errors.map((e) => e.code), ['batch-cancelled']);
@@ -201,7 +203,8 @@ test('unfinished and resume: numbers survive; started entries run again or are i
 
   const interrupted = Scheduler.resume(policy, state, { started: 'interrupt' });
   const out = interrupted.scheduler.step();
-  assert.deepEqual(out.settle, [{ entry: n1, reason: { kind: 'interrupted' } }, { entry: r1, reason: { kind: 'interrupted' } }]);
+  assert.deepEqual(out.settle.map(({ entry, reason }) => ({ entry, reason })), [{ entry: n1, reason: { kind: 'interrupted' } }, { entry: r1, reason: { kind: 'interrupted' } }]);
+  assert.deepEqual(out.settle.map((s) => s.message), [interrupted.scheduler.explain('n1', { kind: 'interrupted' }), interrupted.scheduler.explain('r#1', { kind: 'interrupted' })]);
   // A fresh batch on a resumed scheduler never reuses a number.
   const later = interrupted.scheduler.submit([{ id: 'z', tool: 'read' }]);
   assert.ok(later.first >= state.nextEntry && later.batch >= state.nextBatch);
