@@ -81,9 +81,10 @@ def sent(sched: Scheduler) -> list[list[tuple[int, str]]]:
     crossed: list[list[tuple[int, str]]] = []
     submit = sched._submit
 
-    def recording(resource: Any, ids: str, tools: str, operations: list[int], arguments: list[tuple[int, str]]) -> Any:
-        crossed.append(list(arguments))
-        return submit(resource, ids, tools, operations, arguments)
+    def recording(resource: Any, calls: list[Any]) -> Any:
+        # Each call crosses as a WIT `call` record; `(index, text)` for those with arguments.
+        crossed.append([(i, c.arguments) for i, c in enumerate(calls) if c.arguments is not None])
+        return submit(resource, calls)
 
     sched._submit = recording  # type: ignore[method-assign]
     return crossed
@@ -258,13 +259,20 @@ def test_only_the_named_fields_cross_and_only_for_templated_tools() -> None:
     ]
 
 
-def test_the_component_refuses_arguments_for_no_call_with_a_typed_code() -> None:
-    # The package never sends these; the code still lifts to its enum member.
+def test_the_component_refuses_what_the_package_never_sends_with_a_typed_code() -> None:
+    # The package never sends these (it refuses them itself); the codes still lift to their
+    # enum members. Since the 0.3 interface each call carries its own arguments, so there is
+    # no `invalid-arguments` to provoke.
+    from turnstile_scheduler.scheduler import _CallRecord
+
     s = Scheduler(policy())
-    for arguments in ([(5, "{}")], [(0, "{}"), (0, "{}")]):
-        result = s._submit(s._resource, "a", "fs_write", [0], arguments)
+    for call, code in (
+        (_CallRecord("a", "api", 0, None), SubmitErrorCode.INVALID_OPERATIONS),
+        (_CallRecord("a\nb", "fs_write", None, '{"path":"a"}'), SubmitErrorCode.INVALID_ID),
+    ):
+        result = s._submit(s._resource, [call])
         assert type(result) is not tuple
-        assert SubmitErrorCode(result.payload.code) is SubmitErrorCode.INVALID_ARGUMENTS
+        assert SubmitErrorCode(result.payload.code) is code
     with pytest.raises(SubmitError) as e:
         s.submit([Call("a\nb", "fs_write", arguments={"path": "a"})])
     assert e.value.code is SubmitErrorCode.INVALID_ID

@@ -8,7 +8,7 @@ frameworks that run tools themselves (`await gate.call(tool, call_id, run, *args
 `gate.call_with(tool, call_id, arguments, run, *args)` for a key made from the call's
 arguments); `Admission` admits requests on one shared MCP connection
 (`async with admission.slot("call") as permit:`). `explain(label, reason)` is the component's
-sentence for a settled entry (`EntryOutcome.message` carries it).
+sentence for a settled entry (`EntryOutcome.message` and `Settled.message` carry it).
 
 Every argument is checked before it crosses into the component (TypeError / ValueError naming
 the parameter). A refused call raises a `TurnstileError` subclass with a stable `code`; `step`

@@ -20,11 +20,11 @@ from typing import Any, Callable, Optional
 from wasmtime import Engine, Store, Trap, WasmtimeError
 from wasmtime.component import Component, Linker
 
-from ._fastcall import _BULK, bound_call, lift_submitted, step_call
+from ._fastcall import _BULK, bound_call, lift_submitted
 from .errors import InstanceBrokenError
 
 PACKAGE = "turnstile:scheduler"
-VERSION = "0.2.0"
+VERSION = "0.3.0"
 
 _engine: Optional[Engine] = None
 _component: Optional[Component] = None
@@ -74,16 +74,16 @@ class Instance:
         """Set when the instance trapped; every later call raises it again."""
 
     def submit_func(self) -> Callable[..., Any]:
-        """`scheduler.submit` returning `(batch, first, count)` on success and wasmtime-py's
-        tagged `Variant` on refusal (see `_fastcall.lift_submitted`)."""
-        key = ("scheduler", "[method]scheduler.submit#thin")
+        """`scheduler.submit-batch` returning `(batch, first, count)` on success and
+        wasmtime-py's tagged `Variant` on refusal (see `_fastcall.lift_submitted`)."""
+        key = ("scheduler", "[method]scheduler.submit-batch#thin")
         bound = self._funcs.get(key)
         if bound is None:
-            what = "scheduler.submit"
-            f = self._export("scheduler", "[method]scheduler.submit")
+            what = "scheduler.submit-batch"
+            f = self._export("scheduler", "[method]scheduler.submit-batch")
             bound = bound_call(f, self.store, self, what, lift_submitted) if _BULK else None
             if bound is None:
-                generic = self.func("scheduler", "[method]scheduler.submit")
+                generic = self.func("scheduler", "[method]scheduler.submit-batch")
 
                 def bound(*args: Any) -> Any:
                     r = generic(*args)
@@ -93,8 +93,8 @@ class Instance:
         return bound
 
     def func(self, interface: str, name: str) -> Callable[..., Any]:
-        """The exported function `name` (`[method]scheduler.step`) of `interface` (`scheduler`),
-        bound to this instance's store, raising `InstanceBrokenError` on a trap."""
+        """The exported function `name` (`[method]scheduler.next-releases`) of `interface`
+        (`scheduler`), bound to this instance's store, raising `InstanceBrokenError` on a trap."""
         key = (interface, name)
         bound = self._funcs.get(key)
         if bound is None:
@@ -102,40 +102,6 @@ class Instance:
             bound = bound_call(f, self.store, self, f"{interface}.{name}")
             if bound is None:
                 bound = self._plain(f, f"{interface}.{name}")
-            self._funcs[key] = bound
-        return bound
-
-    def step_func(
-        self,
-    ) -> Callable[[Any, Any], tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[int], list[int]]]:
-        """`scheduler.step` on its thin path (see `_fastcall.step_call`): `(resource, inputs)`
-        to `(start, settle, errors, retired, wake_at, acquire, release)`, with `inputs` an
-        object with the WIT field names (`settle` elements with `entry` and `how`, `retry`
-        with `entry` and `until`, `pause` with `key` and `until`; `now` an int or None;
-        `granted` and `denied` lists of entries)."""
-        key = ("scheduler", "[method]scheduler.step#thin")
-        bound = self._funcs.get(key)
-        if bound is None:
-            what = "scheduler.step"
-            bound = step_call(self._export("scheduler", "[method]scheduler.step"), self.store, self, what)
-            if bound is None:
-                generic = self.func("scheduler", "[method]scheduler.step")
-
-                def bound(
-                    resource: Any, inputs: Any
-                ) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[int], list[int]]:
-                    o = generic(resource, inputs)
-                    # A component before 0.3 has no `wake-at` (and ignores the new inputs).
-                    return (
-                        o.start,
-                        o.settle,
-                        o.errors,
-                        o.retired,
-                        getattr(o, "wake-at", None),
-                        list(getattr(o, "acquire", ())),
-                        list(getattr(o, "release", ())),
-                    )
-
             self._funcs[key] = bound
         return bound
 

@@ -16,6 +16,10 @@ from ._component import Instance, shared_instance
 from .errors import ConfigError, DisposedError
 from .types import Diagnostic, DiagnosticCode, Label, OnError, Span, ToolPolicy
 
+LIMIT_UNBOUNDED = 2**32 - 1
+"""`ToolPolicy.limit` of a key that is unbounded but spaced (`limit = 0` with a delay or a
+retry cap): the component's `none`."""
+
 Source = Union[str, Mapping[str, Any]]
 
 
@@ -178,7 +182,9 @@ def _tool(t: Any) -> ToolPolicy:
     return ToolPolicy(
         name=t.name,
         key=c.key if c is not None else None,
-        limit=c.limit if c is not None else None,
+        # The component says none for an unbounded but spaced (or capped) key; the package's
+        # spelling is the old magic number (see `ToolPolicy`).
+        limit=(LIMIT_UNBOUNDED if c.limit is None else c.limit) if c is not None else None,
         fan_out=getattr(t, "fan-out"),
         on_error=OnError(getattr(t, "on-error")),
         # A component before 0.3 has neither field: no delay, the default cap.

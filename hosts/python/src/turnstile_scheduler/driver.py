@@ -84,7 +84,7 @@ from . import _check
 from .config import Policy
 from .errors import DisposedError, RateLimited, RefusedInputError, SubmitError, TurnstileError
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
-from .scheduler import Scheduler, explain_in, lower_reason, pack_calls
+from .scheduler import Scheduler, build_calls, explain_in, lower_reason
 from .shared import DELAY_MS_MAX, LIMIT_MAX
 from .shared.keys import SharedKeys, SharedPermit
 from .types import (
@@ -367,7 +367,7 @@ class Driver:
         if decide is not None:
             _callable(decide, "decide")
         calls = list(_check.sequence(calls, "calls"))
-        batch, first, _count = self._step_submit(*pack_calls(calls, self.scheduler._templates))
+        batch, first, _count = self._step_submit(build_calls(calls, self.scheduler._templates))
         b = _Batch(self, batch, first, calls, execute)
         self._add(b)
         return await self._drive(b, decide, range(b.count))
@@ -376,7 +376,7 @@ class Driver:
         """For the gate: submits a batch (raising SubmitError at once) whose settled entries are
         reported to `on_settled(index, outcome)` as they are settled; `_drive` runs it."""
         self._check_open()
-        batch, first, _count = self._step_submit(*pack_calls(calls, self.scheduler._templates))
+        batch, first, _count = self._step_submit(build_calls(calls, self.scheduler._templates))
         b = _Batch(self, batch, first, calls, execute)
         b.on_settled = on_settled
         self._add(b)
@@ -632,8 +632,8 @@ class Driver:
 
     # -- the pump --------------------------------------------------------------------------------
 
-    def _step_submit(self, ids: str, tools: str, operations: list[int], arguments: list[tuple[int, str]]) -> tuple[int, int, int]:
-        result = self.scheduler._submit(self._resource, ids, tools, operations, arguments)
+    def _step_submit(self, calls: list[Any]) -> tuple[int, int, int]:
+        result = self.scheduler._submit(self._resource, calls)
         if type(result) is not tuple:
             raise SubmitError(SubmitErrorCode(result.payload.code), result.payload.message)
         return result  # type: ignore[no-any-return]
@@ -780,7 +780,7 @@ class Driver:
                     i = s.entry - b.first
                     reason = _lift_reason(s.reason)
                     error = b.limited.pop(i, None) if reason.kind is ReasonKind.RATE_LIMITED else None
-                    b.settle(i, self._settled(s.entry, b.labels[i], reason, s.reason, error))
+                    b.settle(i, self._settled(s.entry, b.labels[i], reason, s.reason, error, s.message))
         for entry in start:
             b = owner.get(entry)
             if b is not None:
@@ -963,10 +963,15 @@ class Driver:
         while self._giving:
             await asyncio.gather(*list(self._giving), return_exceptions=True)
 
-    def _settled(self, entry: int, label: str, reason: Reason, wit: Any = None, error: Optional[BaseException] = None) -> EntryOutcome:
-        """A settled entry's outcome, with the component's sentence for it (`wit`: the reason
-        as the WIT variant, when at hand)."""
-        message = explain_in(self.scheduler.instance, label, lower_reason(reason) if wit is None else wit)
+    def _settled(
+        self, entry: int, label: str, reason: Reason, wit: Any = None, error: Optional[BaseException] = None, message: Optional[str] = None
+    ) -> EntryOutcome:
+        """A settled entry's outcome, with the component's sentence for it: `message` when the
+        scheduler settled it (its `settled` action carries it), else `explain` (a response the
+        host made: an entry it answered without running, a permit denied, a cancellation it saw
+        first; `wit` is the reason as the WIT variant, when at hand)."""
+        if message is None:
+            message = explain_in(self.scheduler.instance, label, lower_reason(reason) if wit is None else wit)
         return EntryOutcome(entry, label, SETTLED, error=error, reason=reason, message=message)
 
     def _ended(self, b: _Batch, i: int, outcome: EntryOutcome, ok: bool) -> None:

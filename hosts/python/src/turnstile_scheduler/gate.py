@@ -32,8 +32,9 @@ integrations test this assumption against the framework itself.
 
 Each call settles on its own entry: `gate.call` returns when ITS run ends, not when the
 batch ends. A call the scheduler settles raises `CallSettledError` (a `TurnstileError`)
-carrying the `Reason`; its `str()` is the truthful text for the model, the component's
-(`explain`), which the JavaScript package gives word for word. A
+carrying the `Reason`; its `str()` is the truthful text for the model, the component's (the
+sentence its settlement carries, or `explain` for a response the host made), which the
+JavaScript package gives word for word. A
 `run` that raises fails only its call (the exception propagates from `gate.call`; the slot is
 free at once). Cancelling the task awaiting `gate.call` cancels that call: queued, it is
 withdrawn and, when the scheduler releases it, ends at once without running (its key moves

@@ -2,7 +2,8 @@
 
 Every value is checked before it crosses (see `_check`); the component then judges what the
 values mean: `submit` and `resume` raise a `TurnstileError` subclass with a stable `code`, and
-`step` returns each refused input as data.
+`step` returns each refused input as data, by its list and position (the component names it
+by what it was about; `step_on` maps it back).
 """
 
 from __future__ import annotations
@@ -229,13 +230,190 @@ def _outputs(
 ) -> Outputs:
     return Outputs(
         start=start,
-        settle=[Settled(s.entry, _reason(s.reason)) for s in settle],
+        settle=[Settled(s.entry, _reason(s.reason), s.message) for s in settle],
         errors=[RefusedInput(InputKind(e.input), e.index, InputErrorCode(e.code), e.message) for e in errors],
         retired=retired,
         wake_at=wake_at,
         acquire=acquire or [],
         release=release or [],
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# One package `step` over the component's verbs
+#
+# The component (WIT `turnstile:scheduler@0.3.0`) takes inputs through `on-events` and
+# `on-ended`, each applied the moment it arrives, and says what to do in `next-releases(now)`.
+# The package's `step` is one round over them: its inputs cross in the order the old `step`
+# applied them (approve, settle as `not-run`, granted, denied, ask, answer as `on-events`; ok,
+# failed, retry as `rate-limited` as `on-ended`; cancel, pause as `on-events`), consecutive
+# inputs of one verb in one crossing, then `next-releases(now)`. So a round is at most four
+# crossings, and one (`next-releases`) when it carries only the clock.
+#
+# Refusals. The component names a refused input by what it was about (an entry, a batch, a key,
+# the clock), not by its position, and returns a crossing's refusals in input order. The
+# package built the lists, so it maps each refusal back to the input's (list, position): within
+# one crossing, every subject (an entry, a batch, a key) appears in one run of adjacent
+# identical inputs at most. An input about a subject already in the crossing starts a new
+# crossing, unless it is identical (same list, same payload) to the input just before it. Each
+# refusal then belongs to exactly one run; of a run of n identical inputs with k refused, the
+# refused are the last k (a refused input changed nothing, so the identical input right after
+# it is refused too, and those before the first refused one applied). So `approve=[e, e]`
+# crosses once and its refusal is the second's, while `ask=[e], answer=[e]` crosses twice. A
+# refused clock (`time-backwards`, a `refused` action) is the `now` input, listed first, as
+# the old `step` applied `now` first.
+
+_ENTRY, _BATCH, _KEY = "entry", "batch", "key"  # the `about` cases
+
+
+class _Refused:
+    """A refused input with its package list and position (the old WIT `input-error`)."""
+
+    __slots__ = ("input", "index", "code", "message")
+
+    def __init__(self, input: str, index: int, code: str, message: str) -> None:
+        self.input, self.index, self.code, self.message = input, index, code, message
+
+
+class _Ended:
+    """The WIT `ended` record as wasmtime-py reads it."""
+
+    __slots__ = ("entry", "end")
+
+    def __init__(self, entry: int, end: Variant) -> None:
+        self.entry, self.end = entry, end
+
+
+_OK_END, _FAILED_END = Variant("ok"), Variant("failed")
+
+
+class _Round:
+    """The inputs of one package `step` on their way across, a crossing at a time, and their
+    refusals mapped back to (list, position) (see above)."""
+
+    __slots__ = ("on_events", "on_ended", "resource", "errors", "crossings", "ended", "items", "meta", "seen")
+
+    def __init__(self, on_events: Any, on_ended: Any, resource: Any) -> None:
+        self.on_events, self.on_ended, self.resource = on_events, on_ended, resource
+        self.errors: list[_Refused] = []
+        self.crossings = 0
+        self.ended = False
+        self.items: list[Any] = []
+        # Per item: (kind, index, subject, value, payload, continues the run before it).
+        self.meta: list[tuple[str, int, str, Any, Any, bool]] = []
+        self.seen: set[tuple[str, Any]] = set()
+
+    def add(self, ended: bool, kind: str, index: int, item: Any, subject: str, value: Any, payload: Any = None) -> None:
+        if self.items and ended is not self.ended:
+            self.flush()
+        self.ended = ended
+        continues = False
+        if (subject, value) in self.seen:
+            k, _, s, v, p, _ = self.meta[-1]
+            if k == kind and s == subject and v == value and p == payload:
+                continues = True
+            else:
+                self.flush()
+        if not continues:
+            self.seen.add((subject, value))
+        self.items.append(item)
+        self.meta.append((kind, index, subject, value, payload, continues))
+
+    def flush(self) -> None:
+        """Sends what is gathered in one crossing and maps its refusals."""
+        items = self.items
+        if not items:
+            return
+        self.crossings += 1
+        refusals = (self.on_ended if self.ended else self.on_events)(self.resource, items)
+        if refusals:
+            self._map(refusals)
+        self.items = []
+        self.meta = []
+        self.seen = set()
+
+    def _map(self, refusals: list[Any]) -> None:
+        meta = self.meta
+        n, r, total = len(meta), 0, len(refusals)
+        i = 0
+        while i < n and r < total:
+            j = i + 1
+            while j < n and meta[j][5]:
+                j += 1
+            _, _, subject, value, _, _ = meta[i]
+            k = 0
+            while k < j - i and r + k < total:
+                about = refusals[r + k].about
+                if about.tag != subject or about.payload != value:
+                    break
+                k += 1
+            for t in range(j - k, j):
+                refusal = refusals[r]
+                r += 1
+                self.errors.append(_Refused(meta[t][0], meta[t][1], refusal.code, refusal.message))
+            i = j
+        if r < total:
+            rest = ", ".join(f"{x.about.tag} {x.about.payload} {x.code}" for x in refusals[r:])
+            raise RuntimeError(f"the component refused inputs the package cannot place ({rest}; a bug in Turnstile)")
+
+
+def step_on(
+    on_events: Any, on_ended: Any, next_releases: Any, resource: Any, inputs: Any
+) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[int], list[int]]:
+    """One package `step` (`inputs` has the old WIT `inputs` fields: lists of checked values,
+    `settle` items with `entry` and `how`, `retry` with `entry` and `until`, `pause` with `key`
+    and `until`) over the component's verbs: `(start, settle, errors, retired, wake_at,
+    acquire, release)`, with `settle` the component's `settlement` records (entry, reason,
+    message) and `errors` `_Refused` items, the clock's first."""
+    approve, settle, granted, denied = inputs.approve, inputs.settle, inputs.granted, inputs.denied
+    ask, answer, ok, failed, retry = inputs.ask, inputs.answer, inputs.ok, inputs.failed, inputs.retry
+    cancel, pause = inputs.cancel, inputs.pause
+    errors: list[Any] = []
+    if approve or settle or granted or denied or ask or answer or ok or failed or retry or cancel or pause:
+        round = _Round(on_events, on_ended, resource)
+        add = round.add
+        for i, e in enumerate(approve):
+            add(False, "approve", i, Variant("approve", e), _ENTRY, e)
+        for i, s in enumerate(settle):
+            add(False, "settle", i, Variant("not-run", (s.entry, s.how)), _ENTRY, s.entry, s.how)
+        for kind, values in (("granted", granted), ("denied", denied), ("ask", ask), ("answer", answer)):
+            for i, e in enumerate(values):
+                add(False, kind, i, Variant(kind, e), _ENTRY, e)
+        for kind, values, end in (("ok", ok, _OK_END), ("failed", failed, _FAILED_END)):
+            for i, e in enumerate(values):
+                add(True, kind, i, _Ended(e, end), _ENTRY, e)
+        for i, rt in enumerate(retry):
+            add(True, "retry", i, _Ended(rt.entry, Variant("rate-limited", rt.until)), _ENTRY, rt.entry, rt.until)
+        for i, b in enumerate(cancel):
+            add(False, "cancel", i, Variant("cancel", b), _BATCH, b)
+        for i, p in enumerate(pause):
+            add(False, "pause", i, Variant("pause", p), _KEY, p.key, p.until)
+        round.flush()
+        errors = round.errors
+    releases = next_releases(resource, inputs.now)
+    start: list[int] = []
+    settled: list[Any] = []
+    retired: list[int] = []
+    acquire: list[int] = []
+    release: list[int] = []
+    for a in releases.actions:
+        tag = a.tag
+        if tag == "start":
+            start.append(a.payload)
+        elif tag == "settled":
+            settled.append(a.payload)
+        elif tag == "retired":
+            retired.append(a.payload)
+        elif tag == "release":
+            release.append(a.payload.entry)
+        elif tag == "acquire":
+            acquire.append(a.payload.entry)
+        elif tag == "refused":
+            r = a.payload
+            errors.insert(0, _Refused("now", 0, r.code, r.message))
+        else:  # pragma: no cover - an action this package does not know
+            raise RuntimeError(f"next-releases returned an unknown action {tag!r}")
+    return start, settled, errors, retired, getattr(releases, "wake-at"), acquire, release
 
 
 def _timed(value: Any, what: str, first: str, article: str, check: Any) -> list[SimpleNamespace]:
@@ -301,8 +479,8 @@ def lower_reason(reason: Reason) -> Variant:
 
 class Scheduler:
     """The RFD 129 scheduler, sans-IO: `submit` adds a batch, `step` takes everything that
-    happened since the last step and says what to start, `label`, `inspect` and `unfinished`
-    are queries. A batch's entries are the numbers `Submitted.entries`; numbers are never
+    happened since the last step and says what to start (over the component's `on-events`,
+    `on-ended` and `next-releases`), `label`, `inspect` and `unfinished` are queries. A batch's entries are the numbers `Submitted.entries`; numbers are never
     handed out twice, so a stale one is refused, never confused with another entry.
 
     Each scheduler runs in a component instance of its own (unless `instance` is given), so
@@ -330,7 +508,8 @@ class Scheduler:
         self._resource = resource
         method = lambda name: instance.func("scheduler", f"[method]scheduler.{name}")  # noqa: E731
         self._submit = instance.submit_func()
-        self._step = instance.step_func()
+        on_events, on_ended, next_releases = method("on-events"), method("on-ended"), method("next-releases")
+        self._step = lambda resource, inputs: step_on(on_events, on_ended, next_releases, resource, inputs)
         self._label = method("label")
         self._inspect = method("inspect")
         self._unfinished = method("unfinished")
@@ -377,15 +556,13 @@ class Scheduler:
     def submit(self, calls: Sequence[Call]) -> Submitted:
         """Adds a batch of calls in written order, all or nothing; raises `SubmitError`.
 
-        The calls cross packed: ids and tools newline-joined, one operation count per call (0
-        for a plain call), and arguments only for calls of tools whose key is a template (only
-        the fields it names; see `Call.arguments`). So a newline in an id or tool is refused
-        here as `invalid-id`, and a fan-out envelope of 0 operations (which would read as a
-        plain call) as `invalid-operations`. Arguments of a type no call can have (bytes, a
-        set) are a TypeError, whatever the tool; any other value only decides the key."""
+        Each call crosses as a WIT `call` record, with its arguments only for a tool whose key
+        is a template (only the fields it names; see `Call.arguments`). A newline in an id or
+        tool is refused here as `invalid-id`, and a fan-out envelope of 0 operations as
+        `invalid-operations`. Arguments of a type no call can have (bytes, a set) are a
+        TypeError, whatever the tool; any other value only decides the key."""
         resource = self._live()
-        ids, tools, operations, arguments = pack_calls(calls, self._templates)
-        result = self._submit(resource, ids, tools, operations, arguments)
+        result = self._submit(resource, build_calls(calls, self._templates))
         if type(result) is not tuple:  # result<submitted, submit-error>: the error, tagged
             raise SubmitError(SubmitErrorCode(result.payload.code), result.payload.message)
         return Submitted(*result)
@@ -427,8 +604,15 @@ class Scheduler:
         the entry in `granted` (it then starts in written order) or `denied` (the store could
         not grant it: it is settled failed without running; refused as `not-acquiring` for an
         entry not waiting for a permit). `Outputs.release` lists the permits (or requests) to
-        give back. The order they apply in: `now` first, then approve, settle, granted,
-        denied, ask, answer, ok, failed, retry, cancel, pause."""
+        give back. The order they apply in: approve, settle, granted, denied, ask, answer, ok,
+        failed, retry, cancel, pause, then `now` (a refused `now` is listed first in `errors`).
+        A retry's wait is judged by the clock as last given (the `now` of the step before).
+
+        Crossings: the inputs go to the component's `on-events` (approve .. answer),
+        `on-ended` (ok, failed, retry) and `on-events` again (cancel, pause), each only when it
+        has inputs, then `next-releases(now)`: one to four calls into the component (more only
+        when one entry, batch or key is named twice among the inputs of one such call, as by
+        `ask` and `answer` of one entry: see `step_on`)."""
         resource = self._live()
         now = _check.opt_u64(now, "now")
         settlements = []
@@ -487,12 +671,20 @@ class Scheduler:
         self.close()
 
 
-def pack_calls(calls: Any, templates: dict[str, tuple[str, ...]]) -> tuple[str, str, list[int], list[tuple[int, str]]]:
-    """The calls as `submit` sends them: ids and tools newline-joined, one operation count per
-    call, and `(call index, JSON text)` for the calls of `templates`' tools whose arguments
-    make one; TypeError, ValueError or `SubmitError` for what cannot be packed."""
-    ids, tools, operations = [], [], []
-    arguments: list[tuple[int, str]] = []
+class _CallRecord:
+    """The WIT `call` record as wasmtime-py reads it."""
+
+    __slots__ = ("id", "tool", "operations", "arguments")
+
+    def __init__(self, id: str, tool: str, operations: Optional[int], arguments: Optional[str]) -> None:
+        self.id, self.tool, self.operations, self.arguments = id, tool, operations, arguments
+
+
+def build_calls(calls: Any, templates: dict[str, tuple[str, ...]]) -> list[_CallRecord]:
+    """The calls as `submit-batch` takes them: one `call` record each, with JSON text for the
+    calls of `templates`' tools whose arguments make one; TypeError, ValueError or
+    `SubmitError` for what cannot cross."""
+    out: list[_CallRecord] = []
     for i, c in enumerate(_check.sequence(calls, "calls")):
         if type(c) is not Call and not isinstance(c, Call):
             raise TypeError(f"calls[{i}] must be a Call, not {type(c).__name__}")
@@ -501,34 +693,27 @@ def pack_calls(calls: Any, templates: dict[str, tuple[str, ...]]) -> tuple[str, 
             cid = _str(cid, f"calls[{i}].id")
         if type(tool) is not str:
             tool = _str(tool, f"calls[{i}].tool")
+        text = None
         if args is not None:
             _arguments.check(args, f"calls[{i}].arguments")
             if templates:
                 fields = templates.get(tool)
                 if fields is not None:
                     text = _arguments.text(args, fields)
-                    if text is not None:
-                        arguments.append((i, text))
         if "\n" in cid or "\n" in tool:
             raise SubmitError(SubmitErrorCode.INVALID_ID, f"calls[{i}]: an id or tool name has a newline")
-        if ops is None:
-            operations.append(0)
-        else:
-            n = _u32(ops, f"calls[{i}].operations")
-            if n == 0:
+        if ops is not None:
+            ops = _u32(ops, f"calls[{i}].operations")
+            if ops == 0:
                 raise SubmitError(SubmitErrorCode.INVALID_OPERATIONS, f"calls[{i}] ({cid}): a fan-out envelope of no operations")
-            operations.append(n)
-        ids.append(cid)
-        tools.append(tool)
-    packed_ids, packed_tools = "\n".join(ids), "\n".join(tools)
+        out.append(_CallRecord(cid, tool, ops, text))
     try:
-        packed_ids.encode("utf-8")
-        packed_tools.encode("utf-8")
+        "".join([x for c in out for x in (c.id, c.tool)]).encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: name the call
-        for i, (cid, tool) in enumerate(zip(ids, tools)):
-            _str(cid, f"calls[{i}].id")
-            _str(tool, f"calls[{i}].tool")
-    return packed_ids, packed_tools, operations, arguments
+        for i, c in enumerate(out):
+            _str(c.id, f"calls[{i}].id")
+            _str(c.tool, f"calls[{i}].tool")
+    return out
 
 
 def _instance(instance: Optional[Instance]) -> Instance:

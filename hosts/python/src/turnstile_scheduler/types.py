@@ -145,7 +145,8 @@ class SubmitErrorCode(str, Enum):
     """Above a limit: calls per batch, operations per call, live entries, or 65536 bytes of one
     call's arguments (the package never sends that much: see `Call.arguments`)."""
     INVALID_ARGUMENTS = "invalid-arguments"
-    """Arguments named no call of the batch, or a call twice (the package never does)."""
+    """Never raised since the component's 0.3 interface, where each call carries its own
+    arguments (kept so that code naming it still imports)."""
 
 
 class ResumeErrorCode(str, Enum):
@@ -261,7 +262,8 @@ class ToolPolicy:
     unbounded. `delay_ms` is the minimum gap in milliseconds between consecutive starts on the
     key (0: none); `retries` how many times one entry may hit a rate limit and run again (3
     unless the config says otherwise). A key written with `limit = 0` and a delay is unbounded
-    but spaced: its limit is then 4294967295.
+    but spaced: its limit is then 4294967295 (the component says none; this package keeps the
+    number, so `limit` is an int whenever `key` is set).
 
     A key with placeholders (`"fs:{path}"`) is a template: each call's key is made from its
     arguments (`Call.arguments`), and every key made from one template has its limit, delay
@@ -345,10 +347,14 @@ class Reason:
 
 @dataclass(frozen=True)
 class Settled:
-    """An entry the scheduler settled, with why; it needs its response."""
+    """An entry the scheduler settled, with why; it needs its response. `message` is the
+    component's sentence for it, to show a user or hand back to the model as the call's result
+    ("not run: the batch was cancelled"; what `explain(label, reason)` says). It takes no part
+    in equality, so `Settled(entry, reason)` compares equal to an output."""
 
     entry: int
     reason: Reason
+    message: Optional[str] = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
