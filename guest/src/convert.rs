@@ -5,6 +5,7 @@ use turnstile_engine::admission::{
 };
 use turnstile_engine::config::{OnError, ToolPolicy};
 use turnstile_engine::diagnostic::{self, Code, Diagnostic};
+use turnstile_engine::retry_after::{RetryAfterError, RetryAfterErrorCode};
 use turnstile_engine::schedule::{
     About, Action, BatchId, Call, End, EntryId, EntryStatus, HostSettle, Input, InputErrorCode,
     Outcome, Reason, Refusal, Releases, ResumeError, ResumeErrorCode, Saved, SavedBatch, SavedCall,
@@ -408,10 +409,29 @@ pub(crate) fn resume_error(e: ResumeError) -> ws::ResumeError {
     }
 }
 
-pub(crate) fn admission_config(c: wa::AdmissionConfig) -> AdmissionConfig {
+pub(crate) fn admission_config(c: &wa::AdmissionConfig) -> AdmissionConfig {
     AdmissionConfig {
         max_concurrent: c.max_concurrent,
         allow_parallel: c.allow_parallel,
+    }
+}
+
+pub(crate) fn class_out(c: engine_admission::Class) -> wa::Class {
+    match c {
+        engine_admission::Class::Call => wa::Class::Call,
+        engine_admission::Class::Request => wa::Class::Request,
+        engine_admission::Class::Control => wa::Class::Control,
+        engine_admission::Class::Reentrant => wa::Class::Reentrant,
+    }
+}
+
+pub(crate) fn retry_after_error(e: RetryAfterError) -> ws::RetryAfterError {
+    ws::RetryAfterError {
+        code: match e.code {
+            RetryAfterErrorCode::Empty => ws::RetryAfterErrorCode::Empty,
+            RetryAfterErrorCode::Malformed => ws::RetryAfterErrorCode::Malformed,
+        },
+        message: e.message,
     }
 }
 

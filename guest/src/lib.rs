@@ -94,6 +94,14 @@ impl wit_scheduler::Guest for Component {
     fn explain(label: String, reason: wit_scheduler::Reason) -> String {
         turnstile_engine::schedule::explain::settled_sentence(convert::reason_in(reason), &label)
     }
+
+    fn retry_after(
+        header: String,
+        wall_now_ms: u64,
+    ) -> Result<u64, wit_scheduler::RetryAfterError> {
+        turnstile_engine::retry_after::retry_after(&header, wall_now_ms)
+            .map_err(convert::retry_after_error)
+    }
 }
 
 impl wit_scheduler::GuestScheduler for SchedulerResource {
@@ -183,12 +191,19 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
 
 impl wit_admission::Guest for Component {
     type Admission = AdmissionResource;
+
+    fn class_of_method(method: String) -> wit_admission::Class {
+        convert::class_out(turnstile_engine::admission::class_of_method(&method))
+    }
 }
 
 impl wit_admission::GuestAdmission for AdmissionResource {
     fn new(config: wit_admission::AdmissionConfig) -> Self {
         Self {
-            inner: RefCell::new(Admission::new(convert::admission_config(config))),
+            inner: RefCell::new(Admission::with_tag(
+                convert::admission_config(&config),
+                config.tag,
+            )),
         }
     }
 

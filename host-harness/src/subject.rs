@@ -364,6 +364,7 @@ impl Subject for ComponentSubject {
         let config = wa::AdmissionConfig {
             max_concurrent,
             allow_parallel,
+            tag: 0,
         };
         self.admission = iface
             .call_constructor(&mut self.instance.store, config)

@@ -25,6 +25,7 @@ impl Adm {
         let config = wa::AdmissionConfig {
             max_concurrent,
             allow_parallel,
+            tag: 0,
         };
         let a = iface
             .call_constructor(&mut inst.store, config)
@@ -297,6 +298,7 @@ fn admission_survives_hostile_input() {
             wa::AdmissionConfig {
                 max_concurrent: u32::MAX,
                 allow_parallel: true,
+                tag: 0,
             },
         )
         .expect("no trap");
@@ -381,6 +383,7 @@ fn admission_survives_hostile_input() {
             wa::AdmissionConfig {
                 max_concurrent: 0,
                 allow_parallel: false,
+                tag: 0,
             },
         )
         .expect("no trap");
@@ -431,4 +434,57 @@ fn admission_survives_hostile_input() {
     let mut s = Sched::in_instance(inst, STOP_POLICY);
     assert_eq!(s.submit("a\nb\nc", "f\nf\nf", &[0, 0, 0]), Ok((1, 1, 3)));
     assert_out(&s.approve(&[1, 2, 3]), &[1, 2], &[], &[], &[]);
+}
+
+/// Two controllers with different tags never take each other's tickets, and the method table
+/// is the component's.
+#[test]
+fn tags_keep_controllers_apart_and_methods_have_their_class() {
+    let mut inst = harness().instance().expect("no trap");
+    let iface = inst.exports.turnstile_scheduler_admission();
+    let adm = iface.admission();
+    let config = |tag| wa::AdmissionConfig {
+        max_concurrent: 4,
+        allow_parallel: true,
+        tag,
+    };
+    let a = adm
+        .call_constructor(&mut inst.store, config(7))
+        .expect("no trap");
+    let b = adm
+        .call_constructor(&mut inst.store, config(8))
+        .expect("no trap");
+    let ta = adm
+        .call_begin(&mut inst.store, a, "x", Call, None)
+        .expect("no trap")
+        .expect("admitted");
+    let tb = adm
+        .call_begin(&mut inst.store, b, "x", Call, None)
+        .expect("no trap")
+        .expect("admitted");
+    assert_ne!(ta, tb, "two controllers hand out different tickets");
+    let err = adm
+        .call_end(&mut inst.store, b, ta)
+        .expect("no trap")
+        .expect_err("a's ticket is unknown to b");
+    assert_eq!(err.code, E::UnknownRequest);
+    assert!(
+        adm.call_end(&mut inst.store, a, ta)
+            .expect("no trap")
+            .is_ok()
+    );
+    for (method, class) in [
+        ("tools/call", Call),
+        ("ping", Control),
+        ("resources/read", Request),
+        ("some/new-method", Request),
+    ] {
+        assert_eq!(
+            iface
+                .call_class_of_method(&mut inst.store, method)
+                .expect("no trap"),
+            class,
+            "{method}"
+        );
+    }
 }
