@@ -20,7 +20,8 @@ pub enum Code {
     TableType,
     /// `concurrency` (or its `key` or `limit`) has the wrong type or is out of range.
     ConcurrencyType,
-    /// `concurrency` is a negative integer.
+    /// A negative number in `concurrency`: the integer form, `limit`, `delay` (an integer or a
+    /// string such as `"-5ms"`) or `retries`.
     ConcurrencyNegative,
     /// The merged `concurrency` table has no `key`.
     ConcurrencyKeyMissing,

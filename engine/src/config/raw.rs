@@ -229,7 +229,7 @@ fn parse_concurrency(
     let loc = Loc::from_span(layer, value.span());
     match value.get_ref() {
         DeValue::Integer(_) => {
-            let n = non_negative(layer, path, value, sink, Code::ConcurrencyNegative)?;
+            let n = non_negative(layer, path, value, sink)?;
             Some(RawConcurrency::Int { n, loc })
         }
         DeValue::Table(table) => {
@@ -294,7 +294,7 @@ fn parse_concurrency(
                             .label(vloc, "not a string");
                         }
                     },
-                    "limit" => match non_negative(layer, &fpath, v, sink, Code::ConcurrencyType) {
+                    "limit" => match non_negative(layer, &fpath, v, sink) {
                         Some(n) => limit = Some((n, vloc)),
                         None => ok = false,
                     },
@@ -302,21 +302,19 @@ fn parse_concurrency(
                         Some(ms) => delay = Some((ms, vloc)),
                         None => ok = false,
                     },
-                    "retries" => {
-                        match non_negative(layer, &fpath, v, sink, Code::ConcurrencyType) {
-                            Some(n) if n <= RETRIES_MAX => retries = Some((n, vloc)),
-                            Some(n) => {
-                                ok = false;
-                                sink.push(
-                                    Code::ConcurrencyType,
-                                    &fpath,
-                                    format!("{n} retries is above the largest, {RETRIES_MAX}"),
-                                )
-                                .label(vloc, "too many");
-                            }
-                            None => ok = false,
+                    "retries" => match non_negative(layer, &fpath, v, sink) {
+                        Some(n) if n <= RETRIES_MAX => retries = Some((n, vloc)),
+                        Some(n) => {
+                            ok = false;
+                            sink.push(
+                                Code::ConcurrencyType,
+                                &fpath,
+                                format!("{n} retries is above the largest, {RETRIES_MAX}"),
+                            )
+                            .label(vloc, "too many");
                         }
-                    }
+                        None => ok = false,
+                    },
                     "shared" => match v.get_ref() {
                         DeValue::Boolean(b) => shared = Some((*b, vloc)),
                         other => {
@@ -380,7 +378,7 @@ fn duration(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> 
     let loc = Loc::from_span(layer, value.span());
     let text = match value.get_ref() {
         DeValue::Integer(_) => {
-            return non_negative(layer, path, value, sink, Code::ConcurrencyNegative);
+            return non_negative(layer, path, value, sink);
         }
         DeValue::String(text) => text,
         other => {
@@ -400,13 +398,15 @@ fn duration(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> 
     match parse_duration(text) {
         Ok(ms) => Some(ms),
         Err(why) => {
-            sink.push(
-                Code::ConcurrencyType,
-                path,
-                format!("{text:?} is not a duration: {why}"),
-            )
-            .label(loc, "not a duration")
-            .help("write delay = 250 (milliseconds) or delay = \"250ms\", \"1.5s\", \"2m\"");
+            // "-5ms" is the same mistake as -5.
+            let code = if text.starts_with('-') {
+                Code::ConcurrencyNegative
+            } else {
+                Code::ConcurrencyType
+            };
+            sink.push(code, path, format!("{text:?} is not a duration: {why}"))
+                .label(loc, "not a duration")
+                .help("write delay = 250 (milliseconds) or delay = \"250ms\", \"1.5s\", \"2m\"");
             None
         }
     }
@@ -461,15 +461,10 @@ fn parse_duration(text: &str) -> Result<u32, &'static str> {
         .ok_or(LONG)
 }
 
-/// An integer in `0..=u32::MAX`. Negative values get `negative_code`; everything else that is
-/// not such an integer gets `concurrency-type`.
-fn non_negative(
-    layer: u32,
-    path: &[String],
-    value: &Value<'_>,
-    sink: &mut Sink,
-    negative_code: Code,
-) -> Option<u32> {
+/// An integer in `0..=u32::MAX`. A negative one is `concurrency-negative` wherever it is
+/// written (the integer form, `limit`, `delay`, `retries`): one mistake, one code. Everything
+/// else that is not such an integer is `concurrency-type`.
+fn non_negative(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> Option<u32> {
     let help = match path.last().map(String::as_str) {
         Some("delay") => "a delay is 0 (none) or more milliseconds",
         Some("retries") => "retries is 0 (never run again) or more",
@@ -492,7 +487,7 @@ fn non_negative(
     match parsed {
         Some(n) if n < 0 => {
             sink.push(
-                negative_code,
+                Code::ConcurrencyNegative,
                 path,
                 format!("expected a non-negative integer, found {n}"),
             )
