@@ -11,8 +11,9 @@ pub enum Code {
     TomlSyntax,
     /// More layers than [`crate::limits::LAYERS_MAX`].
     TooManyLayers,
-    /// A layer longer than [`crate::limits::LAYER_BYTES_MAX`], or a name longer than
-    /// [`crate::limits::NAME_BYTES_MAX`].
+    /// A layer longer than [`crate::limits::LAYER_BYTES_MAX`], a name longer than
+    /// [`crate::limits::NAME_BYTES_MAX`], or a concurrency key (written, or the integer form's
+    /// tool name) longer than [`crate::limits::KEY_BYTES_MAX`].
     TooLarge,
     /// More tools than [`crate::limits::TOOLS_MAX`].
     TooManyTools,

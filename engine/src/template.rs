@@ -4,7 +4,7 @@
 //! (`json.rs`).
 
 use crate::json::{self, JsonError};
-use crate::limits::{NAME_BYTES_MAX, PLACEHOLDERS_MAX};
+use crate::limits::{KEY_BYTES_MAX, PLACEHOLDERS_MAX};
 
 /// A parsed template with at least one placeholder.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,7 +39,8 @@ pub(crate) enum Unexpanded {
     NotObject,
     /// A field is missing, or is `null`, an array or an object.
     Field(String),
-    /// The expanded key would be longer than `NAME_BYTES_MAX` bytes.
+    /// The expanded key would be longer than `KEY_BYTES_MAX` bytes (the one key length: no key
+    /// is made that a shared-key store would refuse).
     TooLong,
 }
 
@@ -147,7 +148,7 @@ impl KeyTemplate {
                     None => return Err(Unexpanded::Field(self.fields[*i].clone())),
                 },
             }
-            if out.len() > NAME_BYTES_MAX {
+            if out.len() > KEY_BYTES_MAX {
                 return Err(Unexpanded::TooLong);
             }
         }
@@ -211,7 +212,10 @@ mod tests {
             expand("{path}", Some(r#"{"path":""}"#)),
             Err(Unexpanded::Field("path".into()))
         );
-        let long = format!(r#"{{"path":"{}"}}"#, "x".repeat(NAME_BYTES_MAX));
+        let fits = "x".repeat(KEY_BYTES_MAX - 3);
+        let args = format!(r#"{{"path":"{fits}"}}"#);
+        assert_eq!(expand("fs:{path}", Some(&args)), Ok(format!("fs:{fits}")));
+        let long = format!(r#"{{"path":"{fits}x"}}"#);
         assert_eq!(expand("fs:{path}", Some(&long)), Err(Unexpanded::TooLong));
     }
 }

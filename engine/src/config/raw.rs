@@ -10,7 +10,7 @@ use toml::de::{DeTable, DeValue};
 use super::policy::OnError;
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
-use crate::limits::{NAME_BYTES_MAX, RETRIES_MAX};
+use crate::limits::{KEY_BYTES_MAX, NAME_BYTES_MAX, RETRIES_MAX};
 use crate::template::KeyTemplate;
 
 /// One layer's view of `conversation.tools`.
@@ -257,14 +257,12 @@ fn parse_concurrency(
                                 "name the resource the limit protects, for example key = \"rfd\"",
                             );
                         }
-                        DeValue::String(s) if s.len() > NAME_BYTES_MAX => {
+                        DeValue::String(s) if s.len() > KEY_BYTES_MAX => {
                             ok = false;
                             sink.push(
                                 Code::TooLarge,
                                 &fpath,
-                                format!(
-                                    "the concurrency key is longer than {NAME_BYTES_MAX} bytes"
-                                ),
+                                format!("the concurrency key is longer than {KEY_BYTES_MAX} bytes"),
                             )
                             .label(vloc, "this key");
                         }

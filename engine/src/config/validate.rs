@@ -9,7 +9,7 @@ use super::policy::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
 use super::raw::{RawConcurrency, RawFanOut, RawLayer};
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
-use crate::limits::{RETRIES_DEFAULT, TOOLS_MAX};
+use crate::limits::{KEY_BYTES_MAX, RETRIES_DEFAULT, TOOLS_MAX};
 
 /// One tool after every layer is applied.
 #[derive(Debug)]
@@ -211,6 +211,22 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
 fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
     match tool.concurrency.as_ref()? {
         RawConcurrency::Int { n: 0, .. } => None,
+        RawConcurrency::Int { loc, .. } if tool.name.len() > KEY_BYTES_MAX => {
+            // The integer form's key is the tool's name, and a key has one length limit.
+            if let Some(sink) = sink {
+                sink.push(
+                    Code::TooLarge,
+                    &tool_path(&tool.name, Some("concurrency")),
+                    format!(
+                        "the integer form's key is the tool's name, which is longer than the \
+                         {KEY_BYTES_MAX} bytes a key may be"
+                    ),
+                )
+                .label(*loc, "the key would be the tool's name")
+                .help("write concurrency = { key = \"a-shorter-name\", limit = N }");
+            }
+            None
+        }
         RawConcurrency::Int { n, loc } => Some(Declared {
             key: tool.name.clone(),
             limit: *n,
