@@ -11,6 +11,9 @@ use crate::limits::{KEY_BYTES_MAX, PLACEHOLDERS_MAX};
 pub struct KeyTemplate {
     parts: Vec<Part>,
     fields: Vec<String>,
+    /// The literal texts around the placeholders: before the first, between each two (empty
+    /// between adjacent placeholders), after the last; one more than the placeholders.
+    segments: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,12 +121,98 @@ impl KeyTemplate {
         if !literal.is_empty() {
             parts.push(Part::Text(literal));
         }
-        Ok(Some(Self { parts, fields }))
+        let mut segments = vec![String::new()];
+        for part in &parts {
+            match part {
+                Part::Text(t) => segments.last_mut().map_or((), |s| s.push_str(t)),
+                Part::Field(_) => segments.push(String::new()),
+            }
+        }
+        Ok(Some(Self {
+            parts,
+            fields,
+            segments,
+        }))
     }
 
     /// The argument names the placeholders use, each once, in first-use order.
     pub fn fields(&self) -> &[String] {
         &self.fields
+    }
+
+    /// Whether some call could make `name` from this template. A placeholder can be any text
+    /// (a string argument holds any characters, the empty string included), so this is glob
+    /// matching with one `*` per placeholder: `name` starts with the text before the first
+    /// placeholder, ends with the text after the last, and holds the texts between them in
+    /// order, not overlapping. A placeholder used twice is treated as two (`{a}-{a}` is taken
+    /// to make `x-y`), so the answer errs towards yes, never towards no.
+    pub(crate) fn can_make(&self, name: &str) -> bool {
+        if name.is_empty() || name.len() > KEY_BYTES_MAX {
+            return false;
+        }
+        let segments = &self.segments;
+        let (Some((first, rest)), Some(last)) = (segments.split_first(), segments.last()) else {
+            return false;
+        };
+        let middle = &rest[..rest.len().saturating_sub(1)];
+        let Some(body) = name
+            .strip_prefix(first.as_str())
+            .and_then(|b| b.strip_suffix(last.as_str()))
+        else {
+            return false;
+        };
+        let mut body = body;
+        for segment in middle {
+            match body.find(segment.as_str()) {
+                Some(at) => body = &body[at + segment.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// A name both templates' placeholders could make, if there is one. Two globs that each
+    /// have a `*` share a name exactly when their leading texts are one a prefix of the other
+    /// and their trailing texts one a suffix of the other: the longer leading text, then every
+    /// middle text of both, then the longer trailing text is such a name. As in
+    /// [`KeyTemplate::can_make`], repeated placeholders and the key length are not taken into
+    /// account, so this may find a name no call makes, never miss one. (Each template's own
+    /// text is a key too; [`KeyTemplate::can_make`] answers for those.)
+    pub(crate) fn globs_meet(&self, other: &Self) -> Option<String> {
+        let (a, b) = (&self.segments, &other.segments);
+        let (a0, b0, an, bn) = (self.prefix(), other.prefix(), self.suffix(), other.suffix());
+        let prefix = if a0.starts_with(b0) {
+            a0
+        } else if b0.starts_with(a0) {
+            b0
+        } else {
+            return None;
+        };
+        let suffix = if an.ends_with(bn) {
+            an
+        } else if bn.ends_with(an) {
+            bn
+        } else {
+            return None;
+        };
+        let middles = |s: &[String]| s[1..s.len() - 1].concat();
+        let name = format!("{prefix}{}{}{suffix}", middles(a), middles(b));
+        // Only placeholders: any name will do.
+        Some(if name.is_empty() {
+            "x".to_owned()
+        } else {
+            name
+        })
+    }
+
+    /// The text before the first placeholder.
+    pub(crate) fn prefix(&self) -> &str {
+        self.segments.first().map_or("", String::as_str)
+    }
+
+    /// The text after the last placeholder.
+    pub(crate) fn suffix(&self) -> &str {
+        self.segments.last().map_or("", String::as_str)
     }
 
     /// The key this template names for a call with these arguments, into `out` (cleared

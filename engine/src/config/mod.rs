@@ -15,6 +15,7 @@
 //! Everything outside `conversation.tools` is ignored, as is every tool field RFD 129 does not
 //! own (`source`, `run`, `command`, `parameters`, `style`, ...).
 
+mod overlap;
 mod policy;
 mod raw;
 mod validate;
