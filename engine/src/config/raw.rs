@@ -1,6 +1,7 @@
 //! One layer's TOML, parsed into mirrors of the settings RFD 129 owns, with a location on every
 //! value. Strict for `concurrency`, `fan_out`, `enable` and the `'*'` prohibitions; every other
-//! field and section is skipped, so any file JP loads also loads here.
+//! field and section is skipped, so any file JP loads also loads here, with a warning for a
+//! name a small edit away from one read here (`concurency`, `conversation.tool`, `fanout`).
 
 use std::borrow::Cow;
 
@@ -84,6 +85,7 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
     };
     let mut out = RawLayer::default();
     let root = root.get_ref();
+    warn_near_misses(layer, &[], root, &["conversation"], sink);
     let Some(conversation) = find(root, "conversation") else {
         return Some(out);
     };
@@ -91,6 +93,7 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
     let Some(conversation) = expect_table(layer, &path, conversation, sink) else {
         return Some(out);
     };
+    warn_near_misses(layer, &path, conversation, &["tools"], sink);
     let Some(tools) = find(conversation, "tools") else {
         return Some(out);
     };
@@ -122,6 +125,42 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
         }
     }
     Some(out)
+}
+
+/// The names Turnstile reads in a tool's table; the others are ignored.
+const TOOL_FIELDS: &[&str] = &["concurrency", "fan_out"];
+/// The fields of a concurrency table and of a fan_out table.
+const CONCURRENCY_FIELDS: &[&str] = &["key", "limit", "delay", "retries", "shared"];
+const FAN_OUT_FIELDS: &[&str] = &["enabled", "on_error"];
+
+/// Warns of every name in `table` that Turnstile does not read but is a near miss of one in
+/// `known` (`typo.rs`): ignored like any unknown field, but most likely meant.
+fn warn_near_misses(
+    layer: u32,
+    path: &[String],
+    table: &DeTable<'_>,
+    known: &[&str],
+    sink: &mut Sink,
+) {
+    for (field, _) in table.iter() {
+        let name = field.get_ref().as_ref();
+        let Some(meant) = super::typo::near_miss(name, known) else {
+            continue;
+        };
+        let mut path = path.to_vec();
+        path.push(name.to_owned());
+        sink.push(
+            Code::UnknownFieldTypo,
+            &path,
+            format!("unknown field `{name}` is ignored, so nothing it sets applies"),
+        )
+        .label(Loc::from_span(layer, field.span()), "ignored")
+        .help(did_you_mean(meant));
+    }
+}
+
+fn did_you_mean(meant: &str) -> String {
+    format!("did you mean `{meant}`?")
 }
 
 fn find<'a, 'i>(table: &'a DeTable<'i>, key: &str) -> Option<&'a Value<'i>> {
@@ -214,6 +253,7 @@ fn parse_tool(
             _ => {}
         }
     }
+    warn_near_misses(layer, path, table, TOOL_FIELDS, sink);
     tool
 }
 
@@ -332,15 +372,19 @@ fn parse_concurrency(
                     other => {
                         ok = false;
                         let floc = Loc::from_span(layer, field.span()).to(v.span());
-                        sink.push(
-                            Code::ConcurrencyUnknownField,
-                            &fpath,
-                            format!(
-                                "unknown field `{other}`; concurrency accepts `key`, `limit`, \
-                                 `delay`, `retries` and `shared`"
-                            ),
-                        )
-                        .label(floc, "unknown field");
+                        let d = sink
+                            .push(
+                                Code::ConcurrencyUnknownField,
+                                &fpath,
+                                format!(
+                                    "unknown field `{other}`; concurrency accepts `key`, \
+                                     `limit`, `delay`, `retries` and `shared`"
+                                ),
+                            )
+                            .label(floc, "unknown field");
+                        if let Some(meant) = super::typo::near_miss(other, CONCURRENCY_FIELDS) {
+                            d.help(did_you_mean(meant));
+                        }
                     }
                 }
             }
@@ -579,14 +623,19 @@ fn parse_fan_out(
                     }
                     (other, _) => {
                         ok = false;
-                        sink.push(
-                            Code::FanOutUnknownField,
-                            &fpath,
-                            format!(
-                                "unknown field `{other}`; fan_out accepts `enabled` and `on_error`"
-                            ),
-                        )
-                        .label(floc, "unknown field");
+                        let d = sink
+                            .push(
+                                Code::FanOutUnknownField,
+                                &fpath,
+                                format!(
+                                    "unknown field `{other}`; fan_out accepts `enabled` and \
+                                     `on_error`"
+                                ),
+                            )
+                            .label(floc, "unknown field");
+                        if let Some(meant) = super::typo::near_miss(other, FAN_OUT_FIELDS) {
+                            d.help(did_you_mean(meant));
+                        }
                     }
                 }
             }
