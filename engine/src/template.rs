@@ -171,38 +171,32 @@ impl KeyTemplate {
         true
     }
 
-    /// A name both templates' placeholders could make, if there is one. Two globs that each
+    /// Whether both templates' placeholders could make one name. Two globs that each
     /// have a `*` share a name exactly when their leading texts are one a prefix of the other
     /// and their trailing texts one a suffix of the other: the longer leading text, then every
     /// middle text of both, then the longer trailing text is such a name. As in
     /// [`KeyTemplate::can_make`], repeated placeholders and the key length are not taken into
     /// account, so this may find a name no call makes, never miss one. (Each template's own
     /// text is a key too; [`KeyTemplate::can_make`] answers for those.)
-    pub(crate) fn globs_meet(&self, other: &Self) -> Option<String> {
-        let (a, b) = (&self.segments, &other.segments);
+    pub(crate) fn globs_meet(&self, other: &Self) -> bool {
         let (a0, b0, an, bn) = (self.prefix(), other.prefix(), self.suffix(), other.suffix());
-        let prefix = if a0.starts_with(b0) {
-            a0
-        } else if b0.starts_with(a0) {
-            b0
-        } else {
-            return None;
-        };
-        let suffix = if an.ends_with(bn) {
-            an
-        } else if bn.ends_with(an) {
-            bn
-        } else {
-            return None;
-        };
+        (a0.starts_with(b0) || b0.starts_with(a0)) && (an.ends_with(bn) || bn.ends_with(an))
+    }
+
+    /// The name of [`KeyTemplate::globs_meet`]'s proof, for two templates that meet.
+    pub(crate) fn shared_name(&self, other: &Self) -> String {
+        let longer = |x: &str, y: &str| if x.len() >= y.len() { x } else { y }.to_owned();
         let middles = |s: &[String]| s[1..s.len() - 1].concat();
-        let name = format!("{prefix}{}{}{suffix}", middles(a), middles(b));
+        let name = longer(self.prefix(), other.prefix())
+            + &middles(&self.segments)
+            + &middles(&other.segments)
+            + &longer(self.suffix(), other.suffix());
         // Only placeholders: any name will do.
-        Some(if name.is_empty() {
+        if name.is_empty() {
             "x".to_owned()
         } else {
             name
-        })
+        }
     }
 
     /// The text before the first placeholder.

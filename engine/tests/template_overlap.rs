@@ -106,6 +106,14 @@ fn two_templates_that_can_make_one_name_agree() {
         check(&[w, ("mv", r#"{ key = "fs:{src}", limit = 2 }"#)]),
         ["concurrency-limit-conflict tools=w,mv lines=2,4"]
     );
+    // The earlier template's leading text may be the longer one.
+    assert_eq!(
+        check(&[
+            ("a", r#"{ key = "fs:/a/{x}", limit = 1 }"#),
+            ("b", r#"{ key = "fs:{y}", limit = 2 }"#)
+        ]),
+        ["concurrency-limit-conflict tools=a,b lines=2,4"]
+    );
     // Compatible prefixes and suffixes meet: "lock:x.lock".
     assert_eq!(
         check(&[

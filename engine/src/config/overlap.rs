@@ -29,52 +29,66 @@ pub(super) fn check(groups: &[Group], sink: &mut Sink) {
     let index = Index::new(&info);
     // Per template: the first name (by the other's configuration order) that disagrees on each
     // field, and how many more do.
-    let mut first: Vec<[Option<(usize, String)>; 4]> = vec![Default::default(); info.len()];
+    let mut first: Vec<[Option<(usize, Meet)>; 4]> = vec![[None; 4]; info.len()];
     let mut more: Vec<[usize; 4]> = vec![[0; 4]; info.len()];
-    let mut found: Vec<(usize, String)> = Vec::new();
+    // `seen[j] == i + 1`: name j was already looked at for template i.
+    let mut seen: Vec<usize> = vec![0; info.len()];
     for (i, a) in info.iter().enumerate() {
         let Some(template) = &a.template else {
             continue;
         };
-        found.clear();
-        index.candidates(i, template, &info, &mut found);
-        found.sort_by_key(|(j, _)| *j);
-        found.dedup_by_key(|(j, _)| *j);
-        for (j, name) in found.drain(..) {
-            let b = &info[j];
+        index.candidates(i, template, &info, |j, meet| {
+            if seen[j] == i + 1 {
+                return;
+            }
+            seen[j] = i + 1;
             // A pair of templates belongs to the earlier one. From the later one, only what
             // the earlier one could not find itself: the later one making its own text.
-            let owner = match &b.template {
-                Some(other) if j < i => {
-                    if other.globs_meet(template).is_some() || other.can_make(a.key) {
-                        continue;
+            let (owner, other, meet) = match &info[j].template {
+                Some(t) if j < i => {
+                    if t.globs_meet(template) || t.can_make(a.key) {
+                        return;
                     }
-                    (j, i)
+                    (j, i, Meet::OwnText)
                 }
-                _ => (i, j),
+                _ => (i, j, meet),
             };
             for f in Field::ALL {
-                if !disagree(&info[owner.0], &info[owner.1], f) {
+                if !disagree(&info[owner], &info[other], f) {
                     continue;
                 }
-                match &first[owner.0][f as usize] {
-                    Some((k, _)) if *k < owner.1 => more[owner.0][f as usize] += 1,
-                    Some(_) => {
-                        more[owner.0][f as usize] += 1;
-                        first[owner.0][f as usize] = Some((owner.1, name.clone()));
-                    }
-                    None => first[owner.0][f as usize] = Some((owner.1, name.clone())),
+                let slot = &mut first[owner][f as usize];
+                if slot.is_some() {
+                    more[owner][f as usize] += 1;
+                }
+                if slot.is_none_or(|(k, _)| other < k) {
+                    *slot = Some((other, meet));
                 }
             }
-        }
+        });
     }
     for (i, fields) in first.iter().enumerate() {
         for f in Field::ALL {
-            if let Some((j, name)) = &fields[f as usize] {
-                report(&info[i], &info[*j], name, f, more[i][f as usize], sink);
+            if let Some((j, meet)) = fields[f as usize] {
+                let (a, b) = (&info[i], &info[j]);
+                let name = match (meet, &a.template, &b.template) {
+                    (Meet::Globs, Some(x), Some(y)) => x.shared_name(y),
+                    (Meet::OwnText, ..) => a.key.to_owned(),
+                    _ => b.key.to_owned(),
+                };
+                report(a, b, &name, f, more[i][f as usize], sink);
             }
         }
     }
+}
+
+/// How a template meets another name: their placeholders can make one name, or the template
+/// can make the other's text, or (found from the other side) the other can make its text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Meet {
+    Globs,
+    Text,
+    OwnText,
 }
 
 /// Whether two names disagree on `f` (a key whose own tools disagree is already reported).
@@ -82,78 +96,126 @@ fn disagree(a: &Info<'_>, b: &Info<'_>, f: Field) -> bool {
     a.agreed[f as usize] && b.agreed[f as usize] && f.value(a.first) != f.value(b.first)
 }
 
-/// Sorted views of the names, so that a template looks only at names that share its leading
-/// text: near-linear for the usual configs. Templates that begin with a placeholder (an empty
-/// leading text) are compared with every template.
-struct Index<'a> {
-    /// Every key's text (plain keys, and templates' own texts), sorted.
-    texts: Vec<(&'a str, usize)>,
-    /// Every template's leading text, sorted.
-    prefixes: Vec<(&'a str, usize)>,
+/// Sorted views of the names, so that a template looks only at the names that share its
+/// leading text, or its trailing text, whichever are fewer: near-linear for real configs
+/// (10,000 tools of templates and keys resolve in about the time they take without the
+/// check). Only templates that begin and end with a placeholder are compared with every name:
+/// they can meet every template, so many of them that disagree cost time quadratic in their
+/// number (10,000 such, each with its own limit, take minutes in a debug build).
+struct Index {
+    /// Every key's text (plain keys, and templates' own texts), forwards and reversed.
+    texts: Sorted,
+    texts_reversed: Sorted,
+    /// Every template's leading text, and its trailing text reversed.
+    prefixes: Sorted,
+    suffixes_reversed: Sorted,
 }
 
-impl<'a> Index<'a> {
-    fn new(info: &'a [Info<'a>]) -> Self {
-        let mut texts: Vec<(&str, usize)> =
-            info.iter().enumerate().map(|(i, g)| (g.key, i)).collect();
-        texts.sort_unstable();
-        let mut prefixes: Vec<(&str, usize)> = info
-            .iter()
-            .enumerate()
-            .filter_map(|(i, g)| g.template.as_ref().map(|t| (t.prefix(), i)))
-            .collect();
-        prefixes.sort_unstable();
-        Self { texts, prefixes }
+impl Index {
+    fn new(info: &[Info<'_>]) -> Self {
+        let templates = || {
+            info.iter()
+                .enumerate()
+                .filter_map(|(i, g)| g.template.as_ref().map(|t| (t, i)))
+        };
+        Self {
+            texts: Sorted::new(info.iter().enumerate().map(|(i, g)| (g.key.to_owned(), i))),
+            texts_reversed: Sorted::new(info.iter().enumerate().map(|(i, g)| (reverse(g.key), i))),
+            prefixes: Sorted::new(templates().map(|(t, i)| (t.prefix().to_owned(), i))),
+            suffixes_reversed: Sorted::new(templates().map(|(t, i)| (reverse(t.suffix()), i))),
+        }
     }
 
-    /// The names template `i` can meet and disagrees with on some field, each with a name
-    /// both can make (possibly twice; the caller dedups).
+    /// Calls `visit` with every name template `i` can meet and disagrees with on some field
+    /// (some more than once): templates whose placeholders can make a name with its own first,
+    /// then the names it can make.
     fn candidates(
         &self,
         i: usize,
         template: &KeyTemplate,
         info: &[Info<'_>],
-        found: &mut Vec<(usize, String)>,
+        mut visit: impl FnMut(usize, Meet),
     ) {
         let a = &info[i];
         let differs = |j: usize| j != i && Field::ALL.iter().any(|&f| disagree(a, &info[j], f));
-        let prefix = template.prefix();
-        // Templates whose leading text is a prefix of this one's, or has it as a prefix.
-        let mut meet = |j: usize| {
-            let other = info[j].template.as_ref().filter(|_| differs(j));
-            if let Some(name) = other.and_then(|other| template.globs_meet(other)) {
-                found.push((j, name));
-            }
+        let (prefix, suffix) = (template.prefix(), reverse(template.suffix()));
+        // Templates whose leading texts are one a prefix of the other (or likewise trailing),
+        // from the view with fewer.
+        let by_suffix = self.suffixes_reversed.count_compatible(&suffix)
+            < self.prefixes.count_compatible(prefix);
+        let (view, p) = if by_suffix {
+            (&self.suffixes_reversed, suffix.as_str())
+        } else {
+            (&self.prefixes, prefix)
         };
-        for (end, _) in prefix.char_indices().chain([(prefix.len(), ' ')]) {
-            let shorter = &prefix[..end];
-            let from = self.prefixes.partition_point(|(p, _)| *p < shorter);
-            for &(_, j) in self.prefixes[from..]
-                .iter()
-                .take_while(|(p, _)| *p == shorter)
-            {
-                meet(j);
+        view.for_compatible(p, |j| {
+            // Meeting is symmetric: an earlier template found this pair itself.
+            let other = info[j].template.as_ref().filter(|_| j > i);
+            if differs(j) && other.is_some_and(|other| template.globs_meet(other)) {
+                visit(j, Meet::Globs);
             }
-        }
-        let from = self.prefixes.partition_point(|(p, _)| *p <= prefix);
-        for &(_, j) in self.prefixes[from..]
-            .iter()
-            .take_while(|(p, _)| p.starts_with(prefix))
-        {
-            meet(j);
-        }
-        // Then keys and templates' own texts it can make: they start with its leading text.
-        // (Pushed after the globs' shared names, which read better as the example.)
-        let from = self.texts.partition_point(|(t, _)| *t < prefix);
-        for &(text, j) in self.texts[from..]
-            .iter()
-            .take_while(|(t, _)| t.starts_with(prefix))
-        {
-            if differs(j) && template.can_make(text) {
-                found.push((j, text.to_owned()));
+        });
+        // Keys and templates' own texts it can make start with its leading text and end with
+        // its trailing text.
+        let by_prefix = self.texts.starting_with(prefix);
+        let by_suffix = self.texts_reversed.starting_with(&suffix);
+        let texts = if by_prefix.len() <= by_suffix.len() {
+            by_prefix
+        } else {
+            by_suffix
+        };
+        for &(_, j) in texts {
+            if differs(j) && template.can_make(info[j].key) {
+                visit(j, Meet::Text);
             }
         }
     }
+}
+
+/// Strings with the name each stands for, sorted, for prefix queries.
+struct Sorted(Vec<(String, usize)>);
+
+impl Sorted {
+    fn new(items: impl Iterator<Item = (String, usize)>) -> Self {
+        let mut items: Vec<(String, usize)> = items.collect();
+        items.sort_unstable();
+        Self(items)
+    }
+
+    /// The entries that start with `p` (`p` itself included).
+    fn starting_with(&self, p: &str) -> &[(String, usize)] {
+        let from = self.0.partition_point(|(s, _)| s.as_str() < p);
+        let len = self.0[from..].partition_point(|(s, _)| s.starts_with(p));
+        &self.0[from..from + len]
+    }
+
+    /// The entries equal to `shorter`.
+    fn equal_to(&self, shorter: &str) -> &[(String, usize)] {
+        let from = self.0.partition_point(|(s, _)| s.as_str() < shorter);
+        let len = self.0[from..].partition_point(|(s, _)| s == shorter);
+        &self.0[from..from + len]
+    }
+
+    /// How many entries are a prefix of `p` or have `p` as a prefix.
+    fn count_compatible(&self, p: &str) -> usize {
+        let shorter: usize = p
+            .char_indices()
+            .map(|(end, _)| self.equal_to(&p[..end]).len())
+            .sum();
+        shorter + self.starting_with(p).len()
+    }
+
+    /// Calls `f` with each entry that is a prefix of `p` or has `p` as a prefix, once.
+    fn for_compatible(&self, p: &str, mut f: impl FnMut(usize)) {
+        for (end, _) in p.char_indices() {
+            self.equal_to(&p[..end]).iter().for_each(|&(_, j)| f(j));
+        }
+        self.starting_with(p).iter().for_each(|&(_, j)| f(j));
+    }
+}
+
+fn reverse(s: &str) -> String {
+    s.chars().rev().collect()
 }
 
 /// A key name as this check sees it.
