@@ -4,13 +4,14 @@
 //! depend on which tool's call named the key first.
 //!
 //! The rule is decided statically, from the text alone (`KeyTemplate::can_make` and
-//! `KeyTemplate::meets`): a placeholder can be any text, so a template is a glob with one `*`
+//! `KeyTemplate::globs_meet`): a placeholder can be any text, so a template is a glob with one `*`
 //! per placeholder. A configured key (written, or the integer form's tool name) meets a
 //! template when it matches the glob; two templates meet when their texts before the first
 //! placeholder are one a prefix of the other and their texts after the last one a suffix of
 //! the other, or when one can make the other's own text (the key of calls whose arguments do
-//! not expand). It is conservative: a placeholder used twice counts as two, and the key length
-//! is ignored, so it may report names no call can make, never miss one.
+//! not expand). It is conservative: a placeholder used twice counts as two, and between two
+//! templates the key length is ignored, so it may report names no call can make, never miss
+//! one.
 //!
 //! Each template reports at most one diagnostic per field (the first name in configuration
 //! order that disagrees; the message counts the others), and a key whose own tools already
