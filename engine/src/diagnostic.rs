@@ -1,5 +1,6 @@
-//! Config diagnostics: a stable code, a message, the key path, the tools involved, spans into the
-//! layers, and a rustc-style rendering.
+//! Config diagnostics: a stable code, a severity (error or warning), a message, the key path, the
+//! tools involved, spans into the layers, and a rustc-style rendering (`error[code]: ...` or
+//! `warning[code]: ...`).
 
 use annotate_snippets::{Level, Renderer, Snippet};
 
@@ -11,8 +12,9 @@ pub enum Code {
     TomlSyntax,
     /// More layers than [`crate::limits::LAYERS_MAX`].
     TooManyLayers,
-    /// A layer longer than [`crate::limits::LAYER_BYTES_MAX`], or a name longer than
-    /// [`crate::limits::NAME_BYTES_MAX`].
+    /// A layer longer than [`crate::limits::LAYER_BYTES_MAX`], a name longer than
+    /// [`crate::limits::NAME_BYTES_MAX`], or a concurrency key (written, or the integer form's
+    /// tool name) longer than [`crate::limits::KEY_BYTES_MAX`].
     TooLarge,
     /// More tools than [`crate::limits::TOOLS_MAX`].
     TooManyTools,
@@ -20,7 +22,8 @@ pub enum Code {
     TableType,
     /// `concurrency` (or its `key` or `limit`) has the wrong type or is out of range.
     ConcurrencyType,
-    /// `concurrency` is a negative integer.
+    /// A negative number in `concurrency`: the integer form, `limit`, `delay` (an integer or a
+    /// string such as `"-5ms"`) or `retries`.
     ConcurrencyNegative,
     /// The merged `concurrency` table has no `key`.
     ConcurrencyKeyMissing,
@@ -54,6 +57,10 @@ pub enum Code {
     ConcurrencyKeyTemplate,
     /// Tools naming one concurrency key disagree on whether it is `shared`.
     ConcurrencySharedConflict,
+    /// A warning: a field or table Turnstile does not read, whose name is a small edit away
+    /// from one it does (`concurency`, `conversation.tool`, `fanout`, `fan-out`). It is
+    /// ignored like any unknown field, so whatever it meant to set is not set.
+    UnknownFieldTypo,
 }
 
 impl Code {
@@ -82,6 +89,7 @@ impl Code {
         Self::ConcurrencyRetriesConflict,
         Self::ConcurrencyKeyTemplate,
         Self::ConcurrencySharedConflict,
+        Self::UnknownFieldTypo,
     ];
 
     /// The stable kebab-case spelling.
@@ -110,6 +118,35 @@ impl Code {
             Self::ConcurrencyRetriesConflict => "concurrency-retries-conflict",
             Self::ConcurrencyKeyTemplate => "concurrency-key-template",
             Self::ConcurrencySharedConflict => "concurrency-shared-conflict",
+            Self::UnknownFieldTypo => "unknown-field-typo",
+        }
+    }
+
+    /// How serious a diagnostic with this code is: every code is an error except
+    /// [`Code::UnknownFieldTypo`].
+    pub fn severity(self) -> Severity {
+        match self {
+            Self::UnknownFieldTypo => Severity::Warning,
+            _ => Severity::Error,
+        }
+    }
+}
+
+/// Whether a diagnostic fails resolution (an error) or only reports (a warning).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Severity {
+    /// The config is not resolved.
+    Error,
+    /// The config resolves; the warning is on [`crate::config::Policy::warnings`].
+    Warning,
+}
+
+impl Severity {
+    /// `error` or `warning`, as the rendering starts.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Warning => "warning",
         }
     }
 }
@@ -146,6 +183,8 @@ pub struct Label {
 pub struct Diagnostic {
     /// The stable code.
     pub code: Code,
+    /// Error or warning (always `code.severity()`).
+    pub severity: Severity,
     /// Lowercase, no trailing period; starts with the dotted key path.
     pub message: String,
     /// The key path, one segment per element (`["conversation", "tools", "t", "concurrency"]`).
@@ -193,7 +232,11 @@ pub(crate) fn render(
     help: Option<&str>,
     sources: &[&str],
 ) -> String {
-    let mut msg = Level::Error.title(message).id(code.as_str());
+    let level = match code.severity() {
+        Severity::Error => Level::Error,
+        Severity::Warning => Level::Warning,
+    };
+    let mut msg = level.title(message).id(code.as_str());
     let mut layers: Vec<u32> = labels.iter().map(|l| l.span.layer).collect();
     layers.dedup();
     let mut seen = Vec::new();
@@ -215,6 +258,8 @@ pub(crate) fn render(
             if label.span.layer != layer {
                 continue;
             }
+            // The primary span is underlined `^` for warnings too, as rustc does
+            // (annotate-snippets would draw a warning's with `-`, like a secondary one).
             let level = if i == 0 { Level::Error } else { Level::Info };
             let range = label.span.start as usize..label.span.end as usize;
             snippet = snippet.annotation(level.span(range).label(&label.message));

@@ -1,6 +1,8 @@
 //! A strict reader of a call's arguments (JSON text, RFC 8259) that keeps only what key
 //! templates need: the top-level fields of an object whose values are strings, numbers or
-//! booleans. The whole text is checked, so an invalid document is never half-read.
+//! booleans. The whole text is checked, so an invalid document is never half-read. Nesting
+//! has no depth limit of its own (only the size of the text bounds it) and is read without
+//! recursion, so a deep field never makes a call take its template's fallback key.
 
 /// Why a call's arguments could not be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -10,9 +12,6 @@ pub(crate) enum JsonError {
     /// Valid JSON, but not an object.
     NotObject,
 }
-
-/// Nesting deeper than this is refused as invalid (the reader recurses once per level).
-const DEPTH_MAX: u32 = 128;
 
 /// A top-level field's value, as a key template substitutes it: a string's contents, a number
 /// as written, `true` or `false`. `None` for `null`, arrays and objects.
@@ -30,7 +29,7 @@ pub(crate) fn scalar_fields(
     r.ws();
     if r.peek() != Some(b'{') {
         // Check the rest so that "not an object" is only said of valid JSON.
-        r.value(0)?;
+        r.value()?;
         r.ws();
         return if r.at == r.s.len() {
             Err(JsonError::NotObject)
@@ -50,7 +49,7 @@ pub(crate) fn scalar_fields(
             r.expect(b':')?;
             r.ws();
             let start = r.at;
-            let kind = r.value(1)?;
+            let kind = r.value()?;
             let slot = if name.contains('\\') {
                 let name = unescape(name);
                 wanted.iter().position(|w| *w == name)
@@ -127,58 +126,87 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn value(&mut self, depth: u32) -> Result<Kind, JsonError> {
-        if depth > DEPTH_MAX {
-            return Err(JsonError::Invalid);
+    /// One value, of any depth: a scalar directly, an array or object by [`Reader::nested`].
+    fn value(&mut self) -> Result<Kind, JsonError> {
+        match self.peek() {
+            Some(b'[' | b'{') => self.nested().map(|()| Kind::Other),
+            _ => self.scalar(),
         }
+    }
+
+    fn scalar(&mut self) -> Result<Kind, JsonError> {
         match self.peek() {
             Some(b'"') => self.string().map(|_| Kind::String),
             Some(b't') => self.literal(b"true").map(|()| Kind::Scalar),
             Some(b'f') => self.literal(b"false").map(|()| Kind::Scalar),
             Some(b'n') => self.literal(b"null").map(|()| Kind::Other),
             Some(b'-' | b'0'..=b'9') => self.number().map(|()| Kind::Scalar),
-            Some(b'[') => {
-                self.at += 1;
-                self.ws();
-                if self.peek() == Some(b']') {
-                    self.at += 1;
-                    return Ok(Kind::Other);
-                }
-                loop {
-                    self.ws();
-                    self.value(depth + 1)?;
-                    self.ws();
-                    match self.next() {
-                        Some(b',') => {}
-                        Some(b']') => return Ok(Kind::Other),
-                        _ => return Err(JsonError::Invalid),
-                    }
-                }
-            }
-            Some(b'{') => {
-                self.at += 1;
-                self.ws();
-                if self.peek() == Some(b'}') {
-                    self.at += 1;
-                    return Ok(Kind::Other);
-                }
-                loop {
-                    self.ws();
-                    self.string()?;
-                    self.ws();
-                    self.expect(b':')?;
-                    self.ws();
-                    self.value(depth + 1)?;
-                    self.ws();
-                    match self.next() {
-                        Some(b',') => {}
-                        Some(b'}') => return Ok(Kind::Other),
-                        _ => return Err(JsonError::Invalid),
-                    }
-                }
-            }
             _ => Err(JsonError::Invalid),
         }
+    }
+
+    /// An array or object and everything in it, checked but not kept. No recursion: `open`
+    /// holds the closing bracket of every container not yet closed, innermost last, so any
+    /// depth the text can hold is read (one byte of stack per level, in one vector).
+    fn nested(&mut self) -> Result<(), JsonError> {
+        let mut open: Vec<u8> = Vec::new();
+        loop {
+            // A value is expected here.
+            self.ws();
+            match self.peek() {
+                Some(b'[') => {
+                    self.at += 1;
+                    self.ws();
+                    if self.peek() == Some(b']') {
+                        self.at += 1;
+                    } else {
+                        open.push(b']');
+                        continue;
+                    }
+                }
+                Some(b'{') => {
+                    self.at += 1;
+                    self.ws();
+                    if self.peek() == Some(b'}') {
+                        self.at += 1;
+                    } else {
+                        open.push(b'}');
+                        self.member_name()?;
+                        continue;
+                    }
+                }
+                _ => {
+                    self.scalar()?;
+                }
+            }
+            // A value ended: close containers until one goes on with a `,`.
+            loop {
+                let Some(&close) = open.last() else {
+                    return Ok(());
+                };
+                self.ws();
+                match self.next() {
+                    Some(b',') => {
+                        if close == b'}' {
+                            self.member_name()?;
+                        }
+                        break;
+                    }
+                    Some(b) if b == close => {
+                        open.pop();
+                    }
+                    _ => return Err(JsonError::Invalid),
+                }
+            }
+        }
+    }
+
+    /// An object member's name and its `:`.
+    fn member_name(&mut self) -> Result<(), JsonError> {
+        self.ws();
+        self.string()?;
+        self.ws();
+        self.expect(b':')
     }
 
     /// A string; returns its raw contents between the quotes (escapes not yet decoded).
@@ -338,10 +366,57 @@ mod tests {
         ] {
             assert_eq!(read(bad, &["a"]), Err(JsonError::Invalid), "{bad:?}");
         }
-        let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
-        assert_eq!(read(&deep, &["a"]), Err(JsonError::Invalid));
-        let ok = format!("{{\"a\":{}{}}}", "[".repeat(100), "]".repeat(100));
-        assert_eq!(read(&ok, &["a"]), Ok(vec![None]));
+        // Deeply nested but broken documents are refused whole, at any depth.
+        for broken in [
+            format!("{{\"a\":{}", "[".repeat(DEEP)),
+            format!("{{\"a\":{}{}}}", "[".repeat(DEEP), "]".repeat(DEEP - 1)),
+            format!(
+                "{{\"a\":{}}}{}}}",
+                "{\"b\":".repeat(DEEP),
+                "}".repeat(DEEP - 1)
+            ),
+            format!("{{\"a\":{}1,{}}}", "[".repeat(DEEP), "]".repeat(DEEP)),
+            format!("{{\"a\":{}{}}}", "[".repeat(DEEP), "}".repeat(DEEP)),
+            format!("{{\"a\":{}{}}}", "{\"b\":[".repeat(DEEP), "}]".repeat(DEEP)),
+            format!("{}{}", "[".repeat(DEEP), "]".repeat(DEEP + 1)),
+            format!("{{\"a\":{}1{}}}", "[".repeat(DEEP), "}".repeat(DEEP)),
+            "{\"a\":[1}}".to_owned(),
+            "{\"a\":{\"b\":1]}".to_owned(),
+            "{\"a\":{\"b\":1,2}}".to_owned(),
+            "{\"a\":{\"b\":1,\"c\"}}".to_owned(),
+            "{\"a\":{\"b\" 1}}".to_owned(),
+            "{\"a\":{1:1}}".to_owned(),
+        ] {
+            assert_eq!(read(&broken, &["a"]), Err(JsonError::Invalid));
+        }
+    }
+
+    /// Deeper than any real call, and far deeper than a recursive reader's stack allows.
+    const DEEP: usize = 60_000;
+
+    #[test]
+    fn any_depth_is_read_without_recursion() {
+        let arrays = format!("{}{}", "[".repeat(DEEP), "]".repeat(DEEP));
+        let objects = format!("{}1{}", "{\"b\":".repeat(DEEP), "}".repeat(DEEP));
+        let mixed = format!("{}true{}", "{\"b\":[ ".repeat(DEEP), " ]}".repeat(DEEP));
+        for deep in [&arrays, &objects, &mixed] {
+            let text = format!("{{\"x\":{deep},\"path\":\"/a\",\"y\":{deep}}}");
+            assert_eq!(
+                read(&text, &["path", "x"]),
+                Ok(vec![Some("/a".to_owned()), None])
+            );
+            // A deep document alone: read whole, without the field.
+            let alone = if deep.starts_with('[') {
+                Err(JsonError::NotObject)
+            } else {
+                Ok(vec![None])
+            };
+            assert_eq!(read(deep, &["path"]), alone);
+        }
+        let wide = r#"{"o":{"b":1,"c":[2,{"d":null,"e":"}"}],"f":{}},"path":"/a"}"#;
+        assert_eq!(read(wide, &["path"]), Ok(vec![Some("/a".to_owned())]));
+        let siblings = format!("{{\"x\":[{}],\"path\":2}}", "[[],{}],".repeat(DEEP) + "[]");
+        assert_eq!(read(&siblings, &["path"]), Ok(vec![Some("2".to_owned())]));
     }
 
     #[test]

@@ -4,8 +4,17 @@
 pub const LAYERS_MAX: usize = 64;
 /// Bytes of TOML text in one layer.
 pub const LAYER_BYTES_MAX: usize = 1 << 20;
-/// Bytes of a layer name, a tool name, a concurrency key, a call id or a request id.
+/// Bytes of a layer name, a tool name, a call id or a request id.
 pub const NAME_BYTES_MAX: usize = 256;
+/// Bytes of a concurrency key, the one limit for every key the scheduler holds: a configured
+/// key, a template's text (its own key), the integer form's key (the tool's name, so a tool
+/// whose name is longer cannot use the integer form) and every key a template makes. It is the
+/// shared-key stores' limit (`KEY_LENGTH_MAX`, 200 UTF-16 code units in JS, 200 characters in
+/// Python): a UTF-8 key of at most 200 bytes has at most 200 of either, so every key the
+/// scheduler makes is one a store accepts, and the stores and their schema stay as they are.
+/// A made key longer than this is not made: the call takes its template's own key (limited
+/// among such calls, never unbounded, never an error), as when the arguments lack the field.
+pub const KEY_BYTES_MAX: usize = 200;
 /// Configured tools in a merged config.
 pub const TOOLS_MAX: usize = 10_000;
 /// Concurrency keys: each configured tool declares at most one, so there are at most as many

@@ -4,13 +4,16 @@
 //! (`json.rs`).
 
 use crate::json::{self, JsonError};
-use crate::limits::{NAME_BYTES_MAX, PLACEHOLDERS_MAX};
+use crate::limits::{KEY_BYTES_MAX, PLACEHOLDERS_MAX};
 
 /// A parsed template with at least one placeholder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyTemplate {
     parts: Vec<Part>,
     fields: Vec<String>,
+    /// The literal texts around the placeholders: before the first, between each two (empty
+    /// between adjacent placeholders), after the last; one more than the placeholders.
+    segments: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,7 +42,8 @@ pub(crate) enum Unexpanded {
     NotObject,
     /// A field is missing, or is `null`, an array or an object.
     Field(String),
-    /// The expanded key would be longer than `NAME_BYTES_MAX` bytes.
+    /// The expanded key would be longer than `KEY_BYTES_MAX` bytes (the one key length: no key
+    /// is made that a shared-key store would refuse).
     TooLong,
 }
 
@@ -117,12 +121,92 @@ impl KeyTemplate {
         if !literal.is_empty() {
             parts.push(Part::Text(literal));
         }
-        Ok(Some(Self { parts, fields }))
+        let mut segments = vec![String::new()];
+        for part in &parts {
+            match part {
+                Part::Text(t) => segments.last_mut().map_or((), |s| s.push_str(t)),
+                Part::Field(_) => segments.push(String::new()),
+            }
+        }
+        Ok(Some(Self {
+            parts,
+            fields,
+            segments,
+        }))
     }
 
     /// The argument names the placeholders use, each once, in first-use order.
     pub fn fields(&self) -> &[String] {
         &self.fields
+    }
+
+    /// Whether some call could make `name` from this template. A placeholder can be any text
+    /// (a string argument holds any characters, the empty string included), so this is glob
+    /// matching with one `*` per placeholder: `name` starts with the text before the first
+    /// placeholder, ends with the text after the last, and holds the texts between them in
+    /// order, not overlapping. A placeholder used twice is treated as two (`{a}-{a}` is taken
+    /// to make `x-y`), so the answer errs towards yes, never towards no.
+    pub(crate) fn can_make(&self, name: &str) -> bool {
+        if name.is_empty() || name.len() > KEY_BYTES_MAX {
+            return false;
+        }
+        let segments = &self.segments;
+        let (Some((first, rest)), Some(last)) = (segments.split_first(), segments.last()) else {
+            return false;
+        };
+        let middle = &rest[..rest.len().saturating_sub(1)];
+        let Some(body) = name
+            .strip_prefix(first.as_str())
+            .and_then(|b| b.strip_suffix(last.as_str()))
+        else {
+            return false;
+        };
+        let mut body = body;
+        for segment in middle {
+            match body.find(segment.as_str()) {
+                Some(at) => body = &body[at + segment.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Whether both templates' placeholders could make one name. Two globs that each
+    /// have a `*` share a name exactly when their leading texts are one a prefix of the other
+    /// and their trailing texts one a suffix of the other: the longer leading text, then every
+    /// middle text of both, then the longer trailing text is such a name. As in
+    /// [`KeyTemplate::can_make`], repeated placeholders and the key length are not taken into
+    /// account, so this may find a name no call makes, never miss one. (Each template's own
+    /// text is a key too; [`KeyTemplate::can_make`] answers for those.)
+    pub(crate) fn globs_meet(&self, other: &Self) -> bool {
+        let (a0, b0, an, bn) = (self.prefix(), other.prefix(), self.suffix(), other.suffix());
+        (a0.starts_with(b0) || b0.starts_with(a0)) && (an.ends_with(bn) || bn.ends_with(an))
+    }
+
+    /// The name of [`KeyTemplate::globs_meet`]'s proof, for two templates that meet.
+    pub(crate) fn shared_name(&self, other: &Self) -> String {
+        let longer = |x: &str, y: &str| if x.len() >= y.len() { x } else { y }.to_owned();
+        let middles = |s: &[String]| s[1..s.len() - 1].concat();
+        let name = longer(self.prefix(), other.prefix())
+            + &middles(&self.segments)
+            + &middles(&other.segments)
+            + &longer(self.suffix(), other.suffix());
+        // Only placeholders: any name will do.
+        if name.is_empty() {
+            "x".to_owned()
+        } else {
+            name
+        }
+    }
+
+    /// The text before the first placeholder.
+    pub(crate) fn prefix(&self) -> &str {
+        self.segments.first().map_or("", String::as_str)
+    }
+
+    /// The text after the last placeholder.
+    pub(crate) fn suffix(&self) -> &str {
+        self.segments.last().map_or("", String::as_str)
     }
 
     /// The key this template names for a call with these arguments, into `out` (cleared
@@ -147,7 +231,7 @@ impl KeyTemplate {
                     None => return Err(Unexpanded::Field(self.fields[*i].clone())),
                 },
             }
-            if out.len() > NAME_BYTES_MAX {
+            if out.len() > KEY_BYTES_MAX {
                 return Err(Unexpanded::TooLong);
             }
         }
@@ -213,7 +297,10 @@ mod tests {
             expand("{path}", Some(r#"{"path":""}"#)),
             Err(Unexpanded::Field("path".into()))
         );
-        let long = format!(r#"{{"path":"{}"}}"#, "x".repeat(NAME_BYTES_MAX));
+        let fits = "x".repeat(KEY_BYTES_MAX - 3);
+        let args = format!(r#"{{"path":"{fits}"}}"#);
+        assert_eq!(expand("fs:{path}", Some(&args)), Ok(format!("fs:{fits}")));
+        let long = format!(r#"{{"path":"{fits}x"}}"#);
         assert_eq!(expand("fs:{path}", Some(&long)), Err(Unexpanded::TooLong));
     }
 }

@@ -28,7 +28,7 @@ concurrency = { key = "fs:{path}", limit = 1 }
 [conversation.tools.fs_read]
 concurrency = { key = "fs:{path}", limit = 1 }
 [conversation.tools.fs_move]
-concurrency = { key = "fs:{from}->{to}", limit = 1, delay = 100 }
+concurrency = { key = "mv:{from}->{to}", limit = 1, delay = 100 }
 "#;
 
 /// A scheduler and its last output; entries are named by (batch first + index).

@@ -10,18 +10,23 @@
 //!    table needs a `key`, every tool naming a key gives the same limit (enabled or not), and
 //!    `on_error = "stop"` needs a limit of at least 1.
 //! 3. The result is a [`Policy`], or every diagnostic found, in a stable order (layer problems
-//!    in layer order, then cross-tool problems in configuration order).
+//!    in layer order, then cross-tool problems in configuration order; warnings after every
+//!    error). Warnings alone do not fail resolution: the policy carries them.
 //!
 //! Everything outside `conversation.tools` is ignored, as is every tool field RFD 129 does not
-//! own (`source`, `run`, `command`, `parameters`, `style`, ...).
+//! own (`source`, `run`, `command`, `parameters`, `style`, ...), except that a name a small
+//! edit away from one Turnstile reads (`concurency`, `conversation.tool`, `fanout`) is a
+//! warning, `unknown-field-typo` (`typo.rs`).
 
+mod overlap;
 mod policy;
 mod raw;
+mod typo;
 mod validate;
 
 pub use policy::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
 
-use crate::diagnostic::{self, Code, Diagnostic, Label, Span};
+use crate::diagnostic::{self, Code, Diagnostic, Label, Severity, Span};
 use crate::limits::{LAYER_BYTES_MAX, LAYERS_MAX, NAME_BYTES_MAX};
 
 /// One config layer: a name shown in diagnostics (a path, `user`, `--cfg`) and its TOML text.
@@ -43,7 +48,9 @@ impl Layer {
     }
 }
 
-/// Resolves layers, lowest precedence first, into a policy, or returns every problem found.
+/// Resolves layers, lowest precedence first, into a policy, or returns every problem found:
+/// the errors, then the warnings. A policy that resolves carries its warnings
+/// ([`Policy::warnings`]).
 pub fn resolve(layers: &[Layer]) -> Result<Policy, Vec<Diagnostic>> {
     let mut sink = Sink::default();
     if layers.len() > LAYERS_MAX {
@@ -79,10 +86,10 @@ pub fn resolve(layers: &[Layer]) -> Result<Policy, Vec<Diagnostic>> {
         }
     }
     let policy = validate::merge_and_validate(parsed, complete, &mut sink);
-    if sink.is_empty() {
-        Ok(policy)
-    } else {
+    if sink.has_errors() {
         Err(sink.finish(layers))
+    } else {
+        Ok(policy.with_warnings(sink.finish(layers)))
     }
 }
 
@@ -175,13 +182,28 @@ impl Sink {
         &mut self.items[index]
     }
 
-    fn is_empty(&self) -> bool {
-        self.items.is_empty()
+    fn has_errors(&self) -> bool {
+        self.items
+            .iter()
+            .any(|d| d.code.severity() == Severity::Error)
     }
 
-    fn finish(self, layers: &[Layer]) -> Vec<Diagnostic> {
+    /// Every diagnostic with its spans and rendering: errors first, in the order found, then
+    /// warnings, in layer and text order.
+    fn finish(mut self, layers: &[Layer]) -> Vec<Diagnostic> {
         let lines: Vec<LineIndex> = layers.iter().map(|l| LineIndex::new(&l.text)).collect();
         let sources: Vec<&str> = layers.iter().map(|l| l.text.as_str()).collect();
+        // A stable sort: errors keep the order found.
+        self.items.sort_by_key(|d| match d.code.severity() {
+            Severity::Error => (false, 0, 0),
+            Severity::Warning => {
+                let at = d
+                    .labels
+                    .first()
+                    .map_or((0, 0), |(loc, _)| (loc.layer, loc.start));
+                (true, at.0, at.1)
+            }
+        });
         self.items
             .into_iter()
             .map(|d| {
@@ -209,6 +231,7 @@ impl Sink {
                     diagnostic::render(d.code, &d.message, &labels, d.help.as_deref(), &sources);
                 Diagnostic {
                     code: d.code,
+                    severity: d.code.severity(),
                     message: d.message,
                     path: d.path,
                     tools: d.tools,

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 
+use crate::diagnostic::{Diagnostic, Severity};
 use crate::template::KeyTemplate;
 
 /// The name of the resource a limit protects. Tools naming the same key share one limit.
@@ -105,6 +106,7 @@ impl ToolPolicy {
 pub struct Policy {
     tools: Vec<ToolPolicy>,
     index: HashMap<String, usize>,
+    warnings: Vec<Diagnostic>,
 }
 
 impl Policy {
@@ -114,7 +116,22 @@ impl Policy {
             .enumerate()
             .map(|(i, t)| (t.name.clone(), i))
             .collect();
-        Self { tools, index }
+        Self {
+            tools,
+            index,
+            warnings: Vec::new(),
+        }
+    }
+
+    pub(crate) fn with_warnings(self, warnings: Vec<Diagnostic>) -> Self {
+        debug_assert!(warnings.iter().all(|w| w.severity == Severity::Warning));
+        Self { warnings, ..self }
+    }
+
+    /// What resolving found worth a look that did not stop it, in the order found: names a
+    /// small edit away from ones Turnstile reads (`unknown-field-typo`), which were ignored.
+    pub fn warnings(&self) -> &[Diagnostic] {
+        &self.warnings
     }
 
     /// The configured tools, in configuration order.

@@ -1,6 +1,7 @@
 //! One layer's TOML, parsed into mirrors of the settings RFD 129 owns, with a location on every
 //! value. Strict for `concurrency`, `fan_out`, `enable` and the `'*'` prohibitions; every other
-//! field and section is skipped, so any file JP loads also loads here.
+//! field and section is skipped, so any file JP loads also loads here, with a warning for a
+//! name a small edit away from one read here (`concurency`, `conversation.tool`, `fanout`).
 
 use std::borrow::Cow;
 
@@ -10,7 +11,7 @@ use toml::de::{DeTable, DeValue};
 use super::policy::OnError;
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
-use crate::limits::{NAME_BYTES_MAX, RETRIES_MAX};
+use crate::limits::{KEY_BYTES_MAX, NAME_BYTES_MAX, RETRIES_MAX};
 use crate::template::KeyTemplate;
 
 /// One layer's view of `conversation.tools`.
@@ -84,6 +85,7 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
     };
     let mut out = RawLayer::default();
     let root = root.get_ref();
+    warn_near_misses(layer, &[], root, &["conversation"], sink);
     let Some(conversation) = find(root, "conversation") else {
         return Some(out);
     };
@@ -91,6 +93,7 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
     let Some(conversation) = expect_table(layer, &path, conversation, sink) else {
         return Some(out);
     };
+    warn_near_misses(layer, &path, conversation, &["tools"], sink);
     let Some(tools) = find(conversation, "tools") else {
         return Some(out);
     };
@@ -122,6 +125,42 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
         }
     }
     Some(out)
+}
+
+/// The names Turnstile reads in a tool's table; the others are ignored.
+const TOOL_FIELDS: &[&str] = &["concurrency", "fan_out"];
+/// The fields of a concurrency table and of a fan_out table.
+const CONCURRENCY_FIELDS: &[&str] = &["key", "limit", "delay", "retries", "shared"];
+const FAN_OUT_FIELDS: &[&str] = &["enabled", "on_error"];
+
+/// Warns of every name in `table` that Turnstile does not read but is a near miss of one in
+/// `known` (`typo.rs`): ignored like any unknown field, but most likely meant.
+fn warn_near_misses(
+    layer: u32,
+    path: &[String],
+    table: &DeTable<'_>,
+    known: &[&str],
+    sink: &mut Sink,
+) {
+    for (field, _) in table.iter() {
+        let name = field.get_ref().as_ref();
+        let Some(meant) = super::typo::near_miss(name, known) else {
+            continue;
+        };
+        let mut path = path.to_vec();
+        path.push(name.to_owned());
+        sink.push(
+            Code::UnknownFieldTypo,
+            &path,
+            format!("unknown field `{name}` is ignored, so nothing it sets applies"),
+        )
+        .label(Loc::from_span(layer, field.span()), "ignored")
+        .help(did_you_mean(meant));
+    }
+}
+
+fn did_you_mean(meant: &str) -> String {
+    format!("did you mean `{meant}`?")
 }
 
 fn find<'a, 'i>(table: &'a DeTable<'i>, key: &str) -> Option<&'a Value<'i>> {
@@ -214,6 +253,7 @@ fn parse_tool(
             _ => {}
         }
     }
+    warn_near_misses(layer, path, table, TOOL_FIELDS, sink);
     tool
 }
 
@@ -229,7 +269,7 @@ fn parse_concurrency(
     let loc = Loc::from_span(layer, value.span());
     match value.get_ref() {
         DeValue::Integer(_) => {
-            let n = non_negative(layer, path, value, sink, Code::ConcurrencyNegative)?;
+            let n = non_negative(layer, path, value, sink)?;
             Some(RawConcurrency::Int { n, loc })
         }
         DeValue::Table(table) => {
@@ -257,14 +297,12 @@ fn parse_concurrency(
                                 "name the resource the limit protects, for example key = \"rfd\"",
                             );
                         }
-                        DeValue::String(s) if s.len() > NAME_BYTES_MAX => {
+                        DeValue::String(s) if s.len() > KEY_BYTES_MAX => {
                             ok = false;
                             sink.push(
                                 Code::TooLarge,
                                 &fpath,
-                                format!(
-                                    "the concurrency key is longer than {NAME_BYTES_MAX} bytes"
-                                ),
+                                format!("the concurrency key is longer than {KEY_BYTES_MAX} bytes"),
                             )
                             .label(vloc, "this key");
                         }
@@ -294,7 +332,7 @@ fn parse_concurrency(
                             .label(vloc, "not a string");
                         }
                     },
-                    "limit" => match non_negative(layer, &fpath, v, sink, Code::ConcurrencyType) {
+                    "limit" => match non_negative(layer, &fpath, v, sink) {
                         Some(n) => limit = Some((n, vloc)),
                         None => ok = false,
                     },
@@ -302,21 +340,19 @@ fn parse_concurrency(
                         Some(ms) => delay = Some((ms, vloc)),
                         None => ok = false,
                     },
-                    "retries" => {
-                        match non_negative(layer, &fpath, v, sink, Code::ConcurrencyType) {
-                            Some(n) if n <= RETRIES_MAX => retries = Some((n, vloc)),
-                            Some(n) => {
-                                ok = false;
-                                sink.push(
-                                    Code::ConcurrencyType,
-                                    &fpath,
-                                    format!("{n} retries is above the largest, {RETRIES_MAX}"),
-                                )
-                                .label(vloc, "too many");
-                            }
-                            None => ok = false,
+                    "retries" => match non_negative(layer, &fpath, v, sink) {
+                        Some(n) if n <= RETRIES_MAX => retries = Some((n, vloc)),
+                        Some(n) => {
+                            ok = false;
+                            sink.push(
+                                Code::ConcurrencyType,
+                                &fpath,
+                                format!("{n} retries is above the largest, {RETRIES_MAX}"),
+                            )
+                            .label(vloc, "too many");
                         }
-                    }
+                        None => ok = false,
+                    },
                     "shared" => match v.get_ref() {
                         DeValue::Boolean(b) => shared = Some((*b, vloc)),
                         other => {
@@ -336,15 +372,19 @@ fn parse_concurrency(
                     other => {
                         ok = false;
                         let floc = Loc::from_span(layer, field.span()).to(v.span());
-                        sink.push(
-                            Code::ConcurrencyUnknownField,
-                            &fpath,
-                            format!(
-                                "unknown field `{other}`; concurrency accepts `key`, `limit`, \
-                                 `delay`, `retries` and `shared`"
-                            ),
-                        )
-                        .label(floc, "unknown field");
+                        let d = sink
+                            .push(
+                                Code::ConcurrencyUnknownField,
+                                &fpath,
+                                format!(
+                                    "unknown field `{other}`; concurrency accepts `key`, \
+                                     `limit`, `delay`, `retries` and `shared`"
+                                ),
+                            )
+                            .label(floc, "unknown field");
+                        if let Some(meant) = super::typo::near_miss(other, CONCURRENCY_FIELDS) {
+                            d.help(did_you_mean(meant));
+                        }
                     }
                 }
             }
@@ -380,7 +420,7 @@ fn duration(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> 
     let loc = Loc::from_span(layer, value.span());
     let text = match value.get_ref() {
         DeValue::Integer(_) => {
-            return non_negative(layer, path, value, sink, Code::ConcurrencyNegative);
+            return non_negative(layer, path, value, sink);
         }
         DeValue::String(text) => text,
         other => {
@@ -400,13 +440,15 @@ fn duration(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> 
     match parse_duration(text) {
         Ok(ms) => Some(ms),
         Err(why) => {
-            sink.push(
-                Code::ConcurrencyType,
-                path,
-                format!("{text:?} is not a duration: {why}"),
-            )
-            .label(loc, "not a duration")
-            .help("write delay = 250 (milliseconds) or delay = \"250ms\", \"1.5s\", \"2m\"");
+            // "-5ms" is the same mistake as -5.
+            let code = if text.starts_with('-') {
+                Code::ConcurrencyNegative
+            } else {
+                Code::ConcurrencyType
+            };
+            sink.push(code, path, format!("{text:?} is not a duration: {why}"))
+                .label(loc, "not a duration")
+                .help("write delay = 250 (milliseconds) or delay = \"250ms\", \"1.5s\", \"2m\"");
             None
         }
     }
@@ -461,15 +503,10 @@ fn parse_duration(text: &str) -> Result<u32, &'static str> {
         .ok_or(LONG)
 }
 
-/// An integer in `0..=u32::MAX`. Negative values get `negative_code`; everything else that is
-/// not such an integer gets `concurrency-type`.
-fn non_negative(
-    layer: u32,
-    path: &[String],
-    value: &Value<'_>,
-    sink: &mut Sink,
-    negative_code: Code,
-) -> Option<u32> {
+/// An integer in `0..=u32::MAX`. A negative one is `concurrency-negative` wherever it is
+/// written (the integer form, `limit`, `delay`, `retries`): one mistake, one code. Everything
+/// else that is not such an integer is `concurrency-type`.
+fn non_negative(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> Option<u32> {
     let help = match path.last().map(String::as_str) {
         Some("delay") => "a delay is 0 (none) or more milliseconds",
         Some("retries") => "retries is 0 (never run again) or more",
@@ -492,7 +529,7 @@ fn non_negative(
     match parsed {
         Some(n) if n < 0 => {
             sink.push(
-                negative_code,
+                Code::ConcurrencyNegative,
                 path,
                 format!("expected a non-negative integer, found {n}"),
             )
@@ -586,14 +623,19 @@ fn parse_fan_out(
                     }
                     (other, _) => {
                         ok = false;
-                        sink.push(
-                            Code::FanOutUnknownField,
-                            &fpath,
-                            format!(
-                                "unknown field `{other}`; fan_out accepts `enabled` and `on_error`"
-                            ),
-                        )
-                        .label(floc, "unknown field");
+                        let d = sink
+                            .push(
+                                Code::FanOutUnknownField,
+                                &fpath,
+                                format!(
+                                    "unknown field `{other}`; fan_out accepts `enabled` and \
+                                     `on_error`"
+                                ),
+                            )
+                            .label(floc, "unknown field");
+                        if let Some(meant) = super::typo::near_miss(other, FAN_OUT_FIELDS) {
+                            d.help(did_you_mean(meant));
+                        }
                     }
                 }
             }

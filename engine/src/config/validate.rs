@@ -1,6 +1,7 @@
 //! Merges the parsed layers per tool and checks the merged config once, collecting every
-//! problem: V4 a table needs a `key`, V5 one limit per key over every configured tool, V6
-//! `on_error = "stop"` needs a limit of at least 1.
+//! problem: V4 a table needs a `key`, V5 one limit per key over every configured tool (and,
+//! in `overlap.rs`, per name a template can make), V6 `on_error = "stop"` needs a limit of at
+//! least 1.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -9,7 +10,7 @@ use super::policy::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
 use super::raw::{RawConcurrency, RawFanOut, RawLayer};
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
-use crate::limits::{RETRIES_DEFAULT, TOOLS_MAX};
+use crate::limits::{KEY_BYTES_MAX, RETRIES_DEFAULT, TOOLS_MAX};
 
 /// One tool after every layer is applied.
 #[derive(Debug)]
@@ -26,17 +27,17 @@ struct Merged {
 
 /// What a tool declares: the key it names and the limit, spacing and retry cap it gives it.
 #[derive(Debug, Clone)]
-struct Declared {
-    key: String,
-    limit: u32,
-    loc: Loc,
-    integer_form: bool,
+pub(super) struct Declared {
+    pub(super) key: String,
+    pub(super) limit: u32,
+    pub(super) loc: Loc,
+    pub(super) integer_form: bool,
     /// Milliseconds between starts, and where it was written.
-    delay: (u32, Option<Loc>),
+    pub(super) delay: (u32, Option<Loc>),
     /// Rate-limit retries per entry, and where it was written.
-    retries: (u32, Option<Loc>),
+    pub(super) retries: (u32, Option<Loc>),
     /// Whether the limit holds across processes (1) or not (0), and where it was written.
-    shared: (u32, Option<Loc>),
+    pub(super) shared: (u32, Option<Loc>),
 }
 
 pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &mut Sink) -> Policy {
@@ -121,6 +122,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
             }
         }
     }
+    super::overlap::check(&declared_by_key, sink);
     Policy::new(policies)
 }
 
@@ -211,6 +213,22 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
 fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
     match tool.concurrency.as_ref()? {
         RawConcurrency::Int { n: 0, .. } => None,
+        RawConcurrency::Int { loc, .. } if tool.name.len() > KEY_BYTES_MAX => {
+            // The integer form's key is the tool's name, and a key has one length limit.
+            if let Some(sink) = sink {
+                sink.push(
+                    Code::TooLarge,
+                    &tool_path(&tool.name, Some("concurrency")),
+                    format!(
+                        "the integer form's key is the tool's name, which is longer than the \
+                         {KEY_BYTES_MAX} bytes a key may be"
+                    ),
+                )
+                .label(*loc, "the key would be the tool's name")
+                .help("write concurrency = { key = \"a-shorter-name\", limit = N }");
+            }
+            None
+        }
         RawConcurrency::Int { n, loc } => Some(Declared {
             key: tool.name.clone(),
             limit: *n,
