@@ -37,6 +37,10 @@ pub struct Case {
     pub rendered: Option<String>,
     /// When present, resolving must succeed and each tool must render like this.
     pub tools: Option<Vec<String>>,
+    /// When resolving succeeds: its warnings, in the form of `diagnostics` (default: none, so
+    /// an unexpected warning fails the case); `rendered`, when given, is then their full text.
+    #[serde(default)]
+    pub warnings: Vec<String>,
     /// Batches, numbered from 1 in the order written here.
     #[serde(default)]
     pub batch: Vec<BatchSpec>,
@@ -338,6 +342,8 @@ pub struct ReleasesView {
 pub trait Subject {
     /// Resolves layers `(name, text)` and keeps the policy for the schedulers that follow.
     fn resolve(&mut self, layers: &[(String, String)]) -> Result<(), Vec<Diag>>;
+    /// The kept policy's warnings.
+    fn warnings(&mut self) -> Vec<Diag>;
     /// The kept policy's view of one tool, rendered with [`tool_line`].
     fn tool_line(&mut self, name: &str) -> String;
     /// Makes a fresh scheduler from the kept policy.
@@ -684,15 +690,7 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
     match (subject.resolve(&layers), &case.diagnostics) {
         (Err(got), Some(want)) => {
             let got_lines: Vec<String> = got.iter().map(Diag::line).collect();
-            let matches = got.len() == want.len()
-                && got.iter().zip(want).all(|(g, w)| {
-                    if w.contains(' ') {
-                        g.line() == *w
-                    } else {
-                        g.code == *w
-                    }
-                });
-            if !matches {
+            if !lines_match(&got, want) {
                 return Err(format!(
                     "diagnostics: want {want:?}, got {got_lines:?}\n{}",
                     rendered(&got)
@@ -717,7 +715,23 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
         (Err(got), None) => {
             return Err(format!("the config failed to resolve:\n{}", rendered(&got)));
         }
-        (Ok(()), None) => {}
+        (Ok(()), None) => {
+            let got = subject.warnings();
+            if !lines_match(&got, &case.warnings) {
+                let lines: Vec<String> = got.iter().map(Diag::line).collect();
+                return Err(format!(
+                    "warnings: want {:?}, got {lines:?}\n{}",
+                    case.warnings,
+                    rendered(&got)
+                ));
+            }
+            if let Some(want) = case.rendered.as_ref().filter(|_| !got.is_empty()) {
+                let text = rendered(&got);
+                if want.trim_end_matches('\n') != text.trim_end_matches('\n') {
+                    return Err(format!("rendered: want\n{want}\ngot\n{text}"));
+                }
+            }
+        }
     }
     for want in case.tools.iter().flatten() {
         let name = want.split_whitespace().next().unwrap_or_default();
@@ -734,6 +748,19 @@ pub fn run_case(case: &Case, subject: &mut impl Subject) -> Result<(), String> {
             .map_err(|e| format!("step {} `{}`: {e}", i + 1, step.event))?;
     }
     Ok(())
+}
+
+/// Diagnostics against a case's lines: `CODE` alone compares the code, a line with a space
+/// the whole [`Diag::line`].
+fn lines_match(got: &[Diag], want: &[String]) -> bool {
+    got.len() == want.len()
+        && got.iter().zip(want).all(|(g, w)| {
+            if w.contains(' ') {
+                g.line() == *w
+            } else {
+                g.code == *w
+            }
+        })
 }
 
 /// Every diagnostic's rendering, joined by newlines: what `rendered` in a case compares.

@@ -3,6 +3,9 @@
 //! integer form's tool-name key, template text and made keys alike). Failure paths first.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
 use turnstile_engine::config::{self, Layer};
 use turnstile_engine::limits::{KEY_BYTES_MAX, NAME_BYTES_MAX};
 use turnstile_engine::schedule::{Call, Scheduler};
@@ -101,7 +104,7 @@ fn a_made_key_longer_than_a_key_may_be_takes_the_templates_own_key() {
             arguments: Some(a),
         })
         .collect();
-    let submitted = s.submit(&calls).unwrap();
+    let submitted = s.submit_batch(&calls).unwrap();
     let keys: Vec<Option<String>> = s
         .inspect(submitted.batch)
         .unwrap()

@@ -65,20 +65,12 @@ impl Subject for Native {
                 self.policy = policy;
                 Ok(())
             }
-            Err(diags) => Err(diags
-                .into_iter()
-                .map(|d| Diag {
-                    code: d.code.as_str().to_owned(),
-                    labels: d
-                        .labels
-                        .iter()
-                        .map(|l| (l.span.layer_name.clone(), l.span.line))
-                        .collect(),
-                    tools: d.tools,
-                    rendered: d.rendered,
-                })
-                .collect()),
+            Err(diags) => Err(diags.into_iter().map(diag).collect()),
         }
+    }
+
+    fn warnings(&mut self) -> Vec<Diag> {
+        self.policy.warnings().iter().cloned().map(diag).collect()
     }
 
     fn tool_line(&mut self, name: &str) -> String {
@@ -300,6 +292,19 @@ impl Subject for Native {
 
     fn admissions(&mut self) -> Vec<u64> {
         self.adm().next_admissions().iter().map(|t| t.0).collect()
+    }
+}
+
+fn diag(d: turnstile_engine::diagnostic::Diagnostic) -> Diag {
+    Diag {
+        code: d.code.as_str().to_owned(),
+        labels: d
+            .labels
+            .iter()
+            .map(|l| (l.span.layer_name.clone(), l.span.line))
+            .collect(),
+        tools: d.tools,
+        rendered: d.rendered,
     }
 }
 

@@ -3,9 +3,16 @@
 //! nested field. Any depth up to `ARGUMENTS_BYTES_MAX` is read, without recursion.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
 use turnstile_engine::config::{self, Layer};
 use turnstile_engine::limits::ARGUMENTS_BYTES_MAX;
-use turnstile_engine::schedule::{Call, EntryId, Inputs, Outputs, Scheduler};
+#[path = "common/step.rs"]
+mod step;
+
+use step::{Inputs, Outputs, Step};
+use turnstile_engine::schedule::{Call, EntryId, Scheduler};
 
 #[test]
 fn deeply_nested_arguments_name_their_key() {
@@ -34,7 +41,7 @@ fn deeply_nested_arguments_name_their_key() {
             arguments: Some(a),
         })
         .collect();
-    let submitted = s.submit(&calls).unwrap();
+    let submitted = s.submit_batch(&calls).unwrap();
     let keys: Vec<Option<String>> = s
         .inspect(submitted.batch)
         .unwrap()

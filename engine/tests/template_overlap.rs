@@ -4,6 +4,9 @@
 //! cannot meet.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
 use turnstile_engine::config::{self, Layer};
 
 /// Each diagnostic as `CODE tools=A,B lines=L,L`, or `ok` when the config resolves.

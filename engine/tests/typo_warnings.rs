@@ -5,6 +5,9 @@
 //! fields stay ignored. Failure paths (the typos) first.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
 use turnstile_engine::config::{self, Layer};
 use turnstile_engine::diagnostic::{Diagnostic, Severity};
 

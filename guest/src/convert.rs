@@ -4,7 +4,7 @@ use turnstile_engine::admission::{
     self as engine_admission, AbandonErrorCode, AdmissionConfig, BeginErrorCode, EndErrorCode,
 };
 use turnstile_engine::config::{OnError, ToolPolicy};
-use turnstile_engine::diagnostic::{self, Code, Diagnostic};
+use turnstile_engine::diagnostic::{self, Code, Diagnostic, Severity};
 use turnstile_engine::retry_after::{RetryAfterError, RetryAfterErrorCode};
 use turnstile_engine::schedule::{
     About, Action, BatchId, Call, End, EntryId, EntryStatus, HostSettle, Input, InputErrorCode,
@@ -19,6 +19,10 @@ use crate::wit_scheduler as ws;
 pub(crate) fn diagnostic(d: Diagnostic) -> wc::Diagnostic {
     wc::Diagnostic {
         code: diagnostic_code(d.code),
+        severity: match d.severity {
+            Severity::Error => wc::Severity::Error,
+            Severity::Warning => wc::Severity::Warning,
+        },
         message: d.message,
         path: d.path,
         tools: d.tools,
@@ -68,6 +72,7 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::ConcurrencyRetriesConflict => W::ConcurrencyRetriesConflict,
         Code::ConcurrencyKeyTemplate => W::ConcurrencyKeyTemplate,
         Code::ConcurrencySharedConflict => W::ConcurrencySharedConflict,
+        Code::UnknownFieldTypo => W::UnknownFieldTypo,
     }
 }
 

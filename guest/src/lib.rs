@@ -75,6 +75,15 @@ impl wit_config::GuestPolicy for PolicyResource {
         }
     }
 
+    fn warnings(&self) -> Vec<wit_config::Diagnostic> {
+        self.policy
+            .warnings()
+            .iter()
+            .cloned()
+            .map(convert::diagnostic)
+            .collect()
+    }
+
     fn fingerprint(&self) -> u64 {
         turnstile_engine::schedule::fingerprint(&self.policy)
     }

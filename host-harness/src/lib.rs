@@ -242,7 +242,11 @@ pub fn built_component_path() -> Result<PathBuf, String> {
 
 /// Resolves layers through the component and prints each diagnostic's rendering; returns
 /// whether the config is valid.
-pub fn check(instance: &mut Instance, layers: &[(String, String)]) -> wasmtime::Result<bool> {
+pub fn check(
+    instance: &mut Instance,
+    layers: &[(String, String)],
+    deny_warnings: bool,
+) -> wasmtime::Result<bool> {
     let layers: Vec<wit_config::Layer> = layers
         .iter()
         .map(|(name, text)| wit_config::Layer {
@@ -253,19 +257,33 @@ pub fn check(instance: &mut Instance, layers: &[(String, String)]) -> wasmtime::
     let policy = instance.exports.turnstile_scheduler_config().policy();
     match policy.call_resolve(&mut instance.store, &layers)? {
         Ok(resource) => {
+            let warnings = policy.call_warnings(&mut instance.store, resource)?;
+            for d in &warnings {
+                println!("{}\n", d.rendered);
+            }
+            if !warnings.is_empty() {
+                println!("{} warning(s)", warnings.len());
+            }
             let tools = policy.call_tools(&mut instance.store, resource)?;
             for t in &tools {
                 println!("{}", subject::tool_line(t));
             }
             println!("ok: {} tools configured", tools.len());
             resource.resource_drop(&mut instance.store)?;
-            Ok(true)
+            Ok(warnings.is_empty() || !deny_warnings)
         }
         Err(diags) => {
+            let errors = diags
+                .iter()
+                .filter(|d| d.severity == wit_config::Severity::Error)
+                .count();
             for d in &diags {
                 println!("{}\n", d.rendered);
             }
-            println!("{} error(s)", diags.len());
+            match diags.len() - errors {
+                0 => println!("{errors} error(s)"),
+                warnings => println!("{errors} error(s), {warnings} warning(s)"),
+            }
             Ok(false)
         }
     }

@@ -56,15 +56,19 @@ no component
 ";
 
 const CHECK_HELP: &str = "\
-usage: host-harness check LAYER.toml...
+usage: host-harness check [--deny-warnings] LAYER.toml...
 
 Resolves config layers through the component, lowest precedence first, as a host does: prints
 each configured tool's policy (`NAME KEY/LIMIT` with ` delay=MS`, ` retries=N`, ` fan-out`,
 ` stop` when they apply, or `NAME unbounded`) and `ok: N tools configured`, or every
 diagnostic rendered like rustc, citing each file by its path and lines, and `N error(s)`.
+Warnings (a name a small edit away from one Turnstile reads, such as `concurency`) are
+printed first either way, with `N warning(s)`.
 
-exit status: 0 the config is valid; 1 it has errors; 2 a usage error, an unreadable file, or
-no component
+  --deny-warnings      a warning fails the check too
+
+exit status: 0 the config is valid; 1 it has errors (or warnings, with --deny-warnings); 2 a
+usage error, an unreadable file, or no component
 ";
 
 fn main() -> ExitCode {
@@ -117,7 +121,8 @@ enum Parsed {
 
 enum Command {
     Cases(Vec<PathBuf>),
-    Check(Vec<String>),
+    /// Layer paths, and whether a warning fails the check.
+    Check(Vec<String>, bool),
     Simulate(SimulateArgs),
 }
 
@@ -175,6 +180,7 @@ fn parse(args: Vec<String>) -> Result<Parsed, Usage> {
     let mut help = false;
     let mut words: Vec<String> = Vec::new();
     let mut sim = SimulateArgs::default();
+    let mut deny_warnings = false;
     let mut options_done = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -211,6 +217,7 @@ fn parse(args: Vec<String>) -> Result<Parsed, Usage> {
                     .push(duration(&value()?).map_err(|e| Usage::new(command, e))?);
             }
             ("--fail", Some("simulate")) => sim.fail.push(value()?),
+            ("--deny-warnings", Some("check")) if inline.is_none() => deny_warnings = true,
             _ => return Err(Usage::new(command, format!("unknown option `{flag}`"))),
         }
     }
@@ -225,7 +232,7 @@ fn parse(args: Vec<String>) -> Result<Parsed, Usage> {
         Some("help") => help_topic(&words),
         Some(name) => Ok(Parsed::Run {
             component,
-            command: command_with(name, words, sim)?,
+            command: command_with(name, words, sim, deny_warnings)?,
         }),
     }
 }
@@ -235,6 +242,7 @@ fn command_with(
     name: &'static str,
     mut words: Vec<String>,
     mut sim: SimulateArgs,
+    deny_warnings: bool,
 ) -> Result<Command, Usage> {
     let usage = |message: &str| Err(Usage::new(Some(name), message.to_owned()));
     match name {
@@ -245,7 +253,7 @@ fn command_with(
             words.into_iter().map(PathBuf::from).collect(),
         )),
         "check" if words.is_empty() => usage("check needs at least one LAYER.toml"),
-        "check" => Ok(Command::Check(words)),
+        "check" => Ok(Command::Check(words, deny_warnings)),
         _ if words.len() > 1 => usage("simulate takes one FILE at most; add layers with --layer"),
         _ => {
             sim.file = words.pop();
@@ -288,7 +296,7 @@ fn duration(value: &str) -> Result<(Option<String>, u64), String> {
 fn run(component: Option<PathBuf>, command: Command) -> Result<ExitCode, String> {
     match command {
         Command::Cases(paths) => cases(component, &paths),
-        Command::Check(paths) => check(component, &paths),
+        Command::Check(paths, deny_warnings) => check(component, &paths, deny_warnings),
         Command::Simulate(args) => simulate_command(component, args),
     }
 }
@@ -360,7 +368,11 @@ fn cited_by_file(harness: &Harness, file: &std::path::Path) -> Option<String> {
     }
 }
 
-fn check(component: Option<PathBuf>, paths: &[String]) -> Result<ExitCode, String> {
+fn check(
+    component: Option<PathBuf>,
+    paths: &[String],
+    deny_warnings: bool,
+) -> Result<ExitCode, String> {
     let mut layers = Vec::new();
     for path in paths {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
@@ -368,7 +380,8 @@ fn check(component: Option<PathBuf>, paths: &[String]) -> Result<ExitCode, Strin
     }
     let harness = load(component)?;
     let mut inst = instance(&harness)?;
-    let ok = host_harness::check(&mut inst, &layers).map_err(|e| format!("trap: {e:#}"))?;
+    let ok = host_harness::check(&mut inst, &layers, deny_warnings)
+        .map_err(|e| format!("trap: {e:#}"))?;
     Ok(if ok {
         ExitCode::SUCCESS
     } else {

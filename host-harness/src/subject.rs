@@ -95,25 +95,20 @@ impl Subject for ComponentSubject {
                 self.policy = Some(p);
                 Ok(())
             }
-            Ok(Err(diags)) => Err(diags
-                .into_iter()
-                .map(|d| Diag {
-                    code: diagnostic_code(d.code).to_owned(),
-                    labels: d
-                        .labels
-                        .iter()
-                        .map(|l| (l.span.layer_name.clone(), l.span.line))
-                        .collect(),
-                    tools: d.tools,
-                    rendered: d.rendered,
-                })
-                .collect()),
-            Err(e) => Err(vec![Diag {
-                code: trap(e),
-                labels: Vec::new(),
-                tools: Vec::new(),
-                rendered: String::new(),
-            }]),
+            Ok(Err(diags)) => Err(diags.into_iter().map(diag).collect()),
+            Err(e) => Err(vec![trapped_diag(trap(e))]),
+        }
+    }
+
+    fn warnings(&mut self) -> Vec<Diag> {
+        let p = match self.policy() {
+            Ok(p) => p,
+            Err(e) => return vec![trapped_diag(e)],
+        };
+        let iface = self.instance.exports.turnstile_scheduler_config().policy();
+        match iface.call_warnings(&mut self.instance.store, p) {
+            Ok(diags) => diags.into_iter().map(diag).collect(),
+            Err(e) => vec![trapped_diag(trap(e))],
         }
     }
 
@@ -456,6 +451,29 @@ fn trapped(why: String) -> Vec<RefusalView> {
     }]
 }
 
+fn diag(d: wc::Diagnostic) -> Diag {
+    Diag {
+        code: diagnostic_code(d.code).to_owned(),
+        labels: d
+            .labels
+            .iter()
+            .map(|l| (l.span.layer_name.clone(), l.span.line))
+            .collect(),
+        tools: d.tools,
+        rendered: d.rendered,
+    }
+}
+
+/// A trap where diagnostics were expected: a code no case expects.
+fn trapped_diag(why: String) -> Diag {
+    Diag {
+        code: why,
+        labels: Vec::new(),
+        tools: Vec::new(),
+        rendered: String::new(),
+    }
+}
+
 fn refusal(r: &ws::Refusal) -> RefusalView {
     RefusalView {
         about: match &r.about {
@@ -589,5 +607,6 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::ConcurrencyRetriesConflict => "concurrency-retries-conflict",
         D::ConcurrencyKeyTemplate => "concurrency-key-template",
         D::ConcurrencySharedConflict => "concurrency-shared-conflict",
+        D::UnknownFieldTypo => "unknown-field-typo",
     }
 }

@@ -125,7 +125,7 @@ fn help_is_on_stdout_with_status_0_for_every_command() {
         &["check", "-h"],
         &["help", "check"],
     ] {
-        assert_help(args, &["usage: host-harness check LAYER"]);
+        assert_help(args, &["usage: host-harness check [--deny-warnings] LAYER"]);
     }
     // The simulate help is the file format's documentation.
     let simulate = [
@@ -442,4 +442,33 @@ fn the_help_example_runs() {
         "{r:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A misspelled field that would silently lift a limit is a warning: `check` prints it with a
+/// "did you mean" help and exits 0, or 1 with `--deny-warnings`.
+#[test]
+fn check_warns_of_typos_and_deny_warnings_fails() {
+    let dir = scratch("typo");
+    let file = dir.join("user.toml");
+    std::fs::write(
+        &file,
+        "[conversation.tools.rfd_draft]\nconcurency = { key = \"rfd\" }\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let warned = run(&["check", path]);
+    assert_eq!(warned.code, Some(0), "{warned:?}");
+    assert!(
+        warned.stdout.contains("warning[unknown-field-typo]")
+            && warned.stdout.contains("did you mean `concurrency`")
+            && warned.stdout.contains("1 warning(s)"),
+        "{warned:?}"
+    );
+    let denied = run(&["check", "--deny-warnings", path]);
+    assert_eq!(denied.code, Some(1), "{denied:?}");
+    let clean = dir.join("clean.toml");
+    std::fs::write(&clean, "[conversation.tools.t]\nconcurrency = 1\n").unwrap();
+    let ok = run(&["check", "--deny-warnings", clean.to_str().unwrap()]);
+    assert_eq!(ok.code, Some(0), "{ok:?}");
+    assert!(!ok.stdout.contains("warning"), "{ok:?}");
 }
