@@ -14,9 +14,11 @@ pub(super) fn near_miss<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
     if known.contains(&name) || name.chars().count() < 3 {
         return None;
     }
+    // ASCII folding only: every name Turnstile reads is ASCII, and Unicode case tables would
+    // grow the component by tens of KB for no near miss they could find.
     let folded: Vec<char> = name
         .chars()
-        .flat_map(char::to_lowercase)
+        .map(|c| c.to_ascii_lowercase())
         .map(|c| if c == '-' { '_' } else { c })
         .collect();
     let mut best: Option<(usize, &str)> = None;
