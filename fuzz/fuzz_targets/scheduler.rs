@@ -1,5 +1,5 @@
 //! Arbitrary byte-driven sequences against the scheduler: submits (valid, duplicate, malformed),
-//! steps mixing every input kind with live, stale and never-issued numbers, restarts through
+//! rounds mixing every input kind, in any order, with live, stale and never-issued numbers, restarts through
 //! `unfinished` and `resume` (under the same or a changed policy, running again or
 //! interrupting, sometimes from a tampered state), labels and inspections. Nothing may panic:
 //! the engine's debug assertions (running <= limit, per-key order, paired counters) are on in
@@ -12,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 use turnstile_engine::config::{self, Layer, Policy};
 use turnstile_engine::limits::OPERATIONS_PER_CALL_MAX;
 use turnstile_engine::schedule::{
-    BatchId, Call, EntryId, HostSettle, Inputs, Outcome, Outputs, Reason, Saved, SavedState,
+    BatchId, Call, End, EntryId, HostSettle, Input, Outcome, Reason, Releases, Saved, SavedState,
     Scheduler, Started, State,
 };
 
@@ -69,11 +69,6 @@ impl Bytes<'_> {
             b => BatchId(u64::from(b % 24)),
         }
     }
-
-    fn list<T>(&mut self, mut item: impl FnMut(&mut Self) -> T) -> Vec<T> {
-        let n = self.byte() % 5;
-        (0..n).map(|_| item(self)).collect()
-    }
 }
 
 fn submit(s: &mut Scheduler, input: &mut Bytes<'_>) {
@@ -115,7 +110,7 @@ fn submit(s: &mut Scheduler, input: &mut Bytes<'_>) {
             arguments: arguments.as_deref(),
         })
         .collect();
-    let _ = s.submit(&calls);
+    let _ = s.submit_batch(&calls);
 }
 
 /// The fuzzer's clock: mostly forward, sometimes backwards (a refused `now`).
@@ -132,64 +127,50 @@ fn now(clock: &mut u64, input: &mut Bytes<'_>) -> Option<u64> {
 
 const PAUSED: [&str; 5] = ["k", "f:{p}/{q}", "f:1/2", "f:0/0", "nope"];
 
-fn step(s: &mut Scheduler, input: &mut Bytes<'_>, out: &mut Outputs, clock: &mut u64) {
+/// One round: inputs of every kind in any order (each applied as it arrives), then
+/// `next_releases`.
+fn step(s: &mut Scheduler, input: &mut Bytes<'_>, out: &mut Releases, clock: &mut u64) {
     let hows = [
         HostSettle::Rejected,
         HostSettle::Skipped,
         HostSettle::Failed,
     ];
-    let approve = input.list(Bytes::entry);
-    let settle = input.list(|i| (i.entry(), hows[usize::from(i.byte()) % 3]));
-    let ask = input.list(Bytes::entry);
-    let answer = input.list(Bytes::entry);
-    let ok = input.list(Bytes::entry);
-    let failed = input.list(Bytes::entry);
-    let cancel = input.list(Bytes::batch);
-    let granted = input.list(Bytes::entry);
-    let denied = if input.byte() % 8 == 0 {
-        input.list(Bytes::entry)
-    } else {
-        Vec::new()
-    };
+    let n = usize::from(input.byte() % 16);
+    for _ in 0..n {
+        let refused = match input.byte() % 12 {
+            0 => s.on_event(Input::Approve(input.entry())),
+            1 => {
+                let e = input.entry();
+                s.on_event(Input::NotRun(e, hows[usize::from(input.byte()) % 3]))
+            }
+            2 => s.on_event(Input::Ask(input.entry())),
+            3 => s.on_event(Input::Answer(input.entry())),
+            4 => s.on_ended(input.entry(), End::Ok),
+            5 => s.on_ended(input.entry(), End::Failed),
+            6 => s.on_event(Input::Cancel(input.batch())),
+            7 => s.on_event(Input::Granted(input.entry())),
+            8 => s.on_event(Input::Denied(input.entry())),
+            9 => {
+                let e = input.entry();
+                let wait = u64::from(input.byte() % 32);
+                s.on_ended(e, End::RateLimited(*clock + wait))
+            }
+            10 => {
+                let key = PAUSED[usize::from(input.byte()) % PAUSED.len()];
+                s.on_event(Input::Pause(key, *clock + u64::from(input.byte() % 32)))
+            }
+            _ => s.on_event(Input::LiftPause(
+                PAUSED[usize::from(input.byte()) % PAUSED.len()],
+            )),
+        };
+        if let Err(r) = refused {
+            assert!(!r.message.is_empty(), "a refusal without a message");
+        }
+    }
     let now = now(clock, input);
-    let retry = input.list(|i| (i.entry(), *clock + u64::from(i.byte() % 32)));
-    let pause = input.list(|i| {
-        (
-            PAUSED[usize::from(i.byte()) % PAUSED.len()],
-            *clock + u64::from(i.byte() % 32),
-        )
-    });
-    s.step(
-        &Inputs {
-            now,
-            retry: &retry,
-            pause: &pause,
-            granted: &granted,
-            denied: &denied,
-            approve: &approve,
-            settle: &settle,
-            ask: &ask,
-            answer: &answer,
-            ok: &ok,
-            failed: &failed,
-            cancel: &cancel,
-        },
-        out,
-    );
-    let inputs = approve.len()
-        + settle.len()
-        + ask.len()
-        + answer.len()
-        + ok.len()
-        + failed.len()
-        + cancel.len()
-        + retry.len()
-        + pause.len()
-        + granted.len()
-        + denied.len()
-        + 1;
-    assert!(out.errors.len() <= inputs, "more errors than inputs");
-    assert!(out.start.is_sorted() && out.settle.is_sorted_by_key(|s| s.0));
+    s.next_releases(now, out);
+    assert!(out.start.is_sorted() && out.settled.is_sorted_by_key(|s| s.entry));
+    assert!(out.settled.iter().all(|s| !s.message.is_empty()));
 }
 
 /// A hostile edit of an exported state: `resume` must refuse it or restore what it can.
@@ -253,7 +234,7 @@ fn restart(s: &mut Scheduler, policies: &[Policy], input: &mut Bytes<'_>) {
 }
 
 /// Approves everything pending and ends everything running until every batch retired.
-fn drain(s: &mut Scheduler, out: &mut Outputs, clock: &mut u64) {
+fn drain(s: &mut Scheduler, out: &mut Releases, clock: &mut u64) {
     for _ in 0..8 * LIVE_MAX + 16 {
         // Whatever waits on time becomes due: the host's timer fires.
         *clock = (*clock).max(out.wake_at.unwrap_or(0));
@@ -280,25 +261,20 @@ fn drain(s: &mut Scheduler, out: &mut Outputs, clock: &mut u64) {
             }
         }
         let waited = out.wake_at.is_some();
-        s.step(
-            &Inputs {
-                now: Some(*clock),
-                approve: &approve,
-                ok: &ok,
-                granted: &granted,
-                ..Inputs::default()
-            },
-            out,
-        );
+        let inputs = approve.len() + ok.len() + granted.len();
+        for &e in &approve {
+            s.on_event(Input::Approve(e)).expect("the drain's approval");
+        }
+        for &e in &granted {
+            s.on_event(Input::Granted(e)).expect("the drain's grant");
+        }
+        for &e in &ok {
+            s.on_ended(e, End::Ok).expect("the drain's end");
+        }
+        s.next_releases(Some(*clock), out);
+        assert!(out.refused.is_none(), "the drain's clock was refused");
         assert!(
-            out.errors.is_empty(),
-            "the drain was refused: {:?}",
-            out.errors
-        );
-        assert!(
-            waited
-                || out.wake_at.is_some()
-                || !(approve.is_empty() && ok.is_empty() && granted.is_empty() && out.is_empty()),
+            waited || out.wake_at.is_some() || inputs > 0 || !out.is_empty(),
             "stalled with live batches: {state:?}"
         );
     }
@@ -329,7 +305,7 @@ fuzz_target!(|data: &[u8]| {
     let policies = policies();
     let mut input = Bytes(data);
     let mut s = Scheduler::new(policies[usize::from(input.byte()) % policies.len()].clone());
-    let mut out = Outputs::default();
+    let mut out = Releases::default();
     let mut clock = 0u64;
     while !input.done() {
         match input.byte() % 8 {
