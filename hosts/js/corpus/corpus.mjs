@@ -93,7 +93,7 @@ export function packedArguments(calls) {
 
 // Every field a case may have; anything else is an error, so a typo cannot drop an expectation.
 const FIELDS = {
-  case: ['description', 'name', 'title', 'notes', 'comment', 'reference', 'layer', 'diagnostics', 'rendered', 'tools', 'batch', 'admission', 'step', 'simulate'],
+  case: ['description', 'name', 'title', 'notes', 'comment', 'reference', 'layer', 'diagnostics', 'warnings', 'rendered', 'tools', 'batch', 'admission', 'step', 'simulate'],
   layer: ['name', 'text'],
   batch: ['calls'],
   admission: ['max_concurrent', 'allow_parallel'],
@@ -485,6 +485,16 @@ export async function runCase(caseData, turnstile) {
       return;
     }
     if (caseData.diagnostics) throw new Error(`diagnostics: want ${json(caseData.diagnostics)}, but the config resolved`);
+    // Its warnings, in the form of `diagnostics` (none by default, so an unexpected one fails);
+    // `rendered`, when given, is then their full text.
+    const warnings = policy.warnings();
+    const wantWarnings = caseData.warnings ?? [];
+    const warned = warnings.length === wantWarnings.length && warnings.every((d, i) => (wantWarnings[i].includes(' ') ? diagLine(d) === wantWarnings[i] : d.code === wantWarnings[i]));
+    if (!warned) throw new Error(`warnings: want ${json(wantWarnings)}, got ${json(warnings.map(diagLine))}\n${warnings.map((d) => d.rendered).join('\n')}`);
+    if (caseData.rendered !== undefined && warnings.length > 0) {
+      const text = warnings.map((d) => d.rendered).join('\n');
+      if (caseData.rendered.replace(/\n+$/, '') !== text.replace(/\n+$/, '')) throw new Error(`rendered: want\n${caseData.rendered}\ngot\n${text}`);
+    }
     for (const want of caseData.tools ?? []) {
       const name = want.trim().split(/\s+/)[0];
       const got = toolLine(policy.tool(name));

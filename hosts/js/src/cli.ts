@@ -59,6 +59,8 @@ async function main(args: string[]): Promise<number> {
   try {
     const policy = turnstile.resolve(layers);
     const tools = policy.tools();
+    const warnings = policy.warnings();
+    if (warnings.length > 0) process.stdout.write(`${warnings.map((d) => d.rendered).join('\n')}\n`);
     process.stdout.write(`ok: ${files.length} layer(s), ${tools.length} tool(s) configured\n${tools.map((t) => `  ${line(t)}\n`).join('')}`);
     return 0;
   } catch (e) {

@@ -1,6 +1,7 @@
 // Every error the package throws on purpose. One base class, `TurnstileError`, with a stable
 // string `code`; argument mistakes are the language's own `TypeError` / `RangeError` with a
 // message naming the parameter (see `validate.ts`).
+import { retryAfterMs } from './free.js';
 import type { AdmissionErrorCode, Diagnostic, InputError, InputErrorCode, InputKind, Reason, ResumeErrorCode, SubmitErrorCode } from './types.js';
 
 /** A refused call: it changed nothing. `code` is stable; subclasses narrow it. */
@@ -92,13 +93,16 @@ export class RateLimitedError extends TurnstileError {
     this.retryAfterMs = Math.ceil(retryAfterMs);
   }
 
-  /** From a `Retry-After` header value: delay-seconds or an HTTP date; `fallbackMs` when it is
-   * absent or unreadable. */
+  /** From a `Retry-After` header value, read by the component (its `retry-after`, at
+   * `Date.now()`; the same reading in every host): whole delay-seconds or an HTTP date (a date
+   * in the past is 0). `fallbackMs` when it is absent, empty or malformed (a fraction such as
+   * `3.5`, a sign such as `-5`, a unit, a second value). Needs the component loaded in this
+   * process (any `Turnstile.load()`); throws a `TypeError` before that. A wait of more than 5
+   * minutes is not waited for: the scheduler settles the entry `rate-limited` at once. */
   static fromHeader(value: string | null | undefined, fallbackMs = 1000): RateLimitedError {
-    const text = (value ?? '').trim();
-    if (/^[0-9]+$/.test(text)) return new RateLimitedError(Number(text) * 1000);
-    const date = text ? Date.parse(text) : NaN;
-    return new RateLimitedError(Number.isNaN(date) ? fallbackMs : Math.max(0, date - Date.now()));
+    if (value !== null && value !== undefined && typeof value !== 'string') throw new TypeError(`value must be a string, null or undefined, got ${typeof value}`);
+    const wait = retryAfterMs(value ?? '', 'RateLimitedError.fromHeader');
+    return new RateLimitedError(wait ?? fallbackMs);
   }
 }
 

@@ -2,16 +2,13 @@
 // 1.32) adapter. `admitClient(client, admission)` makes every request of one connected `Client`
 // wait for an admission `Permit` of the binding's controller; it imports nothing from the SDK.
 //
-// | method                                                        | class       |
-// | ------------------------------------------------------------- | ----------- |
-// | `tools/call`                                                  | `call`      |
-// | `resources/read`, `prompts/get`, `completion/complete`, other | `request`   |
-// | `initialize`, `ping`, `tools/list`, `prompts/list`,           | `control`   |
-// | `resources/list`, `resources/templates/list`,                 |             |
-// | `resources/subscribe`, `resources/unsubscribe`,               |             |
-// | `logging/setLevel`                                            |             |
-// | any request made through `extra.admitted` in a handler of a   | `reentrant` |
-// | server request (sampling, elicitation, roots)                 |             |
+// Classes come from the component (`class-of-method`, the same table in every host): `tools/call`
+// is `call`; `initialize`, `ping`, the list methods, `resources/subscribe` and `unsubscribe` and
+// `logging/setLevel` are `control`; everything else (`resources/read`, `prompts/get`,
+// `completion/complete`, newer methods) is `request`. Any request made through `extra.admitted`
+// in a handler of a server request (sampling, elicitation, roots) while a tool call is in flight
+// is `reentrant`, whatever its method: that is the one rule kept here, since only this side of
+// the connection knows where a request was sent from.
 //
 // What it relies on in the SDK (tested in test/mcp.test.mjs against the pinned version):
 // 1. Every `Client` method that sends a request (`callTool`, `listTools`, `readResource`,
@@ -24,14 +21,20 @@
 // 3. `setRequestHandler(schema, handler)` registers the handler of a server request (sampling):
 //    handlers registered after `admitClient` get `extra.admitted`, a client whose requests are
 //    `reentrant` with their parent. Over stdio nothing on the wire names the tool call a
-//    sampling request came from, so the parent is the tool call on this connection admitted
-//    last and still in flight: exact without `allowParallel` (one at a time, or a nested chain),
-//    a guess with several unrelated calls in flight (the budget is still counted).
+//    sampling request came from, so the parent is a guess: the tool call on this connection
+//    admitted last and still in flight. It is exact while the tool calls in flight form one
+//    chain (one at a time, or each nested in the one before). It is a guess whenever several
+//    are in flight side by side: with `allowParallel`, and also without it, because re-entrant
+//    calls descending from an in-flight call are admitted without the tool-call serializer, so
+//    siblings (two calls from one sampling handler, say) run together within the budget. A
+//    wrong guess names another call of the same tree (or, with `allowParallel`, an unrelated
+//    one): the budget is still counted, but `would-deadlock` is judged on the guessed line.
 // 4. `close()` closes the transport and rejects what is in flight. `admitClient` shuts the
 //    controller down first: queued requests reject with `ShutdownError`, in-flight ones have
 //    their signal aborted (the SDK then sends `notifications/cancelled` and rejects them), and
 //    every later request rejects with `ShutdownError`.
 import type { Admission, Permit } from './admission.js';
+import { classOfMethod } from './free.js';
 import type { AdmissionClass } from './types.js';
 
 /** The MCP SDK's request options that `admitClient` reads (others are passed through). */
@@ -65,22 +68,11 @@ export function admittedFrom<C extends McpClientLike>(extra: object): C {
 /** The SDK's default request timeout. */
 const DEFAULT_TIMEOUT_MS = 60_000;
 
-const CONTROL = new Set([
-  'initialize',
-  'ping',
-  'tools/list',
-  'prompts/list',
-  'resources/list',
-  'resources/templates/list',
-  'resources/subscribe',
-  'resources/unsubscribe',
-  'logging/setLevel',
-]);
-
-/** The admission class of an MCP client request (the table above, without re-entrance). */
+/** The admission class of an MCP client request, without re-entrance: the component's
+ * `class-of-method`. Needs the component loaded in this process (any `Turnstile.load()`). */
 export function classOf(method: string): Exclude<AdmissionClass, 'reentrant'> {
-  if (method === 'tools/call') return 'call';
-  return CONTROL.has(method) ? 'control' : 'request';
+  if (typeof method !== 'string') throw new TypeError(`method must be a string, got ${typeof method}`);
+  return classOfMethod(method, 'classOf');
 }
 
 const admitted = new WeakSet<object>();
@@ -104,7 +96,8 @@ export function admitClient<C extends McpClientLike>(client: C, admission: Admis
 
   const request = async (req: { method: string; params?: unknown }, schema: unknown, options: McpRequestOptions | undefined, parent: bigint | undefined): Promise<unknown> => {
     const method = req?.method;
-    const cls: AdmissionClass = parent === undefined ? classOf(String(method)) : 'reentrant';
+    const base = classOf(String(method));
+    const cls: AdmissionClass = parent === undefined ? base : 'reentrant';
     const timeoutMs = options?.timeout ?? DEFAULT_TIMEOUT_MS;
     const queuedAt = performance.now();
     const permit: Permit = await admission.acquire(cls, {
@@ -113,7 +106,8 @@ export function admitClient<C extends McpClientLike>(client: C, admission: Admis
       ...(parent !== undefined && { parent }),
       id: `${String(method).slice(0, 200)} #${++count}`,
     });
-    const isTool = method === 'tools/call';
+    // A tool call (re-entrant or not) is a parent for the handlers of server requests it causes.
+    const isTool = base === 'call';
     if (isTool) tools.push(permit.ticket);
     try {
       const queuedMs = performance.now() - queuedAt;

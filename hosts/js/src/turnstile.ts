@@ -5,6 +5,7 @@ import type * as wc from './component/interfaces/turnstile-scheduler-config.js';
 import { Admission } from './admission.js';
 import * as convert from './convert.js';
 import { ConfigError } from './errors.js';
+import { needsFreeInstance, setFreeInstance } from './free.js';
 import { Held, Instance, type CoreModuleLoader } from './instance.js';
 import { layersIn, type LayerInput } from './layers.js';
 import { explainIn } from './scheduler.js';
@@ -51,6 +52,9 @@ export class Turnstile {
     if (o.coreModule !== undefined) func(o.coreModule, 'options.coreModule');
     if (o.instantiateCore !== undefined) func(o.instantiateCore, 'options.instantiateCore');
     const root = await instantiate(options.coreModule ?? cached, {}, options.instantiateCore as never);
+    // The package's own instance for the component's free functions (`RateLimitedError.fromHeader`,
+    // `classOf`), made once (and again after it broke), never the caller's.
+    if (needsFreeInstance()) setFreeInstance(new Instance(await instantiate(options.coreModule ?? cached, {})));
     return new Turnstile(new Instance(root));
   }
 
@@ -80,10 +84,16 @@ export class Turnstile {
     return explainIn(this.#instance, label, reason);
   }
 
-  /** An admission controller for one binding (one shared MCP connection). */
+  /** An admission controller for one binding (one shared MCP connection). Each controller gets
+   * a fresh random tag, so its tickets are its own: another controller's ticket (or permit) is
+   * refused as unknown, never taken for one of its requests. Tickets are not 1, 2, 3, ... */
   admission(config: AdmissionConfig): Admission {
     const c = record(config, 'config', ['maxConcurrent', 'allowParallel']);
-    const wit = { maxConcurrent: u32(c.maxConcurrent, 'config.maxConcurrent'), allowParallel: boolean(c.allowParallel, 'config.allowParallel') };
+    const wit = {
+      maxConcurrent: u32(c.maxConcurrent, 'config.maxConcurrent'),
+      allowParallel: boolean(c.allowParallel, 'config.allowParallel'),
+      tag: globalThis.crypto.getRandomValues(new BigUint64Array(1))[0],
+    };
     const instance = this.#instance;
     return new Admission(instance, instance.call(() => new instance.root.admission.Admission(wit)));
   }
@@ -97,6 +107,12 @@ export class Policy {
   /** @internal Policies come from `Turnstile.resolve`. */
   constructor(instance: Instance, raw: wc.Policy) {
     this.held = new Held(instance, raw, this, 'this policy');
+  }
+  /** The warnings of this resolved policy (`unknown-field-typo`, ...), in source order; empty
+   * for most configs. A config that fails to resolve lists its warnings after its errors. */
+  warnings(): Diagnostic[] {
+    const raw = this.held.get();
+    return convert.diagnostics(this.held.instance.call(() => raw.warnings()));
   }
   /** One tool's policy (an unconfigured tool is unbounded without fan-out). */
   tool(name: string): ToolPolicy {

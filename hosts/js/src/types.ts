@@ -35,7 +35,13 @@ export type DiagnosticCode =
   | 'concurrency-delay-conflict'
   | 'concurrency-retries-conflict'
   | 'concurrency-key-template'
-  | 'concurrency-shared-conflict';
+  | 'concurrency-shared-conflict'
+  /** A warning: a field or table name a small edit away from one Turnstile reads. */
+  | 'unknown-field-typo';
+
+/** An error stops resolution; a warning is reported beside a resolved policy
+ * (`Policy.warnings()`). */
+export type Severity = 'error' | 'warning';
 
 /** A place in one layer. Offsets are bytes into the layer's text (for a layer given as an
  * object: into the TOML the package generated from it); line and column are one-based. */
@@ -58,6 +64,7 @@ export interface Label {
  * and `rendered`, the rustc-style plain text ready to print. */
 export interface Diagnostic {
   code: DiagnosticCode;
+  severity: Severity;
   message: string;
   path: string[];
   tools: string[];

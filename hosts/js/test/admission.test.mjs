@@ -101,6 +101,56 @@ test('a re-entrant call descends from its parent permit; permits are disposable'
   assert.equal(adm.inFlight(), 0);
 });
 
+test('two controllers\' tickets are not interchangeable: another controller\'s ticket or permit is unknown', { timeout: 10_000 }, async () => {
+  const t = await Turnstile.load();
+  const a = t.admission({ maxConcurrent: 2, allowParallel: false });
+  const b = t.admission({ maxConcurrent: 2, allowParallel: false });
+  // The same requests in the same order on both: each controller numbers its own tickets.
+  const ta = a.begin('x', 'request');
+  const tb = b.begin('x', 'request');
+  assert.notEqual(ta, tb);
+  assert.deepEqual([...a.nextAdmissions()], [ta]);
+  assert.deepEqual([...b.nextAdmissions()], [tb]);
+  assert.throws(() => b.end(ta), (e) => e instanceof AdmissionError && e.code === 'unknown-request');
+  assert.throws(() => b.abandon(ta), (e) => e instanceof AdmissionError && e.code === 'unknown-request');
+  assert.throws(() => a.end(tb), (e) => e instanceof AdmissionError && e.code === 'unknown-request');
+  // Another controller's permit as a parent is no in-flight call of this one.
+  const pa = await a.acquire('call', { id: 'pa' });
+  b.end(tb);
+  await assert.rejects(b.acquire('reentrant', { parent: pa }), (e) => e instanceof AdmissionError && e.code === 'invalid-parent');
+  assert.throws(() => b.begin('r', 'reentrant', ta), (e) => e instanceof AdmissionError && e.code === 'invalid-parent');
+  // Nothing was touched: a's requests are still in flight, b's budget is whole.
+  assert.equal(a.inFlight(), 2);
+  assert.equal(b.inFlight(), 0);
+  a.end(ta);
+  pa.release();
+  assert.equal(a.inFlight(), 0);
+  // Across instances too.
+  const c = (await Turnstile.load()).admission({ maxConcurrent: 1, allowParallel: false });
+  const tc = c.begin('x', 'call');
+  assert.throws(() => a.end(tc), (e) => e.code === 'unknown-request');
+  c.end(tc);
+});
+
+test('sibling re-entrant calls of one in-flight call run together within the budget, without the serializer', { timeout: 10_000 }, async () => {
+  const adm = await controller({ maxConcurrent: 3, allowParallel: false });
+  const outer = await adm.acquire('call', { id: 'outer' });
+  const ra = await adm.acquire('reentrant', { parent: outer, id: 'ra' });
+  const rb = await adm.acquire('reentrant', { parent: outer, id: 'rb' });
+  assert.equal(adm.inFlight(), 3);
+  // The budget is full: a third sibling waits for a place.
+  const rc = adm.acquire('reentrant', { parent: outer, id: 'rc' });
+  let admitted = false;
+  rc.then(() => (admitted = true));
+  await sleep(2);
+  assert.equal(admitted, false);
+  ra.release();
+  const third = await rc;
+  assert.equal(third.id, 'rc');
+  for (const p of [third, rb, outer]) p.release();
+  assert.equal(adm.inFlight(), 0);
+});
+
 test('waiters are admitted first come, first served, each as a slot frees', { timeout: 10_000 }, async () => {
   const adm = await controller({ maxConcurrent: 1, allowParallel: true });
   const order = [];

@@ -168,10 +168,12 @@ test('a nested sampling chain runs re-entrant with its parent and does not deadl
   }
 });
 
-test('the method table, and every Client method goes through Client.request (what the adapter relies on)', { timeout: 20_000 }, async () => {
+test('the method table (the component\'s), and every Client method goes through Client.request (what the adapter relies on)', { timeout: 20_000 }, async () => {
+  await Turnstile.load();
   assert.equal(classOf('tools/call'), 'call');
   for (const m of ['resources/read', 'prompts/get', 'completion/complete', 'something/new']) assert.equal(classOf(m), 'request');
   for (const m of ['initialize', 'ping', 'tools/list', 'prompts/list', 'resources/list', 'resources/templates/list', 'resources/subscribe', 'resources/unsubscribe', 'logging/setLevel']) assert.equal(classOf(m), 'control');
+  assert.throws(() => classOf(5), TypeError);
   const t = await Turnstile.load();
   const adm = t.admission({ maxConcurrent: 4, allowParallel: false });
   const seen = [];

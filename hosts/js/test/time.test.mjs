@@ -27,16 +27,33 @@ function drained(driver) {
   assert.deepEqual(driver.scheduler.unfinished().batches, []);
 }
 
-test('RateLimitedError validates its delay, and reads Retry-After as seconds or a date', () => {
+test('RateLimitedError validates its delay, and reads Retry-After with the component: seconds or a date, else the fallback', async () => {
   assert.throws(() => new RateLimitedError(-1), RangeError);
   assert.throws(() => new RateLimitedError(NaN), RangeError);
   assert.throws(() => new RateLimitedError('5'), RangeError);
-  assert.equal(RateLimitedError.fromHeader('3').retryAfterMs, 3000);
-  assert.equal(RateLimitedError.fromHeader(null, 250).retryAfterMs, 250);
-  assert.equal(RateLimitedError.fromHeader('soon', 250).retryAfterMs, 250);
-  const inAMinute = new Date(Date.now() + 60_000).toUTCString();
-  assert.ok(RateLimitedError.fromHeader(inAMinute).retryAfterMs > 50_000);
   assert.equal(new RateLimitedError(5).code, 'rate-limited');
+  // The component reads the header: before any Turnstile is loaded in the process, it cannot.
+  assert.throws(() => RateLimitedError.fromHeader('3'), (e) => e instanceof TypeError && /Turnstile\.load/.test(e.message));
+  await Turnstile.load();
+  assert.equal(RateLimitedError.fromHeader('3').retryAfterMs, 3000);
+  assert.equal(RateLimitedError.fromHeader(' \t7 ').retryAfterMs, 7000);
+  assert.equal(RateLimitedError.fromHeader('0').retryAfterMs, 0);
+  // Absent, empty or malformed: the fallback (1000 ms unless given).
+  assert.equal(RateLimitedError.fromHeader(null, 250).retryAfterMs, 250);
+  assert.equal(RateLimitedError.fromHeader(undefined).retryAfterMs, 1000);
+  assert.equal(RateLimitedError.fromHeader(' ', 250).retryAfterMs, 250);
+  assert.equal(RateLimitedError.fromHeader('soon', 250).retryAfterMs, 250);
+  // A fraction and a sign are malformed (the package's own reader made them a wait of 0).
+  assert.equal(RateLimitedError.fromHeader('3.5', 250).retryAfterMs, 250);
+  assert.equal(RateLimitedError.fromHeader('-5', 250).retryAfterMs, 250);
+  assert.throws(() => RateLimitedError.fromHeader(3), TypeError);
+  // An HTTP date: the wait until then by the wall clock; a date in the past is 0.
+  const inAMinute = new Date(Date.now() + 60_000).toUTCString();
+  const wait = RateLimitedError.fromHeader(inAMinute).retryAfterMs;
+  assert.ok(wait > 50_000 && wait <= 60_000, `${wait}`);
+  assert.equal(RateLimitedError.fromHeader('Sun, 06 Nov 1994 08:49:37 GMT').retryAfterMs, 0);
+  // Huge delta-seconds saturate (the scheduler then settles the entry at once, past 5 minutes).
+  assert.ok(RateLimitedError.fromHeader('99999999999999999999999').retryAfterMs >= 2 ** 63);
 });
 
 test('a cap that runs out settles the entry rate-limited, with the text the model reads', { timeout: 10_000 }, async () => {
