@@ -89,6 +89,15 @@ try {
   const good = run(cli, ['check', 'good.toml'], { cwd: app });
   assert.equal(good.status, 0, good.stderr);
   assert.equal(run(cli, ['check', 'missing.toml'], { cwd: app }).status, 2);
+  // A typo that would silently lift a limit is a warning: exit 0, or 1 with --deny-warnings.
+  writeFileSync(join(app, 'typo.toml'), '[conversation.tools.a]\nconcurency = { key = "k" }\n');
+  const typo = run(cli, ['check', 'typo.toml'], { cwd: app });
+  assert.equal(typo.status, 0, typo.stderr);
+  assert.match(typo.stdout, /warning\[unknown-field-typo\]/);
+  assert.match(typo.stdout, /did you mean `concurrency`/);
+  assert.equal(run(cli, ['check', '--deny-warnings', 'typo.toml'], { cwd: app }).status, 1);
+  assert.equal(run(cli, ['check', '--deny-warnings', 'good.toml'], { cwd: app }).status, 0);
+  assert.equal(run(cli, ['check', '--nope', 'good.toml'], { cwd: app }).status, 2);
 
   // 5. TypeScript against the published types.
   step('tsc against the published types');

@@ -5,7 +5,7 @@
 import { readFile } from 'node:fs/promises';
 import { ConfigError, Turnstile, type LayerInput, type ToolPolicy } from './node.js';
 
-const HELP = `usage: turnstile check FILE...
+const HELP = `usage: turnstile check [--deny-warnings] FILE...
 
 Resolves config layers, lowest precedence first (program defaults, plugins, workspace,
 user), and renders every problem with its key path, tools and source lines.
@@ -14,7 +14,11 @@ FILE is TOML, or JSON (.json) holding the same shape as an object.
   turnstile check plugin.toml user.toml
   npx @turnstile/scheduler check .jp/config.toml
 
-Exit status: 0 resolved, 1 diagnostics, 2 usage or unreadable file.
+A name a small edit away from one Turnstile reads (concurency, fanout) is a warning: it is
+printed and the check still passes, unless --deny-warnings is given.
+
+Exit status: 0 resolved, 1 diagnostics (or warnings with --deny-warnings), 2 usage or
+unreadable file.
 `;
 
 function line(t: ToolPolicy): string {
@@ -28,7 +32,14 @@ async function main(args: string[]): Promise<number> {
     process.stdout.write(HELP);
     return args.length === 0 ? 2 : 0;
   }
-  const [command, ...files] = args;
+  const [command, ...rest] = args;
+  const denyWarnings = rest.includes('--deny-warnings');
+  const files = rest.filter((a) => a !== '--deny-warnings');
+  const unknown = files.find((a) => a.startsWith('--'));
+  if (unknown !== undefined) {
+    process.stderr.write(`turnstile check: unknown option ${unknown}\n\n${HELP}`);
+    return 2;
+  }
   if (command !== 'check') {
     process.stderr.write(`turnstile: unknown command ${JSON.stringify(command)}\n\n${HELP}`);
     return 2;
@@ -60,9 +71,12 @@ async function main(args: string[]): Promise<number> {
     const policy = turnstile.resolve(layers);
     const tools = policy.tools();
     const warnings = policy.warnings();
-    if (warnings.length > 0) process.stdout.write(`${warnings.map((d) => d.rendered).join('\n')}\n`);
+    if (warnings.length > 0) {
+      process.stdout.write(`${warnings.map((d) => d.rendered).join('\n\n')}\n\n`);
+      process.stderr.write(`turnstile check: ${warnings.length} warning(s)\n`);
+    }
     process.stdout.write(`ok: ${files.length} layer(s), ${tools.length} tool(s) configured\n${tools.map((t) => `  ${line(t)}\n`).join('')}`);
-    return 0;
+    return warnings.length > 0 && denyWarnings ? 1 : 0;
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stdout.write(`${e.message}\n`);
