@@ -560,3 +560,32 @@ fn a_cancel_during_the_pause_gives_the_held_permits_back_once() {
     );
     assert!(out.start.is_empty() && out.release.is_empty());
 }
+
+/// A permit request carries the store's terms: the key's name, its limit and its delay (which
+/// the store keeps across processes; this process does not space the starts itself).
+#[test]
+fn permit_requests_carry_the_keys_terms() {
+    let mut t = T::new();
+    let e = t.batch(&[("g1", "gh", None), ("g2", "gh", None)]);
+    let requests: Vec<(EntryId, String, Option<u32>, u32)> = t
+        .out
+        .releases
+        .acquire
+        .iter()
+        .map(|p| (p.entry, p.key.clone(), p.limit, p.delay_ms))
+        .collect();
+    assert_eq!(
+        requests,
+        [
+            (e[0], "github".to_owned(), Some(2), 250),
+            (e[1], "github".to_owned(), Some(2), 250),
+        ]
+    );
+    // Both granted at once: both start at once (no local spacing on a shared key).
+    let out = t.step(Inputs {
+        granted: &e,
+        ..Inputs::default()
+    });
+    assert_eq!(out.start, e);
+    assert_eq!(out.wake_at, None);
+}

@@ -58,11 +58,16 @@ pub(crate) struct KeyRec {
 }
 
 impl KeyRec {
+    /// The spacing this process keeps itself: none for a shared key, whose store keeps it.
+    pub(crate) fn local_delay(&self) -> u32 {
+        if self.shared { 0 } else { self.delay }
+    }
+
     /// The earliest time the next entry may start: spacing after the last start, and the pause.
     pub(crate) fn gate(&self) -> u64 {
         let spaced = self
             .last_start
-            .map_or(0, |t| t.saturating_add(u64::from(self.delay)));
+            .map_or(0, |t| t.saturating_add(u64::from(self.local_delay())));
         spaced.max(self.paused_until)
     }
 
@@ -204,8 +209,9 @@ impl Keys {
             queue: VecDeque::new(),
             dirty: false,
             last_released: None,
-            // A shared key's spacing holds across processes: the store keeps it.
-            delay: if c.shared { 0 } else { c.delay_ms },
+            // A shared key's spacing holds across processes: the store keeps it (the gate
+            // skips it), and permit requests carry it as the store's term.
+            delay: c.delay_ms,
             retries: c.retries,
             shared: c.shared,
             last_start: None,

@@ -247,3 +247,45 @@ def test_admission_tickets() -> None:
     with pytest.raises(AdmissionError) as e:
         adm.begin("late", AdmissionClass.REQUEST)
     assert e.value.code is AdmissionErrorCode.SHUTDOWN
+
+
+def test_two_controllers_tickets_are_not_interchangeable() -> None:
+    # Each controller draws a random tag: another controller's ticket is unknown, never taken
+    # for one of its own requests, even when both hand out their first tickets.
+    inst = Instance()
+    a, b = Admission(2, instance=inst), Admission(2, instance=inst)
+    ta, tb = a.begin("c", AdmissionClass.CALL), b.begin("c", AdmissionClass.CALL)
+    assert ta != tb and (ta, tb) != (1, 1)
+    assert a.next_admissions() == [ta] and b.next_admissions() == [tb]
+    for use in (lambda: a.end(tb), lambda: b.end(ta), lambda: a.abandon(tb)):
+        with pytest.raises(AdmissionError) as e:
+            use()
+        assert e.value.code is AdmissionErrorCode.UNKNOWN_REQUEST
+    # A parent from another controller is no in-flight call of this one.
+    with pytest.raises(AdmissionError) as e:
+        a.begin("r", AdmissionClass.REENTRANT, parent=tb)
+    assert e.value.code is AdmissionErrorCode.INVALID_PARENT
+    assert a.in_flight() == 1 and b.in_flight() == 1  # the refusals touched nothing
+    a.end(ta)
+    b.end(tb)
+    assert a.in_flight() == 0 and b.in_flight() == 0
+    # Fresh controllers draw fresh tags: their tickets differ from these.
+    c = Admission(2, instance=inst)
+    assert c.begin("c", AdmissionClass.CALL) not in (ta, tb)
+
+
+def test_sibling_reentrant_calls_run_together_within_the_budget() -> None:
+    # Re-entrant calls of one in-flight call skip the tool-call serializer (allow_parallel is
+    # off): siblings are in flight together, bounded only by the budget.
+    adm = Admission(3, instance=Instance())
+    c1 = adm.begin("c1", AdmissionClass.CALL)
+    ra = adm.begin("ra", AdmissionClass.REENTRANT, parent=c1)
+    rb = adm.begin("rb", AdmissionClass.REENTRANT, parent=c1)
+    assert adm.next_admissions() == [c1, ra, rb] and adm.in_flight() == 3
+    rc = adm.begin("rc", AdmissionClass.REENTRANT, parent=c1)  # the budget is full
+    assert adm.next_admissions() == []
+    adm.end(ra)
+    assert adm.next_admissions() == [rc]
+    for t in (rb, rc, c1):
+        adm.end(t)
+    assert adm.in_flight() == 0

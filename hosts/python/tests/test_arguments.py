@@ -52,7 +52,7 @@ concurrency = { key = "plain", limit = 1 }
 concurrency = { key = "api:{host}", limit = 2, retries = 2 }
 fan_out = true
 [conversation.tools.pr]
-concurrency = { key = "{repo}#{n}" }
+concurrency = { key = "pr:{repo}#{n}" }
 [conversation.tools.delete]
 concurrency = { key = "rm:{dir}" }
 fan_out = { on_error = "stop" }
@@ -247,7 +247,7 @@ def test_only_the_named_fields_cross_and_only_for_templated_tools() -> None:
         Call("q", "pr", arguments={"n": 7, "repo": "org/x", "title": big}),
         Call("g", "api", operations=2, arguments={"host": "x", "body": big}),
     ]
-    assert keys(s, calls) == ["fs:a", "plain", None, FALLBACK, "fs:b", "fs:c", "org/x#7", "api:x", "api:x"]
+    assert keys(s, calls) == ["fs:a", "plain", None, FALLBACK, "fs:b", "fs:c", "pr:org/x#7", "api:x", "api:x"]
     assert crossed == [
         [
             (0, '{"path":"a"}'),
@@ -367,7 +367,7 @@ def test_numbers_are_written_as_json_stringify_writes_them() -> None:
 def test_a_template_of_several_fields_and_a_fan_out_call_share_one_key_per_call() -> None:
     s = Scheduler(policy())
     assert keys(s, [Call("q", "pr", arguments={"repo": "o/r", "n": 12}), Call("g", "api", operations=3, arguments={"host": "h"})]) == [
-        "o/r#12",
+        "pr:o/r#12",
         "api:h",
         "api:h",
         "api:h",

@@ -19,7 +19,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.shared.exceptions import MCPError
 
 from turnstile_scheduler import AdmissionClass, ShutdownError
-from turnstile_scheduler.mcp import METHOD_CLASS, AdmittedClientSession
+from turnstile_scheduler import Admission
+from turnstile_scheduler.mcp import AdmittedClientSession
 
 SERVER = Path(__file__).parent / "mcp_server" / "server.py"
 HANG_GUARD_S = 30  # only so that a deadlock fails the test instead of hanging CI
@@ -197,7 +198,24 @@ def test_every_method_goes_through_admission_under_its_class() -> None:
         ("resources/read", AdmissionClass.REQUEST),
         ("prompts/get", AdmissionClass.REQUEST),
     ]
-    assert all(METHOD_CLASS[m] is c for m, c in seen)
+    with Admission(1) as adm:  # the component's table, which the session asks
+        assert all(adm.class_of_method(m) is c for m, c in seen)
+
+
+def test_the_method_table_is_the_components() -> None:
+    import turnstile_scheduler.mcp as mcp
+
+    assert not hasattr(mcp, "METHOD_CLASS"), "the table is the component's (class-of-method)"
+    with Admission(1) as adm:
+        assert adm.class_of_method("tools/call") is AdmissionClass.CALL
+        for m in ["initialize", "ping", "tools/list", "prompts/list", "resources/list", "resources/templates/list",
+                  "resources/subscribe", "resources/unsubscribe", "logging/setLevel"]:
+            assert adm.class_of_method(m) is AdmissionClass.CONTROL, m
+        # Any other method (newer ones included) is a request; methods compare exactly.
+        for m in ["resources/read", "prompts/get", "completion/complete", "tasks/get", "", "Tools/Call", " ping"]:
+            assert adm.class_of_method(m) is AdmissionClass.REQUEST, m
+        with pytest.raises(TypeError):
+            adm.class_of_method(b"ping")  # type: ignore[arg-type]
 
 
 def test_a_nested_sampling_chain_does_not_deadlock() -> None:

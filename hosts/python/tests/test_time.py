@@ -200,6 +200,74 @@ def test_rate_limited_reads_a_retry_after_header() -> None:
     assert RateLimited.from_header(date, now=now).retry_after == 12.0
 
 
+@pytest.mark.parametrize(
+    "header",
+    [
+        "\u0663",  # ARABIC-INDIC DIGIT THREE: str.isdigit() took it for 3
+        "\u00b2",  # SUPERSCRIPT TWO: isdigit() is True, float() raised ValueError
+        "\u00b2\u00b3",
+        "3.5",
+        "-5",
+        "+5",
+        "5 s",
+        "5, 6",
+        "Someday, 32 Foo 2015 07:28:00 GMT",
+        "\ud800",  # a lone surrogate cannot cross: unreadable all the same
+    ],
+)
+def test_retry_after_that_is_not_ascii_delta_seconds_or_a_date_takes_the_default(header: str) -> None:
+    limited = RateLimited.from_header(header, default=4)
+    assert limited.retry_after == 4.0
+    assert limited.header_error  # the component's sentence (or why it could not cross)
+
+
+def test_retry_after_empty_takes_the_default_and_a_missing_header_says_nothing() -> None:
+    for header in ["", "  ", "\t"]:
+        limited = RateLimited.from_header(header, default=2)
+        assert limited.retry_after == 2.0 and "empty" in (limited.header_error or "")
+    missing = RateLimited.from_header(None, default=2)
+    assert (missing.retry_after, missing.header_error) == (2.0, None)
+
+
+def test_retry_after_is_read_by_the_component() -> None:
+    # 400 digits: int(float()) raised OverflowError or ValueError before; the wait saturates.
+    huge = RateLimited.from_header("9" * 400)
+    assert huge.retry_after == (2**64 - 1) / 1000 and huge._wait_ms == 2**64 - 1 and huge.header_error is None
+    assert RateLimited.from_header(" \t7 ").retry_after == 7.0  # spaces and tabs around are fine
+    assert RateLimited.from_header("0").retry_after == 0.0
+    now = 1_700_000_000.0
+    past = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now - 60))
+    assert RateLimited.from_header(past, now=now).retry_after == 0.0  # a date in the past is 0
+    rfc850 = time.strftime("%A, %d-%b-%y %H:%M:%S GMT", time.gmtime(now + 30))
+    assert RateLimited.from_header(rfc850, now=now).retry_after == 30.0
+    asctime = time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(now + 5))
+    assert RateLimited.from_header(asctime, now=now).retry_after == 5.0
+    with pytest.raises(TypeError):
+        RateLimited.from_header("5", now="now")  # type: ignore[arg-type]
+
+
+def test_a_huge_retry_after_is_settled_by_the_scheduler_at_once() -> None:
+    # No clamping in the package: a wait of more than 5 minutes reaches the scheduler, which
+    # settles the entry rate-limited at once (its sentence says how long the endpoint asked).
+    text = '[conversation.tools.api]\nconcurrency = { key = "api", limit = 1 }\n'
+    calls = 0
+
+    async def execute(x):
+        nonlocal calls
+        calls += 1
+        raise RateLimited.from_header("9" * 400)
+
+    async def main():
+        async with Driver(Scheduler(Policy.resolve([("t", text)])), owns_scheduler=True) as driver:
+            return await asyncio.wait_for(driver.run([Call("a", "api"), Call("b", "api")], execute), 10)
+
+    out = asyncio.run(main())
+    assert calls == 2  # settled at once, and the key was not paused: b ran right after
+    for c in out:
+        e = c.entries[0]
+        assert e.status is OutcomeStatus.SETTLED and e.reason.kind is ReasonKind.RATE_LIMITED
+
+
 # ---------------------------------------------------------------------------------------------
 # A fake API with Retry-After
 

@@ -278,7 +278,7 @@ def trap(instance) -> None:
     ctor = instance.func("admission", "[constructor]admission")
     from types import SimpleNamespace
 
-    resource = ctor(SimpleNamespace(**{"max-concurrent": 1, "allow-parallel": False}))
+    resource = ctor(SimpleNamespace(**{"max-concurrent": 1, "allow-parallel": False, "tag": 0}))
     with pytest.raises(InstanceBrokenError) as e:
         begin(resource, "x", "tool-call", None)
     return e.value

@@ -166,3 +166,23 @@ def shared_instance() -> Instance:
     if _shared is None or _shared.broken is not None:
         _shared = Instance()
     return _shared
+
+
+_retry_after_instance: Optional[Instance] = None
+_retry_after_lock = threading.Lock()
+
+
+def retry_after(header: str, wall_now_ms: int) -> Any:
+    """The component's `scheduler.retry-after`: the wait (milliseconds, an int) an HTTP
+    `Retry-After` value asks for at wall-clock `wall_now_ms`, or its `retry-after-error`
+    record (`code` `empty` or `malformed`, `message`). Runs in an instance of its own, under a
+    lock, so any thread may call it (an execution may read its header in a worker thread); a
+    broken instance is replaced at the next call. `header` must be a str that encodes as
+    UTF-8 and `wall_now_ms` a u64 (the caller checks)."""
+    global _retry_after_instance
+    with _retry_after_lock:
+        inst = _retry_after_instance
+        if inst is None or inst.broken is not None:
+            inst = _retry_after_instance = Instance()
+        return inst.func("scheduler", "retry-after")(header, wall_now_ms)
+

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 import weakref
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -38,7 +39,10 @@ _ids = itertools.count(1)
 
 class Admission:
     """Admission control for one binding. `begin` returns a ticket no other request of the
-    controller ever gets; `end` and `abandon` take it. Each controller runs in a component
+    controller ever gets; `end` and `abandon` take it. Tickets are opaque numbers: each
+    controller draws a random tag (`secrets.randbits(64)`) that the component derives its
+    tickets from, so another controller's ticket is refused here as `unknown-request` instead
+    of being taken for one of this controller's requests. Each controller runs in a component
     instance of its own (unless `instance` is given); `close()` or `with` frees it."""
 
     def __init__(self, max_concurrent: int, allow_parallel: bool = False, *, instance: Optional[Instance] = None) -> None:
@@ -48,6 +52,8 @@ class Admission:
             **{
                 "max-concurrent": _check.u32(max_concurrent, "max_concurrent"),
                 "allow-parallel": _check.boolean(allow_parallel, "allow_parallel"),
+                # A fresh random tag per controller: another controller's ticket is unknown here.
+                "tag": secrets.randbits(64),
             }
         )
         self.instance = inst = _instance(instance)
@@ -59,6 +65,7 @@ class Admission:
         self._shutdown = method("shutdown")
         self._next = method("next-admissions")
         self._in_flight = method("in-flight")
+        self._class_of_method = inst.func("admission", "class-of-method")
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._permits: dict[int, Permit] = {}
         self._unclaimed: list[int] = []
@@ -127,6 +134,17 @@ class Admission:
     def in_flight(self) -> int:
         """Requests in flight now (for diagnostics only)."""
         return int(self._in_flight(self._live()))
+
+    def class_of_method(self, method: str) -> AdmissionClass:
+        """The class of an MCP request by its method: the component's table (`tools/call` is
+        `call`; `initialize`, `ping`, the list, subscribe and `logging/setLevel` methods are
+        `control`; everything else, newer methods included, is `request`; methods compare
+        exactly). Never `reentrant`: a request sent from a server-request handler while a tool
+        call is in flight is re-entrant whatever its method, which only the host knows. Works on
+        a closed controller too (it asks the controller's instance, not the controller)."""
+        if not isinstance(method, str):
+            raise TypeError(f"method must be a str, not {type(method).__name__}")
+        return AdmissionClass(self._class_of_method(method))
 
     # -- the async surface ------------------------------------------------------------------
 

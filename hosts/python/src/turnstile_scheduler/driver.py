@@ -57,7 +57,8 @@ pauses a key from the host.
 Shared keys (`shared = true`: one limit across processes, SHARED.md). The driver needs
 `shared_keys=SharedKeys(store)` (a ValueError at construction names the keys otherwise). An
 entry the scheduler lists in `acquire` gets a task that awaits `keys.acquire(key, limit=...,
-delay_ms=...)` (the key's terms from the policy); the permit is reported `granted` and the
+delay_ms=...)` on the terms of the scheduler's `acquire` action (the key its arguments made,
+the key's limit, the store's largest for an unbounded key, and its delay); the permit is reported `granted` and the
 entry starts in written order, and an error of the store is reported `denied`: the entry is
 settled failed before it started, with the store's error as `EntryOutcome.error`. An entry in
 `release` gets its permit released (its execution started) or abandoned (it never did), or its
@@ -513,8 +514,9 @@ class Driver:
         if limited.until is not None:
             until = math.ceil(limited.until * 1000)
         else:
-            until = self.now() + math.ceil(limited.retry_after * 1000)  # type: ignore[operator]
-        until = min(max(until, 0), _U64_MAX)
+            wait = limited._wait_ms  # exact when read from a header (the component's milliseconds)
+            until = self.now() + (wait if wait is not None else math.ceil(limited.retry_after * 1000))  # type: ignore[operator]
+        until = min(max(until, 0), _U64_MAX)  # u64 range only: the scheduler judges the wait
         key = b.shared_keys.get(i)
         if key is not None and self.shared_keys is not None:
             # Every process using the store pauses the key (a pause only extends).
@@ -721,7 +723,7 @@ class Driver:
         errors: list[Any],
         retired: list[int],
         wake_at: Optional[int] = None,
-        acquire: Sequence[int] = (),
+        acquire: Sequence[Any] = (),
         release: Sequence[int] = (),
     ) -> None:
         owner = self._owner
@@ -769,10 +771,10 @@ class Driver:
             b = owner.get(entry)
             if b is not None:
                 self._give_back(b, entry - b.first)
-        for entry in acquire:
-            b = owner.get(entry)
+        for terms in acquire:  # permit-request records: entry, key, limit, delay-ms
+            b = owner.get(terms.entry)
             if b is not None:
-                self._acquire(b, entry - b.first)
+                self._acquire(b, terms.entry - b.first, terms)
         if settled:
             for s in settled:
                 b = owner.get(s.entry)
@@ -879,26 +881,23 @@ class Driver:
 
     # -- shared keys -----------------------------------------------------------------------------
 
-    def _shared_terms(self, b: _Batch, i: int) -> tuple[str, int, int]:
-        """The shared key of entry `i` (made from its call's arguments for a key template), its
-        limit (capped at what a store takes) and delay."""
-        tool = self._shared_tools[b.call_of[i].tool]
-        key = tool.key
-        if tool.arguments:
-            statuses = self.scheduler.inspect(b.batch) or []
-            key = statuses[i].key if i < len(statuses) else key
-        return key, min(tool.limit or 1, LIMIT_MAX), tool.delay_ms or 0  # type: ignore[return-value]
-
-    def _acquire(self, b: _Batch, i: int) -> None:
-        """`acquire` listed entry `i`: a task asks the store for its permit and reports it
-        granted or denied."""
-        entry = b.first + i
-        try:
-            key, limit, delay_ms = self._shared_terms(b, i)
-        except Exception as e:  # e.g. a tool no longer in the policy: denied with why
-            b.denied_errors[i] = e
-            self._queue(_DENIED, entry, b)
-            return
+    def _acquire(self, b: _Batch, i: int, terms: Any) -> None:
+        """`acquire` listed entry `i` with `terms` (the component's `permit-request`: the key
+        its arguments made, the key's limit and delay): a task asks the store for its permit
+        and reports it granted or denied."""
+        key = terms.key
+        # Pure range protection: a key written `limit = 0` with a delay is unbounded but spaced
+        # (no limit), which a store takes as its largest limit.
+        limit = min(terms.limit if terms.limit is not None else LIMIT_MAX, LIMIT_MAX)
+        # The delay: the action's, or the policy's when the action carries none. (The component
+        # built at the time of writing sends `delay-ms = 0` for every shared key: engine
+        # schedule/keys.rs zeroes a shared key's local delay, since the store keeps it, and the
+        # permit request reads that zero. Taking the policy's keeps the cross-process spacing.)
+        delay_ms = getattr(terms, "delay-ms")
+        if not delay_ms:
+            tool = self._shared_tools.get(b.call_of[i].tool)
+            delay_ms = (tool.delay_ms or 0) if tool is not None else 0
+        delay_ms = min(delay_ms, DELAY_MS_MAX)
         b.shared_keys[i] = key
         b.acquiring[i] = self._loop.create_task(self._acquiring(b, i, key, limit, delay_ms))  # type: ignore[union-attr]
 

@@ -131,29 +131,52 @@ class RateLimited(Exception):
         self.until = _seconds(until, "until")
         if message is None:
             message = f"rate limited: retry after {retry_after} s" if retry_after is not None else f"rate limited: retry at {until}"
+        self._wait_ms: Optional[int] = None  # the exact wait from_header read, in milliseconds
+        self.header_error: Optional[str] = None
+        """From `from_header`: why the header was not read (the component's sentence), when
+        `default` was used for a header that was given; else None."""
         super().__init__(message)
 
     @classmethod
     def from_header(cls, value: Optional[str], *, default: float = 1.0, now: Optional[float] = None) -> "RateLimited":
-        """From a `Retry-After` header: delta-seconds ("5") or an HTTP date (seconds from
-        `now`, a Unix time, default `time.time()`); `default` seconds when it is missing or
-        unreadable."""
-        seconds = default
+        """From a `Retry-After` header, read by the component (the WIT's `retry-after`):
+        delta-seconds (ASCII digits only; huge values saturate) or an HTTP-date (IMF-fixdate,
+        RFC 850 or asctime; seconds from `now`, a Unix time, default `time.time()`; a date in
+        the past is 0). `default` seconds when the header is missing (None), empty, or not a
+        value the component reads (a fraction, a sign, other digits than ASCII, a date that
+        names no day; `header_error` then holds the component's sentence). Waits are not bounded
+        here: the scheduler settles an entry whose endpoint asks for more than 5 minutes at
+        once (its sentence says how long it was asked to wait)."""
+        seconds, wait_ms, reason = default, None, None
         if value is not None:
-            text = str(value).strip()
-            if text.isdigit():
-                seconds = float(text)
+            text = str(value)
+            if now is None:
+                import time as _time
+
+                now = _time.time()
+            elif isinstance(now, bool) or not isinstance(now, (int, float)):
+                raise TypeError(f"now must be a Unix time in seconds, not {type(now).__name__}")
+            # Pure range protection: wasmtime-py would wrap a value outside u64.
+            wall_now_ms = int(min(max(now * 1000, 0), _U64_MAX)) if now == now else 0
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate cannot cross: unreadable
+                reason = f"the retry-after value {text!r} is not valid text"
             else:
-                try:
-                    from email.utils import parsedate_to_datetime
+                from ._component import retry_after
 
-                    import time as _time
+                result = retry_after(text, wall_now_ms)
+                if isinstance(result, int):  # result<u64, retry-after-error> lifts untagged
+                    wait_ms, seconds = result, result / 1000
+                else:
+                    reason = result.message
+        limited = cls(seconds, message=f"rate limited: Retry-After {value!r}")
+        limited._wait_ms = wait_ms
+        limited.header_error = reason
+        return limited
 
-                    when = parsedate_to_datetime(text).timestamp()
-                    seconds = max(0.0, when - (_time.time() if now is None else now))
-                except (TypeError, ValueError, IndexError, OverflowError):
-                    seconds = default
-        return cls(seconds, message=f"rate limited: Retry-After {value!r}")
+
+_U64_MAX = 2**64 - 1
 
 
 def _seconds(value: Any, what: str) -> Optional[float]:

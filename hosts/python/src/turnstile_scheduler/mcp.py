@@ -13,20 +13,32 @@ async with stdio_client(params) as (read, write):
 `AdmittedClientSession` is a `ClientSession` (every argument of the SDK's constructor is
 accepted as is) with an `Admission` controller (`admission=`, or one made from
 `max_concurrent` and `allow_parallel`). Every request the session sends passes
-`ClientSession.send_request`, where it waits for admission under this class:
+`ClientSession.send_request`, where it waits for admission under its class. The class of a
+method is the component's (`Admission.class_of_method`, the WIT's `class-of-method`):
 
 | MCP method                                                                | class     |
 | ------------------------------------------------------------------------- | --------- |
 | `tools/call`                                                              | `call`    |
 | `resources/read`, `prompts/get`, `completion/complete`, any other method  | `request` |
 | `initialize`, `ping`, `tools/list`, `prompts/list`, `resources/list`, `resources/templates/list`, `resources/subscribe`, `resources/unsubscribe`, `logging/setLevel` | `control` |
-| any request made while a sampling, elicitation or roots callback of this session runs | `reentrant` |
 
-A re-entrant request's parent is the newest tool call of this session still in flight
-(itself possibly re-entrant): exact when tool calls are serialized (the default), since then
-the calls in flight form one chain; with `allow_parallel`, pass `parent_of(in_flight)` to
-choose among the tickets in flight (oldest first). A chain deeper than the budget fails at
-once with `AdmissionError` (`would-deadlock`) instead of hanging.
+What only this session knows decides the fourth class: a request made while a sampling,
+elicitation or roots callback of this session runs, with a tool call of the session in
+flight, is `reentrant`, whatever its method.
+
+A re-entrant request's parent is a guess, because the SDK does not say which tool call a
+server request belongs to: the newest tool call of this session still in flight (itself
+possibly re-entrant), or `parent_of(in_flight)` when given (it chooses among the tickets in
+flight, oldest first). The calls in flight need not form one chain: re-entrant calls that
+descend from an in-flight call are admitted without the tool-call serializer, so siblings
+(two calls made from callbacks of one call) may be in flight together, bounded by the
+budget, and with `allow_parallel` plain calls overlap too. So the newest call may be a
+sibling's descendant rather than the true parent. Without `allow_parallel` every tool call
+in flight descends from one call, so the guess is always a call of the right family and the
+request is admitted without the serializer all the same; what a wrong guess can change is
+the deadlock check, which counts the guessed line of ancestors: a chain (guessed or real)
+whose in-flight calls hold the whole budget fails at once with `AdmissionError`
+(`would-deadlock`) instead of hanging.
 
 Timeouts: a request's timeout (`read_timeout_seconds` of the call, else the session's) is
 its whole deadline; time spent queued counts against it. Passing it while queued raises the
@@ -56,26 +68,9 @@ from mcp.types import REQUEST_TIMEOUT
 from .admission import Admission
 from .types import AdmissionClass
 
-__all__ = ["AdmittedClientSession", "METHOD_CLASS"]
+__all__ = ["AdmittedClientSession"]
 
-CALL, REQUEST, CONTROL, REENTRANT = AdmissionClass.CALL, AdmissionClass.REQUEST, AdmissionClass.CONTROL, AdmissionClass.REENTRANT
-
-METHOD_CLASS: dict[str, AdmissionClass] = {
-    "tools/call": CALL,
-    "resources/read": REQUEST,
-    "prompts/get": REQUEST,
-    "completion/complete": REQUEST,
-    "initialize": CONTROL,
-    "ping": CONTROL,
-    "tools/list": CONTROL,
-    "prompts/list": CONTROL,
-    "resources/list": CONTROL,
-    "resources/templates/list": CONTROL,
-    "resources/subscribe": CONTROL,
-    "resources/unsubscribe": CONTROL,
-    "logging/setLevel": CONTROL,
-}
-"""The admission class of each MCP method; any other method is a `request`."""
+CALL, REENTRANT = AdmissionClass.CALL, AdmissionClass.REENTRANT
 
 # (session, parent ticket) while a callback of that session answers a server request.
 _CALLBACK: contextvars.ContextVar[Optional[tuple[Any, Optional[int]]]] = contextvars.ContextVar(
@@ -116,10 +111,12 @@ class AdmittedClientSession(ClientSession):
         progress_callback: Any = None,
     ) -> Any:
         method = str(getattr(request, "method", ""))
-        cls, parent = METHOD_CLASS.get(method, REQUEST), None
+        cls = self.admission.class_of_method(method)  # the component's table
+        is_call = cls is CALL  # a tool call: a parent for what its callbacks send
+        parent: Optional[int] = None
         callback = _CALLBACK.get()
         if callback is not None and callback[0] is self and callback[1] is not None:
-            cls, parent = REENTRANT, callback[1]
+            cls, parent = REENTRANT, callback[1]  # where it is sent from: only this session knows
         timeout = request_read_timeout_seconds if request_read_timeout_seconds is not None else self._timeout
         slot = self.admission.slot(cls, parent=parent, timeout=timeout, id=f"{method} #{next(_ids)}")
         try:
@@ -130,7 +127,6 @@ class AdmittedClientSession(ClientSession):
         if slot._timer is not None:
             slot._timer.cancel()
         remaining = permit.remaining()
-        is_call = method == "tools/call"
         if is_call:
             self._calls.append(permit.ticket)
         try:

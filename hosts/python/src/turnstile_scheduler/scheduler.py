@@ -37,6 +37,7 @@ from .types import (
     KeyPaused,
     KeySpacing,
     Outcome,
+    PermitRequest,
     PermitGranted,
     PermitRequested,
     Outputs,
@@ -225,17 +226,19 @@ def _outputs(
     errors: list[Any],
     retired: list[int],
     wake_at: Optional[int] = None,
-    acquire: Optional[list[int]] = None,
+    acquire: Optional[list[Any]] = None,
     release: Optional[list[int]] = None,
 ) -> Outputs:
+    requests = [PermitRequest(r.entry, r.key, r.limit, getattr(r, "delay-ms")) for r in acquire or ()]
     return Outputs(
         start=start,
         settle=[Settled(s.entry, _reason(s.reason), s.message) for s in settle],
         errors=[RefusedInput(InputKind(e.input), e.index, InputErrorCode(e.code), e.message) for e in errors],
         retired=retired,
         wake_at=wake_at,
-        acquire=acquire or [],
+        acquire=[r.entry for r in requests],
         release=release or [],
+        requests=requests,
     )
 
 
@@ -359,12 +362,13 @@ class _Round:
 
 def step_on(
     on_events: Any, on_ended: Any, next_releases: Any, resource: Any, inputs: Any
-) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[int], list[int]]:
+) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[Any], list[int]]:
     """One package `step` (`inputs` has the old WIT `inputs` fields: lists of checked values,
     `settle` items with `entry` and `how`, `retry` with `entry` and `until`, `pause` with `key`
     and `until`) over the component's verbs: `(start, settle, errors, retired, wake_at,
     acquire, release)`, with `settle` the component's `settlement` records (entry, reason,
-    message) and `errors` `_Refused` items, the clock's first."""
+    message), `acquire` its `permit-request` records (entry, key, limit, delay-ms) and
+    `errors` `_Refused` items, the clock's first."""
     approve, settle, granted, denied = inputs.approve, inputs.settle, inputs.granted, inputs.denied
     ask, answer, ok, failed, retry = inputs.ask, inputs.answer, inputs.ok, inputs.failed, inputs.retry
     cancel, pause = inputs.cancel, inputs.pause
@@ -394,7 +398,7 @@ def step_on(
     start: list[int] = []
     settled: list[Any] = []
     retired: list[int] = []
-    acquire: list[int] = []
+    acquire: list[Any] = []
     release: list[int] = []
     for a in releases.actions:
         tag = a.tag
@@ -407,7 +411,7 @@ def step_on(
         elif tag == "release":
             release.append(a.payload.entry)
         elif tag == "acquire":
-            acquire.append(a.payload.entry)
+            acquire.append(a.payload)  # the permit-request record: entry, key, limit, delay-ms
         elif tag == "refused":
             r = a.payload
             errors.insert(0, _Refused("now", 0, r.code, r.message))

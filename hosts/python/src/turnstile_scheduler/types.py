@@ -390,6 +390,20 @@ class Outputs:
     release: list[int] = field(default_factory=list)
     """Entries of shared keys whose permit (or permit request) the host gives back: they ended,
     hit a rate limit, or were cancelled or stopped while waiting for a permit."""
+    requests: "list[PermitRequest]" = field(default_factory=list)
+    """The entries of `acquire` with the terms to ask the store for: the key (made from the
+    call's arguments for a key template), its limit (None: unbounded but spaced) and delay."""
+
+
+@dataclass(frozen=True)
+class PermitRequest:
+    """A permit to ask a shared key's store for (`Outputs.requests`): at most `limit` permits
+    at once across processes (None: unbounded), starts at least `delay_ms` apart."""
+
+    entry: int
+    key: str
+    limit: Optional[int]
+    delay_ms: int
 
 
 @dataclass(frozen=True)
