@@ -53,7 +53,7 @@ OUTCOMES = {"ok": "ok", "failed": "failed", "err": "failed", "error": "failed"}
 SETTLE_VERBS = {"reject": HostSettle.REJECTED, "skip": HostSettle.SKIPPED, "fail": HostSettle.FAILED}
 
 # Fields of each table; a descriptive group allows at most one of its names and is never read.
-CASE_FIELDS = {"description", "layer", "diagnostics", "rendered", "tools", "batch", "admission", "step", "simulate"}
+CASE_FIELDS = {"description", "layer", "diagnostics", "rendered", "tools", "warnings", "batch", "admission", "step", "simulate"}
 CASE_DESCRIPTIVE = {"name", "title", "notes", "comment", "reference"}
 SCHED_STEP_FIELDS = {
     "do", "start", "settle", "error", "errors", "retired", "unrestored", "layers", "inspect", "at", "wake_at", "acquire",
@@ -528,6 +528,17 @@ def run_case(case: dict, instance: Instance) -> None:
         return
     if "diagnostics" in case:
         raise AssertionError(f"diagnostics: want {case['diagnostics']}, but the config resolved")
+    # Warnings of a resolved config, in the form of `diagnostics` (none unless listed).
+    want_warnings = case.get("warnings", [])
+    got_warnings = policy.warnings()
+    if len(got_warnings) != len(want_warnings) or not all(
+        (diag_line(d) == w) if " " in w else (d.code == w) for d, w in zip(got_warnings, want_warnings)
+    ):
+        raise AssertionError(f"warnings: want {want_warnings}, got {[diag_line(d) for d in got_warnings]}")
+    if got_warnings and "rendered" in case:
+        text = "\n".join(d.rendered for d in got_warnings)
+        if case["rendered"].rstrip("\n") != text.rstrip("\n"):
+            raise AssertionError(f"rendered: want\n{case['rendered']}\ngot\n{text}")
     for want in case.get("tools", []):
         name = want.split()[0]
         got = tool_line(policy.tool(name))

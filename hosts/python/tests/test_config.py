@@ -95,6 +95,32 @@ def test_check_lists_the_tools_and_exits_0(tmp_path) -> None:
     assert (r.returncode, r.stdout) == (0, "a: key 'a', limit 2, fan-out\n")
 
 
+def test_check_warns_of_typos_and_deny_warnings_fails(tmp_path) -> None:
+    typo = tmp_path / "typo.toml"
+    typo.write_text('[conversation.tools.rfd_draft]\nconcurency = { key = "rfd" }\n')
+    r = run_check("check", str(typo))
+    assert r.returncode == 0, r
+    assert "warning[unknown-field-typo]" in r.stderr and "did you mean `concurrency`" in r.stderr
+    assert "1 warning" in r.stderr
+    assert run_check("check", "--deny-warnings", str(typo)).returncode == 1
+    good = tmp_path / "good.toml"
+    good.write_text("[conversation.tools.a]\nconcurrency = 2\n")
+    r = run_check("check", "--deny-warnings", str(good))
+    assert r.returncode == 0 and "warning" not in r.stderr, r
+
+
+def test_policy_warnings_are_typed_and_beside_a_resolved_policy() -> None:
+    from turnstile_scheduler import DiagnosticCode, Policy, Severity
+
+    with Policy.resolve([("user", '[conversation.tool.x]\nconcurrency = 1\n')]) as p:
+        (w,) = p.warnings()
+        assert w.code is DiagnosticCode.UNKNOWN_FIELD_TYPO and w.severity is Severity.WARNING
+        assert w.help is not None and "tools" in w.help
+        assert w.rendered.startswith("warning[unknown-field-typo]")
+    with Policy.resolve([("user", "[conversation.tools.x]\nconcurrency = 1\n")]) as p:
+        assert p.warnings() == []
+
+
 def test_check_help_and_usage_errors() -> None:
     r = run_check("--help")
     assert r.returncode == 0 and "check" in r.stdout

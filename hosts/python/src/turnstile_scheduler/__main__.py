@@ -1,6 +1,7 @@
-"""`python -m turnstile_scheduler check FILE...`: resolves TOML layers (lowest precedence first)
-and renders every config diagnostic like rustc. Exit 0 when the layers resolve (the resolved
-tools are listed), 1 on diagnostics, 2 on a usage error or an unreadable file."""
+"""`python -m turnstile_scheduler check [--deny-warnings] FILE...`: resolves TOML layers (lowest
+precedence first) and renders every config diagnostic like rustc. Exit 0 when the layers resolve
+(the resolved tools are listed, after any warnings), 1 on diagnostics (or on warnings with
+`--deny-warnings`), 2 on a usage error or an unreadable file."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "check",
         help="resolve TOML layers and render every diagnostic",
         description="Resolves TOML layers, lowest precedence first (program defaults, plugins, workspace, "
-        "user), and renders every diagnostic like rustc. Exit status: 0 resolved, 1 diagnostics, 2 usage "
-        "or unreadable file.",
+        "user), and renders every diagnostic like rustc. A name a small edit away from one Turnstile reads "
+        "(concurency, fanout) is a warning. Exit status: 0 resolved, 1 diagnostics (or warnings with "
+        "--deny-warnings), 2 usage or unreadable file.",
     )
+    check.add_argument("--deny-warnings", action="store_true", help="a warning fails the check")
     check.add_argument("files", nargs="+", metavar="FILE", help="a TOML layer")
     args = parser.parse_args(argv)
     if args.command is None:
@@ -46,12 +49,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         n = len(e.diagnostics)
         print(f"{n} error{'s' if n != 1 else ''} in {len(layers)} layer{'s' if len(layers) != 1 else ''}", file=sys.stderr)
         return 1
+    warnings = policy.warnings()
+    for d in warnings:
+        print(d.rendered, file=sys.stderr)
+    if warnings:
+        n = len(warnings)
+        print(f"{n} warning{'s' if n != 1 else ''}", file=sys.stderr)
     for t in policy.tools():
         limit = "unbounded" if t.key is None else f"key {t.key!r}, limit {t.limit}"
         extra = (", fan-out" if t.fan_out else "") + (", stop on error" if t.on_error.value == "stop" else "")
         print(f"{t.name}: {limit}{extra}")
     policy.close()
-    return 0
+    return 1 if warnings and args.deny_warnings else 0
 
 
 if __name__ == "__main__":

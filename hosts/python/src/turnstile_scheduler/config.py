@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from . import _check, _toml
 from ._component import Instance, shared_instance
 from .errors import ConfigError, DisposedError
-from .types import Diagnostic, DiagnosticCode, Label, OnError, Span, ToolPolicy
+from .types import Diagnostic, DiagnosticCode, Label, OnError, Severity, Span, ToolPolicy
 
 LIMIT_UNBOUNDED = 2**32 - 1
 """`ToolPolicy.limit` of a key that is unbounded but spaced (`limit = 0` with a delay or a
@@ -123,6 +123,11 @@ class Policy:
         self.templates_in(instance, resource)
         return dict(self._shared or {})
 
+    def warnings(self) -> list[Diagnostic]:
+        """The warnings of this resolved policy, in source order (a name a small edit away from
+        one Turnstile reads, such as `concurency`); empty for most configs."""
+        return [_diagnostic(d) for d in self.instance.func("config", "[method]policy.warnings")(self._live())]
+
     def fingerprint(self) -> int:
         """What the policy means to a scheduler, as 64 bits: equal for policies that schedule
         alike. A saved state records it (``SavedState.policy``), so a host can tell before
@@ -167,7 +172,8 @@ def _diagnostic(d: Any) -> Diagnostic:
         )
         for l in d.labels
     ]
-    return Diagnostic(_code(d.code), d.message, list(d.path), list(d.tools), labels, d.help, d.rendered)
+    severity = Severity.WARNING if getattr(d, "severity", "error") == "warning" else Severity.ERROR
+    return Diagnostic(_code(d.code), d.message, list(d.path), list(d.tools), labels, d.help, d.rendered, severity)
 
 
 def _code(code: str) -> "DiagnosticCode | str":

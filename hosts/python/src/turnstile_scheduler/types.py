@@ -131,6 +131,17 @@ class DiagnosticCode(str, Enum):
     """A key template has a `{` not closed, an empty `{}`, or a stray `}`."""
     CONCURRENCY_SHARED_CONFLICT = "concurrency-shared-conflict"
     """Tools naming one concurrency key disagree on `shared`."""
+    UNKNOWN_FIELD_TYPO = "unknown-field-typo"
+    """A warning: a name a small edit away from one Turnstile reads (`concurency`, `fanout`),
+    otherwise ignored, so the limit it meant would silently not apply."""
+
+
+class Severity(str, Enum):
+    """An error stops resolution; a warning is reported beside a resolved policy
+    (`Policy.warnings`)."""
+
+    ERROR = "error"
+    WARNING = "warning"
 
 
 class SubmitErrorCode(str, Enum):
@@ -240,8 +251,9 @@ class Label:
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """One config problem; `rendered` is the rustc-style text with the source lines. `code` is
-    a `DiagnosticCode` (a `str` enum; a code this package does not know is a plain `str`)."""
+    """One config problem; `rendered` is the rustc-style text with the source lines
+    (`error[code]: ...` or `warning[code]: ...`). `code` is a `DiagnosticCode` (a `str` enum; a
+    code this package does not know is a plain `str`)."""
 
     code: "DiagnosticCode | str"
     message: str
@@ -250,6 +262,9 @@ class Diagnostic:
     labels: list[Label]
     help: Optional[str]
     rendered: str
+    severity: Severity = Severity.ERROR
+    """`ERROR`, or `WARNING` for what `Policy.warnings` (and, after the errors, a failed
+    resolution) reports."""
 
 
 RETRIES_DEFAULT = 3
