@@ -142,8 +142,15 @@ impl Scheduler {
                             .map(|&until| Wait::RetryAt { until })
                     }),
                     State::Acquiring | State::Granted => entry.key.get().map(|k| {
-                        let key = self.keys.key(k).name.clone();
-                        if state == State::Granted {
+                        let rec = self.keys.key(k);
+                        let key = rec.name.clone();
+                        if state == State::Granted && rec.gate() > self.now {
+                            // A pause holds granted entries too (its gate is the pause).
+                            Wait::KeyPaused {
+                                key,
+                                until: rec.gate(),
+                            }
+                        } else if state == State::Granted {
                             Wait::PermitGranted { key }
                         } else {
                             Wait::PermitRequested { key }

@@ -1046,7 +1046,22 @@ impl Model {
                     (St::Acquiring, Some((k, _))) => {
                         Some(Wait::PermitRequested { key: k.to_owned() })
                     }
-                    (St::Granted, Some((k, _))) => Some(Wait::PermitGranted { key: k.to_owned() }),
+                    // A pause holds a granted entry too; it then says so.
+                    (St::Granted, Some((k, _))) => {
+                        match self
+                            .time
+                            .paused
+                            .get(k)
+                            .copied()
+                            .filter(|&p| p > self.time.now)
+                        {
+                            Some(until) => Some(Wait::KeyPaused {
+                                key: k.to_owned(),
+                                until,
+                            }),
+                            None => Some(Wait::PermitGranted { key: k.to_owned() }),
+                        }
+                    }
                     _ => None,
                 };
                 let key = key.map(|(k, _)| k.to_owned());
