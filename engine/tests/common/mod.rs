@@ -71,7 +71,7 @@ pub(crate) fn seeds() -> Vec<u64> {
     (0..n).collect()
 }
 
-#[allow(dead_code)] // the admission simulator drives no scheduler
+// The admission simulator drives no scheduler: `step.rs` allows its own dead code.
 pub(crate) mod step;
 
 /// In wasm a panic aborts (no unwinding), so a seed loop's `catch_unwind` can neither rerun a
