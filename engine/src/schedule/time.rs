@@ -131,18 +131,10 @@ impl Scheduler {
     /// because the endpoint, not the host, asked for it and the key's maximum wait already
     /// bounds it; [`inspect`](Scheduler::inspect) says until when. Lifting a key that is not
     /// paused changes nothing. It takes effect in the next
-    /// [`next_releases`](Scheduler::next_releases), whose output lists what it released. A shared key's pause at the store is the host's to lift
-    /// there: this lifts the local one.
+    /// [`next_releases`](Scheduler::next_releases), whose output lists what it released. A
+    /// shared key's pause at the store is the host's to lift there: this lifts the local one.
     pub(super) fn lift_pause(&mut self, key: &str) -> Result<(), (InputErrorCode, String)> {
-        let Some(k) = self.keys.key_named(&self.policy, key) else {
-            return Err((
-                InputErrorCode::UnknownKey,
-                format!(
-                    "no configured tool declares concurrency key {key:?}, and no live call's \
-                     key was made with that name"
-                ),
-            ));
-        };
+        let k = self.named_key(key)?;
         let rec = self.keys.key_mut(k);
         if rec.paused_until > rec.limited_until {
             rec.paused_until = rec.limited_until;
@@ -153,17 +145,22 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Pauses a configured key until `until` (a pause only ever extends).
-    pub(super) fn pause(&mut self, name: &str, until: u64) -> Result<(), (InputErrorCode, String)> {
-        let Some(k) = self.keys.key_named(&self.policy, name) else {
-            return Err((
+    /// The live key named `name` (configured, or made by a live call), or why there is none.
+    fn named_key(&mut self, name: &str) -> Result<u32, (InputErrorCode, String)> {
+        self.keys.key_named(&self.policy, name).ok_or_else(|| {
+            (
                 InputErrorCode::UnknownKey,
                 format!(
                     "no configured tool declares concurrency key {name:?}, and no live call's \
                      key was made with that name"
                 ),
-            ));
-        };
+            )
+        })
+    }
+
+    /// Pauses a configured key until `until` (a pause only ever extends).
+    pub(super) fn pause(&mut self, name: &str, until: u64) -> Result<(), (InputErrorCode, String)> {
+        let k = self.named_key(name)?;
         let key = self.keys.key_mut(k);
         key.paused_until = key.paused_until.max(until);
         self.keys.mark_dirty(k);
