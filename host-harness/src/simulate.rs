@@ -276,15 +276,7 @@ impl Sim<'_> {
     /// Submits the file's `n`-th batch; its number and entries.
     fn submit(&mut self, n: usize, batch: &BatchSpec) -> Result<(u64, Range<u64>), Error> {
         let calls = calls_of(batch).map_err(|e| Error::Input(format!("batch {n}: {e}")))?;
-        let wit_calls: Vec<ws::Call> = calls
-            .iter()
-            .map(|c| ws::Call {
-                id: c.id.clone(),
-                tool: c.tool.clone(),
-                operations: c.operations,
-                arguments: c.arguments.clone(),
-            })
-            .collect();
+        let wit_calls = crate::subject::wit_calls(&calls);
         let submitted = self
             .iface
             .call_submit_batch(&mut *self.store, self.sched, &wit_calls)

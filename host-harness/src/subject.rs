@@ -140,15 +140,7 @@ impl Subject for ComponentSubject {
     }
 
     fn submit_batch(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String> {
-        let calls: Vec<ws::Call> = calls
-            .iter()
-            .map(|c| ws::Call {
-                id: c.id.clone(),
-                tool: c.tool.clone(),
-                operations: c.operations,
-                arguments: c.arguments.clone(),
-            })
-            .collect();
+        let calls = wit_calls(calls);
         let s = self.scheduler()?;
         let iface = self
             .instance
@@ -441,6 +433,19 @@ fn reason(r: &ws::Reason) -> (&'static str, Option<u32>) {
         ws::Reason::Interrupted => ("interrupted", None),
         ws::Reason::RateLimited(retries) => ("rate-limited", Some(*retries)),
     }
+}
+
+/// The corpus's calls as `submit-batch` takes them.
+pub(crate) fn wit_calls(calls: &[CallSpec]) -> Vec<ws::Call> {
+    calls
+        .iter()
+        .map(|c| ws::Call {
+            id: c.id.clone(),
+            tool: c.tool.clone(),
+            operations: c.operations,
+            arguments: c.arguments.clone(),
+        })
+        .collect()
 }
 
 /// A call that could not run: an error no case expects, so the case fails.
