@@ -18,6 +18,7 @@
 //! edit away from one Turnstile reads (`concurency`, `conversation.tool`, `fanout`) is a
 //! warning, `unknown-field-typo` (`typo.rs`).
 
+mod duration;
 mod overlap;
 mod policy;
 mod raw;

@@ -153,4 +153,37 @@ impl Policy {
     pub fn tool(&self, name: &str) -> Option<&ToolPolicy> {
         self.index.get(name).and_then(|&i| self.tools.get(i))
     }
+
+    /// A fingerprint of what this policy means to the scheduler: every configured tool's key,
+    /// limit, delay, retry cap, fan-out and stop, in configuration order (FNV-1a, 64 bits). A
+    /// saved scheduler state carries it, so a host can tell the policy changed before resuming.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for tool in &self.tools {
+            eat(tool.name.as_bytes());
+            eat(&[0]);
+            if let Some(c) = &tool.concurrency {
+                eat(c.key.as_str().as_bytes());
+                eat(&c.limit.get().to_le_bytes());
+                eat(&c.delay_ms.to_le_bytes());
+                eat(&c.retries.to_le_bytes());
+                // Only when set, so that every fingerprint from before `shared` stays the same.
+                if c.shared {
+                    eat(b"shared");
+                }
+            }
+            eat(&[
+                1,
+                u8::from(tool.fan_out),
+                u8::from(tool.on_error == OnError::Stop),
+            ]);
+        }
+        h
+    }
 }

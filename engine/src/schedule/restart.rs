@@ -13,7 +13,7 @@ use super::keys::KeyOf;
 use super::lifecycle::{Lifecycle, Saved};
 use super::names::{CallRef, id_hash};
 use super::{BatchId, EntryId, Reason, Scheduler, State};
-use crate::config::{OnError, Policy};
+use crate::config::Policy;
 use crate::limits::{ENTRIES_MAX, OPERATIONS_PER_CALL_MAX};
 
 /// The version of [`SavedState`] this engine writes and reads.
@@ -74,36 +74,10 @@ pub enum Started {
     Interrupt,
 }
 
-/// A fingerprint of what a policy means to the scheduler: every configured tool's key, limit,
-/// delay, retry cap, fan-out and stop, in configuration order (FNV-1a, 64 bits).
+/// A fingerprint of what a policy means to the scheduler ([`Policy::fingerprint`]); a
+/// [`SavedState`] carries the one it was made under.
 pub fn fingerprint(policy: &Policy) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    for tool in policy.tools() {
-        eat(tool.name.as_bytes());
-        eat(&[0]);
-        if let Some(c) = &tool.concurrency {
-            eat(c.key.as_str().as_bytes());
-            eat(&c.limit.get().to_le_bytes());
-            eat(&c.delay_ms.to_le_bytes());
-            eat(&c.retries.to_le_bytes());
-            // Only when set, so that every fingerprint from before `shared` stays the same.
-            if c.shared {
-                eat(b"shared");
-            }
-        }
-        eat(&[
-            1,
-            u8::from(tool.fan_out),
-            u8::from(tool.on_error == OnError::Stop),
-        ]);
-    }
-    h
+    policy.fingerprint()
 }
 
 impl Scheduler {
@@ -160,7 +134,7 @@ impl Scheduler {
             .collect();
         SavedState {
             version: SAVED_VERSION,
-            policy: fingerprint(&self.policy),
+            policy: self.policy.fingerprint(),
             next_batch: self.next_batch,
             next_entry: self.next_entry,
             batches,
