@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use super::error::{SubmitError, SubmitErrorCode};
-use super::lifecycle::Lifecycle;
+use super::lifecycle::{Lifecycle, State};
 use super::names::{CallRef, FxHashMap, LiveIds, grow, id_hash};
 use crate::limits::{CALLS_PER_BATCH_MAX, NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
 
@@ -64,12 +64,14 @@ pub(crate) struct Batch {
     pub(crate) ids: String,
     /// Keys its entries use, each once.
     pub(crate) keys: Vec<u32>,
-    /// Entries still pending (the approval barrier).
-    pub(crate) pending: u32,
+    /// Entries still pending (the approval barrier). Written only by `push_entry` and
+    /// `decided`, so it always counts the pending entries.
+    pending: u32,
     /// Entries without a response (pending, approved, running, asking); at zero it retires.
-    pub(crate) unanswered: u32,
-    pub(crate) open: bool,
-    pub(crate) cancelled: bool,
+    /// Written only by `push_entry` and `answered`.
+    unanswered: u32,
+    open: bool,
+    cancelled: bool,
 }
 
 impl Batch {
@@ -90,6 +92,65 @@ impl Batch {
         } else {
             id.to_owned()
         }
+    }
+
+    /// Entries still pending (the approval barrier).
+    pub(crate) fn pending(&self) -> u32 {
+        self.pending
+    }
+
+    /// Entries without a response.
+    pub(crate) fn unanswered(&self) -> u32 {
+        self.unanswered
+    }
+
+    /// The barrier fell: its approved entries may go.
+    pub(crate) fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// It was cancelled: nothing of it starts again.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+
+    /// Adds an entry (a new one is pending; a restored one may have its response) and counts
+    /// it.
+    #[inline]
+    pub(crate) fn push_entry(&mut self, entry: Entry) {
+        let state = entry.life.get();
+        self.pending += u32::from(state == State::Pending);
+        self.unanswered += u32::from(state.lacks_response());
+        self.entries.push(entry);
+    }
+
+    /// An entry left `pending` ([`Effects::decided`](super::lifecycle::Effects)); true when
+    /// that lets the barrier fall (never in a cancelled batch, which opens no more).
+    #[inline]
+    pub(crate) fn decided(&mut self) -> bool {
+        debug_assert!(self.pending > 0, "batch {} decided twice", self.id);
+        self.pending -= 1;
+        self.pending == 0 && !self.cancelled
+    }
+
+    /// An entry got its response; true when that was the last one (the batch retires).
+    #[inline]
+    pub(crate) fn answered(&mut self) -> bool {
+        debug_assert!(self.unanswered > 0, "batch {} answered twice", self.id);
+        self.unanswered -= 1;
+        self.unanswered == 0
+    }
+
+    /// The barrier falls (paired with `decided` reaching zero).
+    pub(crate) fn open(&mut self) {
+        debug_assert!(!self.open && self.pending == 0 && !self.cancelled);
+        self.open = true;
+    }
+
+    /// Marks it cancelled; its pending entries are settled next, which brings `pending` to
+    /// zero without opening it.
+    pub(crate) fn cancel(&mut self) {
+        self.cancelled = true;
     }
 
     pub(crate) fn end(&self) -> u64 {

@@ -82,7 +82,7 @@ impl Scheduler {
         // Why each entry of this batch waits, by its index in the batch.
         let mut waits: Vec<Option<Wait>> = Vec::new();
         waits.resize_with(rec.entries.len(), || None);
-        if rec.open {
+        if rec.is_open() {
             for &k in &rec.keys {
                 let key = self.keys.key(k);
                 let mut previous: Option<u64> = None;
@@ -95,7 +95,7 @@ impl Scheduler {
                     }
                     let wait = match previous {
                         Some(p) => Wait::Behind(self.label(EntryId(p)).unwrap_or_default()),
-                        None if key.running < key.limit && key.gate() > self.now => {
+                        None if key.has_room() && key.gate() > self.now => {
                             if key.paused_until >= key.gate() {
                                 Wait::KeyPaused {
                                     key: key.name.clone(),
@@ -133,8 +133,8 @@ impl Scheduler {
                 let call = &rec.calls[entry.call as usize];
                 let state = entry.life.get();
                 let wait = match state {
-                    State::Approved if !rec.open => Some(Wait::BatchNotApproved {
-                        pending: rec.pending,
+                    State::Approved if !rec.is_open() => Some(Wait::BatchNotApproved {
+                        pending: rec.pending(),
                     }),
                     State::Approved => waits.get_mut(i).and_then(Option::take).or_else(|| {
                         self.not_before

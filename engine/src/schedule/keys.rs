@@ -9,6 +9,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use super::lifecycle::Effects;
 use super::names::FxHashMap;
 use crate::config::{Concurrency, OnError, Policy, ToolPolicy};
 use crate::limits::RETRIES_DEFAULT;
@@ -18,7 +19,9 @@ use crate::template::KeyTemplate;
 pub(crate) struct KeyRec {
     pub(crate) name: String,
     pub(crate) limit: u32,
-    pub(crate) running: u32,
+    /// Entries holding a slot (running, asking, or waiting for a permit); written only by
+    /// [`Keys::commit`].
+    running: u32,
     /// Entry numbers with this key not yet released or settled when last looked at, in
     /// (batch, written) order. Entries that got a response, or whose batch retired, are
     /// dropped when they reach the front.
@@ -69,6 +72,11 @@ impl KeyRec {
             .last_start
             .map_or(0, |t| t.saturating_add(u64::from(self.local_delay())));
         spaced.max(self.paused_until)
+    }
+
+    /// Whether one more entry may take a slot.
+    pub(crate) fn has_room(&self) -> bool {
+        self.running < self.limit
     }
 
     /// Whether the front entry may start by the clock at `now` (paired with `gate`).
@@ -422,12 +430,6 @@ impl Keys {
         key.last_released = key.last_released.min(e.checked_sub(1));
     }
 
-    /// Entries from `e` on may need to ask for a permit again (a shared key's walk rescans).
-    pub(crate) fn rescan(&mut self, k: u32, e: u64) {
-        let key = &mut self.recs[k as usize];
-        key.scan_from = key.scan_from.min(e);
-    }
-
     /// The key must walk its queue before this step ends.
     pub(crate) fn mark_dirty(&mut self, k: u32) {
         let key = &mut self.recs[k as usize];
@@ -465,39 +467,36 @@ impl Keys {
         queue.extend(first..end);
     }
 
-    /// A release takes a slot (paired with [`Keys::free_slot`]).
-    pub(crate) fn take_slot(&mut self, k: u32) {
+    /// Applies what a transition implies for its key `k`: slots taken and freed, the start
+    /// time, the walk. The paired assertions: a slot is taken only below the limit and freed
+    /// only when taken; a start passes the gate; a granted start holds the slot its request
+    /// took. Returns whether the key is shared (its permits go back to a store).
+    #[inline]
+    pub(crate) fn commit(&mut self, k: u32, effects: Effects, now: u64) -> bool {
         let key = &mut self.recs[k as usize];
-        debug_assert!(key.running < key.limit, "limit exceeded on {}", key.name);
-        key.running += 1;
-    }
-
-    /// A release at `now` on a key: it must be open (paired with [`KeyRec::open_at`]).
-    pub(crate) fn started_at(&mut self, k: u32, now: u64) {
-        let key = &mut self.recs[k as usize];
-        debug_assert!(key.open_at(now), "started before its gate on {}", key.name);
-        key.last_start = Some(now);
-    }
-
-    /// A granted entry of a shared key starts: its slot was taken at its request, the store
-    /// kept the spacing, and the key's pause is over (paired with
-    /// `Scheduler::granted_may_start`).
-    pub(crate) fn started_granted(&mut self, k: u32, now: u64) {
-        let key = &mut self.recs[k as usize];
-        debug_assert!(
-            key.shared && key.running > 0,
-            "a permit on {} without a slot",
-            key.name
-        );
-        debug_assert!(key.open_at(now), "started while paused on {}", key.name);
-        key.last_start = Some(now);
-    }
-
-    /// An end frees a slot (paired with [`Keys::take_slot`]).
-    pub(crate) fn free_slot(&mut self, k: u32) {
-        let key = &mut self.recs[k as usize];
-        debug_assert!(key.running > 0, "slot freed twice on {}", key.name);
-        key.running = key.running.saturating_sub(1);
-        self.mark_dirty(k);
+        if effects.has(Effects::TAKES_SLOT) {
+            debug_assert!(key.running < key.limit, "limit exceeded on {}", key.name);
+            key.running += 1;
+        }
+        if effects.has(Effects::STARTS) {
+            // A granted entry's slot was taken at its request; the store kept the spacing,
+            // and the key's pause is over (`Scheduler::granted_may_start`).
+            debug_assert!(
+                effects.has(Effects::TAKES_SLOT) || (key.shared && key.running > 0),
+                "a permit on {} without a slot",
+                key.name
+            );
+            debug_assert!(key.open_at(now), "started before its gate on {}", key.name);
+            key.last_start = Some(now);
+        }
+        if effects.has(Effects::FREES_SLOT) {
+            debug_assert!(key.running > 0, "slot freed twice on {}", key.name);
+            key.running = key.running.saturating_sub(1);
+        }
+        let shared = key.shared;
+        if effects.has(Effects::WALKS) {
+            self.mark_dirty(k);
+        }
+        shared
     }
 }

@@ -1,6 +1,9 @@
 //! The entry lifecycle. This file is the only place an entry's state changes: [`Lifecycle`]
 //! holds it in a private field, [`next`] is the whole transition table, and an event that is
-//! illegal in the current state is an error naming both.
+//! illegal in the current state is an error naming both. Events are the host's reports
+//! ([`HostEvent`]) or the scheduler's own moves ([`SchedulerEvent`]). Each rule also names
+//! what it implies ([`Effects`]: a batch's barrier and retirement counts, a key's slot, the
+//! round's output), which [`Lifecycle::apply`] returns and `commit.rs` applies in one place.
 //!
 //! ```text
 //!            approve              (release)           ask
@@ -175,25 +178,34 @@ pub enum HostSettle {
     Failed,
 }
 
-/// Everything that moves an entry.
+/// What the host reports about one entry ([`super::Scheduler::on_event`],
+/// [`super::Scheduler::on_ended`]). Any of them may be a host's mistake, refused as
+/// [`Illegal`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Event {
+pub(crate) enum HostEvent {
     Approve,
     Settle(HostSettle),
-    /// A shared key's entry is handed to the host to acquire a permit.
-    Request,
     /// The store granted the permit.
     Grant,
     /// The store refused the permit (unreachable, timed out): a failure before running.
     Deny,
+    Ask,
+    Answer,
+    End(Outcome),
+}
+
+/// What the scheduler does to an entry by its own rules. Only `Retry` and `GiveUp` (a rate
+/// limit the host reported) can meet an entry in the wrong state; for the others that is the
+/// scheduler's bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SchedulerEvent {
+    Release,
+    /// A shared key's entry is handed to the host to acquire a permit.
+    Request,
     /// An earlier entry of its shared key hit a rate limit and asks again: this one gives its
     /// permit (or request) back and asks again after it, so no process holds permits for
     /// entries that wait behind one without a request.
     Yield,
-    Release,
-    Ask,
-    Answer,
-    End(Outcome),
     Cancel,
     Stop {
         after: u32,
@@ -203,24 +215,164 @@ pub(crate) enum Event {
     GiveUp(Reason),
 }
 
+/// Everything that moves an entry: the host's reports and the scheduler's own moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    Host(HostEvent),
+    Scheduler(SchedulerEvent),
+}
+
+impl From<HostEvent> for Event {
+    fn from(event: HostEvent) -> Self {
+        Self::Host(event)
+    }
+}
+
+impl From<SchedulerEvent> for Event {
+    fn from(event: SchedulerEvent) -> Self {
+        Self::Scheduler(event)
+    }
+}
+
 impl Event {
     fn verb(self) -> &'static str {
         match self {
-            Self::Approve => "approve",
-            Self::Settle(_) => "settle",
-            Self::Request => "request a permit for",
-            Self::Grant => "grant a permit to",
-            Self::Deny => "deny a permit to",
-            Self::Yield => "give back the permit of",
-            Self::Release => "release",
-            Self::Ask => "begin a question on",
-            Self::Answer => "end a question on",
-            Self::End(_) => "end",
-            Self::Cancel => "cancel",
-            Self::Stop { .. } => "stop",
-            Self::Retry => "retry",
-            Self::GiveUp(_) => "give up on",
+            Self::Host(event) => match event {
+                HostEvent::Approve => "approve",
+                HostEvent::Settle(_) => "settle",
+                HostEvent::Grant => "grant a permit to",
+                HostEvent::Deny => "deny a permit to",
+                HostEvent::Ask => "begin a question on",
+                HostEvent::Answer => "end a question on",
+                HostEvent::End(_) => "end",
+            },
+            Self::Scheduler(event) => match event {
+                SchedulerEvent::Release => "release",
+                SchedulerEvent::Request => "request a permit for",
+                SchedulerEvent::Yield => "give back the permit of",
+                SchedulerEvent::Cancel => "cancel",
+                SchedulerEvent::Stop { .. } => "stop",
+                SchedulerEvent::Retry => "retry",
+                SchedulerEvent::GiveUp(_) => "give up on",
+            },
         }
+    }
+}
+
+/// What a transition implies beyond the entry's own state, for
+/// [`super::Scheduler::commit`] to apply in one place: the batch's counters, the key's slots
+/// and queue, the round's output, the stop rule. A set of flags: the transition table names
+/// each rule's effects, and a debug assertion checks them against what the states before and
+/// after imply ([`Effects::implied`]), so no rule can forget one.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Effects(u16);
+
+impl Effects {
+    pub(crate) const NONE: Self = Self(0);
+    /// It left `pending`: one fewer entry holds its batch's barrier.
+    pub(crate) const DECIDED: Self = Self(1);
+    /// It got its response: one fewer entry keeps its batch live.
+    pub(crate) const ANSWERED: Self = Self(1 << 1);
+    /// It takes a slot of its key: released while approved, or asking for a permit.
+    pub(crate) const TAKES_SLOT: Self = Self(1 << 2);
+    /// It gives its key's slot back.
+    pub(crate) const FREES_SLOT: Self = Self(1 << 3);
+    /// Its permit (or its request) goes back to a shared key's store; not after a denial.
+    pub(crate) const RETURNS_PERMIT: Self = Self(1 << 4);
+    /// It starts: the round tells the host to run it.
+    pub(crate) const STARTS: Self = Self(1 << 5);
+    /// The round tells the host to acquire a permit for it.
+    pub(crate) const ACQUIRES: Self = Self(1 << 6);
+    /// The scheduler settled it: the round reports it, with its sentence.
+    pub(crate) const REPORTED: Self = Self(1 << 7);
+    /// Its execution is over (ended, or given up on): its retry count goes.
+    pub(crate) const RAN: Self = Self(1 << 8);
+    /// An execution went back in line (a rate limit): back in its key's queue.
+    pub(crate) const REQUEUED: Self = Self(1 << 9);
+    /// It failed: `on_error = "stop"` may stop the operations behind it.
+    pub(crate) const FAILED: Self = Self(1 << 10);
+    /// Its key must walk: its queue's front may go now.
+    pub(crate) const WALKS: Self = Self(1 << 11);
+
+    const NAMES: [&'static str; 12] = [
+        "decided",
+        "answered",
+        "takes-slot",
+        "frees-slot",
+        "returns-permit",
+        "starts",
+        "acquires",
+        "reported",
+        "ran",
+        "requeued",
+        "failed",
+        "walks",
+    ];
+
+    const fn and(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+
+    const fn and_if(self, other: Self, when: bool) -> Self {
+        if when { self.and(other) } else { self }
+    }
+
+    /// Whether every effect of `effect` is among these.
+    #[inline]
+    pub(crate) fn has(self, effect: Self) -> bool {
+        self.0 & effect.0 == effect.0
+    }
+
+    /// What a transition from `before` to `after` by `event` implies: the definition the
+    /// table's effects are checked against.
+    fn implied(before: State, after: State, event: Event) -> Self {
+        let holds_slot = |s: State| s.is_started_unended() || s.holds_permit_unstarted();
+        let answered = before.lacks_response() && !after.lacks_response();
+        let frees_slot = holds_slot(before) && !holds_slot(after);
+        Self::NONE
+            .and_if(
+                Self::DECIDED,
+                before == State::Pending && after != State::Pending,
+            )
+            .and_if(Self::ANSWERED, answered)
+            .and_if(Self::TAKES_SLOT, !holds_slot(before) && holds_slot(after))
+            .and_if(Self::FREES_SLOT, frees_slot)
+            .and_if(
+                Self::RETURNS_PERMIT,
+                frees_slot && event != Event::Host(HostEvent::Deny),
+            )
+            .and_if(
+                Self::STARTS,
+                after == State::Running && !before.is_started_unended(),
+            )
+            .and_if(Self::ACQUIRES, after == State::Acquiring)
+            .and_if(
+                Self::REPORTED,
+                matches!(after, State::Settled(_)) && matches!(event, Event::Scheduler(_)),
+            )
+            .and_if(Self::RAN, answered && before.is_started_unended())
+            .and_if(
+                Self::REQUEUED,
+                before.is_started_unended() && after == State::Approved,
+            )
+            .and_if(Self::FAILED, after.is_failure())
+            .and_if(
+                Self::WALKS,
+                answered || frees_slot || event == Event::Host(HostEvent::Grant),
+            )
+    }
+}
+
+impl std::fmt::Debug for Effects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = Self::NAMES.iter().enumerate();
+        f.debug_set()
+            .entries(
+                names
+                    .filter(|&(i, _)| self.0 & (1 << i) != 0)
+                    .map(|(_, n)| n),
+            )
+            .finish()
     }
 }
 
@@ -278,10 +430,19 @@ impl Lifecycle {
         self.0
     }
 
-    /// Applies `event`, or says why it is illegal and changes nothing.
-    pub(crate) fn apply(&mut self, event: Event) -> Result<State, Illegal> {
-        self.0 = next(self.0, event)?;
-        Ok(self.0)
+    /// Applies `event` and says what that implies, or says why it is illegal and changes
+    /// nothing.
+    #[inline(always)]
+    pub(crate) fn apply(&mut self, event: Event) -> Result<Effects, Illegal> {
+        let before = self.0;
+        let (after, effects) = next(before, event)?;
+        debug_assert_eq!(
+            effects,
+            Effects::implied(before, after, event),
+            "the effects of {event:?} from {before:?}"
+        );
+        self.0 = after;
+        Ok(effects)
     }
 }
 
@@ -308,40 +469,80 @@ impl Saved {
     }
 }
 
-/// The transition table.
-fn next(state: State, event: Event) -> Result<State, Illegal> {
+/// The transition table: each rule's next state and what it implies.
+#[inline(always)]
+fn next(state: State, event: Event) -> Result<(State, Effects), Illegal> {
+    use Effects as E;
+    use HostEvent as H;
+    use SchedulerEvent as I;
     use State as S;
+    // What every way of getting a response implies, and of giving a held slot back.
+    const ANSWER: Effects = E::ANSWERED.and(E::WALKS);
+    const GIVE_BACK: Effects = E::FREES_SLOT.and(E::RETURNS_PERMIT).and(E::WALKS);
+    let failed = |s: State| E::NONE.and_if(E::FAILED, s.is_failure());
     let next = match (state, event) {
-        (S::Pending, Event::Approve) => S::Approved,
-        (S::Pending, Event::Settle(how)) => S::Settled(match how {
-            HostSettle::Rejected => Reason::Rejected,
-            HostSettle::Skipped => Reason::Skipped,
-            HostSettle::Failed => Reason::Failed,
-        }),
-        (S::Approved | S::Granted, Event::Release) => S::Running,
-        (S::Approved, Event::Request) => S::Acquiring,
-        (S::Acquiring, Event::Grant) => S::Granted,
-        (S::Acquiring | S::Granted, Event::Deny) => S::Settled(Reason::Failed),
-        (S::Acquiring | S::Granted, Event::Yield) => S::Approved,
-        (S::Running, Event::Ask) => S::Asking,
-        (S::Asking, Event::Answer) => S::Running,
-        (S::Running | S::Asking, Event::End(outcome)) => S::Ended(outcome),
-        (S::Pending | S::Approved | S::Acquiring | S::Granted, Event::Cancel) => {
-            S::Settled(Reason::Cancelled)
+        (S::Pending, Event::Host(H::Approve)) => (S::Approved, E::DECIDED),
+        (S::Pending, Event::Host(H::Settle(how))) => {
+            let settled = S::Settled(match how {
+                HostSettle::Rejected => Reason::Rejected,
+                HostSettle::Skipped => Reason::Skipped,
+                HostSettle::Failed => Reason::Failed,
+            });
+            (settled, E::DECIDED.and(ANSWER).and(failed(settled)))
         }
-        (S::Approved | S::Acquiring | S::Granted, Event::Stop { after }) => {
-            S::Settled(Reason::Stopped { after })
+        (S::Approved, Event::Scheduler(I::Release)) => (S::Running, E::TAKES_SLOT.and(E::STARTS)),
+        (S::Granted, Event::Scheduler(I::Release)) => (S::Running, E::STARTS),
+        (S::Approved, Event::Scheduler(I::Request)) => {
+            (S::Acquiring, E::TAKES_SLOT.and(E::ACQUIRES))
         }
-        (S::Running | S::Asking, Event::Retry) => S::Approved,
-        (S::Running | S::Asking, Event::GiveUp(reason)) => S::Settled(reason),
+        (S::Acquiring, Event::Host(H::Grant)) => (S::Granted, E::WALKS),
+        (S::Acquiring | S::Granted, Event::Host(H::Deny)) => (
+            S::Settled(Reason::Failed),
+            ANSWER.and(E::FREES_SLOT).and(E::FAILED),
+        ),
+        (S::Acquiring | S::Granted, Event::Scheduler(I::Yield)) => (S::Approved, GIVE_BACK),
+        (S::Running, Event::Host(H::Ask)) => (S::Asking, E::NONE),
+        (S::Asking, Event::Host(H::Answer)) => (S::Running, E::NONE),
+        (S::Running | S::Asking, Event::Host(H::End(outcome))) => {
+            let ended = S::Ended(outcome);
+            (ended, ANSWER.and(GIVE_BACK).and(E::RAN).and(failed(ended)))
+        }
+        (S::Pending, Event::Scheduler(I::Cancel)) => (
+            S::Settled(Reason::Cancelled),
+            E::DECIDED.and(ANSWER).and(E::REPORTED),
+        ),
+        (S::Approved, Event::Scheduler(I::Cancel)) => {
+            (S::Settled(Reason::Cancelled), ANSWER.and(E::REPORTED))
+        }
+        (S::Acquiring | S::Granted, Event::Scheduler(I::Cancel)) => (
+            S::Settled(Reason::Cancelled),
+            ANSWER.and(GIVE_BACK).and(E::REPORTED),
+        ),
+        (S::Approved, Event::Scheduler(I::Stop { after })) => (
+            S::Settled(Reason::Stopped { after }),
+            ANSWER.and(E::REPORTED),
+        ),
+        (S::Acquiring | S::Granted, Event::Scheduler(I::Stop { after })) => (
+            S::Settled(Reason::Stopped { after }),
+            ANSWER.and(GIVE_BACK).and(E::REPORTED),
+        ),
+        (S::Running | S::Asking, Event::Scheduler(I::Retry)) => {
+            (S::Approved, GIVE_BACK.and(E::REQUEUED))
+        }
+        (S::Running | S::Asking, Event::Scheduler(I::GiveUp(reason))) => {
+            let settled = S::Settled(reason);
+            let effects = ANSWER.and(GIVE_BACK).and(E::REPORTED).and(E::RAN);
+            (settled, effects.and(failed(settled)))
+        }
         (_, event) => {
             let code = match (state, event) {
-                (_, Event::Approve | Event::Settle(_)) => InputErrorCode::AlreadyDecided,
-                (S::Ended(_), Event::Ask | Event::Answer | Event::End(_) | Event::Retry) => {
-                    InputErrorCode::AlreadyEnded
-                }
-                (_, Event::Answer) => InputErrorCode::NotAsking,
-                (_, Event::Grant | Event::Deny) => InputErrorCode::NotAcquiring,
+                (_, Event::Host(H::Approve | H::Settle(_))) => InputErrorCode::AlreadyDecided,
+                (
+                    S::Ended(_),
+                    Event::Host(H::Ask | H::Answer | H::End(_)) | Event::Scheduler(I::Retry),
+                ) => InputErrorCode::AlreadyEnded,
+                (_, Event::Host(H::Answer)) => InputErrorCode::NotAsking,
+                (_, Event::Host(H::Grant | H::Deny)) => InputErrorCode::NotAcquiring,
                 _ => InputErrorCode::NotRunning,
             };
             return Err(Illegal { code, event, state });

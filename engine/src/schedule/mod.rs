@@ -57,6 +57,7 @@
 //!   [`unfinished`](Scheduler::unfinished).
 
 mod batch;
+mod commit;
 mod error;
 pub mod explain;
 mod inspect;
@@ -80,7 +81,7 @@ use crate::config::Policy;
 use crate::limits::{ARGUMENTS_BYTES_MAX, ENTRIES_MAX};
 use batch::{Batches, Entry, OptU32};
 use keys::{KeyOf, Keys};
-use lifecycle::{Event, Lifecycle};
+use lifecycle::{HostEvent, Lifecycle, SchedulerEvent};
 use names::{CallRef, FxHashMap, id_hash};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -477,14 +478,12 @@ impl Scheduler {
             batch::push_call(b, call.id, tool, count, call.operations.is_some(), stop);
             let first = b.first + b.entries.len() as u64;
             for _ in 0..count {
-                b.entries.push(Entry {
+                b.push_entry(Entry {
                     call: c as u32,
                     key: OptU32::new(key),
                     life: Lifecycle::PENDING,
                 });
             }
-            b.pending += count;
-            b.unanswered += count;
             if let Some(k) = key {
                 if self.keys.first_use(k, b.id) {
                     b.keys.push(k);
@@ -505,12 +504,12 @@ impl Scheduler {
     /// Applies one input of the host's (anything but an execution's end).
     pub fn on_event(&mut self, input: Input<'_>) -> Result<(), Refusal> {
         let (about, result) = match input {
-            Input::Approve(e) => (e, self.apply(e, Event::Approve)),
-            Input::NotRun(e, how) => (e, self.apply(e, Event::Settle(how))),
-            Input::Ask(e) => (e, self.apply(e, Event::Ask)),
-            Input::Answer(e) => (e, self.apply(e, Event::Answer)),
-            Input::Granted(e) => (e, self.apply(e, Event::Grant)),
-            Input::Denied(e) => (e, self.apply(e, Event::Deny)),
+            Input::Approve(e) => (e, self.apply(e, HostEvent::Approve)),
+            Input::NotRun(e, how) => (e, self.apply(e, HostEvent::Settle(how))),
+            Input::Ask(e) => (e, self.apply(e, HostEvent::Ask)),
+            Input::Answer(e) => (e, self.apply(e, HostEvent::Answer)),
+            Input::Granted(e) => (e, self.apply(e, HostEvent::Grant)),
+            Input::Denied(e) => (e, self.apply(e, HostEvent::Deny)),
             Input::Cancel(b) => {
                 return self.cancel(b).map_err(|(code, message)| Refusal {
                     about: About::Batch(b.0),
@@ -543,8 +542,8 @@ impl Scheduler {
     /// Applies one execution's end.
     pub fn on_ended(&mut self, e: EntryId, end: End) -> Result<(), Refusal> {
         let result = match end {
-            End::Ok => self.apply(e, Event::End(Outcome::Ok)),
-            End::Failed => self.apply(e, Event::End(Outcome::Failed)),
+            End::Ok => self.apply(e, HostEvent::End(Outcome::Ok)),
+            End::Failed => self.apply(e, HostEvent::End(Outcome::Failed)),
             End::RateLimited(until) => self.retry(e, until),
         };
         result.map_err(|(code, message)| Refusal {
@@ -563,68 +562,15 @@ impl Scheduler {
         self.finish_round(out);
     }
 
-    fn apply(&mut self, e: EntryId, event: Event) -> Result<(), (InputErrorCode, String)> {
+    /// Applies a host's report about entry `e`, or refuses it and changes nothing.
+    fn apply(&mut self, e: EntryId, event: HostEvent) -> Result<(), (InputErrorCode, String)> {
         let Some((slot, index)) = self.batches.locate(e.0) else {
-            return Err((
-                InputErrorCode::UnknownEntry,
-                format!("no live entry has number {}", e.0),
-            ));
+            return Err(unknown_entry(e));
         };
-        let entry = &mut self.batches.slot_mut(slot).entries[index as usize];
-        if let Err(illegal) = entry.life.apply(event) {
+        self.transition(slot, index, event).map_err(|illegal| {
             let label = self.batches.slot(slot).label(index);
-            return Err((illegal.code, illegal.message(&label)));
-        }
-        let key = entry.key.get();
-        match event {
-            Event::Approve => self.decided(slot),
-            Event::Settle(how) => {
-                self.answered(slot);
-                if how == HostSettle::Failed {
-                    self.record_failure(slot, index);
-                }
-                if let Some(k) = key {
-                    self.keys.mark_dirty(k);
-                }
-                self.decided(slot);
-            }
-            Event::Grant => {
-                if let Some(k) = key {
-                    self.keys.mark_dirty(k);
-                }
-            }
-            Event::Deny => {
-                self.answered(slot);
-                if let Some(k) = key {
-                    self.keys.free_slot(k);
-                }
-                self.record_failure(slot, index);
-            }
-            Event::End(outcome) => {
-                self.answered(slot);
-                if let Some(k) = key {
-                    self.keys.free_slot(k);
-                    self.permit_back(k, e.0);
-                }
-                if !self.retries.is_empty() {
-                    self.retries.remove(&e.0);
-                }
-                if outcome == Outcome::Failed {
-                    self.record_failure(slot, index);
-                }
-            }
-            Event::Ask | Event::Answer => {}
-            Event::Release
-            | Event::Request
-            | Event::Yield
-            | Event::Cancel
-            | Event::Stop { .. }
-            | Event::Retry
-            | Event::GiveUp(_) => {
-                debug_assert!(false, "{event:?} is the scheduler's, not an input");
-            }
-        }
-        Ok(())
+            (illegal.code, illegal.message(&label))
+        })
     }
 
     /// Cancels a live batch: its pending and approved entries are settled as cancelled.
@@ -636,63 +582,33 @@ impl Scheduler {
             ));
         };
         let batch = self.batches.slot_mut(slot);
-        if batch.cancelled {
+        if batch.is_cancelled() {
             return Err((
                 InputErrorCode::BatchCancelled,
                 format!("batch {} is already cancelled", b.0),
             ));
         }
-        batch.cancelled = true;
-        batch.pending = 0;
-        let first = batch.first;
-        let mut settled = 0;
-        for (i, entry) in batch.entries.iter_mut().enumerate() {
-            let state = entry.life.get();
+        batch.cancel();
+        for i in 0..batch.entries.len() as u32 {
+            let state = self.batches.slot(slot).entries[i as usize].life.get();
             if matches!(state, State::Pending | State::Approved) || state.holds_permit_unstarted() {
-                let _ = entry.life.apply(Event::Cancel);
-                self.settled.push(first + i as u64);
-                settled += 1;
-                if let Some(k) = entry.key.get().filter(|_| state.holds_permit_unstarted()) {
-                    self.keys.free_slot(k);
-                    self.released.push(first + i as u64);
-                }
+                self.make(slot, i, SchedulerEvent::Cancel);
             }
         }
+        let batch = self.batches.slot(slot);
+        debug_assert_eq!(batch.pending(), 0, "cancelled batch {} still pending", b.0);
         for &k in &batch.keys {
             self.keys.mark_dirty(k);
-        }
-        for _ in 0..settled {
-            self.answered(slot);
         }
         Ok(())
     }
 
-    /// An entry got a response; at zero unanswered the batch retires in the next round.
-    fn answered(&mut self, slot: u32) {
-        let batch = self.batches.slot_mut(slot);
-        debug_assert!(batch.unanswered > 0);
-        batch.unanswered -= 1;
-        if batch.unanswered == 0 {
-            self.retiring.push(slot);
-        }
-    }
-
-    /// An entry left `pending`: count it against the barrier and open the batch at zero.
-    fn decided(&mut self, slot: u32) {
-        let batch = self.batches.slot_mut(slot);
-        debug_assert!(batch.pending > 0 && !batch.cancelled);
-        batch.pending -= 1;
-        if batch.pending == 0 {
-            self.open_batch(slot);
-        }
-    }
-
     /// The barrier fell: stop what is behind a failure, release every unkeyed approved entry,
     /// and let each key walk.
+    #[inline(never)]
     fn open_batch(&mut self, slot: u32) {
         let batch = self.batches.slot_mut(slot);
-        debug_assert!(!batch.open && batch.pending == 0 && !batch.cancelled);
-        batch.open = true;
+        batch.open();
         for i in 0..batch.entries.len() as u32 {
             let batch = self.batches.slot(slot);
             let entry = &batch.entries[i as usize];
@@ -711,41 +627,16 @@ impl Scheduler {
         }
     }
 
+    /// Starts an approved (or granted) entry.
     fn release(&mut self, slot: u32, index: u32) {
-        let batch = self.batches.slot_mut(slot);
-        let entry = &mut batch.entries[index as usize];
-        let granted = entry.life.get() == State::Granted;
-        let released = entry.life.apply(Event::Release);
+        // The hot path: `transition` with a known event, not `make`.
+        let released = self.transition(slot, index, SchedulerEvent::Release);
         debug_assert!(released.is_ok(), "released an entry that was not approved");
-        if let Some(k) = entry.key.get() {
-            if granted {
-                // Its slot was taken when its permit was requested; the store kept the gate.
-                self.keys.started_granted(k, self.now);
-            } else {
-                self.keys.take_slot(k);
-                self.keys.started_at(k, self.now);
-            }
-        }
-        self.started.push(batch.first + u64::from(index));
     }
 
     /// Hands a shared key's entry to the host to acquire a permit; it holds a local slot.
-    fn request(&mut self, slot: u32, index: u32, k: u32) {
-        let batch = self.batches.slot_mut(slot);
-        let requested = batch.entries[index as usize].life.apply(Event::Request);
-        debug_assert!(
-            requested.is_ok(),
-            "requested a permit for an entry not approved"
-        );
-        self.keys.take_slot(k);
-        self.acquiring.push(batch.first + u64::from(index));
-    }
-
-    /// A shared key's entry no longer needs its permit (or its request): the host gives it back.
-    pub(super) fn permit_back(&mut self, k: u32, e: u64) {
-        if self.keys.key(k).shared {
-            self.released.push(e);
-        }
+    fn request(&mut self, slot: u32, index: u32) {
+        self.make(slot, index, SchedulerEvent::Request);
     }
 
     /// Runs the key walks the inputs since the last round made necessary, orders the output,
@@ -869,11 +760,11 @@ impl Scheduler {
             return Turn::Pass;
         };
         let key = self.keys.key(k);
-        let (room, gate) = (key.running < key.limit, key.gate());
+        let (room, gate) = (key.has_room(), key.gate());
         let batch = self.batches.slot(slot);
         match batch.entries[index as usize].life.get() {
             State::Pending => Turn::Wait,
-            State::Approved if !batch.open || !room => Turn::Wait,
+            State::Approved if !batch.is_open() || !room => Turn::Wait,
             State::Approved if gate > self.now => {
                 self.arm_key(k, gate);
                 Turn::Wait
@@ -909,7 +800,7 @@ impl Scheduler {
         while let Some(&e) = self.keys.key(k).queue.get(i) {
             match self.turn(k, e) {
                 Turn::Wait => return,
-                Turn::Go(slot, index) => self.request(slot, index, k),
+                Turn::Go(slot, index) => self.request(slot, index),
                 Turn::Pass => {}
             }
             self.keys.key_mut(k).scan_from = e + 1;
@@ -928,4 +819,12 @@ impl Scheduler {
         let (slot, index) = self.batches.locate(entry.0)?;
         Some(self.batches.slot(slot).entries[index as usize].life.get())
     }
+}
+
+/// The refusal of a number that names no live entry.
+fn unknown_entry(e: EntryId) -> (InputErrorCode, String) {
+    (
+        InputErrorCode::UnknownEntry,
+        format!("no live entry has number {}", e.0),
+    )
 }

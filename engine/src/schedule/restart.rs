@@ -127,7 +127,7 @@ impl Scheduler {
                 SavedBatch {
                     batch: BatchId(b.id),
                     first: EntryId(b.first),
-                    cancelled: b.cancelled,
+                    cancelled: b.is_cancelled(),
                     calls,
                 }
             })
@@ -225,7 +225,9 @@ impl Scheduler {
         unrestored: &mut Vec<Unrestored>,
     ) {
         let slot = self.batches.open_slot(saved.batch.0, saved.first.0);
-        self.batches.slot_mut(slot).cancelled = saved.cancelled;
+        if saved.cancelled {
+            self.batches.slot_mut(slot).cancel();
+        }
         let rerun = started == Started::RunAgain && !saved.cancelled;
         for (c, call) in saved.calls.iter().enumerate() {
             let count = call.operations.unwrap_or(1);
@@ -276,8 +278,6 @@ impl Scheduler {
                 let e = first + u64::from(op);
                 match state {
                     State::Pending => {
-                        b.pending += 1;
-                        b.unanswered += 1;
                         if let Some(k) = key {
                             self.keys.enqueue(k, e, e + 1);
                         }
@@ -290,7 +290,7 @@ impl Scheduler {
                     }
                     _ => {}
                 }
-                b.entries.push(Entry {
+                b.push_entry(Entry {
                     call: c as u32,
                     key: OptU32::new(key),
                     life,
@@ -325,12 +325,12 @@ impl Scheduler {
         }
         self.batches.sealed(slot);
         let b = self.batches.slot_mut(slot);
-        if b.cancelled {
-            b.pending = 0;
-        } else if b.pending == 0 {
+        // A cancelled batch has nothing pending (a restart settles it) and never opens.
+        debug_assert!(!b.is_cancelled() || b.pending() == 0);
+        if !b.is_cancelled() && b.pending() == 0 {
             self.open_restored(slot);
         }
-        if self.batches.slot(slot).unanswered == 0 {
+        if self.batches.slot(slot).unanswered() == 0 {
             self.retiring.push(slot);
         }
     }
@@ -338,8 +338,7 @@ impl Scheduler {
     /// A restored batch with nothing pending is open at once; nothing of it is approved, so
     /// nothing is released.
     fn open_restored(&mut self, slot: u32) {
-        let b = self.batches.slot_mut(slot);
-        b.open = true;
+        self.batches.slot_mut(slot).open();
     }
 
     /// Why a saved call cannot be restored under this scheduler's policy, if it cannot.

@@ -3,9 +3,9 @@
 //! scans only the operations between it and the previous lowest failure, so each operation is
 //! stopped at most once.
 
+use super::Scheduler;
 use super::batch::OptU32;
-use super::lifecycle::Event;
-use super::{EntryId, Scheduler};
+use super::lifecycle::SchedulerEvent;
 
 impl Scheduler {
     /// The one-based position of the failure that stops entry `index` of a batch, if one does.
@@ -17,31 +17,12 @@ impl Scheduler {
     }
 
     pub(super) fn settle_stopped(&mut self, slot: u32, index: u32, after: u32) {
-        let batch = self.batches.slot_mut(slot);
-        let held = batch.entries[index as usize]
-            .life
-            .get()
-            .holds_permit_unstarted();
-        let stopped = batch.entries[index as usize]
-            .life
-            .apply(Event::Stop { after });
-        debug_assert!(stopped.is_ok(), "stopped an entry that was not approved");
-        let e = EntryId(batch.first + u64::from(index));
-        let key = batch.entries[index as usize].key.get();
-        self.settled.push(e.0);
-        if let Some(k) = key {
-            if held {
-                // It held a local slot and a permit (or its request): both go back.
-                self.keys.free_slot(k);
-                self.permit_back(k, e.0);
-            }
-            self.keys.mark_dirty(k);
-        }
-        self.answered(slot);
+        self.make(slot, index, SchedulerEvent::Stop { after });
     }
 
     /// Records a failure of entry `index` and, once the batch is open, settles the approved
     /// operations behind it.
+    #[inline(never)]
     pub(super) fn record_failure(&mut self, slot: u32, index: u32) {
         let batch = self.batches.slot_mut(slot);
         let c = batch.entries[index as usize].call as usize;
@@ -56,7 +37,7 @@ impl Scheduler {
         }
         call.first_failed = OptU32::new(Some(pos));
         let (first, count) = (call.first, call.count);
-        if !batch.open || batch.cancelled {
+        if !batch.is_open() || batch.is_cancelled() {
             return;
         }
         // Behind the previous failure everything approved was already stopped.

@@ -22,7 +22,7 @@
 use std::cmp::Reverse;
 use std::num::NonZeroU32;
 
-use super::lifecycle::Event;
+use super::lifecycle::SchedulerEvent;
 use super::{EntryId, InputErrorCode, Reason, Scheduler, State};
 
 /// A wait in milliseconds as whole seconds, rounded up and saturating; at least 1 for a wait
@@ -120,7 +120,7 @@ impl Scheduler {
     fn release_retried(&mut self, e: u64) {
         if let Some((slot, index)) = self.batches.locate(e) {
             let batch = self.batches.slot(slot);
-            if batch.open && batch.entries[index as usize].life.get() == State::Approved {
+            if batch.is_open() && batch.entries[index as usize].life.get() == State::Approved {
                 self.release(slot, index);
             }
         }
@@ -172,10 +172,7 @@ impl Scheduler {
     /// scheduler gives up on it (and, for the wait, does not pause the key).
     pub(super) fn retry(&mut self, e: EntryId, until: u64) -> Result<(), (InputErrorCode, String)> {
         let Some((slot, index)) = self.batches.locate(e.0) else {
-            return Err((
-                InputErrorCode::UnknownEntry,
-                format!("no live entry has number {}", e.0),
-            ));
+            return Err(super::unknown_entry(e));
         };
         let batch = self.batches.slot(slot);
         let entry = &batch.entries[index as usize];
@@ -191,7 +188,7 @@ impl Scheduler {
         // `stop` (while it ran), past its key's cap, or when it asked to wait too long.
         let give_up = if !entry.life.get().is_started_unended() {
             None
-        } else if batch.cancelled {
+        } else if batch.is_cancelled() {
             Some(Reason::Cancelled)
         } else if let Some(after) = self.stopped_by(slot, index) {
             Some(Reason::Stopped { after })
@@ -203,46 +200,30 @@ impl Scheduler {
         } else {
             None
         };
-        let event = give_up.map_or(Event::Retry, Event::GiveUp);
-        let entry = &mut self.batches.slot_mut(slot).entries[index as usize];
-        if let Err(illegal) = entry.life.apply(event) {
+        let event = give_up.map_or(SchedulerEvent::Retry, SchedulerEvent::GiveUp);
+        if let Err(illegal) = self.transition(slot, index, event) {
             let label = self.batches.slot(slot).label(index);
             return Err((illegal.code, illegal.message(&label)));
         }
-        if let Some(k) = key {
-            self.keys.free_slot(k);
-            self.permit_back(k, e.0);
-            if too_long.is_none() {
+        match key {
+            // Its slot and permit went back with the transition; a wait the key's maximum
+            // allows pauses the key.
+            Some(k) if too_long.is_none() => {
                 let rec = self.keys.key_mut(k);
                 rec.paused_until = rec.paused_until.max(until);
                 rec.limited_until = rec.limited_until.max(until);
             }
-        }
-        match give_up {
-            Some(reason) => {
-                self.retries.remove(&e.0);
-                self.settled.push(e.0);
-                self.answered(slot);
-                if matches!(reason, Reason::RateLimited { .. }) {
-                    self.record_failure(slot, index);
-                }
-            }
+            Some(_) => {}
+            // An unkeyed execution that goes back in line waits for `until` on its own.
+            None if give_up.is_some() => {}
+            None if until <= self.now => self.release(slot, index),
             None => {
-                self.retries.insert(e.0, u64::from(done) + 1);
-                match key {
-                    Some(k) => {
-                        self.keys.requeue(k, e.0);
-                        if self.keys.key(k).shared {
-                            self.yield_behind(k, e.0);
-                        }
-                    }
-                    None if until <= self.now => self.release(slot, index),
-                    None => {
-                        self.not_before.insert(e.0, until);
-                        self.push_timer(until, Timer::Entry(e.0));
-                    }
-                }
+                self.not_before.insert(e.0, until);
+                self.push_timer(until, Timer::Entry(e.0));
             }
+        }
+        if give_up.is_none() {
+            self.retries.insert(e.0, u64::from(done) + 1);
         }
         Ok(())
     }
@@ -251,7 +232,7 @@ impl Scheduler {
     /// permit, or holds one without having started, gives it back and asks again after `e`.
     /// Otherwise a process could hold granted permits for entries that wait behind one with
     /// no request at the store, while every other process does the same: none would start.
-    fn yield_behind(&mut self, k: u32, e: u64) {
+    pub(super) fn yield_behind(&mut self, k: u32, e: u64) {
         let queue = &self.keys.key(k).queue;
         let from = queue.partition_point(|&q| q <= e);
         let behind: Vec<u64> = queue.iter().skip(from).copied().collect();
@@ -259,15 +240,12 @@ impl Scheduler {
             let Some((slot, index)) = self.batches.locate(b) else {
                 continue;
             };
-            let entry = &mut self.batches.slot_mut(slot).entries[index as usize];
+            let entry = &self.batches.slot(slot).entries[index as usize];
             if entry.life.get().holds_permit_unstarted() {
-                let yielded = entry.life.apply(Event::Yield);
-                debug_assert!(yielded.is_ok());
-                self.keys.free_slot(k);
-                self.released.push(b);
+                debug_assert_eq!(entry.key.get(), Some(k));
+                self.make(slot, index, SchedulerEvent::Yield);
             }
         }
-        self.keys.rescan(k, e);
     }
 
     /// When the scheduler next needs a round with a later `now`: the earliest live wake-up.
