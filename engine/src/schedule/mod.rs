@@ -65,6 +65,7 @@ mod keys;
 mod lifecycle;
 mod names;
 mod restart;
+mod shared;
 mod stop;
 mod time;
 
@@ -634,11 +635,6 @@ impl Scheduler {
         debug_assert!(released.is_ok(), "released an entry that was not approved");
     }
 
-    /// Hands a shared key's entry to the host to acquire a permit; it holds a local slot.
-    fn request(&mut self, slot: u32, index: u32) {
-        self.make(slot, index, SchedulerEvent::Request);
-    }
-
     /// Runs the key walks the inputs since the last round made necessary, orders the output,
     /// retires batches, and hands the output over.
     fn finish_round(&mut self, out: &mut Releases) {
@@ -653,26 +649,8 @@ impl Scheduler {
         out.clear();
         out.refused = self.clock_refused.take();
         out.start.extend(self.started.drain(..).map(EntryId));
-        // Permits name their key; every entry here is still live (batches retire below).
-        for &e in &self.acquiring {
-            let k = self.key_of(e);
-            let key = self.keys.key(k);
-            out.acquire.push(PermitRequest {
-                entry: EntryId(e),
-                key: key.name.clone(),
-                limit: (key.limit != u32::MAX).then_some(key.limit),
-                delay_ms: key.delay,
-            });
-        }
-        self.acquiring.clear();
-        for &e in &self.released {
-            let k = self.key_of(e);
-            out.release.push(Permit {
-                entry: EntryId(e),
-                key: self.keys.key(k).name.clone(),
-            });
-        }
-        self.released.clear();
+        // Every entry here is still live (batches retire below).
+        self.hand_over_permits(out);
         for e in self.settled.drain(..) {
             let (reason, message) = match self.batches.locate(e) {
                 Some((slot, index)) => {
@@ -720,16 +698,6 @@ impl Scheduler {
         out.wake_at = self.wake_at();
     }
 
-    /// The key of a live keyed entry (one that asks for or gives back a permit).
-    fn key_of(&self, e: u64) -> u32 {
-        let key = self
-            .batches
-            .locate(e)
-            .and_then(|(slot, index)| self.batches.slot(slot).entries[index as usize].key.get());
-        debug_assert!(key.is_some(), "permit for entry {e}, which has no live key");
-        key.unwrap_or(0)
-    }
-
     /// Releases from the front of a key's queue while there is room (rule 2). Each entry is
     /// pushed once and popped once.
     fn walk(&mut self, k: u32) {
@@ -771,40 +739,6 @@ impl Scheduler {
             }
             State::Approved => Turn::Go(slot, index),
             _ => Turn::Pass,
-        }
-    }
-
-    /// A shared key's walk: granted entries at the front start in order once the key's pause
-    /// is over (`time.rs`); behind the entries waiting for a permit, approved ones ask for one
-    /// while there is room locally. The scan starts at the key's `scan_from`, so each entry is
-    /// passed once between rescans (a retry or a yield moves it back).
-    fn walk_shared(&mut self, k: u32) {
-        while let Some(&e) = self.keys.key(k).queue.front() {
-            if let Some((slot, index)) = self.batches.locate(e) {
-                match self.batches.slot(slot).entries[index as usize].life.get() {
-                    State::Granted if !self.granted_may_start(k) => break,
-                    State::Granted => {
-                        self.keys.released_in_order(k, e);
-                        self.release(slot, index);
-                    }
-                    State::Pending | State::Approved | State::Acquiring => break,
-                    _ => {}
-                }
-            }
-            self.keys.key_mut(k).queue.pop_front();
-        }
-        // Every entry before `scan_from` needs nothing more: start there, and move it past
-        // each entry this walk leaves needing nothing.
-        let key = self.keys.key(k);
-        let mut i = key.queue.partition_point(|&q| q < key.scan_from);
-        while let Some(&e) = self.keys.key(k).queue.get(i) {
-            match self.turn(k, e) {
-                Turn::Wait => return,
-                Turn::Go(slot, index) => self.request(slot, index),
-                Turn::Pass => {}
-            }
-            self.keys.key_mut(k).scan_from = e + 1;
-            i += 1;
         }
     }
 

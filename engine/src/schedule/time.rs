@@ -80,19 +80,6 @@ impl Scheduler {
         }
     }
 
-    /// Whether a granted entry at the front of shared key `k` may start by the clock. A pause
-    /// holds every entry of its key, granted ones too, as on a local key: the entry keeps its
-    /// permit and its local slot, and the key's wake-up is armed for the pause's end. (A shared
-    /// key's spacing is the store's, so only a pause closes its gate.)
-    pub(super) fn granted_may_start(&mut self, k: u32) -> bool {
-        let gate = self.keys.key(k).gate();
-        if gate <= self.now {
-            return true;
-        }
-        self.arm_key(k, gate);
-        false
-    }
-
     /// Queues a wake-up for key `k` at `at`, unless one is queued for that time already.
     pub(super) fn arm_key(&mut self, k: u32, at: u64) {
         let key = self.keys.key_mut(k);
@@ -226,26 +213,6 @@ impl Scheduler {
             self.retries.insert(e.0, u64::from(done) + 1);
         }
         Ok(())
-    }
-
-    /// A shared key's entry `e` went back in line: every entry behind it that asked for a
-    /// permit, or holds one without having started, gives it back and asks again after `e`.
-    /// Otherwise a process could hold granted permits for entries that wait behind one with
-    /// no request at the store, while every other process does the same: none would start.
-    pub(super) fn yield_behind(&mut self, k: u32, e: u64) {
-        let queue = &self.keys.key(k).queue;
-        let from = queue.partition_point(|&q| q <= e);
-        let behind: Vec<u64> = queue.iter().skip(from).copied().collect();
-        for b in behind {
-            let Some((slot, index)) = self.batches.locate(b) else {
-                continue;
-            };
-            let entry = &self.batches.slot(slot).entries[index as usize];
-            if entry.life.get().holds_permit_unstarted() {
-                debug_assert_eq!(entry.key.get(), Some(k));
-                self.make(slot, index, SchedulerEvent::Yield);
-            }
-        }
     }
 
     /// When the scheduler next needs a round with a later `now`: the earliest live wake-up.

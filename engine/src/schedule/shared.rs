@@ -1,0 +1,116 @@
+//! Shared keys: permits from a store the host keeps across processes. An approved entry of a
+//! shared key takes a local slot and asks the host for a permit (`acquire`); a granted entry
+//! starts in written order once the key's pause is over; a permit, or its request, goes back
+//! (`release`) when its entry ends, hits a rate limit, is cancelled or stopped while waiting,
+//! or stands behind an entry of its key that went back in line (it yields and asks again
+//! after it). The store keeps the key's limit across processes and its delay; the local limit
+//! bounds what this process asks for.
+
+use super::lifecycle::SchedulerEvent;
+use super::{EntryId, Permit, PermitRequest, Releases, Scheduler, State, Turn};
+
+impl Scheduler {
+    /// A shared key's walk: granted entries at the front start in order once the key's pause
+    /// is over; behind the entries waiting for a permit, approved ones ask for one
+    /// while there is room locally. The scan starts at the key's `scan_from`, so each entry is
+    /// passed once between rescans (a retry or a yield moves it back).
+    pub(super) fn walk_shared(&mut self, k: u32) {
+        while let Some(&e) = self.keys.key(k).queue.front() {
+            if let Some((slot, index)) = self.batches.locate(e) {
+                match self.batches.slot(slot).entries[index as usize].life.get() {
+                    State::Granted if !self.granted_may_start(k) => break,
+                    State::Granted => {
+                        self.keys.released_in_order(k, e);
+                        self.release(slot, index);
+                    }
+                    State::Pending | State::Approved | State::Acquiring => break,
+                    _ => {}
+                }
+            }
+            self.keys.key_mut(k).queue.pop_front();
+        }
+        // Every entry before `scan_from` needs nothing more: start there, and move it past
+        // each entry this walk leaves needing nothing.
+        let key = self.keys.key(k);
+        let mut i = key.queue.partition_point(|&q| q < key.scan_from);
+        while let Some(&e) = self.keys.key(k).queue.get(i) {
+            match self.turn(k, e) {
+                Turn::Wait => return,
+                Turn::Go(slot, index) => self.request(slot, index),
+                Turn::Pass => {}
+            }
+            self.keys.key_mut(k).scan_from = e + 1;
+            i += 1;
+        }
+    }
+
+    /// Hands a shared key's entry to the host to acquire a permit; it holds a local slot.
+    pub(super) fn request(&mut self, slot: u32, index: u32) {
+        self.make(slot, index, SchedulerEvent::Request);
+    }
+
+    /// Whether a granted entry at the front of shared key `k` may start by the clock. A pause
+    /// holds every entry of its key, granted ones too, as on a local key: the entry keeps its
+    /// permit and its local slot, and the key's wake-up is armed for the pause's end. (A shared
+    /// key's spacing is the store's, so only a pause closes its gate.)
+    pub(super) fn granted_may_start(&mut self, k: u32) -> bool {
+        let gate = self.keys.key(k).gate();
+        if gate <= self.now {
+            return true;
+        }
+        self.arm_key(k, gate);
+        false
+    }
+
+    /// A shared key's entry `e` went back in line: every entry behind it that asked for a
+    /// permit, or holds one without having started, gives it back and asks again after `e`.
+    /// Otherwise a process could hold granted permits for entries that wait behind one with
+    /// no request at the store, while every other process does the same: none would start.
+    pub(super) fn yield_behind(&mut self, k: u32, e: u64) {
+        let queue = &self.keys.key(k).queue;
+        let from = queue.partition_point(|&q| q <= e);
+        let behind: Vec<u64> = queue.iter().skip(from).copied().collect();
+        for b in behind {
+            let Some((slot, index)) = self.batches.locate(b) else {
+                continue;
+            };
+            let entry = &self.batches.slot(slot).entries[index as usize];
+            if entry.life.get().holds_permit_unstarted() {
+                debug_assert_eq!(entry.key.get(), Some(k));
+                self.make(slot, index, SchedulerEvent::Yield);
+            }
+        }
+    }
+
+    /// Moves the round's permit requests and permits to give back into `out`: each names its
+    /// key, and a request carries the key's terms (the store keeps the limit and the delay).
+    pub(super) fn hand_over_permits(&mut self, out: &mut Releases) {
+        for &e in &self.acquiring {
+            let key = self.keys.key(self.key_of(e));
+            out.acquire.push(PermitRequest {
+                entry: EntryId(e),
+                key: key.name.clone(),
+                limit: (key.limit != u32::MAX).then_some(key.limit),
+                delay_ms: key.delay,
+            });
+        }
+        self.acquiring.clear();
+        for &e in &self.released {
+            out.release.push(Permit {
+                entry: EntryId(e),
+                key: self.keys.key(self.key_of(e)).name.clone(),
+            });
+        }
+        self.released.clear();
+    }
+
+    /// The key of a live keyed entry (one that asks for or gives back a permit).
+    fn key_of(&self, e: u64) -> u32 {
+        let key = self
+            .batches
+            .locate(e)
+            .and_then(|(slot, index)| self.batches.slot(slot).entries[index as usize].key.get());
+        debug_assert!(key.is_some(), "permit for entry {e}, which has no live key");
+        key.unwrap_or(0)
+    }
+}
