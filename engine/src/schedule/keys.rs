@@ -4,16 +4,19 @@
 //!
 //! A configured key lives as long as the scheduler. A key expanded from a template
 //! (`fs:{path}` to `fs:/a`) is counted by the live batches that use it and forgotten once none
-//! does and its gate has passed, so memory follows live keys, not every path ever seen.
+//! does and its gate has passed (`keys/made.rs`), so memory follows live keys, not every path
+//! ever seen.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use super::lifecycle::Effects;
 use super::names::FxHashMap;
 use crate::config::{Concurrency, OnError, Policy, ToolPolicy};
 use crate::limits::RETRIES_DEFAULT;
 use crate::template::KeyTemplate;
+use made::{Idle, Uses};
+
+mod made;
 
 #[derive(Debug)]
 pub(crate) struct KeyRec {
@@ -49,12 +52,8 @@ pub(crate) struct KeyRec {
     pub(crate) armed: Option<u64>,
     /// The template this key was expanded from; `None` for a configured key.
     pub(crate) template: Option<u32>,
-    /// Live batches using this key (expanded keys only; configured keys are never forgotten).
-    refs: u32,
-    /// The last batch that counted itself in `refs` (or listed the key in its `keys`).
-    last_batch: u64,
-    /// The time an idle-heap item for this key is queued for, if one is (like `armed`).
-    idle_at: Option<u64>,
+    /// The live batches that use it, and whether a made key waits to be forgotten.
+    uses: Uses,
     /// A shared key's walk starts here: every queued entry numbered below it has asked for
     /// its permit, holds one, or has its response (so the walk never rescans them).
     pub(crate) scan_from: u64,
@@ -129,8 +128,8 @@ pub(crate) struct Keys {
     /// made name that is a configured key is that key), so every template making a name, and
     /// a pause naming it, reach the same key.
     made: FxHashMap<String, u32>,
-    /// Expanded keys no live batch uses whose gate lies ahead: forgotten once it passes.
-    idle: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Made keys no live batch uses, forgotten once their gate passes (`made.rs`).
+    idle: Idle,
     /// Scratch for expanding templates.
     fields: Vec<Option<String>>,
     expanded: String,
@@ -148,11 +147,6 @@ impl Keys {
     /// How many key slots there are (live keys and forgotten ones kept for reuse).
     pub(crate) fn count(&self) -> usize {
         self.recs.len()
-    }
-
-    /// Items in the idle heap, live and stale.
-    pub(crate) fn idle_items(&self) -> usize {
-        self.idle.len()
     }
 
     /// How many keys are live (for tests that check expanded keys are forgotten).
@@ -228,9 +222,7 @@ impl Keys {
             max_wait_ms: crate::retry_after::max_wait_ms(Some(c)),
             armed: None,
             template,
-            refs: 0,
-            last_batch: 0,
-            idle_at: None,
+            uses: Uses::default(),
             scan_from: 0,
         };
         match self.free.pop() {
@@ -308,94 +300,6 @@ impl Keys {
     /// The key template `t` takes when a call's arguments do not expand.
     pub(crate) fn fallback(&self, t: u32) -> u32 {
         self.templates[t as usize].fallback
-    }
-
-    /// Whether batch `batch` uses key `k` for the first time; an expanded key then counts it
-    /// as a user until it retires ([`Keys::batch_retired`]).
-    pub(crate) fn first_use(&mut self, k: u32, batch: u64) -> bool {
-        let key = &mut self.recs[k as usize];
-        if key.last_batch == batch {
-            return false;
-        }
-        key.last_batch = batch;
-        if key.template.is_some() {
-            key.refs += 1;
-        }
-        true
-    }
-
-    /// A batch that used key `k` retired: an expanded key no live batch uses is forgotten
-    /// once its gate has passed (at once, or when [`Keys::forget_idle`] sees the time come).
-    pub(crate) fn batch_retired(&mut self, k: u32, now: u64) {
-        let key = &mut self.recs[k as usize];
-        if key.template.is_none() {
-            return;
-        }
-        debug_assert!(
-            key.refs > 0,
-            "key {} retired more often than used",
-            key.name
-        );
-        key.refs = key.refs.saturating_sub(1);
-        if key.refs == 0 {
-            let gate = key.gate();
-            if gate <= now {
-                self.forget(k);
-            } else if key.idle_at != Some(gate) {
-                key.idle_at = Some(gate);
-                self.idle.push(Reverse((gate, k)));
-                // At most one live item per key: drop stale ones once they outnumber those.
-                if self.idle.len() > 2 * self.live() + 64 {
-                    let recs = &self.recs;
-                    self.idle
-                        .retain(|&Reverse((at, k))| recs[k as usize].idle_at == Some(at));
-                }
-            }
-        }
-    }
-
-    /// Forgets the idle expanded keys whose gate passed by `now`.
-    pub(crate) fn forget_idle(&mut self, now: u64) {
-        while let Some(&Reverse((at, k))) = self.idle.peek() {
-            if at > now {
-                break;
-            }
-            self.idle.pop();
-            // The item may be stale: another replaced it, the key is used again, or it was
-            // forgotten (and its slot perhaps reused).
-            let key = &mut self.recs[k as usize];
-            if key.idle_at != Some(at) {
-                continue;
-            }
-            key.idle_at = None;
-            if key.template.is_none() || key.refs > 0 {
-                continue;
-            }
-            let gate = key.gate();
-            if gate <= now {
-                self.forget(k);
-            } else {
-                key.idle_at = Some(gate);
-                self.idle.push(Reverse((gate, k)));
-            }
-        }
-    }
-
-    fn forget(&mut self, k: u32) {
-        let key = &mut self.recs[k as usize];
-        debug_assert!(key.refs == 0 && key.running == 0 && !key.dirty);
-        let Some(t) = key.template else {
-            debug_assert!(false, "forgot configured key {}", key.name);
-            return;
-        };
-        let name = std::mem::take(&mut key.name);
-        key.queue = VecDeque::new();
-        key.armed = None;
-        key.idle_at = None;
-        key.template = None;
-        debug_assert!((t as usize) < self.templates.len());
-        self.made.remove(&name);
-        self.free.push(k);
     }
 
     /// A key by name: a configured key (interned when no call has named it yet), else a live
