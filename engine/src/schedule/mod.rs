@@ -62,6 +62,7 @@ mod error;
 pub mod explain;
 mod inspect;
 mod keys;
+mod layout;
 mod lifecycle;
 mod names;
 mod restart;
@@ -80,10 +81,10 @@ pub use restart::{SAVED_VERSION, SavedBatch, SavedCall, SavedState, Started, fin
 
 use crate::config::Policy;
 use crate::limits::{ARGUMENTS_BYTES_MAX, ENTRIES_MAX};
-use batch::{Batches, Entry, OptU32};
-use keys::{KeyOf, Keys};
-use lifecycle::{HostEvent, Lifecycle, SchedulerEvent};
-use names::{CallRef, FxHashMap, id_hash};
+use batch::Batches;
+use keys::Keys;
+use lifecycle::{HostEvent, SchedulerEvent};
+use names::{FxHashMap, id_hash};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use time::Timer;
@@ -454,52 +455,6 @@ impl Scheduler {
             ));
         }
         Ok(())
-    }
-
-    /// Builds a checked batch's records into its slot.
-    fn fill(&mut self, slot: u32, calls: &[Call<'_>]) {
-        let total: usize = self.scratch.iter().map(|&(_, n)| n as usize).sum();
-        {
-            let b = self.batches.slot_mut(slot);
-            b.entries.reserve(total);
-            b.calls.reserve(calls.len());
-        }
-        self.batches.ids.reserve(calls.len());
-        for (c, call) in calls.iter().enumerate() {
-            let (hash, count) = self.scratch[c];
-            let tool = self.keys.intern_tool(&self.policy, call.tool);
-            let rec = self.keys.tool(tool);
-            let stop = rec.stop;
-            let key = match rec.key {
-                KeyOf::Unkeyed => None,
-                KeyOf::Fixed(k) => Some(k),
-                KeyOf::Template(t) => Some(self.keys.expand(&self.policy, t, call.arguments)),
-            };
-            let b = self.batches.slot_mut(slot);
-            batch::push_call(b, call.id, tool, count, call.operations.is_some(), stop);
-            let first = b.first + b.entries.len() as u64;
-            for _ in 0..count {
-                b.push_entry(Entry {
-                    call: c as u32,
-                    key: OptU32::new(key),
-                    life: Lifecycle::PENDING,
-                });
-            }
-            if let Some(k) = key {
-                if self.keys.first_use(k, b.id) {
-                    b.keys.push(k);
-                }
-                self.keys.enqueue(k, first, first + u64::from(count));
-            }
-            self.batches.ids.insert(
-                hash,
-                CallRef {
-                    slot,
-                    call: c as u32,
-                },
-            );
-        }
-        self.batches.sealed(slot);
     }
 
     /// Applies one input of the host's (anything but an execution's end).

@@ -7,11 +7,11 @@
 //! with the state of each entry that is not pending or approved ([`Saved`]). Pending and
 //! approved entries are decided again after a restart (JP re-asks for permission).
 
-use super::batch::{self, Call, Entry, OptU32};
+use super::batch::{self, Call};
 use super::error::{ResumeError, ResumeErrorCode, Unrestored, UnrestoredCode};
-use super::keys::KeyOf;
+use super::layout::{Layout, MadeFrom};
 use super::lifecycle::{Lifecycle, Saved};
-use super::names::{CallRef, id_hash};
+use super::names::id_hash;
 use super::{BatchId, EntryId, Reason, Scheduler, State};
 use crate::config::Policy;
 use crate::limits::{ENTRIES_MAX, OPERATIONS_PER_CALL_MAX};
@@ -244,76 +244,40 @@ impl Scheduler {
             let problem = self.restorable(call, listed_twice);
             let tool = self.keys.intern_tool(&self.policy, &call.tool);
             let (key, stop) = match problem {
-                None => {
-                    let rec = self.keys.tool(tool);
-                    let (key_of, stop) = (rec.key, rec.stop);
-                    let key = match key_of {
-                        KeyOf::Unkeyed => None,
-                        KeyOf::Fixed(k) => Some(k),
-                        // The key the call had: saved by name, since its arguments are not.
-                        KeyOf::Template(t) => Some(match call.key.as_deref() {
-                            Some(name) if batch::check_name("key", name, false).is_ok() => {
-                                self.keys.expanded_key(&self.policy, t, name)
-                            }
-                            _ => self.keys.fallback(t),
-                        }),
-                    };
-                    (key, stop)
-                }
+                // The key the call had: saved by name, since its arguments are not.
+                None => self.call_key(tool, MadeFrom::Saved(call.key.as_deref())),
                 Some(_) => (None, false),
             };
-            let b = self.batches.slot_mut(slot);
-            batch::push_call(b, &call.id, tool, count, call.operations.is_some(), stop);
-            let first = b.first + b.entries.len() as u64;
-            let mut first_failed = None;
-            for (op, &saved_state) in (0..count).zip(&states) {
-                let life = match problem {
+            let layout = Layout {
+                id: &call.id,
+                hash: id_hash(&call.id),
+                tool,
+                count,
+                fan_out: call.operations.is_some(),
+                key,
+                stop,
+            };
+            // A left-out call keeps its id while its batch lives, like any live call.
+            self.lay_out(slot, c as u32, &layout, |op| {
+                let saved_state = states[op as usize];
+                match problem {
                     Some(_) => Lifecycle::unrestored(saved_state),
                     None => Lifecycle::restored(saved_state, rerun, saved.cancelled),
-                };
-                let state = life.get();
-                if state.is_failure() && first_failed.is_none() {
-                    first_failed = Some(op);
                 }
-                let e = first + u64::from(op);
-                match state {
-                    State::Pending => {
-                        if let Some(k) = key {
-                            self.keys.enqueue(k, e, e + 1);
-                        }
-                    }
-                    // Settled by this restart (not before it): the first `next_releases` reports it.
-                    State::Settled(reason @ (Reason::Interrupted | Reason::Cancelled))
-                        if problem.is_none() && saved_state != Some(Saved::Settled(reason)) =>
-                    {
-                        self.settled.push(e);
-                    }
-                    _ => {}
+            });
+            // Settled by this restart (not before it): the first `next_releases` reports it.
+            let b = self.batches.slot(slot);
+            let first = b.entries.len() - count as usize;
+            for (op, &saved_state) in states.iter().enumerate() {
+                let e = b.first + (first + op) as u64;
+                if let State::Settled(reason @ (Reason::Interrupted | Reason::Cancelled)) =
+                    b.entries[first + op].life.get()
+                    && problem.is_none()
+                    && saved_state != Some(Saved::Settled(reason))
+                {
+                    self.settled.push(e);
                 }
-                b.push_entry(Entry {
-                    call: c as u32,
-                    key: OptU32::new(key),
-                    life,
-                });
             }
-            if let Some(call_rec) = b.calls.last_mut()
-                && stop
-            {
-                call_rec.first_failed = OptU32::new(first_failed);
-            }
-            if let Some(k) = key
-                && self.keys.first_use(k, b.id)
-            {
-                b.keys.push(k);
-            }
-            // A left-out call keeps its id while its batch lives, like any live call.
-            self.batches.ids.insert(
-                id_hash(&call.id),
-                CallRef {
-                    slot,
-                    call: c as u32,
-                },
-            );
             if let Some((code, message)) = problem {
                 unrestored.push(Unrestored {
                     batch: saved.batch.0,

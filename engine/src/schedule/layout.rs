@@ -1,0 +1,133 @@
+//! How a call becomes entries: its record, its key, its entries, their places in the key's
+//! queue and its id among the live calls. `submit_batch` lays out new calls (every entry
+//! pending) and `resume` saved ones (each entry in its restored state) with the same code, so
+//! the two cannot drift apart.
+
+use super::Scheduler;
+use super::batch::{self, Call, Entry, OptU32};
+use super::keys::KeyOf;
+use super::lifecycle::{Lifecycle, State};
+use super::names::CallRef;
+
+/// One call to lay out, checked.
+pub(super) struct Layout<'a> {
+    pub(super) id: &'a str,
+    /// Its id's hash.
+    pub(super) hash: u64,
+    /// Its interned tool.
+    pub(super) tool: u32,
+    /// Its entry count.
+    pub(super) count: u32,
+    /// A fan-out envelope (its entries are operations).
+    pub(super) fan_out: bool,
+    pub(super) key: Option<u32>,
+    /// Its tool's `on_error = "stop"`.
+    pub(super) stop: bool,
+}
+
+/// Where a templated tool's call takes its key from.
+pub(super) enum MadeFrom<'a> {
+    /// Its arguments (a new call).
+    Arguments(Option<&'a str>),
+    /// The key name a saved state kept (its arguments were not saved).
+    Saved(Option<&'a str>),
+}
+
+impl Scheduler {
+    /// Builds a checked batch's records into its slot.
+    pub(super) fn fill(&mut self, slot: u32, calls: &[Call<'_>]) {
+        let total: usize = self.scratch.iter().map(|&(_, n)| n as usize).sum();
+        {
+            let b = self.batches.slot_mut(slot);
+            b.entries.reserve(total);
+            b.calls.reserve(calls.len());
+        }
+        self.batches.ids.reserve(calls.len());
+        for (c, call) in calls.iter().enumerate() {
+            let (hash, count) = self.scratch[c];
+            let tool = self.keys.intern_tool(&self.policy, call.tool);
+            let (key, stop) = self.call_key(tool, MadeFrom::Arguments(call.arguments));
+            let layout = Layout {
+                id: call.id,
+                hash,
+                tool,
+                count,
+                fan_out: call.operations.is_some(),
+                key,
+                stop,
+            };
+            self.lay_out(slot, c as u32, &layout, |_| Lifecycle::PENDING);
+        }
+        self.batches.sealed(slot);
+    }
+
+    /// The key of a call of tool `tool` and whether the tool stops on a failure.
+    pub(super) fn call_key(&mut self, tool: u32, made: MadeFrom<'_>) -> (Option<u32>, bool) {
+        let rec = self.keys.tool(tool);
+        let (key_of, stop) = (rec.key, rec.stop);
+        let key = match key_of {
+            KeyOf::Unkeyed => None,
+            KeyOf::Fixed(k) => Some(k),
+            KeyOf::Template(t) => Some(match made {
+                MadeFrom::Arguments(arguments) => self.keys.expand(&self.policy, t, arguments),
+                MadeFrom::Saved(Some(name)) if batch::check_name("key", name, false).is_ok() => {
+                    self.keys.expanded_key(&self.policy, t, name)
+                }
+                MadeFrom::Saved(_) => self.keys.fallback(t),
+            }),
+        };
+        (key, stop)
+    }
+
+    /// Lays out call `c` of the batch being built in `slot`, its entries in the states `life`
+    /// gives each operation: pending entries take their places in the key's queue, in entry
+    /// order; the lowest failed operation is kept for `on_error = "stop"`.
+    #[inline]
+    pub(super) fn lay_out(
+        &mut self,
+        slot: u32,
+        c: u32,
+        call: &Layout<'_>,
+        life: impl Fn(u32) -> Lifecycle,
+    ) {
+        let b = self.batches.slot_mut(slot);
+        batch::push_call(b, call.id, call.tool, call.count, call.fan_out, call.stop);
+        let first = b.first + b.entries.len() as u64;
+        let (mut pending, mut first_failed) = (0, None);
+        for op in 0..call.count {
+            let life = life(op);
+            let state = life.get();
+            pending += u32::from(state == State::Pending);
+            if call.stop && first_failed.is_none() && state.is_failure() {
+                first_failed = Some(op);
+            }
+            b.push_entry(Entry {
+                call: c,
+                key: OptU32::new(call.key),
+                life,
+            });
+        }
+        if let Some(rec) = b.calls.last_mut() {
+            rec.first_failed = OptU32::new(first_failed);
+        }
+        if let Some(k) = call.key {
+            if self.keys.first_use(k, b.id) {
+                b.keys.push(k);
+            }
+            let end = first + u64::from(call.count);
+            if pending == call.count {
+                self.keys.enqueue(k, first, end);
+            } else {
+                let entries = &b.entries[b.entries.len() - call.count as usize..];
+                for (e, entry) in (first..end).zip(entries) {
+                    if entry.life.get() == State::Pending {
+                        self.keys.enqueue(k, e, e + 1);
+                    }
+                }
+            }
+        }
+        self.batches
+            .ids
+            .insert(call.hash, CallRef { slot, call: c });
+    }
+}
