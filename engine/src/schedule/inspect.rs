@@ -86,7 +86,7 @@ impl Scheduler {
             for &k in &rec.keys {
                 let key = self.keys.key(k);
                 let mut previous: Option<u64> = None;
-                for &e in &key.queue {
+                for &e in key.queue() {
                     if !matches!(
                         self.state(EntryId(e)),
                         Some(State::Pending | State::Approved)
@@ -96,10 +96,10 @@ impl Scheduler {
                     let wait = match previous {
                         Some(p) => Wait::Behind(self.label(EntryId(p)).unwrap_or_default()),
                         None if key.has_room() && key.gate() > self.now => {
-                            if key.paused_until >= key.gate() {
+                            if key.time.paused_until() >= key.gate() {
                                 Wait::KeyPaused {
                                     key: key.name.clone(),
-                                    until: key.paused_until,
+                                    until: key.time.paused_until(),
                                 }
                             } else {
                                 Wait::KeySpacing {

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 
 use super::lifecycle::Effects;
 use super::names::FxHashMap;
+use super::time::TimeGate;
 use crate::config::{Concurrency, OnError, Policy, ToolPolicy};
 use crate::limits::RETRIES_DEFAULT;
 use crate::template::KeyTemplate;
@@ -28,7 +29,7 @@ pub(crate) struct KeyRec {
     /// Entry numbers with this key not yet released or settled when last looked at, in
     /// (batch, written) order. Entries that got a response, or whose batch retired, are
     /// dropped when they reach the front.
-    pub(crate) queue: VecDeque<u64>,
+    queue: VecDeque<u64>,
     dirty: bool,
     /// The last entry released with this key, for the FIFO assertion.
     last_released: Option<u64>,
@@ -38,25 +39,17 @@ pub(crate) struct KeyRec {
     pub(crate) retries: u32,
     /// Permits come from a store shared across processes (its delay is the store's to keep).
     pub(crate) shared: bool,
-    /// When the last entry with this key started (the host's `now` then).
-    pub(crate) last_start: Option<u64>,
-    /// Nothing with this key starts before this time (a pause only ever extends): the later
-    /// of the host's pause and `limited_until`.
-    pub(crate) paused_until: u64,
-    /// The part of the pause that rate limits asked for (`retry`): lifting the host's pause
-    /// (`lift_pause`) leaves this one.
-    pub(crate) limited_until: u64,
     /// The longest wait a rate limit may ask for before its entry is settled instead.
     pub(crate) max_wait_ms: u64,
-    /// The time a wake-up is queued for this key, if one is.
-    pub(crate) armed: Option<u64>,
+    /// Its last start, its pauses and its wake-up (`time.rs`).
+    pub(crate) time: TimeGate,
     /// The template this key was expanded from; `None` for a configured key.
     pub(crate) template: Option<u32>,
     /// The live batches that use it, and whether a made key waits to be forgotten.
     uses: Uses,
     /// A shared key's walk starts here: every queued entry numbered below it has asked for
     /// its permit, holds one, or has its response (so the walk never rescans them).
-    pub(crate) scan_from: u64,
+    scan_from: u64,
 }
 
 impl KeyRec {
@@ -67,10 +60,18 @@ impl KeyRec {
 
     /// The earliest time the next entry may start: spacing after the last start, and the pause.
     pub(crate) fn gate(&self) -> u64 {
-        let spaced = self
-            .last_start
-            .map_or(0, |t| t.saturating_add(u64::from(self.local_delay())));
-        spaced.max(self.paused_until)
+        self.time.opens_at(self.local_delay())
+    }
+
+    /// Entry numbers with this key not yet released or settled when last looked at, in
+    /// (batch, written) order.
+    pub(crate) fn queue(&self) -> &VecDeque<u64> {
+        &self.queue
+    }
+
+    /// Where a shared key's walk starts.
+    pub(crate) fn scan_from(&self) -> u64 {
+        self.scan_from
     }
 
     /// Whether one more entry may take a slot.
@@ -216,11 +217,8 @@ impl Keys {
             delay: c.delay_ms,
             retries: c.retries,
             shared: c.shared,
-            last_start: None,
-            paused_until: 0,
-            limited_until: 0,
             max_wait_ms: crate::retry_after::max_wait_ms(Some(c)),
-            armed: None,
+            time: TimeGate::default(),
             template,
             uses: Uses::default(),
             scan_from: 0,
@@ -343,6 +341,16 @@ impl Keys {
         }
     }
 
+    /// The walk is done with the front of key `k`'s queue (released, answered or retired).
+    pub(crate) fn pop_front(&mut self, k: u32) {
+        self.recs[k as usize].queue.pop_front();
+    }
+
+    /// A shared key's walk needs nothing more from the entries numbered below `e + 1`.
+    pub(crate) fn scanned(&mut self, k: u32, e: u64) {
+        self.recs[k as usize].scan_from = e + 1;
+    }
+
     /// The next key to walk.
     pub(crate) fn pop_dirty(&mut self) -> Option<u32> {
         let k = self.dirty.pop()?;
@@ -391,7 +399,7 @@ impl Keys {
                 key.name
             );
             debug_assert!(key.open_at(now), "started before its gate on {}", key.name);
-            key.last_start = Some(now);
+            key.time.started(now);
         }
         if effects.has(Effects::FREES_SLOT) {
             debug_assert!(key.running > 0, "slot freed twice on {}", key.name);

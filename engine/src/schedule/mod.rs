@@ -660,7 +660,7 @@ impl Scheduler {
             self.walk_shared(k);
             return;
         }
-        while let Some(&e) = self.keys.key(k).queue.front() {
+        while let Some(&e) = self.keys.key(k).queue().front() {
             match self.turn(k, e) {
                 Turn::Wait => return,
                 Turn::Go(slot, index) => {
@@ -669,7 +669,7 @@ impl Scheduler {
                 }
                 Turn::Pass => {}
             }
-            self.keys.key_mut(k).queue.pop_front();
+            self.keys.pop_front(k);
         }
     }
 

@@ -15,7 +15,7 @@ impl Scheduler {
     /// while there is room locally. The scan starts at the key's `scan_from`, so each entry is
     /// passed once between rescans (a retry or a yield moves it back).
     pub(super) fn walk_shared(&mut self, k: u32) {
-        while let Some(&e) = self.keys.key(k).queue.front() {
+        while let Some(&e) = self.keys.key(k).queue().front() {
             if let Some((slot, index)) = self.batches.locate(e) {
                 match self.batches.slot(slot).entries[index as usize].life.get() {
                     State::Granted if !self.granted_may_start(k) => break,
@@ -27,19 +27,19 @@ impl Scheduler {
                     _ => {}
                 }
             }
-            self.keys.key_mut(k).queue.pop_front();
+            self.keys.pop_front(k);
         }
         // Every entry before `scan_from` needs nothing more: start there, and move it past
         // each entry this walk leaves needing nothing.
         let key = self.keys.key(k);
-        let mut i = key.queue.partition_point(|&q| q < key.scan_from);
-        while let Some(&e) = self.keys.key(k).queue.get(i) {
+        let mut i = key.queue().partition_point(|&q| q < key.scan_from());
+        while let Some(&e) = self.keys.key(k).queue().get(i) {
             match self.turn(k, e) {
                 Turn::Wait => return,
                 Turn::Go(slot, index) => self.request(slot, index),
                 Turn::Pass => {}
             }
-            self.keys.key_mut(k).scan_from = e + 1;
+            self.keys.scanned(k, e);
             i += 1;
         }
     }
@@ -67,7 +67,7 @@ impl Scheduler {
     /// Otherwise a process could hold granted permits for entries that wait behind one with
     /// no request at the store, while every other process does the same: none would start.
     pub(super) fn yield_behind(&mut self, k: u32, e: u64) {
-        let queue = &self.keys.key(k).queue;
+        let queue = self.keys.key(k).queue();
         let from = queue.partition_point(|&q| q <= e);
         let behind: Vec<u64> = queue.iter().skip(from).copied().collect();
         for b in behind {

@@ -31,6 +31,91 @@ fn asked_seconds(wait_ms: u64) -> Option<NonZeroU32> {
     NonZeroU32::new(u32::try_from(wait_ms.div_ceil(1_000)).unwrap_or(u32::MAX))
 }
 
+/// A key's clock: when it last started an entry, until when it is paused (by the host, or by
+/// rate limits), and the wake-up queued for it. Only the methods below write it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TimeGate {
+    /// When the last entry with this key started (the host's `now` then).
+    last_start: Option<u64>,
+    /// Nothing with this key starts before this time (a pause only ever extends): the later
+    /// of the host's pause and `limited_until`.
+    paused_until: u64,
+    /// The part of the pause that rate limits asked for (`retry`): lifting the host's pause
+    /// (`lift_pause`) leaves this one.
+    limited_until: u64,
+    /// The time a wake-up is queued for this key, if one is.
+    armed: Option<u64>,
+}
+
+impl TimeGate {
+    /// The earliest time the next entry may start: `delay_ms` after the last start, and not
+    /// before the pause ends.
+    pub(crate) fn opens_at(&self, delay_ms: u32) -> u64 {
+        let spaced = self
+            .last_start
+            .map_or(0, |t| t.saturating_add(u64::from(delay_ms)));
+        spaced.max(self.paused_until)
+    }
+
+    /// Until when the key is paused (0 when it never was).
+    pub(crate) fn paused_until(&self) -> u64 {
+        self.paused_until
+    }
+
+    /// An entry started at `now` (the caller asserted the gate was open).
+    pub(crate) fn started(&mut self, now: u64) {
+        self.last_start = Some(now);
+    }
+
+    /// The host pauses the key until `until`; a pause only ever extends.
+    fn pause(&mut self, until: u64) {
+        self.paused_until = self.paused_until.max(until);
+    }
+
+    /// A rate limit pauses the key until `until`, beyond the host's reach.
+    fn rate_limited(&mut self, until: u64) {
+        self.pause(until);
+        self.limited_until = self.limited_until.max(until);
+    }
+
+    /// Lifts the host's pause (down to what rate limits asked for); whether it changed.
+    fn lift_pause(&mut self) -> bool {
+        if self.paused_until <= self.limited_until {
+            return false;
+        }
+        self.paused_until = self.limited_until;
+        // The wake-up queued for the old gate is stale now; the walk arms one if needed.
+        self.armed = None;
+        true
+    }
+
+    /// Whether the wake-up queued for `at` is this key's live one.
+    fn armed(&self, at: u64) -> bool {
+        self.armed == Some(at)
+    }
+
+    /// Arms the key's wake-up for `at`; whether a new heap item is needed.
+    fn arm(&mut self, at: u64) -> bool {
+        let new = self.armed != Some(at);
+        self.armed = Some(at);
+        new
+    }
+
+    /// The wake-up for `at` came due: whether it was the live one (then it is spent).
+    fn fire(&mut self, at: u64) -> bool {
+        let live = self.armed(at);
+        if live {
+            self.armed = None;
+        }
+        live
+    }
+
+    /// Drops the wake-up (its key is forgotten).
+    pub(crate) fn disarm(&mut self) {
+        self.armed = None;
+    }
+}
+
 /// What a wake-up is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Timer {
@@ -64,9 +149,7 @@ impl Scheduler {
             self.timers.pop();
             match timer {
                 Timer::Key(k) => {
-                    let key = self.keys.key_mut(k);
-                    if key.armed == Some(at) {
-                        key.armed = None;
+                    if self.keys.key_mut(k).time.fire(at) {
                         self.keys.mark_dirty(k);
                     }
                 }
@@ -82,9 +165,7 @@ impl Scheduler {
 
     /// Queues a wake-up for key `k` at `at`, unless one is queued for that time already.
     pub(super) fn arm_key(&mut self, k: u32, at: u64) {
-        let key = self.keys.key_mut(k);
-        if key.armed != Some(at) {
-            key.armed = Some(at);
+        if self.keys.key_mut(k).time.arm(at) {
             self.push_timer(at, Timer::Key(k));
         }
     }
@@ -97,7 +178,7 @@ impl Scheduler {
         if self.timers.len() > 2 * live_bound + 64 {
             let (keys, not_before) = (&self.keys, &self.not_before);
             self.timers.retain(|&Reverse((at, timer))| match timer {
-                Timer::Key(k) => keys.key(k).armed == Some(at),
+                Timer::Key(k) => keys.key(k).time.armed(at),
                 Timer::Entry(e) => not_before.get(&e) == Some(&at),
             });
         }
@@ -122,11 +203,7 @@ impl Scheduler {
     /// shared key's pause at the store is the host's to lift there: this lifts the local one.
     pub(super) fn lift_pause(&mut self, key: &str) -> Result<(), (InputErrorCode, String)> {
         let k = self.named_key(key)?;
-        let rec = self.keys.key_mut(k);
-        if rec.paused_until > rec.limited_until {
-            rec.paused_until = rec.limited_until;
-            // The wake-up queued for the old gate is stale now; the walk arms one if needed.
-            rec.armed = None;
+        if self.keys.key_mut(k).time.lift_pause() {
             self.keys.mark_dirty(k);
         }
         Ok(())
@@ -148,8 +225,7 @@ impl Scheduler {
     /// Pauses a configured key until `until` (a pause only ever extends).
     pub(super) fn pause(&mut self, name: &str, until: u64) -> Result<(), (InputErrorCode, String)> {
         let k = self.named_key(name)?;
-        let key = self.keys.key_mut(k);
-        key.paused_until = key.paused_until.max(until);
+        self.keys.key_mut(k).time.pause(until);
         self.keys.mark_dirty(k);
         Ok(())
     }
@@ -196,9 +272,7 @@ impl Scheduler {
             // Its slot and permit went back with the transition; a wait the key's maximum
             // allows pauses the key.
             Some(k) if too_long.is_none() => {
-                let rec = self.keys.key_mut(k);
-                rec.paused_until = rec.paused_until.max(until);
-                rec.limited_until = rec.limited_until.max(until);
+                self.keys.key_mut(k).time.rate_limited(until);
             }
             Some(_) => {}
             // An unkeyed execution that goes back in line waits for `until` on its own.
@@ -219,7 +293,7 @@ impl Scheduler {
     pub(super) fn wake_at(&mut self) -> Option<u64> {
         while let Some(&Reverse((at, timer))) = self.timers.peek() {
             let live = match timer {
-                Timer::Key(k) => self.keys.key(k).armed == Some(at),
+                Timer::Key(k) => self.keys.key(k).time.armed(at),
                 Timer::Entry(e) => self.not_before.get(&e) == Some(&at),
             };
             if live {

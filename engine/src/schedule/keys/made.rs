@@ -113,7 +113,7 @@ impl Keys {
         };
         let name = std::mem::take(&mut key.name);
         key.queue = VecDeque::new();
-        key.armed = None;
+        key.time.disarm();
         key.uses.idle_at = None;
         key.template = None;
         debug_assert!((t as usize) < self.templates.len());
