@@ -551,11 +551,9 @@ impl Scheduler {
                 self.make(slot, i, SchedulerEvent::Cancel);
             }
         }
-        let batch = self.batches.slot(slot);
-        debug_assert_eq!(batch.pending(), 0, "cancelled batch {} still pending", b.0);
-        for &k in &batch.keys {
-            self.keys.mark_dirty(k);
-        }
+        // Each settled entry's key walks (its effects); running ones keep their slots.
+        let pending = self.batches.slot(slot).pending();
+        debug_assert_eq!(pending, 0, "cancelled batch {} still pending", b.0);
         Ok(())
     }
 
