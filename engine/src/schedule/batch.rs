@@ -64,11 +64,11 @@ pub(crate) struct Batch {
     pub(crate) ids: String,
     /// Keys its entries use, each once.
     pub(crate) keys: Vec<u32>,
-    /// Entries still pending (the approval barrier). Written only by `push_entry` and
+    /// Entries still pending (the approval barrier). Written only by `push_entries` and
     /// `decided`, so it always counts the pending entries.
     pending: u32,
     /// Entries without a response (pending, approved, running, asking); at zero it retires.
-    /// Written only by `push_entry` and `answered`.
+    /// Written only by `push_entries` and `answered`.
     unanswered: u32,
     open: bool,
     cancelled: bool,
@@ -114,14 +114,20 @@ impl Batch {
         self.cancelled
     }
 
-    /// Adds an entry (a new one is pending; a restored one may have its response) and counts
-    /// it.
+    /// Adds entries (new ones are pending; restored ones may have their response) and counts
+    /// them; returns how many are pending.
     #[inline]
-    pub(crate) fn push_entry(&mut self, entry: Entry) {
-        let state = entry.life.get();
-        self.pending += u32::from(state == State::Pending);
-        self.unanswered += u32::from(state.lacks_response());
-        self.entries.push(entry);
+    pub(crate) fn push_entries(&mut self, entries: impl Iterator<Item = Entry>) -> u32 {
+        let (mut pending, mut unanswered) = (0, 0);
+        for entry in entries {
+            let state = entry.life.get();
+            pending += u32::from(state == State::Pending);
+            unanswered += u32::from(state.lacks_response());
+            self.entries.push(entry);
+        }
+        self.pending += pending;
+        self.unanswered += unanswered;
+        pending
     }
 
     /// An entry left `pending` ([`Effects::decided`](super::lifecycle::Effects)); true when

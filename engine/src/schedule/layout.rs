@@ -92,23 +92,21 @@ impl Scheduler {
     ) {
         let b = self.batches.slot_mut(slot);
         batch::push_call(b, call.id, call.tool, call.count, call.fan_out, call.stop);
-        let first = b.first + b.entries.len() as u64;
-        let (mut pending, mut first_failed) = (0, None);
-        for op in 0..call.count {
-            let life = life(op);
-            let state = life.get();
-            pending += u32::from(state == State::Pending);
-            if call.stop && first_failed.is_none() && state.is_failure() {
-                first_failed = Some(op);
-            }
-            b.push_entry(Entry {
-                call: c,
-                key: OptU32::new(call.key),
-                life,
-            });
-        }
-        if let Some(rec) = b.calls.last_mut() {
-            rec.first_failed = OptU32::new(first_failed);
+        let start = b.entries.len();
+        let first = b.first + start as u64;
+        let key = OptU32::new(call.key);
+        let pending = b.push_entries((0..call.count).map(|op| Entry {
+            call: c,
+            key,
+            life: life(op),
+        }));
+        let entries = &b.entries[start..];
+        if call.stop
+            && pending < call.count
+            && let Some(rec) = b.calls.last_mut()
+        {
+            let failed = entries.iter().position(|e| e.life.get().is_failure());
+            rec.first_failed = OptU32::new(failed.map(|op| op as u32));
         }
         if let Some(k) = call.key {
             if self.keys.first_use(k, b.id) {
@@ -118,7 +116,6 @@ impl Scheduler {
             if pending == call.count {
                 self.keys.enqueue(k, first, end);
             } else {
-                let entries = &b.entries[b.entries.len() - call.count as usize..];
                 for (e, entry) in (first..end).zip(entries) {
                     if entry.life.get() == State::Pending {
                         self.keys.enqueue(k, e, e + 1);
