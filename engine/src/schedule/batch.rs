@@ -130,7 +130,7 @@ impl Batch {
         pending
     }
 
-    /// An entry left `pending` ([`Effects::decided`](super::lifecycle::Effects)); true when
+    /// An entry left `pending` ([`Effects::DECIDED`](super::effects::Effects)); true when
     /// that lets the barrier fall (never in a cancelled batch, which opens no more).
     #[inline]
     pub(crate) fn decided(&mut self) -> bool {

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::lifecycle::Effects;
+use super::effects::Effects;
 use super::names::FxHashMap;
 use super::time::TimeGate;
 use crate::config::{Concurrency, OnError, Policy, ToolPolicy};

@@ -3,7 +3,7 @@
 //! illegal in the current state is an error naming both. Events are the host's reports
 //! ([`HostEvent`]) or the scheduler's own moves ([`SchedulerEvent`]). Each rule also names
 //! what it implies ([`Effects`]: a batch's barrier and retirement counts, a key's slot, the
-//! round's output), which [`Lifecycle::apply`] returns and `commit.rs` applies in one place.
+//! round's output), which [`Lifecycle::apply`] returns and `effects.rs` applies in one place.
 //!
 //! ```text
 //!            approve              (release)           ask
@@ -34,6 +34,7 @@
 
 use std::num::NonZeroU32;
 
+use super::effects::Effects;
 use super::error::InputErrorCode;
 
 /// Where one entry (a plain call, or one operation of a fanned-out call) is.
@@ -256,123 +257,6 @@ impl Event {
                 SchedulerEvent::GiveUp(_) => "give up on",
             },
         }
-    }
-}
-
-/// What a transition implies beyond the entry's own state, for
-/// [`super::Scheduler::commit`] to apply in one place: the batch's counters, the key's slots
-/// and queue, the round's output, the stop rule. A set of flags: the transition table names
-/// each rule's effects, and a debug assertion checks them against what the states before and
-/// after imply ([`Effects::implied`]), so no rule can forget one.
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Effects(u16);
-
-impl Effects {
-    pub(crate) const NONE: Self = Self(0);
-    /// It left `pending`: one fewer entry holds its batch's barrier.
-    pub(crate) const DECIDED: Self = Self(1);
-    /// It got its response: one fewer entry keeps its batch live.
-    pub(crate) const ANSWERED: Self = Self(1 << 1);
-    /// It takes a slot of its key: released while approved, or asking for a permit.
-    pub(crate) const TAKES_SLOT: Self = Self(1 << 2);
-    /// It gives its key's slot back.
-    pub(crate) const FREES_SLOT: Self = Self(1 << 3);
-    /// Its permit (or its request) goes back to a shared key's store; not after a denial.
-    pub(crate) const RETURNS_PERMIT: Self = Self(1 << 4);
-    /// It starts: the round tells the host to run it.
-    pub(crate) const STARTS: Self = Self(1 << 5);
-    /// The round tells the host to acquire a permit for it.
-    pub(crate) const ACQUIRES: Self = Self(1 << 6);
-    /// The scheduler settled it: the round reports it, with its sentence.
-    pub(crate) const REPORTED: Self = Self(1 << 7);
-    /// Its execution is over (ended, or given up on): its retry count goes.
-    pub(crate) const RAN: Self = Self(1 << 8);
-    /// An execution went back in line (a rate limit): back in its key's queue.
-    pub(crate) const REQUEUED: Self = Self(1 << 9);
-    /// It failed: `on_error = "stop"` may stop the operations behind it.
-    pub(crate) const FAILED: Self = Self(1 << 10);
-    /// Its key must walk: its queue's front may go now.
-    pub(crate) const WALKS: Self = Self(1 << 11);
-
-    const NAMES: [&'static str; 12] = [
-        "decided",
-        "answered",
-        "takes-slot",
-        "frees-slot",
-        "returns-permit",
-        "starts",
-        "acquires",
-        "reported",
-        "ran",
-        "requeued",
-        "failed",
-        "walks",
-    ];
-
-    const fn and(self, other: Self) -> Self {
-        Self(self.0 | other.0)
-    }
-
-    const fn and_if(self, other: Self, when: bool) -> Self {
-        if when { self.and(other) } else { self }
-    }
-
-    /// Whether every effect of `effect` is among these.
-    #[inline]
-    pub(crate) fn has(self, effect: Self) -> bool {
-        self.0 & effect.0 == effect.0
-    }
-
-    /// What a transition from `before` to `after` by `event` implies: the definition the
-    /// table's effects are checked against.
-    fn implied(before: State, after: State, event: Event) -> Self {
-        let holds_slot = |s: State| s.is_started_unended() || s.holds_permit_unstarted();
-        let answered = before.lacks_response() && !after.lacks_response();
-        let frees_slot = holds_slot(before) && !holds_slot(after);
-        Self::NONE
-            .and_if(
-                Self::DECIDED,
-                before == State::Pending && after != State::Pending,
-            )
-            .and_if(Self::ANSWERED, answered)
-            .and_if(Self::TAKES_SLOT, !holds_slot(before) && holds_slot(after))
-            .and_if(Self::FREES_SLOT, frees_slot)
-            .and_if(
-                Self::RETURNS_PERMIT,
-                frees_slot && event != Event::Host(HostEvent::Deny),
-            )
-            .and_if(
-                Self::STARTS,
-                after == State::Running && !before.is_started_unended(),
-            )
-            .and_if(Self::ACQUIRES, after == State::Acquiring)
-            .and_if(
-                Self::REPORTED,
-                matches!(after, State::Settled(_)) && matches!(event, Event::Scheduler(_)),
-            )
-            .and_if(Self::RAN, answered && before.is_started_unended())
-            .and_if(
-                Self::REQUEUED,
-                before.is_started_unended() && after == State::Approved,
-            )
-            .and_if(Self::FAILED, after.is_failure())
-            .and_if(
-                Self::WALKS,
-                answered || frees_slot || event == Event::Host(HostEvent::Grant),
-            )
-    }
-}
-
-impl std::fmt::Debug for Effects {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names = Self::NAMES.iter().enumerate();
-        f.debug_set()
-            .entries(
-                names
-                    .filter(|&(i, _)| self.0 & (1 << i) != 0)
-                    .map(|(_, n)| n),
-            )
-            .finish()
     }
 }
 

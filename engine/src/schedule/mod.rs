@@ -57,7 +57,7 @@
 //!   [`unfinished`](Scheduler::unfinished).
 
 mod batch;
-mod commit;
+mod effects;
 mod error;
 pub mod explain;
 mod inspect;
