@@ -1,0 +1,511 @@
+//! Shared keys' rules: the lease schedule through one `check` (a script of reports and polls,
+//! and the trace it must produce), its guarantee as a seeded property against a model of the
+//! store, the grant rule against the table `tests/shared/grant-rule.txt` (the Redis script is
+//! tested against the same table), and the store texts.
+//!
+//! Script lines: `lease MS` (first), `request KEY N at T`, `answer N`, `renewed R`,
+//! `failed R`, `remove N`, `poll T`. A poll's trace lists `give-up N (reason)`, `renew R KEY
+//! [N...]` and `wake T`; a refused input traces `error CODE`.
+
+use super::grant::{Decision, Head, KeyState, decide};
+use super::texts::{REDIS_SCRIPT, SQLITE, SQLITE_SCHEMA_VERSION};
+use super::*;
+use crate::limits::{KEY_BYTES_MAX, LEASE_MS_MAX, LEASE_MS_MIN, RENEW_TICKETS_MAX};
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
+#[track_caller]
+fn check(script: &str, expect: &str) {
+    let mut lines = script.lines().map(str::trim).filter(|l| !l.is_empty());
+    let lease: u32 = lines
+        .next()
+        .and_then(|l| l.strip_prefix("lease "))
+        .and_then(|n| n.parse().ok())
+        .expect("first line: lease MS");
+    let mut schedule = LeaseSchedule::new(lease).expect("lease in range");
+    let mut trace = Vec::new();
+    for line in lines {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| words[i].parse::<u64>().expect("a number");
+        let result = match words[0] {
+            "request" => schedule.requested(words[1], num(2), num(4)),
+            "answer" => schedule.answered(num(1)),
+            "renewed" => schedule.renewed(num(1)),
+            "failed" => schedule.renew_failed(num(1)),
+            "remove" => schedule.remove(num(1)),
+            "poll" => schedule.poll(num(1)).map(|poll| {
+                let mut out = Vec::new();
+                for g in &poll.given_up {
+                    out.push(format!("give-up {} ({})", g.ticket, g.reason));
+                }
+                for r in &poll.renewals {
+                    let tickets: Vec<String> = r.tickets.iter().map(u64::to_string).collect();
+                    out.push(format!("renew {} {} [{}]", r.id, r.key, tickets.join(" ")));
+                }
+                match poll.wake_at_ms {
+                    Some(t) => out.push(format!("wake {t}")),
+                    None => out.push("idle".to_owned()),
+                }
+                trace.push(format!("{line}: {}", out.join(", ")));
+            }),
+            other => panic!("unknown script line {other}"),
+        };
+        if let Err(e) = result {
+            trace.push(format!("{line}: error {}", e.code));
+        }
+    }
+    let got = trace.join("\n");
+    let want: Vec<&str> = expect
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(got, want.join("\n"), "\n--- got ---\n{got}\n");
+}
+
+#[test]
+fn renews_a_period_after_the_request_was_sent_and_one_renewal_per_key() {
+    check(
+        "lease 3000
+         request a 1 at 0
+         answer 1
+         request a 2 at 400
+         answer 2
+         request b 3 at 500
+         answer 3
+         poll 999
+         poll 1000
+         renewed 1
+         poll 1000
+         poll 1500",
+        "poll 999: wake 1000
+         poll 1000: renew 1 a [1 2], wake 1500
+         poll 1000: wake 1500
+         poll 1500: renew 2 b [3], wake 2000",
+    );
+}
+
+#[test]
+fn survives_one_failed_renewal_and_gives_up_half_a_period_before_the_lease_ends() {
+    // Lease 3000: period 1000, give-up at confirmed + 2500.
+    check(
+        "lease 3000
+         request k 1 at 0
+         answer 1
+         poll 1000
+         failed 1
+         poll 1000
+         poll 2000
+         failed 2
+         poll 2000
+         poll 2499
+         poll 2500
+         poll 2600",
+        "poll 1000: renew 1 k [1], wake 2500
+         poll 1000: wake 2000
+         poll 2000: renew 2 k [1], wake 2500
+         poll 2000: wake 2500
+         poll 2499: wake 2500
+         poll 2500: give-up 1 (renewal-failed), idle
+         poll 2600: idle",
+    );
+}
+
+#[test]
+fn a_confirmed_renewal_counts_from_when_it_was_sent() {
+    // Sent at 1000, confirmed at 2400: the lease counts from 1000 (give-up at 3500).
+    check(
+        "lease 3000
+         request k 1 at 0
+         answer 1
+         poll 1000
+         poll 2400
+         renewed 1
+         poll 2400
+         poll 3499
+         failed 2
+         poll 3500",
+        "poll 1000: renew 1 k [1], wake 2500
+         poll 2400: wake 2500
+         poll 2400: renew 2 k [1], wake 3500
+         poll 3499: wake 3500
+         poll 3500: give-up 1 (renewal-failed), idle",
+    );
+}
+
+#[test]
+fn unanswered_requests_and_renewals_are_given_up_in_time() {
+    check(
+        "lease 300
+         request k 1 at 0
+         request k 2 at 10
+         answer 2
+         poll 100
+         poll 250
+         poll 260
+         answer 1
+         renewed 1",
+        "poll 100: wake 110
+         poll 250: give-up 1 (request-unanswered), renew 1 k [2], wake 260
+         poll 260: give-up 2 (renewal-unanswered), idle
+         answer 1: error unknown-ticket",
+    );
+}
+
+#[test]
+fn a_late_poll_gives_up_and_removed_tickets_are_not_renewed() {
+    check(
+        "lease 3000
+         request k 1 at 0
+         answer 1
+         request k 2 at 0
+         answer 2
+         remove 2
+         poll 5000
+         request k 3 at 5000
+         answer 3
+         poll 6000
+         remove 3
+         renewed 1
+         poll 6000",
+        "poll 5000: give-up 1 (not-renewed), idle
+         poll 6000: renew 1 k [3], wake 7500
+         poll 6000: idle",
+    );
+}
+
+#[test]
+fn renewals_are_split_at_the_store_limit() {
+    let mut schedule = LeaseSchedule::new(3000).unwrap();
+    let count = RENEW_TICKETS_MAX as u64 + 5;
+    for n in 0..count {
+        schedule.requested("k", n, 0).unwrap();
+        schedule.answered(n).unwrap();
+    }
+    let poll = schedule.poll(1000).unwrap();
+    let sizes: Vec<usize> = poll.renewals.iter().map(|r| r.tickets.len()).collect();
+    assert_eq!(sizes, [RENEW_TICKETS_MAX, 5]);
+}
+
+#[test]
+fn every_bad_input_is_a_typed_error_that_changes_nothing() {
+    for lease in [0, LEASE_MS_MIN - 1, LEASE_MS_MAX + 1, u32::MAX] {
+        let e = LeaseSchedule::new(lease).unwrap_err();
+        assert_eq!(e.code, LeaseErrorCode::LeaseOutOfRange);
+    }
+    assert!(LeaseSchedule::new(LEASE_MS_MIN).is_ok() && LeaseSchedule::new(LEASE_MS_MAX).is_ok());
+    check(
+        "lease 3000
+         request k 5 at 100
+         request k 5 at 100
+         request k 4 at 100
+         poll 99
+         request k 6 at 99
+         answer 7
+         answer 5
+         answer 5
+         renewed 1
+         failed 1
+         remove 9
+         poll 100",
+        "request k 5 at 100: error ticket-not-new
+         request k 4 at 100: error ticket-not-new
+         poll 99: error clock-went-back
+         request k 6 at 99: error clock-went-back
+         answer 7: error unknown-ticket
+         answer 5: error already-answered
+         renewed 1: error unknown-renewal
+         failed 1: error unknown-renewal
+         remove 9: error unknown-ticket
+         poll 100: wake 1100",
+    );
+    let mut schedule = LeaseSchedule::new(3000).unwrap();
+    let long = "k".repeat(KEY_BYTES_MAX + 1);
+    for key in ["", long.as_str()] {
+        let e = schedule.requested(key, 1, 0).unwrap_err();
+        assert_eq!(e.code, LeaseErrorCode::InvalidKey);
+    }
+    schedule
+        .requested(&"k".repeat(KEY_BYTES_MAX), 1, 0)
+        .unwrap();
+}
+
+/// xorshift64*: the property tests' seeded randomness.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// What the test knows of one ticket: the send time of the latest request or renewal the store
+/// confirmed (its lease at the store ends no sooner than that plus the lease).
+struct Known {
+    confirmed_ms: u64,
+    answered: bool,
+}
+
+/// Drives a schedule against a model of the store for one seed. `healthy`: every request and
+/// renewal is answered within a quarter period and the host polls within a quarter period of
+/// `wake`, so no ticket may ever be given up. Otherwise answers come late, fail or never come,
+/// and every ticket the host still holds must be live at the store whenever it polls.
+fn run_seed(seed: u64, healthy: bool) {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let lease = LEASE_MS_MIN as u64 + rng.below(3000);
+    let mut schedule = LeaseSchedule::new(lease as u32).unwrap();
+    let period = lease / 3;
+    let quarter = period / 4;
+    let mut now = rng.below(1_000_000);
+    let mut next_ticket = 0;
+    let mut known: BTreeMap<u64, Known> = BTreeMap::new();
+    // Reports not yet delivered: (due time, what) in flight.
+    let mut requests: Vec<(u64, u64, u64)> = Vec::new(); // (due, ticket, sent)
+    let mut renewals: Vec<(u64, Renewal, u64, bool)> = Vec::new(); // (due, renewal, sent, ok)
+    let mut wake: Option<u64> = None;
+    for _step in 0..400 {
+        // The host's next moment: never later than its timer allows.
+        let mut step = rng.below(period);
+        if let Some(w) = wake {
+            let late = if healthy {
+                rng.below(quarter)
+            } else {
+                rng.below(period / 2)
+            };
+            step = step.min((w + late).saturating_sub(now));
+        }
+        now += step;
+        match rng.below(10) {
+            0..=2 => {
+                let key = ["a", "b", "c"][rng.below(3) as usize];
+                next_ticket += 1 + rng.below(2);
+                schedule.requested(key, next_ticket, now).unwrap();
+                known.insert(
+                    next_ticket,
+                    Known {
+                        confirmed_ms: now,
+                        answered: false,
+                    },
+                );
+                let latency = if healthy {
+                    rng.below(quarter)
+                } else {
+                    rng.below(lease * 2)
+                };
+                requests.push((now + latency, next_ticket, now));
+            }
+            3 if !known.is_empty() => {
+                let pick = *known
+                    .keys()
+                    .nth(rng.below(known.len() as u64) as usize)
+                    .unwrap();
+                if known[&pick].answered {
+                    schedule.remove(pick).unwrap();
+                    known.remove(&pick);
+                }
+            }
+            _ => {}
+        }
+        // Deliver every answer due by now.
+        requests.retain(|&(due, ticket, _)| {
+            if due > now {
+                return true;
+            }
+            match schedule.answered(ticket) {
+                Ok(()) => known.get_mut(&ticket).unwrap().answered = true,
+                Err(e) => {
+                    assert_eq!(e.code, LeaseErrorCode::UnknownTicket);
+                    assert!(
+                        !known.contains_key(&ticket),
+                        "seed {seed}: answer refused for a live ticket"
+                    );
+                }
+            }
+            false
+        });
+        let mut delivered = Vec::new();
+        renewals.retain(|(due, renewal, sent, ok)| {
+            if *due > now {
+                return true;
+            }
+            delivered.push((renewal.clone(), *sent, *ok));
+            false
+        });
+        for (renewal, sent, ok) in delivered {
+            if ok {
+                schedule.renewed(renewal.id).unwrap();
+                for t in &renewal.tickets {
+                    if let Some(k) = known.get_mut(t) {
+                        k.confirmed_ms = k.confirmed_ms.max(sent);
+                    }
+                }
+            } else {
+                schedule.renew_failed(renewal.id).unwrap();
+            }
+        }
+        let poll = schedule.poll(now).unwrap();
+        // The guarantee: every ticket the host held until this poll is live at the store now.
+        for (ticket, k) in &known {
+            assert!(
+                now < k.confirmed_ms + lease,
+                "seed {seed}: ticket {ticket} held at {now}, its lease may have ended at {}",
+                k.confirmed_ms + lease
+            );
+        }
+        for g in &poll.given_up {
+            assert!(
+                known.remove(&g.ticket).is_some(),
+                "seed {seed}: {g:?} was not live"
+            );
+            assert!(!healthy, "seed {seed}: {g:?} given up with a healthy store");
+        }
+        for r in poll.renewals {
+            assert!(!r.tickets.is_empty() && r.tickets.len() <= RENEW_TICKETS_MAX);
+            for t in &r.tickets {
+                assert!(
+                    known[t].answered,
+                    "seed {seed}: renewing unanswered ticket {t}"
+                );
+            }
+            let (latency, ok) = if healthy {
+                (rng.below(quarter), true)
+            } else if rng.chance(10) {
+                (u64::MAX / 4, false) // never answered
+            } else {
+                (rng.below(period * 2), rng.chance(60))
+            };
+            renewals.push((now.saturating_add(latency), r, now, ok));
+        }
+        assert_eq!(schedule.len(), known.len(), "seed {seed}");
+        wake = poll.wake_at_ms;
+        if let Some(w) = wake {
+            assert!(w > now, "seed {seed}: wake {w} not after {now}");
+        }
+    }
+}
+
+fn seeds() -> u64 {
+    if cfg!(target_arch = "wasm32") {
+        100
+    } else {
+        500
+    }
+}
+
+#[test]
+fn no_ticket_is_held_once_its_lease_could_have_ended_at_the_store() {
+    for seed in 0..seeds() {
+        run_seed(seed, false);
+    }
+}
+
+#[test]
+fn a_healthy_store_never_sees_a_ticket_given_up() {
+    for seed in 0..seeds() {
+        run_seed(seed, true);
+    }
+}
+
+/// Reads `tests/shared/grant-rule.txt` into `(head, key, now, expected)` cases.
+fn grant_table() -> Vec<(String, Option<Head>, KeyState, u64, Decision)> {
+    const NOW: u64 = 1_000_000_000;
+    let text = include_str!("../../../tests/shared/grant-rule.txt");
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|line| {
+            let (input, output) = line.split_once("->").expect("a `->`");
+            let w: Vec<&str> = input.split_whitespace().collect();
+            let head = (w[0] != "-").then(|| Head {
+                limit: w[0].parse().unwrap(),
+                delay_ms: w[1].parse().unwrap(),
+            });
+            let last_grant_ms = match w[3] {
+                "never" => 0,
+                ago => NOW - ago.parse::<u64>().unwrap(),
+            };
+            let paused_until_ms = match w[4] {
+                "none" => 0,
+                left => NOW
+                    .checked_add_signed(left.parse::<i64>().unwrap())
+                    .unwrap(),
+            };
+            let key = KeyState {
+                held: w[2].parse().unwrap(),
+                last_grant_ms,
+                paused_until_ms,
+            };
+            let out: Vec<&str> = output.split_whitespace().collect();
+            let decision = match out[0] {
+                "grant" => Decision::Grant,
+                "full" => Decision::Full,
+                "empty" => Decision::Empty,
+                "wait" => Decision::Wait {
+                    retry_ms: out[1].parse().unwrap(),
+                },
+                other => panic!("unknown decision {other}"),
+            };
+            (line.to_owned(), head, key, NOW, decision)
+        })
+        .collect()
+}
+
+#[test]
+fn the_grant_rule_follows_the_shared_table() {
+    let table = grant_table();
+    assert!(table.len() >= 15);
+    for (line, head, key, now, want) in table {
+        assert_eq!(decide(head, key, now), Ok(want), "{line}");
+    }
+}
+
+#[test]
+fn the_grant_rule_refuses_terms_no_client_writes() {
+    let key = KeyState {
+        held: 0,
+        last_grant_ms: 0,
+        paused_until_ms: 0,
+    };
+    for (limit, delay_ms, code) in [
+        (0, 0, grant::GrantErrorCode::LimitOutOfRange),
+        (1_000_001, 0, grant::GrantErrorCode::LimitOutOfRange),
+        (1, 86_400_001, grant::GrantErrorCode::DelayOutOfRange),
+    ] {
+        let e = decide(Some(Head { limit, delay_ms }), key, 5).unwrap_err();
+        assert_eq!(e.code, code);
+    }
+    // Times at the ends of u64 saturate rather than wrap.
+    let key = KeyState {
+        held: 0,
+        last_grant_ms: u64::MAX,
+        paused_until_ms: 0,
+    };
+    let head = Some(Head {
+        limit: 1,
+        delay_ms: 1,
+    });
+    assert_eq!(decide(head, key, u64::MAX), Ok(Decision::Grant));
+}
+
+#[test]
+fn the_store_texts_are_the_schema_the_files_hold() {
+    assert!(SQLITE.schema.contains("VALUES ('schema', '1')"));
+    assert_eq!(SQLITE_SCHEMA_VERSION, 1);
+    assert!(SQLITE.schema.contains("turnstile_shared_tickets") && !SQLITE.schema.ends_with('\n'));
+    for text in [SQLITE.version, SQLITE.purge, SQLITE.grant, SQLITE.list] {
+        assert!(!text.is_empty() && !text.contains('\n'));
+    }
+    assert!(REDIS_SCRIPT.starts_with("-- Turnstile shared keys, script 1"));
+    assert!(REDIS_SCRIPT.contains("for _ = 1, 10000 do"));
+}
+
+use std::collections::BTreeMap;
