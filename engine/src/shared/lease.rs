@@ -24,9 +24,6 @@
 //! nothing. Ticket numbers are the host's, counting up (never reused), so a late report about
 //! an old ticket can never touch a new one.
 
-use std::collections::BTreeMap;
-
-use crate::fx::FxHashMap;
 use crate::limits::{
     KEY_BYTES_MAX, LEASE_MS_MAX, LEASE_MS_MIN, LEASE_TICKETS_MAX, RENEW_TICKETS_MAX,
 };
@@ -40,10 +37,11 @@ pub struct LeaseSchedule {
     clock_ms: u64,
     /// The highest ticket number requested so far.
     last_ticket: Option<u64>,
-    /// Live tickets by number (so outputs come in ticket order).
-    tickets: BTreeMap<u64, Ticket>,
-    /// Renewals polled and not yet reported, by id.
-    renewals: FxHashMap<u64, InFlight>,
+    /// Live tickets by number, ascending (numbers only grow, so a new one goes last). Sorted
+    /// vectors rather than maps: a client holds a few tickets, and the component stays small.
+    tickets: Vec<(u64, Ticket)>,
+    /// Renewals polled and not yet reported, by id, ascending.
+    renewals: Vec<(u64, InFlight)>,
     next_renewal: u64,
 }
 
@@ -161,8 +159,8 @@ impl LeaseSchedule {
             period_ms: lease_ms / 3,
             clock_ms: 0,
             last_ticket: None,
-            tickets: BTreeMap::new(),
-            renewals: FxHashMap::default(),
+            tickets: Vec::new(),
+            renewals: Vec::new(),
             next_renewal: 1,
         })
     }
@@ -210,7 +208,7 @@ impl LeaseSchedule {
         }
         self.advance(now_ms)?;
         self.last_ticket = Some(ticket);
-        self.tickets.insert(
+        self.tickets.push((
             ticket,
             Ticket {
                 key: key.to_owned(),
@@ -220,7 +218,7 @@ impl LeaseSchedule {
                 in_flight: None,
                 failed: false,
             },
-        );
+        ));
         Ok(())
     }
 
@@ -256,8 +254,8 @@ impl LeaseSchedule {
     /// The host no longer holds `ticket` (it released, abandoned or withdrew it, or the store
     /// reported it lost).
     pub fn remove(&mut self, ticket: u64) -> Result<(), LeaseError> {
-        self.ticket_mut(ticket)?;
-        self.tickets.remove(&ticket);
+        let at = self.position(ticket)?;
+        self.tickets.remove(at);
         Ok(())
     }
 
@@ -270,99 +268,86 @@ impl LeaseSchedule {
             ..Poll::default()
         };
         self.renew(now_ms, &mut out.renewals);
-        out.wake_at_ms = self.tickets.values().map(|t| self.wake_ms(t)).min();
+        out.wake_at_ms = self.tickets.iter().map(|(_, t)| self.wake_ms(t)).min();
         Ok(out)
     }
 
     /// Removes and returns the tickets whose give-up time has come.
     fn give_up(&mut self, now_ms: u64) -> Vec<GivenUp> {
-        let due: Vec<u64> = self
-            .tickets
-            .iter()
-            .filter(|(_, t)| now_ms >= self.give_up_ms(t))
-            .map(|(&number, _)| number)
-            .collect();
-        due.into_iter()
-            .filter_map(|number| {
-                let t = self.tickets.remove(&number)?;
-                let reason = match (t.answered, t.in_flight.is_some(), t.failed) {
-                    (false, _, _) => GiveUpReason::RequestUnanswered,
-                    (true, true, _) => GiveUpReason::RenewalUnanswered,
-                    (true, false, true) => GiveUpReason::RenewalFailed,
-                    (true, false, false) => GiveUpReason::NotRenewed,
-                };
-                Some(GivenUp {
-                    ticket: number,
-                    key: t.key,
-                    reason,
-                })
-            })
-            .collect()
+        let mut given_up = Vec::new();
+        let period_ms = self.period_ms;
+        let lease_ms = self.lease_ms;
+        self.tickets.retain(|(number, t)| {
+            if now_ms < give_up_ms(t, lease_ms, period_ms) {
+                return true;
+            }
+            let reason = match (t.answered, t.in_flight.is_some(), t.failed) {
+                (false, _, _) => GiveUpReason::RequestUnanswered,
+                (true, true, _) => GiveUpReason::RenewalUnanswered,
+                (true, false, true) => GiveUpReason::RenewalFailed,
+                (true, false, false) => GiveUpReason::NotRenewed,
+            };
+            given_up.push(GivenUp {
+                ticket: *number,
+                key: t.key.clone(),
+                reason,
+            });
+            false
+        });
+        given_up
     }
 
     /// One renewal per key with a ticket due, naming every ticket of the key that can be
     /// renewed (answered, none in flight), in chunks of [`RENEW_TICKETS_MAX`].
     fn renew(&mut self, now_ms: u64, out: &mut Vec<Renewal>) {
-        let mut due_keys: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-        for t in self.tickets.values() {
-            if self.renewable(t) && now_ms >= t.attempt_ms.saturating_add(self.period_ms) {
-                due_keys.entry(&t.key).or_default();
-            }
-        }
-        if due_keys.is_empty() {
-            return;
-        }
-        for (&number, t) in &self.tickets {
-            if self.renewable(t)
-                && let Some(list) = due_keys.get_mut(t.key.as_str())
+        // Keys with a ticket due, kept in key order (a sorted insert: no sort's code).
+        let mut due: Vec<(String, Vec<u64>)> = Vec::new();
+        for (_, t) in &self.tickets {
+            if renewable(t)
+                && now_ms >= t.attempt_ms.saturating_add(self.period_ms)
+                && let Err(at) = due.binary_search_by(|(key, _)| key.as_str().cmp(&t.key))
             {
-                list.push(number);
+                due.insert(at, (t.key.clone(), Vec::new()));
             }
         }
-        let batches: Vec<(String, Vec<u64>)> = due_keys
-            .into_iter()
-            .flat_map(|(key, numbers)| {
-                numbers
-                    .chunks(RENEW_TICKETS_MAX)
-                    .map(|chunk| (key.to_owned(), chunk.to_vec()))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        for (key, tickets) in batches {
-            let id = self.next_renewal;
-            self.next_renewal += 1;
-            for number in &tickets {
-                if let Some(t) = self.tickets.get_mut(number) {
-                    t.in_flight = Some(id);
-                    t.attempt_ms = now_ms;
+        for (number, t) in &self.tickets {
+            if renewable(t)
+                && let Ok(at) = due.binary_search_by(|(key, _)| key.as_str().cmp(&t.key))
+            {
+                due[at].1.push(*number);
+            }
+        }
+        for (key, numbers) in due {
+            for chunk in numbers.chunks(RENEW_TICKETS_MAX) {
+                let id = self.next_renewal;
+                self.next_renewal += 1;
+                for (number, t) in &mut self.tickets {
+                    if chunk.binary_search(number).is_ok() {
+                        t.in_flight = Some(id);
+                        t.attempt_ms = now_ms;
+                    }
                 }
+                let tickets = chunk.to_vec();
+                self.renewals.push((
+                    id,
+                    InFlight {
+                        sent_ms: now_ms,
+                        tickets: tickets.clone(),
+                    },
+                ));
+                out.push(Renewal {
+                    id,
+                    key: key.clone(),
+                    tickets,
+                });
             }
-            self.renewals.insert(
-                id,
-                InFlight {
-                    sent_ms: now_ms,
-                    tickets: tickets.clone(),
-                },
-            );
-            out.push(Renewal { id, key, tickets });
         }
-    }
-
-    fn renewable(&self, t: &Ticket) -> bool {
-        t.answered && t.in_flight.is_none()
-    }
-
-    /// Half a period before the lease could end at the store.
-    fn give_up_ms(&self, t: &Ticket) -> u64 {
-        t.confirmed_ms
-            .saturating_add(self.lease_ms)
-            .saturating_sub(self.period_ms / 2)
     }
 
     /// The ticket's next deadline: its give-up, or its next renewal when sooner.
     fn wake_ms(&self, t: &Ticket) -> u64 {
-        let give_up = self.give_up_ms(t);
-        if self.renewable(t) {
+        let give_up = give_up_ms(t, self.lease_ms, self.period_ms);
+        if renewable(t) {
             give_up.min(t.attempt_ms.saturating_add(self.period_ms))
         } else {
             give_up
@@ -380,26 +365,38 @@ impl LeaseSchedule {
         Ok(())
     }
 
+    fn position(&self, ticket: u64) -> Result<usize, LeaseError> {
+        self.tickets
+            .binary_search_by_key(&ticket, |(number, _)| *number)
+            .map_err(|_| {
+                LeaseError::new(
+                    LeaseErrorCode::UnknownTicket,
+                    format!("no live ticket {ticket} (never requested, removed or given up)"),
+                )
+            })
+    }
+
     fn ticket_mut(&mut self, ticket: u64) -> Result<&mut Ticket, LeaseError> {
-        self.tickets.get_mut(&ticket).ok_or_else(|| {
-            LeaseError::new(
-                LeaseErrorCode::UnknownTicket,
-                format!("no live ticket {ticket} (never requested, removed or given up)"),
-            )
-        })
+        let at = self.position(ticket)?;
+        Ok(&mut self.tickets[at].1)
     }
 
     /// Ends renewal `id`: its tickets still live and still waiting on it count their lease
     /// from its send time when `confirmed`, or are marked failed.
     fn settle(&mut self, id: u64, confirmed: bool) -> Result<(), LeaseError> {
-        let renewal = self.renewals.remove(&id).ok_or_else(|| {
-            LeaseError::new(
-                LeaseErrorCode::UnknownRenewal,
-                format!("no renewal {id} in flight (never polled, or reported already)"),
-            )
-        })?;
+        let at = self
+            .renewals
+            .binary_search_by_key(&id, |(id, _)| *id)
+            .map_err(|_| {
+                LeaseError::new(
+                    LeaseErrorCode::UnknownRenewal,
+                    format!("no renewal {id} in flight (never polled, or reported already)"),
+                )
+            })?;
+        let (_, renewal) = self.renewals.remove(at);
         for number in &renewal.tickets {
-            if let Some(t) = self.tickets.get_mut(number)
+            if let Ok(at) = self.position(*number)
+                && let t = &mut self.tickets[at].1
                 && t.in_flight == Some(id)
             {
                 t.in_flight = None;
@@ -411,4 +408,15 @@ impl LeaseSchedule {
         }
         Ok(())
     }
+}
+
+fn renewable(t: &Ticket) -> bool {
+    t.answered && t.in_flight.is_none()
+}
+
+/// Half a period before the lease could end at the store.
+fn give_up_ms(t: &Ticket, lease_ms: u64, period_ms: u64) -> u64 {
+    t.confirmed_ms
+        .saturating_add(lease_ms)
+        .saturating_sub(period_ms / 2)
 }
