@@ -13,7 +13,7 @@
 // removed. A store keeps ONE clock (SQLite: the machine's wall clock; Redis: `TIME`).
 import { TurnstileError } from '../errors.js';
 
-/** The longest key name a store accepts (UTF-16 code units). */
+/** The longest key name, in bytes of UTF-8: the component's one key length (`KEY_BYTES_MAX`). */
 export const KEY_LENGTH_MAX = 200;
 /** The longest ticket id a store accepts. */
 export const TICKET_LENGTH_MAX = 100;

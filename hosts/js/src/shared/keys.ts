@@ -522,5 +522,6 @@ function now(): bigint {
 
 function checkKey(key: unknown): void {
   checkString(key, 'key');
-  if ((key as string).length === 0 || (key as string).length > KEY_LENGTH_MAX) throw new RangeError(`key must be 1 ..= ${KEY_LENGTH_MAX} characters, got ${(key as string).length}`);
+  const size = Buffer.byteLength(key as string, 'utf8');
+  if (size === 0 || size > KEY_LENGTH_MAX) throw new RangeError(`key must be 1 ..= ${KEY_LENGTH_MAX} bytes of UTF-8, got ${size}`);
 }
