@@ -15,4 +15,6 @@ pub mod texts;
 pub use lease::{GiveUpReason, GivenUp, LeaseError, LeaseErrorCode, LeaseSchedule, Poll, Renewal};
 
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests;
