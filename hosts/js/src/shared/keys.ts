@@ -139,6 +139,8 @@ export class SharedKeys {
   #leaseLoading: Promise<Held<wsh.LeaseSchedule>> | undefined;
   /** The timer for the schedule's `wake-at`. */
   #timer: ReturnType<typeof setTimeout> | undefined;
+  /** The store's error from the latest failed renewal, for the message of a ticket given up. */
+  #lastError: unknown;
   #count = 0;
   #closed = false;
 
@@ -347,9 +349,6 @@ export class SharedKeys {
     this.#lastError = states ? undefined : error;
     this.#pump();
   }
-
-  /** The store's error from the latest failed renewal, for the message of a ticket given up. */
-  #lastError: unknown;
 
   /** A ticket the schedule gave up: its waiter rejects, its permit's signal aborts, with
    * `StoreUnavailableError` (a pending request finds out when it is answered). */
