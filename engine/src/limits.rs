@@ -38,3 +38,18 @@ pub const PLACEHOLDERS_MAX: usize = 8;
 /// Bytes of one call's arguments (JSON) given for a templated key. Hosts pass only the fields
 /// the template names, so this bounds a document of a few short values.
 pub const ARGUMENTS_BYTES_MAX: usize = 64 * 1024;
+/// A shared key's limit at the store ([`crate::shared`]): 1 to this.
+pub const SHARED_LIMIT_MAX: u32 = 1_000_000;
+/// A shared key's delay, and a pause, at the store: at most 24 h.
+pub const SHARED_DELAY_MS_MAX: u32 = 86_400_000;
+/// A shared-key lease ([`crate::shared::LeaseSchedule`]): at least this (a renewal every
+/// lease / 3 would come too often below it) ...
+pub const LEASE_MS_MIN: u32 = 300;
+/// ... and at most an hour (a dead process's permits are held that long).
+pub const LEASE_MS_MAX: u32 = 3_600_000;
+/// Tickets one renewal names (a store's `renew` takes at most this many).
+pub const RENEW_TICKETS_MAX: usize = 1000;
+/// Tickets one lease schedule holds at once (waiting, granted, or requested and unanswered).
+pub const LEASE_TICKETS_MAX: usize = 100_000;
+/// Grants one store operation makes at most (the SQLite loop and the Redis script stop there).
+pub const GRANTS_PER_OPERATION_MAX: u32 = 10_000;

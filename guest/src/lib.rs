@@ -4,6 +4,7 @@
 #![allow(unsafe_code)] // the bindings wit-bindgen generates use `unsafe` for the canonical ABI
 
 mod convert;
+mod shared;
 
 use std::cell::RefCell;
 

@@ -30,6 +30,12 @@ function cached(name: string): Promise<WebAssembly.Module> {
   return module;
 }
 
+/** @internal A fresh instance made with the default loader, for the package's own use (the
+ * shared keys' rules and texts, `shared/component.ts`). */
+export async function instantiateDefault(): Promise<Instance> {
+  return new Instance(await instantiate(cached, {}));
+}
+
 export interface LoadOptions {
   /** Loads a core module by file name (`turnstile.core.wasm`, ...), for hosts that serve the
    * files elsewhere. Default: next to the package's `dist/component/` (compiled once per process). */

@@ -4,6 +4,7 @@
 // test here is reported skipped, with the reason; never passed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RedisStore, SharedKeys, StoreUnavailableError } from '../dist/shared/index.js';
 import { redisMissing, startRedis, worker } from './fixtures/shared-harness.mjs';
@@ -52,6 +53,53 @@ test('redis: a server that stops answering: typed errors, no double grant when i
   const granted = await other.waitFor((e) => e.event === 'granted', leaseMs + 5000);
   assert.ok(granted.grantedMs >= lostAt, 'the other process was granted only after this one gave up');
   await other.done();
+});
+
+// The grant rule's table (tests/shared/grant-rule.txt), which the engine's rule (and so the
+// SQLite stores) is tested against too, run against the Redis script: each case is written into
+// Redis as the script keeps it, relative to the server's clock, then one `renew` of the head.
+test('redis: the script grants as the shared table says', { skip, timeout: 30000 }, async (t) => {
+  const { server } = await setup(t);
+  const store = await RedisStore.open({ url: server.url, prefix: 'table' });
+  const Redis = (await import('ioredis')).default;
+  const raw = new Redis(server.url);
+  t.after(async () => { raw.disconnect(); await store.close(); });
+  const table = readFileSync(new URL('../../../tests/shared/grant-rule.txt', import.meta.url), 'utf8')
+    .split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+  assert.ok(table.length >= 15);
+  for (const [i, line] of table.entries()) {
+    const [input, output] = line.split('->').map((p) => p.trim().split(/\s+/));
+    const [limit, delay, held, since, pause] = input;
+    const key = `case-${i}`;
+    const base = `table:{${key}}`;
+    const [secs, micros] = await raw.time();
+    const now = Number(secs) * 1000 + Math.floor(Number(micros) / 1000);
+    const far = now + 600_000;
+    await raw.hset(`${base}:state`, 'seq', Number(held) + 1, 'grants', Number(held), 'last_grant_ms', since === 'never' ? 0 : now - Number(since), 'paused_until_ms', pause === 'none' ? 0 : now + Number(pause));
+    for (let h = 1; h <= Number(held); h++) {
+      await raw.hset(`${base}:tickets`, `h${h}`, `${h} 1 0 600000 ${now} ${h} chan`);
+      await raw.zadd(`${base}:held`, h, `h${h}`);
+      await raw.zadd(`${base}:leases`, far, `h${h}`);
+    }
+    if (limit !== '-') {
+      await raw.hset(`${base}:tickets`, 'w', `${Number(held) + 1} ${limit} ${delay} 600000 0 0 chan`);
+      await raw.zadd(`${base}:queue`, Number(held) + 1, 'w');
+      await raw.zadd(`${base}:leases`, far, 'w');
+    }
+    const states = await store.renew(key, limit === '-' ? [] : ['w']);
+    const [want, retry] = output;
+    if (want === 'empty') {
+      assert.deepEqual(states, [], line);
+      continue;
+    }
+    const state = states[0];
+    if (want === 'grant') assert.equal(state.state, 'granted', line);
+    if (want === 'full') assert.deepEqual([state.state, state.retryMs], ['waiting', null], line);
+    if (want === 'wait') {
+      assert.equal(state.state, 'waiting', line);
+      assert.ok(state.retryMs <= Number(retry) && state.retryMs > Number(retry) - 500, `${line}: retry ${state.retryMs}`);
+    }
+  }
 });
 
 scenarios('redis', setup, skip);

@@ -243,7 +243,10 @@ def test_a_raising_execution_gives_its_permit_back_and_a_429_pauses_the_key_in_t
         k = await store.inspect("github")
         assert k.held == () and k.waiting == ()  # every permit went back
         assert k.paused_until_ms >= paused_from + 150  # the 429 paused the key for every process
-        assert k.grants == 4  # g1, g2 twice, g3
+        # g1, g2 twice, g3; and g3 once more when g1's failure freed a slot and g3 was granted
+        # before g2's 429 arrived (the grants come on the store's thread, one at a time): g3 then
+        # gives its permit back and asks again behind g2 (SHARED.md, "A process holds only ...").
+        assert k.grants in (4, 5)
         await keys.close()
         await store.close()
 

@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from shared_worker import (
-    JS_PACKAGE,
     Setup,
     js_missing,
     scenario_cancel,
@@ -23,7 +20,7 @@ from shared_worker import (
     scenario_waiter_killed,
 )
 
-from turnstile_scheduler.shared import SharedKeys, SqliteStore, StoreUnavailableError
+from turnstile_scheduler.shared import SharedKeys, SharedStoreError, SqliteStore, StoreUnavailableError
 
 
 def run(coro) -> None:
@@ -118,17 +115,18 @@ def test_js_and_python_processes_share_one_file(setup: Setup) -> None:
     run(scenario_eight_processes(setup, node=lambda i: i % 2 == 0))
 
 
-@pytest.mark.skipif(js is not None, reason=f"the JS package is not ready: {js}")
-def test_the_js_and_python_stores_run_the_same_statements_and_script() -> None:
-    from turnstile_scheduler.shared.redis import SCRIPT
-    from turnstile_scheduler.shared.sqlite import SQL
+def test_a_file_of_another_schema_version_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    """The schema and statements are the component's (`sqlite-texts`); a file written by a
+    schema of another version is refused at open, before any statement runs on it."""
+    path = str(tmp_path / "shared.sqlite")
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE turnstile_shared_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+    raw.execute("INSERT INTO turnstile_shared_meta VALUES ('schema', '2')")
+    raw.commit()
+    raw.close()
 
-    out = subprocess.run(
-        ["node", "--input-type=module", "-e",
-         "import { SQL } from './dist/shared/sqlite.js'; import { SCRIPT } from './dist/shared/redis.js';"
-         "process.stdout.write(JSON.stringify({ SQL, SCRIPT }))"],
-        cwd=JS_PACKAGE, capture_output=True, text=True, check=True,
-    )
-    js = json.loads(out.stdout)
-    assert js["SQL"] == SQL
-    assert js["SCRIPT"] == SCRIPT
+    async def main() -> None:
+        with pytest.raises(SharedStoreError, match="holds shared-key schema 2; this package knows schema 1"):
+            await SqliteStore.open(path)
+
+    run(main())

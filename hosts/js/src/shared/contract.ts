@@ -1,8 +1,8 @@
 // The store contract behind shared keys (SHARED.md, "The store contract", says the same in
 // prose): what a store must do so that `SharedKeys` can hold one limit across processes, and the
-// errors it may throw. The Python package (`turnstile_scheduler.shared`) has the same contract,
-// the same SQLite schema and the same Redis script, so processes in both languages can share a
-// store.
+// errors it may throw. The Python package (`turnstile_scheduler.shared`) has the same contract;
+// the SQLite schema and statements, the Redis script and the grant rule are the component's
+// (the WIT's `shared` interface), so processes in both languages share a store.
 //
 // The grant rule, applied by the store atomically in every operation that changes a key:
 //   while the key's earliest waiting ticket (by `seq`, the store's arrival order) exists,
@@ -13,7 +13,7 @@
 // removed. A store keeps ONE clock (SQLite: the machine's wall clock; Redis: `TIME`).
 import { TurnstileError } from '../errors.js';
 
-/** The longest key name a store accepts (UTF-16 code units). */
+/** The longest key name, in bytes of UTF-8: the component's one key length (`KEY_BYTES_MAX`). */
 export const KEY_LENGTH_MAX = 200;
 /** The longest ticket id a store accepts. */
 export const TICKET_LENGTH_MAX = 100;
@@ -151,10 +151,4 @@ export class LeaseLostError extends SharedStoreError {
     this.key = key;
     this.ticket = ticket;
   }
-}
-
-/** The time from which the head of a key may be granted, by the rule above (for stores that
- * apply the rule in the host, as SQLite's does; Redis's script has the same lines in Lua). */
-export function gateMs(delayMs: number, lastGrantMs: number, pausedUntilMs: number): number {
-  return delayMs > 0 ? Math.max(lastGrantMs + delayMs, pausedUntilMs) : pausedUntilMs;
 }

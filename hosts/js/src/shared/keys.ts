@@ -1,19 +1,26 @@
 // `SharedKeys`: the async client a host (the Driver) uses over a store. `acquire(key, terms)`
-// resolves with a `SharedPermit` once the store granted the ticket; the permit's lease (and the
-// lease of every waiting ticket) is renewed by one heartbeat per `SharedKeys`, every
-// `leaseMs / 3`, in one `renew` per key. `permit.release()` gives it back when the execution
-// ended; `permit.abandon()` gives back a permit never used; aborting `acquire`'s signal
-// withdraws the request.
+// resolves with a `SharedPermit` once the store granted the ticket. Every ticket's lease,
+// waiting or granted, is kept by the component's lease schedule (the WIT's `shared`
+// interface, `engine/src/shared/lease.rs`): this client reports each request, answer and
+// renewal to it and does what its polls say: send the renewals due (one `renew` per key, about
+// every `leaseMs / 3`), give tickets up, and wake it at the time it names. `permit.release()`
+// gives a permit back when the execution ended; `permit.abandon()` gives back a permit never
+// used; aborting `acquire`'s signal withdraws the request.
 //
 // Failure rules:
 // - The store unreachable: `acquire`'s request rejects with `StoreUnavailableError`. A
-//   waiting ticket or a permit whose renewals keep failing is given up before its lease can
-//   have expired in the store (when the next heartbeat would come after `renewed + leaseMs`):
-//   the waiter rejects with, and the permit's `signal` aborts with, `StoreUnavailableError`. The
-//   store cannot grant that place again before the lease ends, so nothing is granted twice.
+//   waiting ticket or a permit whose renewals keep failing (or go unanswered) is given up
+//   before its lease can have expired in the store, counted from when its last confirmed
+//   renewal was sent: the waiter rejects with, and the permit's `signal` aborts with,
+//   `StoreUnavailableError`. The store cannot grant that place again before the lease ends, so
+//   nothing is granted twice. A request answered too late to be sure of its lease is given back
+//   and rejects the same way.
 // - The store no longer knows a ticket (its lease expired): `LeaseLostError`, the same way.
 // - Every wait ends: on a grant, on the signal, on a lost lease or store, or on `close()`.
+import type * as wsh from '../component/interfaces/turnstile-scheduler-shared.js';
 import { DisposedError } from '../errors.js';
+import { Held } from '../instance.js';
+import { sharedInstance } from './component.js';
 import { millis, record, signal as checkSignal, string as checkString, u32 } from '../validate.js';
 import {
   DELAY_MS_MAX, KEY_LENGTH_MAX, LEASE_MS_MAX, LEASE_MS_MIN, LeaseLostError, LIMIT_MAX, RENEW_TICKETS_MAX, StoreUnavailableError,
@@ -44,7 +51,6 @@ interface Waiter {
   readonly resolve: (permit: SharedPermit) => void;
   readonly reject: (error: unknown) => void;
   readonly cleanup: () => void;
-  renewedMs: number;
 }
 
 type Granted = Extract<TicketState, { state: 'granted' }>;
@@ -74,18 +80,16 @@ export class SharedPermit {
   readonly grantedMs: number;
   readonly #keys: SharedKeys;
   readonly #lost = new AbortController();
-  /** @internal */ renewedMs: number;
   #done = false;
 
   /** @internal */
-  constructor(keys: SharedKeys, key: string, state: Extract<TicketState, { state: 'granted' }>, renewedMs: number) {
+  constructor(keys: SharedKeys, key: string, state: Extract<TicketState, { state: 'granted' }>) {
     this.#keys = keys;
     this.key = key;
     this.ticket = state.ticket;
     this.seq = state.seq;
     this.grant = state.grant;
     this.grantedMs = state.grantedMs;
-    this.renewedMs = renewedMs;
   }
   get signal(): AbortSignal {
     return this.#lost.signal;
@@ -119,8 +123,8 @@ export class SharedPermit {
 }
 
 /**
- * Shared keys over one store: one heartbeat for all tickets of this process. A process holds
- * only the permits it asked for: each `acquire` is one ticket.
+ * Shared keys over one store: one lease schedule for all tickets of this process. A process
+ * holds only the permits it asked for: each `acquire` is one ticket.
  */
 export class SharedKeys {
   readonly store: SharedStore;
@@ -130,8 +134,13 @@ export class SharedKeys {
   /** One watch per key once a ticket of it waited, kept until `close()` (a Redis subscription
    * stays, so a later wait costs no round trip). */
   readonly #watches = new Map<string, Watch>();
-  readonly #heartbeatMs: number;
-  #heartbeat: ReturnType<typeof setInterval> | undefined;
+  /** The lease schedule, made on the first `acquire` (loading the component is async). */
+  #lease: Held<wsh.LeaseSchedule> | undefined;
+  #leaseLoading: Promise<Held<wsh.LeaseSchedule>> | undefined;
+  /** The timer for the schedule's `wake-at`. */
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  /** The store's error from the latest failed renewal, for the message of a ticket given up. */
+  #lastError: unknown;
   #count = 0;
   #closed = false;
 
@@ -141,7 +150,6 @@ export class SharedKeys {
     this.leaseMs = options.leaseMs === undefined ? 10_000 : u32(options.leaseMs, 'options.leaseMs', LEASE_MS_MIN, LEASE_MS_MAX);
     this.owner = options.owner === undefined ? `${process.pid}-${Math.random().toString(16).slice(2, 10)}` : checkString(options.owner, 'options.owner');
     if (this.owner.length === 0 || this.owner.length > 60) throw new RangeError(`options.owner must be 1 ..= 60 characters, got ${this.owner.length}`);
-    this.#heartbeatMs = Math.floor(this.leaseMs / 3);
   }
 
   /** Waits for a permit on `key`: enters the key's FIFO at the store and resolves when the
@@ -156,14 +164,22 @@ export class SharedKeys {
     const signal = checkSignal(terms.signal, 'terms.signal');
     if (this.#closed) throw new DisposedError('these shared keys');
     signal?.throwIfAborted();
-    const ticket = `${this.owner}-${++this.#count}`;
-    const sentMs = Date.now();
+    await this.#loadLease();
+    if (this.#closed) throw new DisposedError('these shared keys');
+    signal?.throwIfAborted();
+    const n = ++this.#count;
+    const ticket = this.#ticketId(BigInt(n));
     const k = this.#tickets(key);
+    this.#report((l) => l.requested(key, BigInt(n), now()));
+    this.#pump();
     k.pending.add(ticket);
     let state: TicketState;
     let early: Granted | undefined;
     try {
       state = await this.store.request(key, ticket, { limit, delayMs, leaseMs: this.leaseMs });
+    } catch (e) {
+      this.#forget(BigInt(n));
+      throw e;
     } finally {
       k.pending.delete(ticket);
       early = k.early.get(ticket);
@@ -172,13 +188,26 @@ export class SharedKeys {
     }
     if (early && state.state === 'waiting') state = early;
     if (this.#closed || signal?.aborted) {
+      this.#forget(BigInt(n));
       this.#giveBack(key, ticket);
       if (this.#closed) throw new DisposedError('these shared keys');
       signal!.throwIfAborted();
     }
-    if (state.state === 'granted') return this.#grant(key, state, sentMs);
-    if (state.state === 'lost') throw new LeaseLostError(key, ticket, `ticket ${ticket} on key ${JSON.stringify(key)} was lost as it was requested`);
-    return this.#wait(key, ticket, sentMs, state.retryMs, signal);
+    if (state.state === 'lost') {
+      this.#forget(BigInt(n));
+      throw new LeaseLostError(key, ticket, `ticket ${ticket} on key ${JSON.stringify(key)} was lost as it was requested`);
+    }
+    this.#pump(); // gives the ticket up first when its answer came too late
+    if (!this.#answered(BigInt(n))) {
+      this.#giveBack(key, ticket);
+      throw new StoreUnavailableError(this.store.kind, `the request for ticket ${ticket} on key ${JSON.stringify(key)} was answered too late to be sure of its lease (${this.leaseMs} ms); it was given back`);
+    }
+    if (state.state === 'granted') {
+      const permit = this.#grant(key, state);
+      this.#pump();
+      return permit;
+    }
+    return this.#wait(key, ticket, state.retryMs, signal);
   }
 
   /** No grant on `key`, in any process, before `forMs` from now (a pause only extends).
@@ -201,7 +230,8 @@ export class SharedKeys {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#stopHeartbeat();
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
     const returns: Promise<unknown>[] = [];
     for (const [key, k] of this.#keys) {
       for (const waiter of k.waiting.values()) {
@@ -219,6 +249,8 @@ export class SharedKeys {
     }
     for (const watch of this.#watches.values()) watch.stop();
     this.#watches.clear();
+    this.#lease?.dispose();
+    this.#lease = undefined;
     await Promise.all(returns);
   }
 
@@ -229,7 +261,124 @@ export class SharedKeys {
       k.held.delete(permit.ticket);
       this.#idle(permit.key, k);
     }
+    this.#forget(this.#number(permit.ticket));
     return how === 'release' ? this.store.release(permit.key, permit.ticket) : this.store.abandon(permit.key, permit.ticket);
+  }
+
+  #loadLease(): Promise<Held<wsh.LeaseSchedule>> {
+    if (this.#lease) return Promise.resolve(this.#lease);
+    this.#leaseLoading ??= (async () => {
+      const instance = await sharedInstance();
+      const raw = instance.call(() => instance.root.shared.LeaseSchedule.create(this.leaseMs));
+      this.#lease = new Held(instance, raw, this, 'these shared keys');
+      return this.#lease;
+    })();
+    const loading = this.#leaseLoading;
+    loading.catch(() => { if (this.#leaseLoading === loading) this.#leaseLoading = undefined; });
+    return loading;
+  }
+
+  /** Reports to the lease schedule. A refusal is a bug of this client (it reports only what
+   * happened, in order), so it throws; a trap breaks the instance (`InstanceBrokenError`). */
+  #report<T>(f: (raw: wsh.LeaseSchedule) => T): T {
+    const lease = this.#lease!;
+    const raw = lease.get();
+    return lease.instance.call(() => f(raw), (payload) => new Error(`shared keys: the lease schedule refused a report: ${(payload as wsh.LeaseError).message}`));
+  }
+
+  /** Reports that a request was answered; false when its ticket was given up first (the
+   * answer came too late to be sure of its lease). */
+  #answered(n: bigint): boolean {
+    const lease = this.#lease!;
+    const raw = lease.get();
+    try {
+      lease.instance.call(() => raw.answered(n), (payload) => Object.assign(new Error((payload as wsh.LeaseError).message), { leaseCode: (payload as wsh.LeaseError).code }));
+      return true;
+    } catch (e) {
+      if ((e as { leaseCode?: string }).leaseCode === 'unknown-ticket') return false;
+      throw e;
+    }
+  }
+
+  /** The schedule no longer tracks ticket `n` (given back, or lost at the store). A ticket it
+   * gave up already is unknown, which is fine here. */
+  #forget(n: bigint): void {
+    const lease = this.#lease;
+    if (!lease || this.#closed) return;
+    const raw = lease.get();
+    try {
+      lease.instance.call(() => raw.remove(n), () => new Error('unknown'));
+    } catch (e) {
+      if (lease.instance.broken) throw e;
+    }
+    this.#pump();
+  }
+
+  /** Polls the lease schedule and does what it says: gives tickets up, sends the renewals due,
+   * and sets the timer for its next poll. */
+  #pump(): void {
+    if (this.#closed || !this.#lease) return;
+    const poll = this.#report((l) => l.poll(now()));
+    for (const g of poll.givenUp) this.#givenUp(g);
+    for (const r of poll.renewals) void this.#renew(r);
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    if (poll.wakeAt !== undefined) {
+      this.#timer = setTimeout(() => {
+        this.#timer = undefined;
+        this.#pump();
+      }, Math.max(0, Number(poll.wakeAt) - performance.now()));
+    }
+  }
+
+  /** One renewal the schedule asked for: the store's answer goes to the schedule, and the
+   * states it carries to the waiters and permits. */
+  async #renew(renewal: wsh.Renewal): Promise<void> {
+    const tickets = [...renewal.tickets].map((n) => this.#ticketId(n));
+    let states: TicketState[] | undefined;
+    let error: unknown;
+    try {
+      states = await this.store.renew(renewal.key, tickets);
+    } catch (e) {
+      error = e;
+    }
+    if (this.#closed) return;
+    this.#report((l) => (states ? l.renewed(renewal.id) : l.renewFailed(renewal.id)));
+    const k = this.#keys.get(renewal.key);
+    if (states && k) this.#apply(renewal.key, k, states);
+    this.#lastError = states ? undefined : error;
+    this.#pump();
+  }
+
+  /** A ticket the schedule gave up: its waiter rejects, its permit's signal aborts, with
+   * `StoreUnavailableError` (a pending request finds out when it is answered). */
+  #givenUp(g: wsh.GivenUp): void {
+    const k = this.#keys.get(g.key);
+    if (!k) return;
+    const ticket = this.#ticketId(g.ticket);
+    const error = this.#lastError;
+    const why = `ticket ${ticket} on key ${JSON.stringify(g.key)} was given up before its lease (${this.leaseMs} ms) could end at the store: ${GIVE_UP_REASONS[g.reason]}`;
+    const unavailable = error instanceof StoreUnavailableError ? new StoreUnavailableError(error.store, `${why} (${error.message})`, error) : new StoreUnavailableError(this.store.kind, error === undefined ? why : `${why} (${error instanceof Error ? error.message : String(error)})`, error);
+    const waiter = k.waiting.get(ticket);
+    if (waiter) {
+      k.waiting.delete(ticket);
+      waiter.cleanup();
+      waiter.reject(unavailable);
+    }
+    const permit = k.held.get(ticket);
+    if (permit) {
+      k.held.delete(ticket);
+      permit.lose(unavailable);
+    }
+    this.#idle(g.key, k);
+  }
+
+  #ticketId(n: bigint): string {
+    return `${this.owner}-${n}`;
+  }
+
+  #number(ticket: string): bigint {
+    return BigInt(ticket.slice(this.owner.length + 1));
   }
 
   #tickets(key: string): KeyTickets {
@@ -238,47 +387,48 @@ export class SharedKeys {
     return k;
   }
 
-  #grant(key: string, state: Granted, renewedMs: number): SharedPermit {
-    const permit = new SharedPermit(this, key, state, renewedMs);
+  #grant(key: string, state: Granted): SharedPermit {
+    const permit = new SharedPermit(this, key, state);
     this.#tickets(key).held.set(state.ticket, permit);
-    this.#startHeartbeat();
     return permit;
   }
 
-  #wait(key: string, ticket: string, sentMs: number, retryMs: number | null, signal: AbortSignal | undefined): Promise<SharedPermit> {
+  #wait(key: string, ticket: string, retryMs: number | null, signal: AbortSignal | undefined): Promise<SharedPermit> {
     const k = this.#tickets(key);
-    return new Promise<SharedPermit>((resolve, reject) => {
+    const promise = new Promise<SharedPermit>((resolve, reject) => {
       const onAbort = (): void => {
         if (k.waiting.get(ticket) !== waiter) return;
         k.waiting.delete(ticket);
         this.#idle(key, k);
+        this.#forget(this.#number(ticket));
         this.#giveBack(key, ticket);
         reject(signal!.reason);
       };
       const waiter: Waiter = {
-        ticket, resolve, reject, renewedMs: sentMs,
+        ticket, resolve, reject,
         cleanup: () => signal?.removeEventListener('abort', onAbort),
       };
       k.waiting.set(ticket, waiter);
       signal?.addEventListener('abort', onAbort, { once: true });
-      this.#startHeartbeat();
       if (!this.#watches.has(key)) {
         const watch = this.store.watch(key, () => {
           const now = this.#keys.get(key);
           return now ? [...now.waiting.keys(), ...now.pending] : [];
-        }, (wake) => this.#wake(key, wake));
+        }, (wake) => this.#onWake(key, wake));
         this.#watches.set(key, watch);
         // A grant made between the request and the watch being ready sent no wake-up here.
         watch.ready.then(() => this.#check(key), () => this.#check(key));
       }
       if (retryMs !== null) this.#retryAfter(key, k, retryMs);
     });
+    this.#pump();
+    return promise;
   }
 
-  #wake(key: string, wake: Wake): void {
+  #onWake(key: string, wake: Wake): void {
     const k = this.#keys.get(key);
     if (!k) return;
-    this.#apply(key, k, wake.states, undefined);
+    this.#apply(key, k, wake.states);
     if (wake.resync) void this.#check(key);
     if (wake.retry && k.waiting.has(wake.retry.ticket)) this.#retryAfter(key, k, wake.retry.ms);
   }
@@ -291,103 +441,86 @@ export class SharedKeys {
     }, ms + 1);
   }
 
-  /** Renews every local ticket of `key` and applies the states (the heartbeat, a retry, a
-   * resync). At most one check per key at a time. */
+  /** Asks the store for the states of every local ticket of `key` (a retry, a resync, a watch
+   * that became ready) and applies them. It renews their leases at the store too, which only
+   * lengthens them: the lease schedule counts only its own renewals. At most one check per key
+   * at a time; a failure is left to the schedule's renewals. */
   async #check(key: string): Promise<void> {
     const k = this.#keys.get(key);
     if (!k || k.checking || (k.waiting.size === 0 && k.held.size === 0)) return;
     k.checking = true;
     const tickets = [...k.waiting.keys(), ...k.held.keys()];
-    const sentMs = Date.now();
     try {
       for (let i = 0; i < tickets.length; i += RENEW_TICKETS_MAX) {
-        this.#apply(key, k, await this.store.renew(key, tickets.slice(i, i + RENEW_TICKETS_MAX)), sentMs);
+        this.#apply(key, k, await this.store.renew(key, tickets.slice(i, i + RENEW_TICKETS_MAX)));
       }
-    } catch (e) {
-      this.#failed(key, k, e);
+    } catch {
+      // The lease schedule's renewals see the store's failures and give tickets up in time.
     } finally {
       k.checking = false;
       this.#idle(key, k);
     }
   }
 
-  /** States from the store: grants resolve waiters, losses reject them or abort permits, and
-   * a renewal sent at `renewedMs` moves the local lease deadline. */
-  #apply(key: string, k: KeyTickets, states: readonly TicketState[], renewedMs: number | undefined): void {
+  /** States from the store: grants resolve waiters, losses reject them or abort permits (and
+   * leave the lease schedule). */
+  #apply(key: string, k: KeyTickets, states: readonly TicketState[]): void {
     for (const state of states) {
       const waiter = k.waiting.get(state.ticket);
       const permit = k.held.get(state.ticket);
       if (waiter) {
         if (state.state === 'waiting') {
-          if (renewedMs !== undefined) waiter.renewedMs = renewedMs;
           if (state.retryMs !== null) this.#retryAfter(key, k, state.retryMs);
           continue;
         }
         k.waiting.delete(state.ticket);
         waiter.cleanup();
-        if (state.state === 'granted') waiter.resolve(this.#grant(key, state, renewedMs ?? waiter.renewedMs));
-        else waiter.reject(new LeaseLostError(key, state.ticket));
+        if (state.state === 'granted') waiter.resolve(this.#grant(key, state));
+        else {
+          this.#forget(this.#number(state.ticket));
+          waiter.reject(new LeaseLostError(key, state.ticket));
+        }
       } else if (k.pending.has(state.ticket)) {
         if (state.state === 'granted') k.early.set(state.ticket, state);
-      } else if (permit) {
-        if (state.state === 'lost') {
-          k.held.delete(state.ticket);
-          permit.lose(new LeaseLostError(key, state.ticket));
-        } else if (renewedMs !== undefined) {
-          permit.renewedMs = renewedMs;
-        }
+      } else if (permit && state.state === 'lost') {
+        k.held.delete(state.ticket);
+        this.#forget(this.#number(state.ticket));
+        permit.lose(new LeaseLostError(key, state.ticket));
       }
     }
     this.#idle(key, k);
   }
 
-  /** A renewal failed: tickets whose lease may end before the next heartbeat are given up. */
-  #failed(key: string, k: KeyTickets, error: unknown): void {
-    const now = Date.now();
-    const unavailable = (): Error => (error instanceof StoreUnavailableError ? error : new StoreUnavailableError(this.store.kind, `renew failed: ${error instanceof Error ? error.message : String(error)}`, error));
-    for (const waiter of [...k.waiting.values()]) {
-      if (now + this.#heartbeatMs < waiter.renewedMs + this.leaseMs) continue;
-      k.waiting.delete(waiter.ticket);
-      waiter.cleanup();
-      waiter.reject(unavailable());
-    }
-    for (const permit of [...k.held.values()]) {
-      if (now + this.#heartbeatMs < permit.renewedMs + this.leaseMs) continue;
-      k.held.delete(permit.ticket);
-      permit.lose(unavailable());
-    }
-    this.#idle(key, k);
-  }
-
-  /** Clears the retry when no ticket of `key` waits, forgets the key when it has no ticket,
-   * and stops the heartbeat when no key is left. */
+  /** Clears the retry when no ticket of `key` waits, and forgets the key when it has no
+   * ticket. */
   #idle(key: string, k: KeyTickets): void {
     if (k.waiting.size === 0) {
       if (k.retry !== undefined) clearTimeout(k.retry);
       k.retry = undefined;
     }
     if (k.waiting.size === 0 && k.held.size === 0 && k.pending.size === 0 && !k.checking && this.#keys.get(key) === k) this.#keys.delete(key);
-    if (this.#keys.size === 0) this.#stopHeartbeat();
   }
 
   #giveBack(key: string, ticket: string): void {
     this.store.abandon(key, ticket).catch(() => undefined);
   }
+}
 
-  #startHeartbeat(): void {
-    if (this.#heartbeat !== undefined || this.#closed) return;
-    this.#heartbeat = setInterval(() => {
-      for (const key of this.#keys.keys()) void this.#check(key);
-    }, this.#heartbeatMs);
-  }
+/** Why the lease schedule gave a ticket up, for its error's message. */
+const GIVE_UP_REASONS: Record<wsh.GiveUpReason, string> = {
+  'request-unanswered': 'its request was not answered in time',
+  'renewal-failed': 'its renewals failed',
+  'renewal-unanswered': 'its renewal was not answered in time',
+  'not-renewed': 'it was not renewed in time (the event loop was blocked)',
+};
 
-  #stopHeartbeat(): void {
-    if (this.#heartbeat !== undefined) clearInterval(this.#heartbeat);
-    this.#heartbeat = undefined;
-  }
+/** The lease schedule's clock: monotonic ms (`performance.now()`), so it never goes back. */
+function now(): bigint {
+  return BigInt(Math.floor(performance.now()));
 }
 
 function checkKey(key: unknown): void {
   checkString(key, 'key');
-  if ((key as string).length === 0 || (key as string).length > KEY_LENGTH_MAX) throw new RangeError(`key must be 1 ..= ${KEY_LENGTH_MAX} characters, got ${(key as string).length}`);
+  const size = Buffer.byteLength(key as string, 'utf8');
+  if (size === 0 || size > KEY_LENGTH_MAX) throw new RangeError(`key must be 1 ..= ${KEY_LENGTH_MAX} bytes of UTF-8, got ${size}`);
 }

@@ -13,172 +13,17 @@
 //
 // Keys, for shared key K and prefix P (default `turnstile`), all with the hash tag `{K}` so a
 // Redis Cluster keeps them in one slot: `P:{K}:state`, `P:{K}:queue`, `P:{K}:leases`,
-// `P:{K}:tickets`, `P:{K}:held`. The Python store (`redis.py`) uses the same keys and the same
-// script, so both can share a server.
+// `P:{K}:tickets`, `P:{K}:held`. The script is the component's (`redis-script` of the WIT's
+// `shared` interface), read at `open`: the Python store (`redis.py`) uses the same keys and the
+// same script, so both can share a server.
 //
 // The client is ioredis, an optional peer dependency (`npm install ioredis`).
 import { randomBytes } from 'node:crypto';
+import { redisScript } from './component.js';
 import {
   SharedStoreError, StoreUnavailableError,
   type KeyInspection, type Removal, type SharedStore, type Terms, type TicketState, type Wake, type Watch,
 } from './contract.js';
-
-/** The script, byte for byte the same as the Python store's `SCRIPT`. */
-export const SCRIPT = `-- Turnstile shared keys, script 1 (the same text in the JS and Python packages).
--- KEYS: state (hash: seq, grants, last_grant_ms, paused_until_ms), queue (zset: waiting ticket
--- -> seq), leases (zset: every ticket -> expiry ms), tickets (hash: ticket -> "seq limit delay
--- lease granted_ms grant channel"), held (zset: granted ticket -> grant).
--- ARGV: op, the key's name (for wake-ups), then the op's own.
--- Wake-ups go to the channel each ticket was requested with (one per store instance): a grant
--- to its ticket's channel (but a request's own grant, which its reply carries), and the waiting
--- head's retry time, when only the delay or a pause holds it, to the head's channel.
-local state, queue, leases, tickets, held = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local op, name = ARGV[1], ARGV[2]
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local changed = false
-local head, head_retry = nil, -1
-local notes, order = {}, {}
-
-local function fields(id)
-  local v = redis.call('HGET', tickets, id)
-  if not v then return nil end
-  local f = {}
-  for word in string.gmatch(v, '%S+') do f[#f + 1] = word end
-  for i = 1, 6 do f[i] = tonumber(f[i]) end
-  return f
-end
-
-local function pack(f)
-  return string.format('%d %d %d %d %d %d %s', f[1], f[2], f[3], f[4], f[5], f[6], f[7])
-end
-
-local function num(field)
-  return tonumber(redis.call('HGET', state, field) or '0')
-end
-
-local function note(channel)
-  if not notes[channel] then
-    notes[channel] = {k = name, g = {}}
-    order[#order + 1] = channel
-  end
-  return notes[channel]
-end
-
-local function drop(id)
-  redis.call('ZREM', queue, id)
-  redis.call('ZREM', held, id)
-  redis.call('ZREM', leases, id)
-  redis.call('HDEL', tickets, id)
-end
-
-local function purge()
-  local dead = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 1000)
-  for _, id in ipairs(dead) do drop(id) end
-  if #dead > 0 then changed = true end
-end
-
-local function promote(own)
-  for _ = 1, 10000 do
-    head, head_retry = redis.call('ZRANGE', queue, 0, 0)[1], -1
-    if not head then return end
-    local f = fields(head)
-    if redis.call('ZCARD', held) >= f[2] then return end
-    local gate = num('paused_until_ms')
-    if f[3] > 0 then gate = math.max(gate, num('last_grant_ms') + f[3]) end
-    if now < gate then
-      head_retry = gate - now
-      return
-    end
-    local grant = redis.call('HINCRBY', state, 'grants', 1)
-    redis.call('HSET', state, 'last_grant_ms', now)
-    f[5], f[6] = now, grant
-    redis.call('HSET', tickets, head, pack(f))
-    redis.call('ZREM', queue, head)
-    redis.call('ZADD', held, grant, head)
-    redis.call('ZADD', leases, now + f[4], head)
-    changed = true
-    if head ~= own then
-      local g = note(f[7]).g
-      g[#g + 1] = {head, f[1], grant, now}
-    end
-  end
-  error('more than 10000 grants in one operation')
-end
-
-local function publish()
-  if changed and head and head_retry >= 0 then
-    local n = note(fields(head)[7])
-    n.h, n.r = head, head_retry
-  end
-  for _, channel in ipairs(order) do
-    redis.call('PUBLISH', channel, cjson.encode(notes[channel]))
-  end
-end
-
-local function report(id)
-  local f = fields(id)
-  if not f then return {id, 0} end
-  if f[5] > 0 then return {id, 2, f[1], f[6], f[5]} end
-  local retry = -1
-  if id == head then retry = head_retry end
-  return {id, 1, f[1], retry}
-end
-
-if op == 'request' then
-  local id = ARGV[3]
-  purge()
-  local f = fields(id)
-  if f then
-    redis.call('ZADD', leases, now + f[4], id)
-  else
-    local seq = redis.call('HINCRBY', state, 'seq', 1)
-    local lease = tonumber(ARGV[6])
-    redis.call('HSET', tickets, id, pack({seq, tonumber(ARGV[4]), tonumber(ARGV[5]), lease, 0, 0, ARGV[7]}))
-    redis.call('ZADD', queue, seq, id)
-    redis.call('ZADD', leases, now + lease, id)
-  end
-  promote(id)
-  publish()
-  return report(id)
-elseif op == 'renew' then
-  purge()
-  for i = 3, #ARGV do
-    local f = fields(ARGV[i])
-    if f then redis.call('ZADD', leases, now + f[4], ARGV[i]) end
-  end
-  promote(nil)
-  publish()
-  local out = {}
-  for i = 3, #ARGV do out[#out + 1] = report(ARGV[i]) end
-  return out
-elseif op == 'release' or op == 'abandon' then
-  local id = ARGV[3]
-  purge()
-  local f = fields(id)
-  local removal = 'lost'
-  if f then
-    if f[5] > 0 then removal = 'released' else removal = 'withdrawn' end
-    drop(id)
-    changed = true
-  end
-  promote(nil)
-  publish()
-  return removal
-elseif op == 'pause' then
-  local till = now + tonumber(ARGV[3])
-  if till > num('paused_until_ms') then redis.call('HSET', state, 'paused_until_ms', till) end
-  return num('paused_until_ms')
-elseif op == 'inspect' then
-  local out = {now, num('seq'), num('grants'), num('last_grant_ms'), num('paused_until_ms')}
-  for _, id in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
-    local f = fields(id)
-    if f then out[#out + 1] = {id, f[1], f[5], f[6], tonumber(redis.call('ZSCORE', leases, id))} end
-  end
-  return out
-end
-error('unknown op ' .. tostring(op))
-`;
 
 export interface RedisStoreOptions {
   /** A `redis://` or `rediss://` URL (default `redis://127.0.0.1:6379`); ignored with `client`. */
@@ -227,7 +72,8 @@ export class RedisStore implements SharedStore {
    * cannot be reached within `opTimeoutMs`, `SharedStoreError` when ioredis is not installed. */
   static async open(options: RedisStoreOptions = {}): Promise<RedisStore> {
     const opTimeoutMs = options.opTimeoutMs ?? 2000;
-    if (options.client !== undefined) return new RedisStore(options.client as Client, false, options.prefix);
+    const script = await redisScript();
+    if (options.client !== undefined) return new RedisStore(options.client as Client, false, script, options.prefix);
     const name: string = 'ioredis';
     let mod: { default: new (url: string, options: object) => Client };
     try {
@@ -251,15 +97,15 @@ export class RedisStore implements SharedStore {
       client.disconnect();
       throw new StoreUnavailableError('redis', `connect to ${redact(options.url ?? 'redis://127.0.0.1:6379')}: ${e instanceof Error ? e.message : String(e)}`, e);
     }
-    return new RedisStore(client, true, options.prefix);
+    return new RedisStore(client, true, script, options.prefix);
   }
 
-  private constructor(client: Client, own: boolean, prefix = 'turnstile') {
+  private constructor(client: Client, own: boolean, script: string, prefix = 'turnstile') {
     this.#client = client;
     this.#own = own;
     this.prefix = prefix;
     this.channel = `${prefix}:wake:${randomBytes(8).toString('hex')}`;
-    client.defineCommand('turnstileShared', { numberOfKeys: 5, lua: SCRIPT });
+    client.defineCommand('turnstileShared', { numberOfKeys: 5, lua: script });
   }
 
   #keys(key: string): string[] {

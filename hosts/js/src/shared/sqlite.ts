@@ -11,57 +11,18 @@
 // transaction that takes no lock, every `pollMinMs` doubling to `pollMaxMs`, and back to
 // `pollMinMs` after a change; a release or abandon made through this store wakes its own
 // watchers at once. A poll writes only when the rule could grant something (a lease expired, or
-// the head has room and its delay and pause are over). The Python store (`sqlite.py`) runs the
-// same statements, so both can share a file.
+// the head has room and its delay and pause are over).
+//
+// The schema, every statement and the grant rule are the component's (`sqlite-texts` and
+// `decide` of the WIT's `shared` interface), read at `open`: the Python store runs the same
+// ones, so both can share a file.
+import type * as wsh from '../component/interfaces/turnstile-scheduler-shared.js';
+import type { Instance } from '../instance.js';
+import { decide, sharedInstance, sqliteTexts } from './component.js';
 import {
-  gateMs, SharedStoreError, StoreUnavailableError,
+  SharedStoreError, StoreUnavailableError,
   type KeyInspection, type Removal, type SharedStore, type Terms, type TicketState, type Wake, type Watch,
 } from './contract.js';
-
-/** The schema and every statement, byte for byte the same as the Python store's `SQL`. */
-export const SQL = {
-  schema: `CREATE TABLE IF NOT EXISTS turnstile_shared_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
-INSERT OR IGNORE INTO turnstile_shared_meta (name, value) VALUES ('schema', '1');
-CREATE TABLE IF NOT EXISTS turnstile_shared_keys (
-  key TEXT PRIMARY KEY NOT NULL,
-  seq INTEGER NOT NULL DEFAULT 0,
-  grants INTEGER NOT NULL DEFAULT 0,
-  last_grant_ms INTEGER NOT NULL DEFAULT 0,
-  paused_until_ms INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS turnstile_shared_tickets (
-  key TEXT NOT NULL,
-  ticket TEXT NOT NULL,
-  seq INTEGER NOT NULL,
-  limit_n INTEGER NOT NULL,
-  delay_ms INTEGER NOT NULL,
-  lease_ms INTEGER NOT NULL,
-  requested_ms INTEGER NOT NULL,
-  expires_ms INTEGER NOT NULL,
-  granted_ms INTEGER,
-  grant_no INTEGER,
-  PRIMARY KEY (key, ticket)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS turnstile_shared_tickets_seq ON turnstile_shared_tickets (key, seq);
-CREATE INDEX IF NOT EXISTS turnstile_shared_tickets_expiry ON turnstile_shared_tickets (key, expires_ms);`,
-  version: `SELECT value FROM turnstile_shared_meta WHERE name = 'schema'`,
-  ensureKey: `INSERT OR IGNORE INTO turnstile_shared_keys (key) VALUES (?)`,
-  purge: `DELETE FROM turnstile_shared_tickets WHERE key = ? AND expires_ms <= ?`,
-  ticket: `SELECT seq, granted_ms, grant_no FROM turnstile_shared_tickets WHERE key = ? AND ticket = ?`,
-  nextSeq: `UPDATE turnstile_shared_keys SET seq = seq + 1 WHERE key = ? RETURNING seq`,
-  insert: `INSERT INTO turnstile_shared_tickets (key, ticket, seq, limit_n, delay_ms, lease_ms, requested_ms, expires_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-  renew: `UPDATE turnstile_shared_tickets SET expires_ms = ? + lease_ms WHERE key = ? AND ticket = ?`,
-  head: `SELECT ticket, limit_n, delay_ms FROM turnstile_shared_tickets WHERE key = ? AND granted_ms IS NULL ORDER BY seq LIMIT 1`,
-  held: `SELECT count(*) FROM turnstile_shared_tickets WHERE key = ? AND granted_ms IS NOT NULL`,
-  keyState: `SELECT seq, grants, last_grant_ms, paused_until_ms FROM turnstile_shared_keys WHERE key = ?`,
-  grant: `UPDATE turnstile_shared_tickets SET granted_ms = ?, grant_no = ?, expires_ms = ? + lease_ms WHERE key = ? AND ticket = ?`,
-  countGrant: `UPDATE turnstile_shared_keys SET grants = grants + 1, last_grant_ms = ? WHERE key = ?`,
-  remove: `DELETE FROM turnstile_shared_tickets WHERE key = ? AND ticket = ?`,
-  pause: `UPDATE turnstile_shared_keys SET paused_until_ms = max(paused_until_ms, ?) WHERE key = ? RETURNING paused_until_ms`,
-  peek: `SELECT ticket, seq, granted_ms, grant_no FROM turnstile_shared_tickets WHERE key = ? AND ticket IN (SELECT value FROM json_each(?))`,
-  earliestExpiry: `SELECT min(expires_ms) FROM turnstile_shared_tickets WHERE key = ?`,
-  list: `SELECT ticket, seq, granted_ms, grant_no, expires_ms FROM turnstile_shared_tickets WHERE key = ? ORDER BY seq`,
-} as const;
 
 export interface SqliteStoreOptions {
   /** The database file (created when missing; its folder must exist), e.g. next to the
@@ -91,7 +52,7 @@ interface Database {
   transaction<A extends unknown[], R>(fn: (...args: A) => R): { immediate(...args: A): R; deferred(...args: A): R };
   close(): void;
 }
-type Statements = { [K in Exclude<keyof typeof SQL, 'schema'>]: Statement };
+type Statements = { [K in Exclude<keyof wsh.SqliteStatements, 'schema' | 'schemaVersion'>]: Statement };
 
 const UNAVAILABLE = /^SQLITE_(BUSY|LOCKED|CANTOPEN|IOERR|FULL|READONLY|PROTOCOL|PERM|AUTH|NOTADB|CORRUPT)/;
 const GRANTS_PER_CALL_MAX = 10_000;
@@ -102,6 +63,8 @@ export class SqliteStore implements SharedStore {
   readonly path: string;
   readonly #db: Database;
   readonly #s: Statements;
+  /** The component's instance: the grant rule. */
+  readonly #rules: Instance;
   readonly #pollMinMs: number;
   readonly #pollMaxMs: number;
   readonly #busyTimeoutMs: number;
@@ -121,6 +84,8 @@ export class SqliteStore implements SharedStore {
       throw new SharedStoreError('client-missing', 'the SQLite store needs better-sqlite3, an optional peer dependency: npm install better-sqlite3', e);
     }
     const busyTimeoutMs = options.busyTimeoutMs ?? 2000;
+    const rules = await sharedInstance();
+    const texts = await sqliteTexts();
     return sqliteCall('open', busyTimeoutMs, () => {
       let db: Database;
       try {
@@ -129,7 +94,7 @@ export class SqliteStore implements SharedStore {
         throw new StoreUnavailableError('sqlite', `open ${options.path}: ${e instanceof Error ? e.message : String(e)}${(e as { code?: string }).code ? ` [${(e as { code?: string }).code}]` : ''}`, e);
       }
       try {
-        return new SqliteStore(db, options);
+        return new SqliteStore(db, options, rules, texts);
       } catch (e) {
         db.close();
         throw e;
@@ -137,24 +102,25 @@ export class SqliteStore implements SharedStore {
     });
   }
 
-  private constructor(db: Database, options: SqliteStoreOptions) {
+  private constructor(db: Database, options: SqliteStoreOptions, rules: Instance, texts: wsh.SqliteStatements) {
     this.path = options.path;
     this.#busyTimeoutMs = options.busyTimeoutMs ?? 2000;
     this.#pollMinMs = options.pollMinMs ?? 2;
     this.#pollMaxMs = Math.max(this.#pollMinMs, options.pollMaxMs ?? 25);
     db.pragma('journal_mode = WAL');
     db.pragma('synchronous = NORMAL');
-    db.transaction(() => db.exec(SQL.schema)).immediate();
+    db.transaction(() => db.exec(texts.schema)).immediate();
     const s = {} as Record<string, Statement>;
-    for (const [name, text] of Object.entries(SQL)) {
-      if (name === 'schema') continue;
-      const statement = db.prepare(text);
+    for (const [name, text] of Object.entries(texts)) {
+      if (name === 'schema' || name === 'schemaVersion') continue;
+      const statement = db.prepare(text as string);
       s[name] = statement.reader ? statement.raw(true) : statement;
     }
     this.#db = db;
     this.#s = s as Statements;
+    this.#rules = rules;
     const version = this.#s.version.get()?.[0];
-    if (version !== '1') throw new SharedStoreError('store-failed', `${this.path} holds shared-key schema ${String(version)}; this package knows schema 1`);
+    if (version !== String(texts.schemaVersion)) throw new SharedStoreError('store-failed', `${this.path} holds shared-key schema ${String(version)}; this package knows schema ${texts.schemaVersion}`);
   }
 
   #write<R>(what: string, fn: (now: number) => R): Promise<R> {
@@ -284,18 +250,18 @@ export class SqliteStore implements SharedStore {
     this.#db.close();
   }
 
-  /** The grant rule (contract.ts): grants heads while it allows; returns the head left waiting
-   * and, when only its delay or a pause holds it, the ms until it may be granted. */
+  /** The grant rule (the component's `decide`): grants heads while it allows; returns the head
+   * left waiting and, when only its delay or a pause holds it, the ms until it may be granted. */
   #promote(key: string, now: number): { head: string | null; retryMs: number | null } {
     for (let i = 0; i < GRANTS_PER_CALL_MAX; i++) {
       const head = this.#s.head.get(key) as [string, number, number] | undefined;
-      if (!head) return { head: null, retryMs: null };
-      const [ticket, limit, delayMs] = head;
-      if ((this.#s.held.get(key)![0] as number) >= limit) return { head: ticket, retryMs: null };
-      const [, grants, lastGrantMs, pausedUntilMs] = this.#s.keyState.get(key) as number[];
-      const gate = gateMs(delayMs, lastGrantMs, pausedUntilMs);
-      if (now < gate) return { head: ticket, retryMs: gate - now };
-      this.#s.grant.run(now, grants + 1, now, key, ticket);
+      const [, grants, lastGrantMs, pausedUntilMs] = head ? this.#s.keyState.get(key) as number[] : [0, 0, 0, 0];
+      const held = head ? this.#s.held.get(key)![0] as number : 0;
+      const decision = decide(this.#rules, head && { limit: head[1], delayMs: head[2] }, held, lastGrantMs!, pausedUntilMs!, now);
+      if (decision.tag === 'empty') return { head: null, retryMs: null };
+      if (decision.tag === 'full') return { head: head![0], retryMs: null };
+      if (decision.tag === 'wait') return { head: head![0], retryMs: Number(decision.val) };
+      this.#s.grant.run(now, grants! + 1, now, key, head![0]);
       this.#s.countGrant.run(now, key);
     }
     throw new SharedStoreError('store-failed', `more than ${GRANTS_PER_CALL_MAX} grants in one operation on key ${JSON.stringify(key)}`);
@@ -338,9 +304,9 @@ export class SqliteStore implements SharedStore {
     if (earliest !== null && earliest <= now) return true;
     const head = this.#s.head.get(key) as [string, number, number] | undefined;
     if (!head) return false;
-    if ((this.#s.held.get(key)![0] as number) >= head[1]) return false;
     const [, , lastGrantMs, pausedUntilMs] = (this.#s.keyState.get(key) ?? [0, 0, 0, 0]) as number[];
-    return now >= gateMs(head[2], lastGrantMs, pausedUntilMs);
+    const held = this.#s.held.get(key)![0] as number;
+    return decide(this.#rules, { limit: head[1], delayMs: head[2] }, held, lastGrantMs!, pausedUntilMs!, now).tag === 'grant';
   }
 }
 

@@ -12,9 +12,9 @@ async with await keys.acquire("github", limit=4) as permit:
     ...  # `permit.lost` is set (and `permit.lost_error` says why) if the lease was lost
 ```
 
-The contract (the same as the JS package's `contract.ts`, the same SQLite schema and the same
-Redis script, so JS and Python processes can share one store). The grant rule, applied by the
-store atomically in every operation that changes a key:
+The contract (the same as the JS package's `contract.ts`; the SQLite schema and statements, the
+Redis script and the grant rule are the component's, so JS and Python processes share one
+store). The grant rule, applied by the store atomically in every operation that changes a key:
 
     while the key's earliest waiting ticket (by `seq`, the store's arrival order) exists,
       and fewer than ITS `limit` tickets of the key are granted,
@@ -35,7 +35,7 @@ from typing import Awaitable, Callable, Literal, Optional, Protocol, Sequence
 from ..errors import TurnstileError
 
 KEY_LENGTH_MAX = 200
-"""The longest key name a store accepts."""
+"""The longest key name, in bytes of UTF-8: the component's one key length (`KEY_BYTES_MAX`)."""
 TICKET_LENGTH_MAX = 100
 """The longest ticket id a store accepts."""
 RENEW_TICKETS_MAX = 1000
@@ -176,11 +176,6 @@ class LeaseLostError(SharedStoreError):
         )
         self.key = key
         self.ticket = ticket
-
-
-def gate_ms(delay_ms: int, last_grant_ms: int, paused_until_ms: int) -> int:
-    """The time from which the head of a key may be granted, by the rule above."""
-    return max(last_grant_ms + delay_ms, paused_until_ms) if delay_ms > 0 else paused_until_ms
 
 
 from .keys import SharedKeys, SharedPermit  # noqa: E402

@@ -1,16 +1,19 @@
 """`SharedKeys`: the async client a host (the driver) uses over a store. `acquire(key, limit=...)`
-returns a `SharedPermit` once the store granted the ticket; the permit's lease (and the lease of
-every waiting ticket) is renewed by one heartbeat per `SharedKeys`, every `lease_ms / 3`, in one
-`renew` per key. `permit.release()` gives it back when the execution ended; `permit.abandon()`
-gives back a permit never used; cancelling the waiting task (or `timeout`) withdraws the
-request.
+returns a `SharedPermit` once the store granted the ticket. Every ticket's lease, waiting or
+granted, is kept by the component's lease schedule (the WIT's `shared` interface, through
+`_rules.LeaseSchedule`): this client reports each request, answer and renewal to it and does
+what its polls say: send the renewals due (one `renew` per key, about every `lease_ms / 3`),
+give tickets up, and wake it at the time it names. `permit.release()` gives a permit back when
+the execution ended; `permit.abandon()` gives back a permit never used; cancelling the waiting
+task (or `timeout`) withdraws the request.
 
 Failure rules (the same as the JS package's `keys.ts`):
 - The store unreachable: `acquire`'s request raises `StoreUnavailableError`. A waiting ticket or
-  a permit whose renewals keep failing is given up before its lease can have expired in the
-  store (when the next heartbeat would come after `renewed + lease_ms`): the waiter raises, and
-  the permit's `lost` is set with, `StoreUnavailableError`. The store cannot grant that place
-  again before the lease ends, so nothing is granted twice.
+  a permit whose renewals keep failing (or go unanswered) is given up before its lease can have
+  expired in the store, counted from when its last confirmed renewal was sent: the waiter
+  raises, and the permit's `lost` is set with, `StoreUnavailableError`. The store cannot grant
+  that place again before the lease ends, so nothing is granted twice. A request answered too
+  late to be sure of its lease is given back and raises the same way.
 - The store no longer knows a ticket (its lease expired): `LeaseLostError`, the same way.
 - Every wait ends: on a grant, on cancellation or `timeout`, on a lost lease or store, or on
   `close()`.
@@ -42,10 +45,12 @@ from . import (
     Wake,
     Watch,
 )
+from ._rules import GivenUp, LeaseRefused, LeaseSchedule, Renewal
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    """The lease schedule's clock: monotonic milliseconds, so it never goes back."""
+    return time.monotonic_ns() // 1_000_000
 
 
 class SharedPermit:
@@ -54,7 +59,7 @@ class SharedPermit:
     (`lost_error` is a `LeaseLostError`) or its store stayed unreachable
     (`StoreUnavailableError`); the execution should then stop."""
 
-    def __init__(self, keys: "SharedKeys", key: str, state: TicketState, renewed_ms: int) -> None:
+    def __init__(self, keys: "SharedKeys", key: str, state: TicketState) -> None:
         self.key = key
         self.ticket = state.ticket
         self.seq = state.seq
@@ -63,7 +68,6 @@ class SharedPermit:
         self.lost = asyncio.Event()
         self.lost_error: Optional[BaseException] = None
         self._keys = keys
-        self._renewed_ms = renewed_ms
         self._done = False
 
     @property
@@ -103,12 +107,11 @@ class SharedPermit:
 
 
 class _Waiter:
-    __slots__ = ("ticket", "future", "renewed_ms")
+    __slots__ = ("ticket", "future")
 
-    def __init__(self, ticket: str, future: "asyncio.Future[SharedPermit]", renewed_ms: int) -> None:
+    def __init__(self, ticket: str, future: "asyncio.Future[SharedPermit]") -> None:
         self.ticket = ticket
         self.future = future
-        self.renewed_ms = renewed_ms
 
 
 class _KeyTickets:
@@ -128,7 +131,7 @@ class _KeyTickets:
 
 
 class SharedKeys:
-    """Shared keys over one store: one heartbeat for all tickets of this process. A process
+    """Shared keys over one store: one lease schedule for all tickets of this process. A process
     holds only the permits it asked for: each `acquire` is one ticket."""
 
     def __init__(self, store: SharedStore, *, lease_ms: int = 10_000, owner: Optional[str] = None) -> None:
@@ -140,12 +143,15 @@ class SharedKeys:
         self.owner = f"{os.getpid()}-{secrets.token_hex(4)}" if owner is None else _check.string(owner, "owner")
         if not 0 < len(self.owner) <= 60:
             raise ValueError(f"owner must be 1 ..= 60 characters, got {len(self.owner)}")
-        self._heartbeat_ms = self.lease_ms // 3
+        self._lease = LeaseSchedule(self.lease_ms)
         self._keys: dict[str, _KeyTickets] = {}
         # One watch per key once a ticket of it waited, kept until `close()` (a Redis
         # subscription stays, so a later wait costs no round trip).
         self._watches: dict[str, Watch] = {}
-        self._heartbeat: Optional[asyncio.Task[None]] = None
+        # The timer for the schedule's `wake_at`.
+        self._timer: Optional[asyncio.TimerHandle] = None
+        # The store's error from the latest failed renewal, for the message of a ticket given up.
+        self._last_error: Optional[BaseException] = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._count = 0
         self._closed = False
@@ -165,18 +171,25 @@ class SharedKeys:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         self._count += 1
-        ticket = f"{self.owner}-{self._count}"
-        sent_ms = _now_ms()
+        n = self._count
+        ticket = self._ticket_id(n)
         k = self._tickets(key)
+        self._lease.requested(key, n, _now_ms())
+        self._pump()
         k.pending.add(ticket)
         try:
             request = self.store.request(key, ticket, Terms(limit=limit, delay_ms=delay_ms, lease_ms=self.lease_ms))
             state = await (request if deadline is None else asyncio.wait_for(request, max(0.0, deadline - loop.time())))
         except asyncio.TimeoutError:
+            self._forget(n)
             self._give_back(key, ticket)
             raise TimeoutError(f"no permit on key {key!r} within {timeout} s") from None
         except asyncio.CancelledError:
+            self._forget(n)
             self._give_back(key, ticket)
+            raise
+        except BaseException:
+            self._forget(n)
             raise
         finally:
             k.pending.discard(ticket)
@@ -187,11 +200,22 @@ class SharedKeys:
         if self._closed:
             self._give_back(key, ticket)
             raise DisposedError("these shared keys")
-        if state.state == "granted":
-            return self._grant(key, state, sent_ms)
         if state.state == "lost":
+            self._forget(n)
             raise LeaseLostError(key, ticket, f"ticket {ticket} on key {key!r} was lost as it was requested")
-        return await self._wait(key, ticket, sent_ms, state.retry_ms, deadline, timeout)
+        self._pump()  # gives the ticket up first when its answer came too late
+        if not self._answered(n):
+            self._give_back(key, ticket)
+            raise StoreUnavailableError(
+                self.store.kind,
+                f"the request for ticket {ticket} on key {key!r} was answered too late to be sure of its lease "
+                f"({self.lease_ms} ms); it was given back",
+            )
+        if state.state == "granted":
+            permit = self._grant(key, state)
+            self._pump()
+            return permit
+        return await self._wait(key, ticket, state.retry_ms, deadline, timeout)
 
     async def pause(self, key: str, for_ms: int) -> int:
         """No grant on `key`, in any process, before `for_ms` from now (a pause only extends).
@@ -209,8 +233,9 @@ class SharedKeys:
         if self._closed:
             return
         self._closed = True
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         returns = []
         for key, k in list(self._keys.items()):
             for waiter in k.waiting.values():
@@ -226,6 +251,7 @@ class SharedKeys:
         for watch in self._watches.values():
             watch.stop()
         self._watches.clear()
+        self._lease.close()
         await asyncio.gather(*returns, return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
@@ -235,9 +261,105 @@ class SharedKeys:
         if k is not None:
             k.held.pop(permit.ticket, None)
             self._idle(permit.key, k)
+        self._forget(self._number(permit.ticket))
         if how == "release":
             return await self.store.release(permit.key, permit.ticket)
         return await self.store.abandon(permit.key, permit.ticket)
+
+    def _ticket_id(self, n: int) -> str:
+        return f"{self.owner}-{n}"
+
+    def _number(self, ticket: str) -> int:
+        return int(ticket[len(self.owner) + 1 :])
+
+    def _answered(self, n: int) -> bool:
+        """Reports that a request was answered; False when its ticket was given up first (the
+        answer came too late to be sure of its lease)."""
+        try:
+            self._lease.answered(n)
+        except LeaseRefused as e:
+            if e.code == "unknown-ticket":
+                return False
+            raise
+        return True
+
+    def _forget(self, n: int) -> None:
+        """The schedule no longer tracks ticket `n` (given back, or lost at the store). A ticket
+        it gave up already is unknown, which is fine here."""
+        if self._closed:
+            return
+        try:
+            self._lease.remove(n)
+        except LeaseRefused:
+            pass
+        self._pump()
+
+    def _pump(self) -> None:
+        """Polls the lease schedule and does what it says: gives tickets up, sends the renewals
+        due, and sets the timer for its next poll."""
+        if self._closed:
+            return
+        poll = self._lease.poll(_now_ms())
+        for given_up in poll.given_up:
+            self._given_up(given_up)
+        for renewal in poll.renewals:
+            self._spawn(self._renew(renewal))
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if poll.wake_at is not None:
+            delay = max(0, poll.wake_at - _now_ms()) / 1000
+            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._pump()
+
+    async def _renew(self, renewal: Renewal) -> None:
+        """One renewal the schedule asked for: the store's answer goes to the schedule, and the
+        states it carries to the waiters and permits."""
+        tickets = [self._ticket_id(n) for n in renewal.tickets]
+        states: Optional[list[TicketState]] = None
+        error: Optional[BaseException] = None
+        try:
+            states = await self.store.renew(renewal.key, tickets)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            error = e
+        if self._closed:
+            return
+        if states is not None:
+            self._lease.renewed(renewal.id)
+            k = self._keys.get(renewal.key)
+            if k is not None:
+                self._apply(renewal.key, k, states)
+        else:
+            self._lease.renew_failed(renewal.id)
+        self._last_error = error
+        self._pump()
+
+    def _given_up(self, given_up: GivenUp) -> None:
+        """A ticket the schedule gave up: its waiter raises, its permit's `lost` is set, with
+        `StoreUnavailableError` (a pending request finds out when it is answered)."""
+        k = self._keys.get(given_up.key)
+        if k is None:
+            return
+        ticket = self._ticket_id(given_up.ticket)
+        why = (
+            f"ticket {ticket} on key {given_up.key!r} was given up before its lease ({self.lease_ms} ms) could end "
+            f"at the store: {_GIVE_UP_REASONS.get(given_up.reason, given_up.reason)}"
+        )
+        error = self._last_error
+        store = error.store if isinstance(error, StoreUnavailableError) else self.store.kind
+        unavailable = StoreUnavailableError(store, why if error is None else f"{why} ({error})")
+        waiter = k.waiting.pop(ticket, None)
+        if waiter is not None and not waiter.future.done():
+            waiter.future.set_exception(unavailable)
+        permit = k.held.pop(ticket, None)
+        if permit is not None:
+            permit._lose(unavailable)
+        self._idle(given_up.key, k)
 
     def _tickets(self, key: str) -> _KeyTickets:
         k = self._keys.get(key)
@@ -245,20 +367,18 @@ class SharedKeys:
             k = self._keys[key] = _KeyTickets()
         return k
 
-    def _grant(self, key: str, state: TicketState, renewed_ms: int) -> SharedPermit:
-        permit = SharedPermit(self, key, state, renewed_ms)
+    def _grant(self, key: str, state: TicketState) -> SharedPermit:
+        permit = SharedPermit(self, key, state)
         self._tickets(key).held[state.ticket] = permit
-        self._start_heartbeat()
         return permit
 
     async def _wait(
-        self, key: str, ticket: str, sent_ms: int, retry_ms: Optional[int], deadline: Optional[float], timeout: Optional[float]
+        self, key: str, ticket: str, retry_ms: Optional[int], deadline: Optional[float], timeout: Optional[float]
     ) -> SharedPermit:
         loop = asyncio.get_running_loop()
         k = self._tickets(key)
-        waiter = _Waiter(ticket, loop.create_future(), sent_ms)
+        waiter = _Waiter(ticket, loop.create_future())
         k.waiting[ticket] = waiter
-        self._start_heartbeat()
         if key not in self._watches:
 
             def tickets() -> list[str]:
@@ -270,6 +390,7 @@ class SharedKeys:
             self._spawn(self._check_when_ready(key, watch))
         if retry_ms is not None:
             self._retry_after(key, k, retry_ms)
+        self._pump()
         try:
             if deadline is None:
                 return await asyncio.shield(waiter.future)
@@ -282,6 +403,7 @@ class SharedKeys:
                 self._spawn(waiter.future.result().abandon())  # granted as the wait ended
             else:
                 waiter.future.cancel()
+                self._forget(self._number(ticket))
                 self._give_back(key, ticket)
             if isinstance(e, asyncio.TimeoutError):
                 raise TimeoutError(f"no permit on key {key!r} within {timeout} s") from None
@@ -298,7 +420,7 @@ class SharedKeys:
         k = self._keys.get(key)
         if k is None:
             return
-        self._apply(key, k, wake.states, None)
+        self._apply(key, k, wake.states)
         if wake.resync:
             self._spawn(self._check(key))
         if wake.retry is not None and wake.retry[0] in k.waiting:
@@ -315,35 +437,34 @@ class SharedKeys:
         k.retry = asyncio.get_running_loop().call_later((ms + 1) / 1000, fire)
 
     async def _check(self, key: str) -> None:
-        """Renews every local ticket of `key` and applies the states (the heartbeat, a retry, a
-        resync). At most one check per key at a time."""
+        """Asks the store for the states of every local ticket of `key` (a retry, a resync, a
+        watch that became ready) and applies them. It renews their leases at the store too,
+        which only lengthens them: the lease schedule counts only its own renewals. At most one
+        check per key at a time; a failure is left to the schedule's renewals."""
         k = self._keys.get(key)
         if k is None or k.checking or not (k.waiting or k.held):
             return
         k.checking = True
         tickets = [*k.waiting, *k.held]
-        sent_ms = _now_ms()
         try:
             for i in range(0, len(tickets), RENEW_TICKETS_MAX):
-                self._apply(key, k, await self.store.renew(key, tickets[i : i + RENEW_TICKETS_MAX]), sent_ms)
+                self._apply(key, k, await self.store.renew(key, tickets[i : i + RENEW_TICKETS_MAX]))
         except asyncio.CancelledError:
             raise
-        except Exception as e:
-            self._failed(key, k, e)
+        except Exception:
+            pass  # the lease schedule's renewals see the store's failures and give tickets up in time
         finally:
             k.checking = False
             self._idle(key, k)
 
-    def _apply(self, key: str, k: _KeyTickets, states: Sequence[TicketState], renewed_ms: Optional[int]) -> None:
+    def _apply(self, key: str, k: _KeyTickets, states: Sequence[TicketState]) -> None:
         """States from the store: grants resolve waiters, losses fail them or set permits'
-        `lost`, and a renewal sent at `renewed_ms` moves the local lease deadline."""
+        `lost` (and leave the lease schedule)."""
         for state in states:
             waiter = k.waiting.get(state.ticket)
             permit = k.held.get(state.ticket)
             if waiter is not None:
                 if state.state == "waiting":
-                    if renewed_ms is not None:
-                        waiter.renewed_ms = renewed_ms
                     if state.retry_ms is not None:
                         self._retry_after(key, k, state.retry_ms)
                     continue
@@ -351,40 +472,17 @@ class SharedKeys:
                 if waiter.future.done():
                     continue
                 if state.state == "granted":
-                    waiter.future.set_result(self._grant(key, state, renewed_ms if renewed_ms is not None else waiter.renewed_ms))
+                    waiter.future.set_result(self._grant(key, state))
                 else:
+                    self._forget(self._number(state.ticket))
                     waiter.future.set_exception(LeaseLostError(key, state.ticket))
             elif state.ticket in k.pending:
                 if state.state == "granted":
                     k.early[state.ticket] = state
-            elif permit is not None:
-                if state.state == "lost":
-                    del k.held[state.ticket]
-                    permit._lose(LeaseLostError(key, state.ticket))
-                elif renewed_ms is not None:
-                    permit._renewed_ms = renewed_ms
-        self._idle(key, k)
-
-    def _failed(self, key: str, k: _KeyTickets, error: BaseException) -> None:
-        """A renewal failed: tickets whose lease may end before the next heartbeat are given up."""
-        now = _now_ms()
-
-        def unavailable() -> BaseException:
-            if isinstance(error, StoreUnavailableError):
-                return error
-            return StoreUnavailableError(self.store.kind, f"renew failed: {error}")
-
-        for waiter in list(k.waiting.values()):
-            if now + self._heartbeat_ms < waiter.renewed_ms + self.lease_ms:
-                continue
-            del k.waiting[waiter.ticket]
-            if not waiter.future.done():
-                waiter.future.set_exception(unavailable())
-        for permit in list(k.held.values()):
-            if now + self._heartbeat_ms < permit._renewed_ms + self.lease_ms:
-                continue
-            del k.held[permit.ticket]
-            permit._lose(unavailable())
+            elif permit is not None and state.state == "lost":
+                del k.held[state.ticket]
+                self._forget(self._number(state.ticket))
+                permit._lose(LeaseLostError(key, state.ticket))
         self._idle(key, k)
 
     def _idle(self, key: str, k: _KeyTickets) -> None:
@@ -409,24 +507,21 @@ class SharedKeys:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _start_heartbeat(self) -> None:
-        if self._heartbeat is None and not self._closed:
-            self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
 
-    async def _beat(self) -> None:
-        try:
-            while self._keys and not self._closed:
-                await asyncio.sleep(self._heartbeat_ms / 1000)
-                for key in list(self._keys):
-                    self._spawn(self._check(key))
-        finally:
-            self._heartbeat = None
+_GIVE_UP_REASONS = {
+    "request-unanswered": "its request was not answered in time",
+    "renewal-failed": "its renewals failed",
+    "renewal-unanswered": "its renewal was not answered in time",
+    "not-renewed": "it was not renewed in time (the event loop was blocked)",
+}
+"""Why the lease schedule gave a ticket up, for its error's message."""
 
 
 def _check_key(key: Any) -> None:
     _check.string(key, "key")
-    if not 0 < len(key) <= KEY_LENGTH_MAX:
-        raise ValueError(f"key must be 1 ..= {KEY_LENGTH_MAX} characters, got {len(key)}")
+    size = len(key.encode())
+    if not 0 < size <= KEY_LENGTH_MAX:
+        raise ValueError(f"key must be 1 ..= {KEY_LENGTH_MAX} bytes of UTF-8, got {size}")
 
 
 def _int_in(value: Any, what: str, low: int, high: int) -> int:

@@ -9,8 +9,11 @@ never blocks on a lock held by another process.
 Waiting polls (SQLite has no wake-up across processes): a watched key is read, in a read
 transaction that takes no lock, every `poll_min_ms` doubling to `poll_max_ms`, and back to
 `poll_min_ms` after a change; a release or abandon made through this store wakes its own
-watchers at once. A poll writes only when the rule could grant something. The JS store
-(`hosts/js/src/shared/sqlite.ts`) runs the same statements (`SQL`), so both can share a file.
+watchers at once. A poll writes only when the rule could grant something.
+
+The schema, every statement and the grant rule are the component's (`sqlite-texts` and `decide`
+of the WIT's `shared` interface, through `_rules`), read at `open`: the JS store
+(`hosts/js/src/shared/sqlite.ts`) runs the same ones, so both can share a file.
 """
 
 from __future__ import annotations
@@ -30,55 +33,10 @@ from . import (
     Terms,
     TicketState,
     Wake,
-    gate_ms,
 )
+from ._rules import GrantRule, GrantRuleError, sqlite_texts
 
 T = TypeVar("T")
-
-SQL: dict[str, str] = {
-    "schema": """CREATE TABLE IF NOT EXISTS turnstile_shared_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
-INSERT OR IGNORE INTO turnstile_shared_meta (name, value) VALUES ('schema', '1');
-CREATE TABLE IF NOT EXISTS turnstile_shared_keys (
-  key TEXT PRIMARY KEY NOT NULL,
-  seq INTEGER NOT NULL DEFAULT 0,
-  grants INTEGER NOT NULL DEFAULT 0,
-  last_grant_ms INTEGER NOT NULL DEFAULT 0,
-  paused_until_ms INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS turnstile_shared_tickets (
-  key TEXT NOT NULL,
-  ticket TEXT NOT NULL,
-  seq INTEGER NOT NULL,
-  limit_n INTEGER NOT NULL,
-  delay_ms INTEGER NOT NULL,
-  lease_ms INTEGER NOT NULL,
-  requested_ms INTEGER NOT NULL,
-  expires_ms INTEGER NOT NULL,
-  granted_ms INTEGER,
-  grant_no INTEGER,
-  PRIMARY KEY (key, ticket)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS turnstile_shared_tickets_seq ON turnstile_shared_tickets (key, seq);
-CREATE INDEX IF NOT EXISTS turnstile_shared_tickets_expiry ON turnstile_shared_tickets (key, expires_ms);""",
-    "version": "SELECT value FROM turnstile_shared_meta WHERE name = 'schema'",
-    "ensureKey": "INSERT OR IGNORE INTO turnstile_shared_keys (key) VALUES (?)",
-    "purge": "DELETE FROM turnstile_shared_tickets WHERE key = ? AND expires_ms <= ?",
-    "ticket": "SELECT seq, granted_ms, grant_no FROM turnstile_shared_tickets WHERE key = ? AND ticket = ?",
-    "nextSeq": "UPDATE turnstile_shared_keys SET seq = seq + 1 WHERE key = ? RETURNING seq",
-    "insert": "INSERT INTO turnstile_shared_tickets (key, ticket, seq, limit_n, delay_ms, lease_ms, requested_ms, expires_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-    "renew": "UPDATE turnstile_shared_tickets SET expires_ms = ? + lease_ms WHERE key = ? AND ticket = ?",
-    "head": "SELECT ticket, limit_n, delay_ms FROM turnstile_shared_tickets WHERE key = ? AND granted_ms IS NULL ORDER BY seq LIMIT 1",
-    "held": "SELECT count(*) FROM turnstile_shared_tickets WHERE key = ? AND granted_ms IS NOT NULL",
-    "keyState": "SELECT seq, grants, last_grant_ms, paused_until_ms FROM turnstile_shared_keys WHERE key = ?",
-    "grant": "UPDATE turnstile_shared_tickets SET granted_ms = ?, grant_no = ?, expires_ms = ? + lease_ms WHERE key = ? AND ticket = ?",
-    "countGrant": "UPDATE turnstile_shared_keys SET grants = grants + 1, last_grant_ms = ? WHERE key = ?",
-    "remove": "DELETE FROM turnstile_shared_tickets WHERE key = ? AND ticket = ?",
-    "pause": "UPDATE turnstile_shared_keys SET paused_until_ms = max(paused_until_ms, ?) WHERE key = ? RETURNING paused_until_ms",
-    "peek": "SELECT ticket, seq, granted_ms, grant_no FROM turnstile_shared_tickets WHERE key = ? AND ticket IN (SELECT value FROM json_each(?))",
-    "earliestExpiry": "SELECT min(expires_ms) FROM turnstile_shared_tickets WHERE key = ?",
-    "list": "SELECT ticket, seq, granted_ms, grant_no, expires_ms FROM turnstile_shared_tickets WHERE key = ? ORDER BY seq",
-}
-"""The schema and every statement, byte for byte the same as the JS store's `SQL`."""
 
 _GRANTS_PER_CALL_MAX = 10_000
 _Head = tuple[Optional[str], Optional[int]]
@@ -123,8 +81,12 @@ class SqliteStore:
         self._db: Optional[sqlite3.Connection] = None
         self._pollers: dict[str, set[Callable[[], None]]] = {}
         self._closed = False
+        self._schema_version, self._sql = sqlite_texts()
+        # The grant rule's instance, used only on the store's thread.
+        self._rule: GrantRule
 
     def _open(self) -> None:
+        self._rule = GrantRule()
         try:
             db = sqlite3.connect(self.path, timeout=self._busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as e:
@@ -132,11 +94,13 @@ class SqliteStore:
         try:
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
-            db.executescript("BEGIN IMMEDIATE;\n" + SQL["schema"] + "\nCOMMIT;")
-            row = db.execute(SQL["version"]).fetchone()
+            db.executescript("BEGIN IMMEDIATE;\n" + self._sql["schema"] + "\nCOMMIT;")
+            row = db.execute(self._sql["version"]).fetchone()
             version = row[0] if row else None
-            if version != "1":
-                raise SharedStoreError("store-failed", f"{self.path} holds shared-key schema {version}; this package knows schema 1")
+            if version != str(self._schema_version):
+                raise SharedStoreError(
+                    "store-failed", f"{self.path} holds shared-key schema {version}; this package knows schema {self._schema_version}"
+                )
         except BaseException:
             db.close()
             raise
@@ -185,15 +149,15 @@ class SqliteStore:
 
     async def request(self, key: str, ticket: str, terms: Terms) -> TicketState:
         def op(db: sqlite3.Connection, now: int) -> TicketState:
-            db.execute(SQL["purge"], (key, now))
-            db.execute(SQL["ensureKey"], (key,))
-            if db.execute(SQL["ticket"], (key, ticket)).fetchone():
-                db.execute(SQL["renew"], (now, key, ticket))
+            db.execute(self._sql["purge"], (key, now))
+            db.execute(self._sql["ensureKey"], (key,))
+            if db.execute(self._sql["ticket"], (key, ticket)).fetchone():
+                db.execute(self._sql["renew"], (now, key, ticket))
             else:
-                seq = db.execute(SQL["nextSeq"], (key,)).fetchone()[0]
-                db.execute(SQL["insert"], (key, ticket, seq, terms.limit, terms.delay_ms, terms.lease_ms, now, now + terms.lease_ms))
-            head = _promote(db, key, now)
-            return _state(db, key, ticket, head)
+                seq = db.execute(self._sql["nextSeq"], (key,)).fetchone()[0]
+                db.execute(self._sql["insert"], (key, ticket, seq, terms.limit, terms.delay_ms, terms.lease_ms, now, now + terms.lease_ms))
+            head = _promote(db, self._sql, self._rule, key, now)
+            return _state(db, self._sql, key, ticket, head)
 
         return await self._run("request", lambda: self._write(op))
 
@@ -201,11 +165,11 @@ class SqliteStore:
         tickets = list(tickets)
 
         def op(db: sqlite3.Connection, now: int) -> list[TicketState]:
-            db.execute(SQL["purge"], (key, now))
+            db.execute(self._sql["purge"], (key, now))
             for ticket in tickets:
-                db.execute(SQL["renew"], (now, key, ticket))
-            head = _promote(db, key, now)
-            return [_state(db, key, ticket, head) for ticket in tickets]
+                db.execute(self._sql["renew"], (now, key, ticket))
+            head = _promote(db, self._sql, self._rule, key, now)
+            return [_state(db, self._sql, key, ticket, head) for ticket in tickets]
 
         return await self._run("renew", lambda: self._write(op))
 
@@ -217,12 +181,12 @@ class SqliteStore:
 
     async def _remove(self, what: str, key: str, ticket: str) -> Removal:
         def op(db: sqlite3.Connection, now: int) -> Removal:
-            db.execute(SQL["purge"], (key, now))
-            row = db.execute(SQL["ticket"], (key, ticket)).fetchone()
+            db.execute(self._sql["purge"], (key, now))
+            row = db.execute(self._sql["ticket"], (key, ticket)).fetchone()
             if not row:
                 return "lost"
-            db.execute(SQL["remove"], (key, ticket))
-            _promote(db, key, now)
+            db.execute(self._sql["remove"], (key, ticket))
+            _promote(db, self._sql, self._rule, key, now)
             return "withdrawn" if row[1] is None else "released"
 
         removal = await self._run(what, lambda: self._write(op))
@@ -232,15 +196,15 @@ class SqliteStore:
 
     async def pause(self, key: str, for_ms: int) -> int:
         def op(db: sqlite3.Connection, now: int) -> int:
-            db.execute(SQL["ensureKey"], (key,))
-            return int(db.execute(SQL["pause"], (now + for_ms, key)).fetchone()[0])
+            db.execute(self._sql["ensureKey"], (key,))
+            return int(db.execute(self._sql["pause"], (now + for_ms, key)).fetchone()[0])
 
         return await self._run("pause", lambda: self._write(op))
 
     async def inspect(self, key: str) -> KeyInspection:
         def op(db: sqlite3.Connection, now: int) -> KeyInspection:
-            seq, grants, last, paused = db.execute(SQL["keyState"], (key,)).fetchone() or (0, 0, 0, 0)
-            rows = db.execute(SQL["list"], (key,)).fetchall()
+            seq, grants, last, paused = db.execute(self._sql["keyState"], (key,)).fetchone() or (0, 0, 0, 0)
+            rows = db.execute(self._sql["list"], (key,)).fetchall()
             return KeyInspection(
                 key=key,
                 now_ms=now,
@@ -282,7 +246,7 @@ class SqliteStore:
         mine = list(mine)
 
         def read(db: sqlite3.Connection, now: int) -> tuple[list[TicketState], bool]:
-            rows = {r[0]: r for r in db.execute(SQL["peek"], (key, json.dumps(mine))).fetchall()}
+            rows = {r[0]: r for r in db.execute(self._sql["peek"], (key, json.dumps(mine))).fetchall()}
             changed: list[TicketState] = []
             for ticket in mine:
                 row = rows.get(ticket)
@@ -290,15 +254,15 @@ class SqliteStore:
                     changed.append(TicketState(ticket, "lost"))
                 elif row[2] is not None:
                     changed.append(TicketState(ticket, "granted", seq=row[1], grant=row[3], granted_ms=row[2]))
-            return changed, not changed and _promotable(db, key, now)
+            return changed, not changed and _promotable(db, self._sql, self._rule, key, now)
 
         changed, promotable = self._read(read)
         if not promotable:
             return changed
 
         def promote(db: sqlite3.Connection, now: int) -> None:
-            db.execute(SQL["purge"], (key, now))
-            _promote(db, key, now)
+            db.execute(self._sql["purge"], (key, now))
+            _promote(db, self._sql, self._rule, key, now)
 
         self._write(promote)
         return self._read(read)[0]
@@ -350,27 +314,36 @@ class _Poller:
                 self._wake(Wake(states=changed))
 
 
-def _promote(db: sqlite3.Connection, key: str, now: int) -> _Head:
-    """The grant rule: grants heads while it allows; returns the head left waiting and, when
-    only its delay or a pause holds it, the ms until it may be granted."""
+def _promote(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: str, now: int) -> _Head:
+    """The grant rule (the component's `decide`): grants heads while it allows; returns the head
+    left waiting and, when only its delay or a pause holds it, the ms until it may be granted."""
     for _ in range(_GRANTS_PER_CALL_MAX):
-        head = db.execute(SQL["head"], (key,)).fetchone()
-        if head is None:
+        head = db.execute(sql["head"], (key,)).fetchone()
+        grants = last_grant_ms = paused_until_ms = held = 0
+        if head is not None:
+            held = db.execute(sql["held"], (key,)).fetchone()[0]
+            _, grants, last_grant_ms, paused_until_ms = db.execute(sql["keyState"], (key,)).fetchone()
+        decision, retry_ms = _decide(rule, head, held, last_grant_ms, paused_until_ms, now)
+        if decision == "empty":
             return None, None
-        ticket, limit, delay_ms = head
-        if db.execute(SQL["held"], (key,)).fetchone()[0] >= limit:
-            return ticket, None
-        _, grants, last_grant_ms, paused_until_ms = db.execute(SQL["keyState"], (key,)).fetchone()
-        gate = gate_ms(delay_ms, last_grant_ms, paused_until_ms)
-        if now < gate:
-            return ticket, gate - now
-        db.execute(SQL["grant"], (now, grants + 1, now, key, ticket))
-        db.execute(SQL["countGrant"], (now, key))
+        if decision == "full":
+            return head[0], None
+        if decision == "wait":
+            return head[0], retry_ms
+        db.execute(sql["grant"], (now, grants + 1, now, key, head[0]))
+        db.execute(sql["countGrant"], (now, key))
     raise SharedStoreError("store-failed", f"more than {_GRANTS_PER_CALL_MAX} grants in one operation on key {key!r}")
 
 
-def _state(db: sqlite3.Connection, key: str, ticket: str, head: _Head) -> TicketState:
-    row = db.execute(SQL["ticket"], (key, ticket)).fetchone()
+def _decide(rule: GrantRule, head: Optional[tuple[str, int, int]], held: int, last: int, paused: int, now: int) -> tuple[str, int]:
+    try:
+        return rule.decide(None if head is None else (head[1], head[2]), held, last, paused, now)
+    except GrantRuleError as e:
+        raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: {e}") from e
+
+
+def _state(db: sqlite3.Connection, sql: dict[str, str], key: str, ticket: str, head: _Head) -> TicketState:
+    row = db.execute(sql["ticket"], (key, ticket)).fetchone()
     if row is None:
         return TicketState(ticket, "lost")
     seq, granted_ms, grant = row
@@ -379,15 +352,13 @@ def _state(db: sqlite3.Connection, key: str, ticket: str, head: _Head) -> Ticket
     return TicketState(ticket, "waiting", seq=seq, retry_ms=head[1] if head[0] == ticket else None)
 
 
-def _promotable(db: sqlite3.Connection, key: str, now: int) -> bool:
-    earliest = db.execute(SQL["earliestExpiry"], (key,)).fetchone()[0]
+def _promotable(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: str, now: int) -> bool:
+    earliest = db.execute(sql["earliestExpiry"], (key,)).fetchone()[0]
     if earliest is not None and earliest <= now:
         return True
-    head = db.execute(SQL["head"], (key,)).fetchone()
+    head = db.execute(sql["head"], (key,)).fetchone()
     if head is None:
         return False
-    if db.execute(SQL["held"], (key,)).fetchone()[0] >= head[1]:
-        return False
-    _, _, last_grant_ms, paused_until_ms = db.execute(SQL["keyState"], (key,)).fetchone() or (0, 0, 0, 0)
-    return now >= gate_ms(head[2], last_grant_ms, paused_until_ms)
-
+    held = db.execute(sql["held"], (key,)).fetchone()[0]
+    _, _, last_grant_ms, paused_until_ms = db.execute(sql["keyState"], (key,)).fetchone() or (0, 0, 0, 0)
+    return _decide(rule, head, held, last_grant_ms, paused_until_ms, now)[0] == "grant"

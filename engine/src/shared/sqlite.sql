@@ -1,0 +1,24 @@
+CREATE TABLE IF NOT EXISTS turnstile_shared_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+INSERT OR IGNORE INTO turnstile_shared_meta (name, value) VALUES ('schema', '1');
+CREATE TABLE IF NOT EXISTS turnstile_shared_keys (
+  key TEXT PRIMARY KEY NOT NULL,
+  seq INTEGER NOT NULL DEFAULT 0,
+  grants INTEGER NOT NULL DEFAULT 0,
+  last_grant_ms INTEGER NOT NULL DEFAULT 0,
+  paused_until_ms INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS turnstile_shared_tickets (
+  key TEXT NOT NULL,
+  ticket TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  limit_n INTEGER NOT NULL,
+  delay_ms INTEGER NOT NULL,
+  lease_ms INTEGER NOT NULL,
+  requested_ms INTEGER NOT NULL,
+  expires_ms INTEGER NOT NULL,
+  granted_ms INTEGER,
+  grant_no INTEGER,
+  PRIMARY KEY (key, ticket)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS turnstile_shared_tickets_seq ON turnstile_shared_tickets (key, seq);
+CREATE INDEX IF NOT EXISTS turnstile_shared_tickets_expiry ON turnstile_shared_tickets (key, expires_ms);
