@@ -191,22 +191,36 @@ impl Sink {
 
     /// Every diagnostic with its spans and rendering: errors first, in the order found, then
     /// warnings, in layer and text order.
-    fn finish(mut self, layers: &[Layer]) -> Vec<Diagnostic> {
+    fn finish(self, layers: &[Layer]) -> Vec<Diagnostic> {
         let lines: Vec<LineIndex> = layers.iter().map(|l| LineIndex::new(&l.text)).collect();
         let sources: Vec<&str> = layers.iter().map(|l| l.text.as_str()).collect();
-        // A stable sort: errors keep the order found.
-        self.items.sort_by_key(|d| match d.code.severity() {
-            Severity::Error => (false, 0, 0),
-            Severity::Warning => {
-                let at = d
-                    .labels
-                    .first()
-                    .map_or((0, 0), |(loc, _)| (loc.layer, loc.start));
-                (true, at.0, at.1)
-            }
-        });
-        self.items
+        // Errors keep the order found; warnings follow in layer and text order. Each item's
+        // place is packed into one number with its index, so the order is total and one
+        // unstable sort of `u64`s (the instantiation the scheduler uses) does the work: a
+        // stable sort of these items would carry its own copy of the merge sort.
+        let mut order: Vec<u64> = self
+            .items
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let (warning, layer, start) = match d.code.severity() {
+                    Severity::Error => (0, 0, 0),
+                    Severity::Warning => d.labels.first().map_or((1, 0, 0), |(loc, _)| {
+                        (1, u64::from(loc.layer), u64::from(loc.start))
+                    }),
+                };
+                // 1 + 7 + 21 + 32 bits: layers are at most 64 and 1 MiB each, items far fewer
+                // than 2^32 (asserted below, for the layer and text bounds too).
+                debug_assert!(layer < 1 << 7 && start < 1 << 21 && i < 1 << 32);
+                (warning << 60) | (layer << 53) | (start << 32) | i as u64
+            })
+            .collect();
+        order.sort_unstable();
+        let mut slots: Vec<Option<PendingDiagnostic>> = self.items.into_iter().map(Some).collect();
+        let items = order
             .into_iter()
+            .filter_map(|o| slots.get_mut((o & u64::from(u32::MAX)) as usize)?.take());
+        items
             .map(|d| {
                 let labels: Vec<Label> = d
                     .labels

@@ -1,6 +1,6 @@
 //! The resolved, validated policy: what the scheduler needs to know about each tool.
 
-use std::collections::HashMap;
+use crate::fx::FxHashMap;
 use std::num::NonZeroU32;
 
 use crate::diagnostic::{Diagnostic, Severity};
@@ -105,7 +105,7 @@ impl ToolPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
     tools: Vec<ToolPolicy>,
-    index: HashMap<String, usize>,
+    index: FxHashMap<String, usize>,
     warnings: Vec<Diagnostic>,
 }
 

@@ -3,7 +3,7 @@
 //! in `overlap.rs`, per name a template can make), V6 `on_error = "stop"` needs a limit of at
 //! least 1.
 
-use std::collections::HashMap;
+use crate::fx::FxHashMap;
 use std::num::NonZeroU32;
 
 use super::policy::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
@@ -57,7 +57,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
     // would only report noise, so they wait until every layer parses.
     let check = complete;
     let mut declared_by_key: Vec<(String, Vec<(String, Declared)>)> = Vec::new();
-    let mut key_index: HashMap<String, usize> = HashMap::new();
+    let mut key_index: FxHashMap<String, usize> = FxHashMap::default();
     let mut policies = Vec::with_capacity(tools.len());
     for tool in &tools {
         let declared = declared(tool, if check { Some(&mut *sink) } else { None });
@@ -128,7 +128,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
 
 fn merge(layers: Vec<RawLayer>) -> Vec<Merged> {
     let mut tools: Vec<Merged> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut index: FxHashMap<String, usize> = FxHashMap::default();
     for layer in layers {
         for raw in layer.tools {
             let slot = *index.entry(raw.name.clone()).or_insert_with(|| {
