@@ -129,7 +129,10 @@ fn oracle_panics(labels: &[Label], sources: &[&str]) -> bool {
 fn case(rng: &mut Rng) -> (Code, String, Vec<Label>, Option<String>, Vec<String>) {
     let layers: Vec<String> = (0..1 + rng.below(2)).map(|_| source(rng)).collect();
     let mut labels: Vec<Label> = Vec::new();
-    for _ in 0..1 + rng.below(4) {
+    // 1 to 4 labels, now and then up to 8 (a conflict names every tool).
+    let most = if rng.below(8) == 0 { 8 } else { 4 };
+    let count = 1 + rng.below(most);
+    for _ in 0..count {
         let layer = rng.below(layers.len());
         let text = &layers[layer];
         let (start, end) = match labels.last() {
@@ -199,7 +202,10 @@ const SHAPES: &[&str] = &[
 fn env_number(name: &str, default: u64) -> u64 {
     #[cfg(not(target_arch = "wasm32"))]
     if let Ok(value) = std::env::var(name) {
-        return value.parse().unwrap();
+        return match value.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
+            None => value.parse().unwrap(),
+        };
     }
     let _ = name;
     default
