@@ -6,8 +6,11 @@
 //! the labels but a tab prints as four spaces), secondary labels read `info: ...`, and sources
 //! whose every line starts with more than 26 blanks are shifted left behind `...`.
 //!
-//! Where annotate-snippets would panic (a span past the end of its source or not on a character
-//! boundary) this renders something instead: bytes are counted up to the nearest character.
+//! It departs from annotate-snippets only where that panics or overflows: a span past the end
+//! of its source, backwards, or not on a character boundary renders (bytes count up to the
+//! nearest character), and no line is ever cut on the right (the engine used to pass a width of
+//! four times the largest layer to stay clear of the trimming arithmetic, which overflows on some
+//! whitespace-heavy lines; only a near-1-MiB line of tabs could have been cut there).
 
 use std::ops::Range;
 

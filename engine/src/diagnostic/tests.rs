@@ -284,3 +284,39 @@ fn widths_match_unicode_width() {
         assert_eq!(got, want, "{:#x}", run[0] as u32);
     }
 }
+
+/// Spans annotate-snippets panics on (past the end, inside a character, backwards) still
+/// render, and the labels that fit are drawn.
+#[test]
+fn odd_spans_render_without_panicking() {
+    let source = "a = \"日本\"\r\nb = 2\n";
+    for (start, end) in [
+        (5, 6),
+        (9, 3),
+        (0, 400),
+        (30, 31),
+        (u32::MAX - 1, u32::MAX),
+        (6, 20),
+    ] {
+        let labels: Vec<Label> = [(start, end), (4, 11)]
+            .into_iter()
+            .map(|(start, end)| Label {
+                span: Span {
+                    layer: 0,
+                    layer_name: "odd".to_owned(),
+                    start,
+                    end,
+                    line: 0,
+                    column: 0,
+                },
+                message: "here".to_owned(),
+            })
+            .collect();
+        let rendered = render(Code::TableType, "odd", &labels, Some("h"), &[source]);
+        assert!(
+            rendered.starts_with("error[table-type]: odd\n --> odd:"),
+            "{rendered}"
+        );
+        assert!(rendered.ends_with("= help: h"), "{rendered}");
+    }
+}
