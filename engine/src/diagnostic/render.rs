@@ -4,7 +4,7 @@
 //! `fold(true)` (the differential test in `diagnostic/tests.rs` holds it to that), quirks
 //! included: columns are counted with unicode-width (tabs and control characters count 0 under
 //! the labels but a tab prints as four spaces), secondary labels read `info: ...`, and sources
-//! whose every line starts with more than 26 blanks are shifted left behind `...`.
+//! whose every non-blank line starts with more than 26 blanks are shifted left behind `...`.
 //!
 //! It departs from annotate-snippets only where that panics or overflows: a span past the end
 //! of its source, backwards, or not on a character boundary renders (bytes count up to the
