@@ -2,7 +2,10 @@
 //! tools involved, spans into the layers, and a rustc-style rendering (`error[code]: ...` or
 //! `warning[code]: ...`).
 
-use annotate_snippets::{Level, Renderer, Snippet};
+mod render;
+#[cfg(test)]
+mod tests;
+mod width;
 
 /// The stable code of a diagnostic. Hosts match on these; the kebab-case spelling from
 /// [`Code::as_str`] is what crosses the component boundary and appears in case files.
@@ -221,10 +224,9 @@ pub fn dotted(path: &[String]) -> String {
     out
 }
 
-const RENDER_WIDTH: usize = 4 * crate::limits::LAYER_BYTES_MAX;
-
 /// Renders a diagnostic like rustc does, without colour. `sources` are the layers' texts, in
-/// the order their indices refer to.
+/// the order their indices refer to. One snippet per layer, in the order the labels first name
+/// them; the first label is the primary one (`^`, for warnings too, as rustc draws it).
 pub(crate) fn render(
     code: Code,
     message: &str,
@@ -232,48 +234,30 @@ pub(crate) fn render(
     help: Option<&str>,
     sources: &[&str],
 ) -> String {
-    let level = match code.severity() {
-        Severity::Error => Level::Error,
-        Severity::Warning => Level::Warning,
-    };
-    let mut msg = level.title(message).id(code.as_str());
-    let mut layers: Vec<u32> = labels.iter().map(|l| l.span.layer).collect();
-    layers.dedup();
-    let mut seen = Vec::new();
-    for layer in layers {
-        if seen.contains(&layer) {
-            continue;
-        }
-        seen.push(layer);
-        let Some(source) = sources.get(layer as usize) else {
-            continue;
+    let mut snippets: Vec<render::Snippet<'_>> = Vec::new();
+    for (i, label) in labels.iter().enumerate() {
+        let layer = label.span.layer;
+        let note = render::Note {
+            range: label.span.start as usize..label.span.end as usize,
+            text: &label.message,
+            primary: i == 0,
         };
-        let Some(first) = labels.iter().find(|l| l.span.layer == layer) else {
-            continue;
-        };
-        let mut snippet = Snippet::source(source)
-            .origin(&first.span.layer_name)
-            .fold(true);
-        for (i, label) in labels.iter().enumerate() {
-            if label.span.layer != layer {
-                continue;
-            }
-            // The primary span is underlined `^` for warnings too, as rustc does
-            // (annotate-snippets would draw a warning's with `-`, like a secondary one).
-            let level = if i == 0 { Level::Error } else { Level::Info };
-            let range = label.span.start as usize..label.span.end as usize;
-            snippet = snippet.annotation(level.span(range).label(&label.message));
+        if let Some(snippet) = snippets.iter_mut().find(|s| s.layer == layer) {
+            snippet.labels.push(note);
+        } else if let Some(source) = sources.get(layer as usize) {
+            snippets.push(render::Snippet {
+                layer,
+                origin: &label.span.layer_name,
+                source,
+                labels: vec![note],
+            });
         }
-        msg = msg.snippet(snippet);
     }
-    if let Some(help) = help {
-        msg = msg.footer(Level::Help.title(help));
-    }
-    // A width past any layer's longest line (layers are at most 1 MiB) keeps annotate-snippets
-    // out of its line-trimming arithmetic, which overflows on some whitespace-heavy lines
-    // (found by fuzzing: tests/cases/config-fuzz-*.toml).
-    Renderer::plain()
-        .term_width(RENDER_WIDTH)
-        .render(msg)
-        .to_string()
+    render::render(
+        code.severity().as_str(),
+        code.as_str(),
+        message,
+        &snippets,
+        help,
+    )
 }
