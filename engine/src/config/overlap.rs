@@ -1,7 +1,7 @@
 //! V5 across names: a key template makes key names at run time, so a template and a configured
 //! key, or two templates, that can make the same name must give it the same limit, delay,
-//! retries, max_wait and shared, exactly as tools naming one key do. Otherwise which limit holds would
-//! depend on which tool's call named the key first.
+//! retries, max_wait and shared, exactly as tools naming one key do. Otherwise which limit
+//! holds would depend on which tool's call named the key first.
 //!
 //! The rule is decided statically, from the text alone (`KeyTemplate::can_make` and
 //! `KeyTemplate::globs_meet`): a placeholder can be any text, so a template is a glob with one `*`

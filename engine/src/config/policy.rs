@@ -161,8 +161,9 @@ impl Policy {
     }
 
     /// A fingerprint of what this policy means to the scheduler: every configured tool's key,
-    /// limit, delay, retry cap, maximum wait, sharing, fan-out and stop, in configuration order (FNV-1a, 64 bits). A
-    /// saved scheduler state carries it, so a host can tell the policy changed before resuming.
+    /// limit, delay, retry cap, maximum wait, sharing, fan-out and stop, in configuration order
+    /// (FNV-1a, 64 bits). A saved scheduler state carries it, so a host can tell the policy
+    /// changed before resuming.
     pub fn fingerprint(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut eat = |bytes: &[u8]| {

@@ -483,14 +483,15 @@ fn duration(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> 
 }
 
 /// An integer in `0..=u32::MAX`. A negative one is `concurrency-negative` wherever it is
-/// written (the integer form, `limit`, `delay`, `retries`, `max_wait`): one mistake, one code. Everything
-/// else that is not such an integer is `concurrency-type`.
+/// written (the integer form, `limit`, `delay`, `retries`, `max_wait`): one mistake, one code.
+/// Everything else that is not such an integer is `concurrency-type`.
 fn non_negative(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> Option<u32> {
     let help = match path.last().map(String::as_str) {
         Some("delay") => "a delay is 0 (none) or more milliseconds",
         Some("retries") => "retries is 0 (never run again) or more",
         Some("max_wait") => {
-            "a max_wait is 0 (never wait on a rate limit) or more milliseconds, 5 minutes when unset"
+            "a max_wait is 0 (never wait on a rate limit) or more milliseconds, 5 minutes when \
+             unset"
         }
         _ => "0 means unbounded; a limit is 1 or more",
     };

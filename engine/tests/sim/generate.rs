@@ -424,8 +424,8 @@ fn conc_noise_below(out: &mut Vec<(usize, String)>, below: usize, tables: bool, 
     }
 }
 
-/// A key's `delay`, `retries` and `max_wait` as table fields (`, delay = 5`), each given to the line
-/// below (`.0`) or on top (`.1`) of a table over a table, which merge per field. A field at
+/// A key's `delay`, `retries` and `max_wait` as table fields (`, delay = 5`), each given to the
+/// line below (`.0`) or on top (`.1`) of a table over a table, which merge per field. A field at
 /// its default is sometimes left out.
 fn time_fields(g: &Gen, key: &str, rng: &mut Rng) -> (String, String) {
     let (delay, retries, max_wait) = g.timing(key);
