@@ -389,7 +389,12 @@ pub const UNKNOWN: u64 = u64::MAX;
 /// The retry cap a key has when the config does not set one (`RETRIES_DEFAULT`).
 pub const RETRIES_DEFAULT: u32 = 3;
 
-/// A tool's key as [`tool_line`] renders it: name, limit, delay in milliseconds, retry cap.
+/// The maximum wait a key has when the config does not set one (`MAX_WAIT_DEFAULT_MS`, 5
+/// minutes).
+pub const MAX_WAIT_DEFAULT_MS: u32 = 300_000;
+
+/// A tool's key as [`tool_line`] renders it: name, limit, delay in milliseconds, retry cap,
+/// maximum wait in milliseconds, scope.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyView<'a> {
     /// The key.
@@ -400,13 +405,15 @@ pub struct KeyView<'a> {
     pub delay_ms: u32,
     /// Rate-limit retries per entry.
     pub retries: u32,
+    /// The longest rate-limit wait, in milliseconds.
+    pub max_wait_ms: u32,
     /// Permits from a store shared across processes.
     pub shared: bool,
 }
 
-/// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS` and ` retries=N` when they are not
-/// the defaults, 0 and 3, and ` shared` for a shared key), then ` fan-out` and ` stop` when
-/// they apply.
+/// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS`, ` retries=N` and ` max_wait=MS`
+/// when they are not the defaults, 0, 3 and 300000, and ` shared` for a shared key), then
+/// ` fan-out` and ` stop` when they apply.
 pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool) -> String {
     let mut out = match key {
         Some(k) => {
@@ -416,6 +423,9 @@ pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool
             }
             if k.retries != RETRIES_DEFAULT {
                 let _ = write!(s, " retries={}", k.retries);
+            }
+            if k.max_wait_ms != MAX_WAIT_DEFAULT_MS {
+                let _ = write!(s, " max_wait={}", k.max_wait_ms);
             }
             if k.shared {
                 s.push_str(" shared");

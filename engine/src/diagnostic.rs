@@ -25,8 +25,8 @@ pub enum Code {
     TableType,
     /// `concurrency` (or its `key` or `limit`) has the wrong type or is out of range.
     ConcurrencyType,
-    /// A negative number in `concurrency`: the integer form, `limit`, `delay` (an integer or a
-    /// string such as `"-5ms"`) or `retries`.
+    /// A negative number in `concurrency`: the integer form, `limit`, `delay` or `max_wait` (an
+    /// integer or a string such as `"-5ms"`) or `retries`.
     ConcurrencyNegative,
     /// The merged `concurrency` table has no `key`.
     ConcurrencyKeyMissing,
@@ -64,6 +64,9 @@ pub enum Code {
     /// from one it does (`concurency`, `conversation.tool`, `fanout`, `fan-out`). It is
     /// ignored like any unknown field, so whatever it meant to set is not set.
     UnknownFieldTypo,
+    /// Tools naming one concurrency key (or a template and a key it can make) give it
+    /// different `max_wait`s.
+    ConcurrencyMaxWaitConflict,
 }
 
 impl Code {
@@ -93,6 +96,7 @@ impl Code {
         Self::ConcurrencyKeyTemplate,
         Self::ConcurrencySharedConflict,
         Self::UnknownFieldTypo,
+        Self::ConcurrencyMaxWaitConflict,
     ];
 
     /// The stable kebab-case spelling.
@@ -122,6 +126,7 @@ impl Code {
             Self::ConcurrencyKeyTemplate => "concurrency-key-template",
             Self::ConcurrencySharedConflict => "concurrency-shared-conflict",
             Self::UnknownFieldTypo => "unknown-field-typo",
+            Self::ConcurrencyMaxWaitConflict => "concurrency-max-wait-conflict",
         }
     }
 

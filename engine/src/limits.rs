@@ -33,6 +33,9 @@ pub const REQUESTS_MAX: usize = 100_000;
 pub const RETRIES_MAX: u32 = 100;
 /// Retries per entry when the config does not say (`concurrency.retries`, and unkeyed tools).
 pub const RETRIES_DEFAULT: u32 = 3;
+/// The longest `concurrency.max_wait`: 24 hours, the shared-key stores' longest pause
+/// (`DELAY_MS_MAX` in both packages), so a wait a key accepts is one its store can hold.
+pub const MAX_WAIT_MS_MAX: u32 = 24 * 60 * 60 * 1_000;
 /// Different arguments one key template may name (`key = "fs:{path}"` names one).
 pub const PLACEHOLDERS_MAX: usize = 8;
 /// Bytes of one call's arguments (JSON) given for a templated key. Hosts pass only the fields

@@ -30,7 +30,8 @@
 
 use crate::config::Concurrency;
 
-/// The longest wait a rate limit may ask for on a key whose config sets none: 5 minutes. Past
+/// The longest wait a rate limit may ask for on a key whose config sets no `max_wait` (and on
+/// an unkeyed entry): 5 minutes. Past
 /// it, the scheduler settles the entry `rate-limited` at once (with the wait it asked for) and
 /// does not pause its key, so a wrong or hostile `Retry-After` (a date in year 9999, a
 /// saturated number) never wedges a key and every later batch. Why 5 minutes: the waits real
@@ -38,15 +39,15 @@ use crate::config::Concurrency;
 /// a tool call held longer than a few minutes is one a person or the model should hear about
 /// and decide on, rather than a silent stall; and it stays well under the shared store's 24 h
 /// cap on a pause, which would otherwise be the only bound.
-pub const MAX_WAIT_DEFAULT_MS: u64 = 5 * 60 * 1_000;
+pub const MAX_WAIT_DEFAULT_MS: u32 = 5 * 60 * 1_000;
 
 /// The maximum wait on a rate limit for entries with this concurrency (`None`: unkeyed), in
-/// milliseconds. The scheduler reads it once per key, when the key is made. The hook for a
-/// config field: today every key takes [`MAX_WAIT_DEFAULT_MS`]; once `concurrency` has a
-/// `max_wait` (`max_wait = "10m"`, resolved to `Concurrency::max_wait_ms`), this returns it.
+/// milliseconds: its `max_wait` (`max_wait = "10m"`, resolved to
+/// [`Concurrency::max_wait_ms`], which is [`MAX_WAIT_DEFAULT_MS`] when unset), or
+/// [`MAX_WAIT_DEFAULT_MS`] for an unkeyed entry. The scheduler reads it once per key, when the
+/// key is made.
 pub fn max_wait_ms(concurrency: Option<&Concurrency>) -> u64 {
-    let _ = concurrency;
-    MAX_WAIT_DEFAULT_MS
+    u64::from(concurrency.map_or(MAX_WAIT_DEFAULT_MS, |c| c.max_wait_ms))
 }
 
 codes! {

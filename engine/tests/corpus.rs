@@ -82,6 +82,7 @@ impl Subject for Native {
                     limit: c.limit.get(),
                     delay_ms: c.delay_ms,
                     retries: c.retries,
+                    max_wait_ms: c.max_wait_ms,
                     shared: c.shared,
                 }),
                 t.fan_out,

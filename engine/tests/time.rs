@@ -174,7 +174,9 @@ fn bad_delays_and_retries_are_diagnostics() {
     let got = codes("[conversation.tools.t.concurrency]\nkey = \"k\"\nwait = 1\n");
     assert_eq!(got[0].0, "concurrency-unknown-field");
     assert!(
-        got[0].1.contains("`delay`, `retries` and `shared`"),
+        got[0]
+            .1
+            .contains("`delay`, `retries`, `max_wait` and `shared`"),
         "{got:?}"
     );
 }
@@ -636,7 +638,7 @@ const BOUNDED: &str = r#"
 concurrency = { key = "api", limit = 1 }
 "#;
 
-const MAX: u64 = turnstile_engine::retry_after::MAX_WAIT_DEFAULT_MS;
+const MAX: u64 = turnstile_engine::retry_after::MAX_WAIT_DEFAULT_MS as u64;
 
 fn asked(retries: u32, s: u32) -> Reason {
     Reason::RateLimited {
@@ -696,6 +698,118 @@ fn a_wait_of_exactly_the_maximum_is_waited_for() {
     assert!(out.settle.is_empty());
     assert_eq!(out.wake_at, Some(10 + MAX));
     assert_eq!(t.at(10 + MAX), [0]);
+}
+
+/// `max_wait` sets a key's bound: "10m" waits for a 6-minute Retry-After that the default
+/// settles, "1s" settles a 2-second one with the wait in its sentence, and 0 waits for nothing
+/// (a rate limit whose time is already here still runs again, up to `retries`).
+#[test]
+fn max_wait_sets_the_bound_per_key() {
+    const KEYS: &str = r#"
+[conversation.tools.long]
+concurrency = { key = "long", limit = 1, max_wait = "10m" }
+[conversation.tools.brief]
+concurrency = { key = "brief", limit = 1, max_wait = "1s" }
+[conversation.tools.never]
+concurrency = { key = "never", limit = 1, max_wait = 0 }
+[conversation.tools.default]
+concurrency = { key = "default", limit = 1 }
+"#;
+    let calls = [
+        ("l", "long"),
+        ("b", "brief"),
+        ("n", "never"),
+        ("d", "default"),
+    ];
+    let mut t = T::new(KEYS, &calls);
+    t.approve_all(4, 0);
+    assert_eq!(t.started(), [0, 1, 2, 3]);
+    let six_min = 6 * 60 * 1_000;
+    let out = t.retry(0, 0, six_min);
+    assert!(out.settle.is_empty(), "10m waits for 6 minutes");
+    assert_eq!(out.wake_at, Some(six_min));
+    let d = t.e(3);
+    let out = t.retry(3, 0, six_min);
+    assert_eq!(out.settle, vec![(d, asked(0, 360))], "the default does not");
+    let b = t.e(1);
+    let out = t.retry(1, 0, 2_000);
+    assert_eq!(out.settle, vec![(b, asked(0, 2))]);
+    assert_eq!(
+        turnstile_engine::schedule::explain::settled_sentence(asked(0, 2), "b"),
+        "not run again: rate limited, and the endpoint asked to wait 2 s, longer than the \
+         scheduler waits on this key"
+    );
+    // 0: a wait whose time is here runs again at once; any wait at all settles.
+    let n = t.e(2);
+    assert_eq!(t.retry(2, 0, 0).start, vec![n]);
+    let out = t.retry(2, 0, 1);
+    assert_eq!(out.settle, vec![(n, asked(1, 1))]);
+}
+
+/// `max_wait` is parsed like `delay`, bounded by 24 hours, merged per field, kept on a
+/// `limit = 0` key, agreed on by every tool naming a key, and part of the fingerprint (only
+/// when it is not the default, so fingerprints from before it stay the same).
+#[test]
+fn max_wait_is_configured_like_delay() {
+    let max_wait = |text: &str| {
+        let p = policy(text);
+        let c = p
+            .tool("t")
+            .unwrap()
+            .concurrency
+            .as_ref()
+            .map(|c| c.max_wait_ms);
+        (c, p.fingerprint())
+    };
+    let (unset, fp_unset) = max_wait("[conversation.tools.t]\nconcurrency = { key = \"k\" }\n");
+    assert_eq!(unset, Some(300_000));
+    let (five, fp_five) =
+        max_wait("[conversation.tools.t]\nconcurrency = { key = \"k\", max_wait = \"5m\" }\n");
+    assert_eq!((five, fp_five), (Some(300_000), fp_unset));
+    let (ten, fp_ten) =
+        max_wait("[conversation.tools.t]\nconcurrency = { key = \"k\", max_wait = \"10m\" }\n");
+    assert_eq!(ten, Some(600_000));
+    assert_ne!(fp_ten, fp_unset);
+    assert_eq!(
+        max_wait("[conversation.tools.t]\nconcurrency = { key = \"k\", max_wait = 1500 }\n").0,
+        Some(1_500)
+    );
+    assert_eq!(
+        max_wait("[conversation.tools.t]\nconcurrency = { key = \"k\", max_wait = \"24h\" }\n").0,
+        Some(86_400_000)
+    );
+    let lifted = "[conversation.tools.t]\nconcurrency = { key = \"k\", limit = 0, max_wait = 0 }\n";
+    let p = policy(lifted);
+    let c = p.tool("t").unwrap().concurrency.as_ref().unwrap();
+    assert_eq!((c.limit.get(), c.max_wait_ms), (u32::MAX, 0));
+    for (value, code) in [
+        ("-1", "concurrency-negative"),
+        ("\"-5s\"", "concurrency-negative"),
+        ("true", "concurrency-type"),
+        ("\"10 min\"", "concurrency-type"),
+        ("\"24.5h\"", "concurrency-type"),
+        ("86400001", "concurrency-type"),
+    ] {
+        let text = format!(
+            "[conversation.tools.t]\nconcurrency = {{ key = \"k\", max_wait = {value} }}\n"
+        );
+        let found = codes(&text);
+        assert_eq!(found.len(), 1, "{value}: {found:?}");
+        assert_eq!(found[0].0, code, "{value}: {found:?}");
+    }
+    let found = codes(
+        "[conversation.tools.a]\nconcurrency = { key = \"k\", max_wait = \"10m\" }\n\
+         [conversation.tools.b]\nconcurrency = { key = \"k\" }\n",
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "concurrency-max-wait-conflict");
+    assert!(
+        found[0]
+            .1
+            .contains("a = 600000 ms, b = 300000 ms (not set: the default)"),
+        "{}",
+        found[0].1
+    );
 }
 
 /// The bound holds for a retry that already ran again, and for unkeyed entries; the retry

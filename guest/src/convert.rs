@@ -73,6 +73,7 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::ConcurrencyKeyTemplate => W::ConcurrencyKeyTemplate,
         Code::ConcurrencySharedConflict => W::ConcurrencySharedConflict,
         Code::UnknownFieldTypo => W::UnknownFieldTypo,
+        Code::ConcurrencyMaxWaitConflict => W::ConcurrencyMaxWaitConflict,
     }
 }
 
@@ -84,6 +85,7 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
             limit: Some(c.limit.get()).filter(|&l| l != u32::MAX),
             delay_ms: c.delay_ms,
             retries: c.retries,
+            max_wait_ms: c.max_wait_ms,
             arguments: c
                 .key
                 .template()

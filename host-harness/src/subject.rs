@@ -416,6 +416,7 @@ pub(crate) fn tool_line(t: &wc::ToolPolicy) -> String {
             limit: c.limit.unwrap_or(u32::MAX),
             delay_ms: c.delay_ms,
             retries: c.retries,
+            max_wait_ms: c.max_wait_ms,
             shared: c.shared,
         }),
         t.fan_out,
@@ -613,5 +614,6 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::ConcurrencyKeyTemplate => "concurrency-key-template",
         D::ConcurrencySharedConflict => "concurrency-shared-conflict",
         D::UnknownFieldTypo => "unknown-field-typo",
+        D::ConcurrencyMaxWaitConflict => "concurrency-max-wait-conflict",
     }
 }

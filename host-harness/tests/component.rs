@@ -173,6 +173,7 @@ fn config_survives_hostile_layers() {
             limit: Some(2),
             delay_ms: 0,
             retries: 3,
+            max_wait_ms: 300_000,
             arguments: vec![],
             shared: false,
         })

@@ -1,6 +1,6 @@
-//! The duration grammar of `delay`: digits with an optional fraction and a unit (`ms`, `s`,
-//! `m`, `h`), in whole milliseconds up to `u32::MAX`. `raw.rs` reads a value's form (an integer
-//! is milliseconds) and reports what this grammar refuses.
+//! The duration grammar of `delay` and `max_wait`: digits with an optional fraction and a unit
+//! (`ms`, `s`, `m`, `h`), in whole milliseconds up to `u32::MAX`. `raw.rs` reads a value's form
+//! (an integer is milliseconds) and reports what this grammar refuses.
 
 /// `"250ms"`, `"1.5s"`, `"2m"`, `"1h"` in milliseconds: any number of digits, and any fraction
 /// that comes to whole milliseconds (`"1.0001h"` is 3,600,360 ms; `"1.5000s"` is 1,500).

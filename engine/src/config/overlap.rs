@@ -1,7 +1,7 @@
 //! V5 across names: a key template makes key names at run time, so a template and a configured
 //! key, or two templates, that can make the same name must give it the same limit, delay,
-//! retries and shared, exactly as tools naming one key do. Otherwise which limit holds would
-//! depend on which tool's call named the key first.
+//! retries, max_wait and shared, exactly as tools naming one key do. Otherwise which limit
+//! holds would depend on which tool's call named the key first.
 //!
 //! The rule is decided statically, from the text alone (`KeyTemplate::can_make` and
 //! `KeyTemplate::globs_meet`): a placeholder can be any text, so a template is a glob with one `*`
@@ -30,8 +30,9 @@ pub(super) fn check(groups: &[Group], sink: &mut Sink) {
     let index = Index::new(&info);
     // Per template: the first name (by the other's configuration order) that disagrees on each
     // field, and how many more do.
-    let mut first: Vec<[Option<(usize, Meet)>; 4]> = vec![[None; 4]; info.len()];
-    let mut more: Vec<[usize; 4]> = vec![[0; 4]; info.len()];
+    let mut first: Vec<[Option<(usize, Meet)>; Field::COUNT]> =
+        vec![[None; Field::COUNT]; info.len()];
+    let mut more: Vec<[usize; Field::COUNT]> = vec![[0; Field::COUNT]; info.len()];
     // `seen[j] == i + 1`: name j was already looked at for template i.
     let mut seen: Vec<usize> = vec![0; info.len()];
     for (i, a) in info.iter().enumerate() {
@@ -229,7 +230,7 @@ struct Info<'a> {
     first: &'a Declared,
     /// Per field, whether every tool naming the key gives the same value (if not, that
     /// conflict is already reported).
-    agreed: [bool; 4],
+    agreed: [bool; Field::COUNT],
 }
 
 impl<'a> Info<'a> {
@@ -256,17 +257,26 @@ enum Field {
     Limit,
     Delay,
     Retries,
+    MaxWait,
     Shared,
 }
 
 impl Field {
-    const ALL: [Self; 4] = [Self::Limit, Self::Delay, Self::Retries, Self::Shared];
+    const COUNT: usize = 5;
+    const ALL: [Self; Self::COUNT] = [
+        Self::Limit,
+        Self::Delay,
+        Self::Retries,
+        Self::MaxWait,
+        Self::Shared,
+    ];
 
     fn value(self, d: &Declared) -> u32 {
         match self {
             Self::Limit => d.limit,
             Self::Delay => d.delay.0,
             Self::Retries => d.retries.0,
+            Self::MaxWait => d.max_wait.0,
             Self::Shared => d.shared.0,
         }
     }
@@ -277,6 +287,7 @@ impl Field {
             Self::Limit => None,
             Self::Delay => d.delay.1,
             Self::Retries => d.retries.1,
+            Self::MaxWait => d.max_wait.1,
             Self::Shared => d.shared.1,
         };
         written.unwrap_or(d.loc)
@@ -288,6 +299,11 @@ impl Field {
             Self::Limit => (Code::ConcurrencyLimitConflict, "limit", "limits"),
             Self::Delay => (Code::ConcurrencyDelayConflict, "delay", "delays"),
             Self::Retries => (Code::ConcurrencyRetriesConflict, "retries", "retry caps"),
+            Self::MaxWait => (
+                Code::ConcurrencyMaxWaitConflict,
+                "max_wait",
+                "maximum waits",
+            ),
             Self::Shared => (Code::ConcurrencySharedConflict, "shared", "scopes"),
         }
     }
@@ -304,6 +320,7 @@ impl Field {
             Self::Limit => return format!("{tool} = {}", d.limit),
             Self::Delay => (format!("{} ms", d.delay.0), d.delay.1.is_some()),
             Self::Retries => (d.retries.0.to_string(), d.retries.1.is_some()),
+            Self::MaxWait => (format!("{} ms", d.max_wait.0), d.max_wait.1.is_some()),
             Self::Shared => ((d.shared.0 == 1).to_string(), d.shared.1.is_some()),
         };
         if set {

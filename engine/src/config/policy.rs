@@ -46,7 +46,7 @@ impl ConcurrencyKey {
 
 /// A keyed limit: at most `limit` executions with `key` run at once, consecutive starts at
 /// least `delay_ms` apart, and an execution that hits a rate limit is retried up to `retries`
-/// times.
+/// times, when the wait it asks for is at most `max_wait_ms`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Concurrency {
     /// The shared key.
@@ -59,6 +59,12 @@ pub struct Concurrency {
     pub delay_ms: u32,
     /// How many times one entry with this key may end rate-limited and run again.
     pub retries: u32,
+    /// The longest wait a rate limit may ask for, in milliseconds (`max_wait`; at most
+    /// [`crate::limits::MAX_WAIT_MS_MAX`], [`crate::retry_after::MAX_WAIT_DEFAULT_MS`] when
+    /// unset). An entry whose rate limit asks for longer is settled `rate-limited` at once and
+    /// its key is not paused; 0 waits for nothing (a rate limit asking for no wait still runs
+    /// again at once, up to `retries`).
+    pub max_wait_ms: u32,
     /// The limit (and delay, and pauses) hold across every process that uses the same store:
     /// an entry with room locally is handed to the host as a permit to acquire, and starts
     /// when the host reports the store granted it.
@@ -155,8 +161,9 @@ impl Policy {
     }
 
     /// A fingerprint of what this policy means to the scheduler: every configured tool's key,
-    /// limit, delay, retry cap, fan-out and stop, in configuration order (FNV-1a, 64 bits). A
-    /// saved scheduler state carries it, so a host can tell the policy changed before resuming.
+    /// limit, delay, retry cap, maximum wait, sharing, fan-out and stop, in configuration order
+    /// (FNV-1a, 64 bits). A saved scheduler state carries it, so a host can tell the policy
+    /// changed before resuming.
     pub fn fingerprint(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut eat = |bytes: &[u8]| {
@@ -176,6 +183,11 @@ impl Policy {
                 // Only when set, so that every fingerprint from before `shared` stays the same.
                 if c.shared {
                     eat(b"shared");
+                }
+                // Likewise only when not the default, for fingerprints from before `max_wait`.
+                if c.max_wait_ms != crate::retry_after::MAX_WAIT_DEFAULT_MS {
+                    eat(b"max_wait");
+                    eat(&c.max_wait_ms.to_le_bytes());
                 }
             }
             eat(&[

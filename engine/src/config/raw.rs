@@ -12,7 +12,7 @@ use super::duration::parse_duration;
 use super::policy::OnError;
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
-use crate::limits::{KEY_BYTES_MAX, NAME_BYTES_MAX, RETRIES_MAX};
+use crate::limits::{KEY_BYTES_MAX, MAX_WAIT_MS_MAX, NAME_BYTES_MAX, RETRIES_MAX};
 use crate::template::KeyTemplate;
 
 /// One layer's view of `conversation.tools`.
@@ -47,6 +47,8 @@ pub(crate) enum RawConcurrency {
         delay: Option<(u32, Loc)>,
         /// Rate-limit retries per entry.
         retries: Option<(u32, Loc)>,
+        /// The longest rate-limit wait the key pauses for, in milliseconds.
+        max_wait: Option<(u32, Loc)>,
         /// Whether the limit holds across processes (a store grants permits).
         shared: Option<(bool, Loc)>,
         loc: Loc,
@@ -131,7 +133,7 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
 /// The names Turnstile reads in a tool's table; the others are ignored.
 const TOOL_FIELDS: &[&str] = &["concurrency", "fan_out"];
 /// The fields of a concurrency table and of a fan_out table.
-const CONCURRENCY_FIELDS: &[&str] = &["key", "limit", "delay", "retries", "shared"];
+const CONCURRENCY_FIELDS: &[&str] = &["key", "limit", "delay", "retries", "max_wait", "shared"];
 const FAN_OUT_FIELDS: &[&str] = &["enabled", "on_error"];
 
 /// Warns of every name in `table` that Turnstile does not read but is a near miss of one in
@@ -259,7 +261,7 @@ fn parse_tool(
 }
 
 const CONCURRENCY_SHAPES: &str =
-    "a non-negative integer or a { key, limit, delay, retries, shared } table";
+    "a non-negative integer or a { key, limit, delay, retries, max_wait, shared } table";
 
 fn parse_concurrency(
     layer: u32,
@@ -278,6 +280,7 @@ fn parse_concurrency(
             let mut limit = None;
             let mut delay = None;
             let mut retries = None;
+            let mut max_wait = None;
             let mut shared = None;
             let mut ok = true;
             for (field, v) in table.iter() {
@@ -354,6 +357,26 @@ fn parse_concurrency(
                         }
                         None => ok = false,
                     },
+                    "max_wait" => match duration(layer, &fpath, v, sink) {
+                        Some(ms) if ms <= MAX_WAIT_MS_MAX => max_wait = Some((ms, vloc)),
+                        Some(ms) => {
+                            ok = false;
+                            sink.push(
+                                Code::ConcurrencyType,
+                                &fpath,
+                                format!(
+                                    "{ms} ms is above the longest maximum wait, \
+                                     {MAX_WAIT_MS_MAX} ms (24h)"
+                                ),
+                            )
+                            .label(vloc, "too long")
+                            .help(
+                                "a rate limit that asks to wait longer than max_wait settles \
+                                 its call at once; 24h is the longest a shared store pauses",
+                            );
+                        }
+                        None => ok = false,
+                    },
                     "shared" => match v.get_ref() {
                         DeValue::Boolean(b) => shared = Some((*b, vloc)),
                         other => {
@@ -379,7 +402,7 @@ fn parse_concurrency(
                                 &fpath,
                                 format!(
                                     "unknown field `{other}`; concurrency accepts `key`, \
-                                     `limit`, `delay`, `retries` and `shared`"
+                                     `limit`, `delay`, `retries`, `max_wait` and `shared`"
                                 ),
                             )
                             .label(floc, "unknown field");
@@ -394,6 +417,7 @@ fn parse_concurrency(
                 limit,
                 delay,
                 retries,
+                max_wait,
                 shared,
                 loc,
             })
@@ -414,11 +438,14 @@ fn parse_concurrency(
     }
 }
 
-/// A duration in whole milliseconds: an integer (milliseconds) or a string of digits (with an
-/// optional fraction) followed by `ms`, `s`, `m` or `h`: `250`, `"250ms"`, `"1.5s"`, `"2m"`.
-/// At most `u32::MAX` milliseconds (about 49 days).
+/// A duration in whole milliseconds (`delay`, `max_wait`): an integer (milliseconds) or a
+/// string of digits (with an optional fraction) followed by `ms`, `s`, `m` or `h`: `250`,
+/// `"250ms"`, `"1.5s"`, `"2m"`. At most `u32::MAX` milliseconds (about 49 days).
 fn duration(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> Option<u32> {
     let loc = Loc::from_span(layer, value.span());
+    let field = path.last().map_or("delay", String::as_str);
+    let help =
+        || format!("write {field} = 250 (milliseconds) or {field} = \"250ms\", \"1.5s\", \"2m\"");
     let text = match value.get_ref() {
         DeValue::Integer(_) => {
             return non_negative(layer, path, value, sink);
@@ -434,7 +461,7 @@ fn duration(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> 
                 ),
             )
             .label(loc, "not a duration")
-            .help("write delay = 250 (milliseconds) or delay = \"250ms\", \"1.5s\", \"2m\"");
+            .help(help());
             return None;
         }
     };
@@ -449,19 +476,23 @@ fn duration(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> 
             };
             sink.push(code, path, format!("{text:?} is not a duration: {why}"))
                 .label(loc, "not a duration")
-                .help("write delay = 250 (milliseconds) or delay = \"250ms\", \"1.5s\", \"2m\"");
+                .help(help());
             None
         }
     }
 }
 
 /// An integer in `0..=u32::MAX`. A negative one is `concurrency-negative` wherever it is
-/// written (the integer form, `limit`, `delay`, `retries`): one mistake, one code. Everything
-/// else that is not such an integer is `concurrency-type`.
+/// written (the integer form, `limit`, `delay`, `retries`, `max_wait`): one mistake, one code.
+/// Everything else that is not such an integer is `concurrency-type`.
 fn non_negative(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> Option<u32> {
     let help = match path.last().map(String::as_str) {
         Some("delay") => "a delay is 0 (none) or more milliseconds",
         Some("retries") => "retries is 0 (never run again) or more",
+        Some("max_wait") => {
+            "a max_wait is 0 (never wait on a rate limit) or more milliseconds, 5 minutes when \
+             unset"
+        }
         _ => "0 means unbounded; a limit is 1 or more",
     };
     let loc = Loc::from_span(layer, value.span());

@@ -98,5 +98,11 @@ mod tests {
         // The nearest wins.
         assert_eq!(near_miss("delat", &["delay", "limit"]), Some("delay"));
         assert_eq!(near_miss("kye", &["key", "limit"]), Some("key"));
+        // The concurrency table's fields, `max_wait` among them.
+        let fields = ["key", "limit", "delay", "retries", "max_wait", "shared"];
+        for name in ["max-wait", "maxwait", "max_wiat", "MAX_WAIT", "max_wai"] {
+            assert_eq!(near_miss(name, &fields), Some("max_wait"), "{name}");
+        }
+        assert_eq!(near_miss("wait", &fields), None);
     }
 }

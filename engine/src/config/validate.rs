@@ -11,6 +11,7 @@ use super::raw::{RawConcurrency, RawFanOut, RawLayer};
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
 use crate::limits::{KEY_BYTES_MAX, RETRIES_DEFAULT, TOOLS_MAX};
+use crate::retry_after::MAX_WAIT_DEFAULT_MS;
 
 /// One tool after every layer is applied.
 #[derive(Debug)]
@@ -25,7 +26,8 @@ struct Merged {
     bad_fan_out: bool,
 }
 
-/// What a tool declares: the key it names and the limit, spacing and retry cap it gives it.
+/// What a tool declares: the key it names and the limit, spacing, retry cap, maximum wait and
+/// scope it gives it.
 #[derive(Debug, Clone)]
 pub(super) struct Declared {
     pub(super) key: String,
@@ -36,6 +38,8 @@ pub(super) struct Declared {
     pub(super) delay: (u32, Option<Loc>),
     /// Rate-limit retries per entry, and where it was written.
     pub(super) retries: (u32, Option<Loc>),
+    /// The longest rate-limit wait in milliseconds, and where it was written.
+    pub(super) max_wait: (u32, Option<Loc>),
     /// Whether the limit holds across processes (1) or not (0), and where it was written.
     pub(super) shared: (u32, Option<Loc>),
 }
@@ -83,12 +87,16 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 }
             }
         }
-        // A limit of 0 lifts the key, unless it spaces starts or has its own retry cap: then it
-        // stays, unbounded (its delay, retry cap and pauses still apply).
+        // A limit of 0 lifts the key, unless it spaces starts or has its own retry cap or
+        // maximum wait: then it stays, unbounded (its delay, retry cap, maximum wait and pauses
+        // still apply).
         let concurrency = declared.and_then(|d| {
+            let own_terms = d.delay.0 > 0
+                || d.retries.0 != RETRIES_DEFAULT
+                || d.max_wait.0 != MAX_WAIT_DEFAULT_MS;
             let limit = match NonZeroU32::new(d.limit) {
                 Some(limit) => limit,
-                None if d.delay.0 > 0 || d.retries.0 != RETRIES_DEFAULT => NonZeroU32::MAX,
+                None if own_terms => NonZeroU32::MAX,
                 None => return None,
             };
             Some(Concurrency {
@@ -100,6 +108,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 limit,
                 delay_ms: d.delay.0,
                 retries: d.retries.0,
+                max_wait_ms: d.max_wait.0,
                 shared: d.shared.0 == 1,
             })
         });
@@ -115,7 +124,12 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
         if list.iter().any(|(_, d)| Some(d.limit) != first) {
             conflict(key, list, sink);
         }
-        for what in [Agreed::Delay, Agreed::Retries, Agreed::Shared] {
+        for what in [
+            Agreed::Delay,
+            Agreed::Retries,
+            Agreed::MaxWait,
+            Agreed::Shared,
+        ] {
             let first = list.first().map(|(_, d)| what.of(d).0);
             if list.iter().any(|(_, d)| Some(what.of(d).0) != first) {
                 disagreement(key, what, list, sink);
@@ -186,6 +200,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
                 limit: old_limit,
                 delay: old_delay,
                 retries: old_retries,
+                max_wait: old_max_wait,
                 shared: old_shared,
                 ..
             }),
@@ -194,6 +209,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
                 limit,
                 delay,
                 retries,
+                max_wait,
                 shared,
                 loc,
             },
@@ -202,6 +218,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
             limit: limit.or(old_limit),
             delay: delay.or(old_delay),
             retries: retries.or(old_retries),
+            max_wait: max_wait.or(old_max_wait),
             shared: shared.or(old_shared),
             loc,
         },
@@ -236,6 +253,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             integer_form: true,
             delay: (0, None),
             retries: (RETRIES_DEFAULT, None),
+            max_wait: (MAX_WAIT_DEFAULT_MS, None),
             shared: (0, None),
         }),
         RawConcurrency::Table {
@@ -243,6 +261,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             limit,
             delay,
             retries,
+            max_wait,
             shared,
             loc,
         } => {
@@ -270,6 +289,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
                 integer_form: false,
                 delay: delay.map_or((0, None), |(ms, l)| (ms, Some(l))),
                 retries: retries.map_or((RETRIES_DEFAULT, None), |(n, l)| (n, Some(l))),
+                max_wait: max_wait.map_or((MAX_WAIT_DEFAULT_MS, None), |(ms, l)| (ms, Some(l))),
                 shared: shared.map_or((0, None), |(b, l)| (u32::from(b), Some(l))),
             })
         }
@@ -333,6 +353,7 @@ fn conflict(key: &str, list: &[(String, Declared)], sink: &mut Sink) {
 enum Agreed {
     Delay,
     Retries,
+    MaxWait,
     Shared,
 }
 
@@ -341,13 +362,15 @@ impl Agreed {
         match self {
             Self::Delay => d.delay,
             Self::Retries => d.retries,
+            Self::MaxWait => d.max_wait,
             Self::Shared => d.shared,
         }
     }
 }
 
-/// V5 for `delay` and `retries`: one value per key. A tool that does not write the field gives
-/// the default (no delay, `RETRIES_DEFAULT` retries), and the label says so.
+/// V5 for `delay`, `retries`, `max_wait` and `shared`: one value per key. A tool that does not
+/// write the field gives the default (no delay, `RETRIES_DEFAULT` retries,
+/// `MAX_WAIT_DEFAULT_MS`, not shared), and the label says so.
 fn disagreement(key: &str, what: Agreed, list: &[(String, Declared)], sink: &mut Sink) {
     let (code, field, noun, unit) = match what {
         Agreed::Delay => (Code::ConcurrencyDelayConflict, "delay", "delays", " ms"),
@@ -356,6 +379,12 @@ fn disagreement(key: &str, what: Agreed, list: &[(String, Declared)], sink: &mut
             "retries",
             "retry caps",
             "",
+        ),
+        Agreed::MaxWait => (
+            Code::ConcurrencyMaxWaitConflict,
+            "max_wait",
+            "maximum waits",
+            " ms",
         ),
         Agreed::Shared => (Code::ConcurrencySharedConflict, "shared", "scopes", ""),
     };

@@ -125,7 +125,7 @@ impl Sim {
             let rule = self.model.rule(n).cloned();
             // A wait past the maximum pauses nothing and settles the entry.
             let wait = until.saturating_sub(judged_at);
-            let too_long = wait > MAX_WAIT_MS;
+            let too_long = wait > rule.as_ref().map_or(MAX_WAIT_MS, |k| k.max_wait);
             if let Some(k) = rule.as_ref().filter(|_| !too_long) {
                 let p = self.timing.paused.entry(k.name.clone()).or_insert(0);
                 *p = (*p).max(until);

@@ -49,8 +49,8 @@ pub(super) struct ToolGen {
     stop: bool,
 }
 
-/// A generated config: the tools, one limit (0 to 5), one delay and one retry cap per key
-/// name, and the layers' text.
+/// A generated config: the tools, one limit (0 to 5), one delay, one retry cap and one
+/// maximum wait per key name, and the layers' text.
 #[derive(Clone, Debug)]
 pub(super) struct Gen {
     pub(super) tools: Vec<ToolGen>,
@@ -59,6 +59,8 @@ pub(super) struct Gen {
     delays: BTreeMap<String, u32>,
     /// Rate-limit retries per entry, as every table naming the key writes it.
     retries: BTreeMap<String, u32>,
+    /// The longest rate-limit wait in ms, as every table naming the key writes it.
+    max_waits: BTreeMap<String, u32>,
     /// Whether the key is shared (permits from a store), as every table naming it says.
     shared: BTreeMap<String, bool>,
     layers: Vec<String>,
@@ -66,7 +68,8 @@ pub(super) struct Gen {
 
 /// The cap of an entry without a key, and of a key whose tables do not write `retries`.
 pub(super) const RETRIES_DEFAULT: u32 = 3;
-/// The longest wait a rate limit may ask for (every key: no config sets one yet), in ms.
+/// The longest wait a rate limit may ask for on an unkeyed entry and on a key whose tables do
+/// not write `max_wait`, in ms.
 pub(super) const MAX_WAIT_MS: u64 = 5 * 60 * 1_000;
 
 /// A key as the rules see it.
@@ -78,6 +81,8 @@ pub(super) struct KeyRule {
     /// The delay the scheduler keeps: 0 on a shared key, whose store keeps it.
     pub(super) delay: u32,
     pub(super) retries: u32,
+    /// The longest rate-limit wait in ms; a longer one settles the entry.
+    pub(super) max_wait: u64,
     /// Permits from a store shared across processes.
     pub(super) shared: bool,
 }
@@ -96,6 +101,17 @@ fn random_delay(rng: &mut Rng) -> u32 {
         0..=4 => 0,
         5..=7 => 1 + rng.below(10) as u32,
         _ => 10 + rng.below(41) as u32,
+    }
+}
+
+/// Mostly the default; often short enough that the generated waits (up to 80 ms) pass it;
+/// sometimes 0 (no wait at all) or longer than the default.
+fn random_max_wait(rng: &mut Rng) -> u32 {
+    match rng.below(10) {
+        0..=4 => MAX_WAIT_MS as u32,
+        5 => 0,
+        6..=8 => 1 + rng.below(60) as u32,
+        _ => 2 * MAX_WAIT_MS as u32,
     }
 }
 
@@ -128,6 +144,10 @@ impl Gen {
             .iter()
             .map(|k| (k.clone(), rng.below(4) as u32))
             .collect();
+        let max_waits = key_names
+            .iter()
+            .map(|k| (k.clone(), random_max_wait(rng)))
+            .collect();
         let shared = key_names
             .iter()
             .map(|k| (k.clone(), rng.chance(30)))
@@ -146,6 +166,7 @@ impl Gen {
             limits,
             delays,
             retries,
+            max_waits,
             shared,
             layers: Vec::new(),
         };
@@ -173,6 +194,11 @@ impl Gen {
         for retries in g.retries.values_mut() {
             if rng.chance(30) {
                 *retries = rng.below(4) as u32;
+            }
+        }
+        for max_wait in g.max_waits.values_mut() {
+            if rng.chance(20) {
+                *max_wait = random_max_wait(rng);
             }
         }
         for shared in g.shared.values_mut() {
@@ -236,17 +262,18 @@ impl Gen {
         (t.conc != Conc::Int || limit > 0).then_some((key, limit))
     }
 
-    /// The delay and retry cap every tool naming `key` gives it: the integer form can write
-    /// neither (no delay, the default cap), so a key some tool names that way has those.
-    fn timing(&self, key: &str) -> (u32, u32) {
+    /// The delay, retry cap and maximum wait every tool naming `key` gives it: the integer
+    /// form can write none (no delay, the default cap and wait), so a key some tool names that
+    /// way has those.
+    fn timing(&self, key: &str) -> (u32, u32, u32) {
         if self
             .tools
             .iter()
             .any(|t| t.conc == Conc::Int && t.name == key)
         {
-            (0, RETRIES_DEFAULT)
+            (0, RETRIES_DEFAULT, MAX_WAIT_MS as u32)
         } else {
-            (self.delays[key], self.retries[key])
+            (self.delays[key], self.retries[key], self.max_waits[key])
         }
     }
 
@@ -259,14 +286,15 @@ impl Gen {
             && self.shared[key]
     }
 
-    /// A tool's key: a limit of 0 lifts it, unless the key has a delay or a retry cap other
-    /// than the default (then it is unbounded but spaced, or capped).
+    /// A tool's key: a limit of 0 lifts it, unless the key has a delay, or a retry cap or
+    /// maximum wait other than the default (then it is unbounded but spaced, or capped).
     fn key_rule(&self, t: &ToolGen) -> Option<KeyRule> {
         let (name, limit) = self.declared(t)?;
-        let (delay, retries) = self.timing(&name);
+        let (delay, retries, max_wait) = self.timing(&name);
+        let max_wait = u64::from(max_wait);
         let shared = self.is_shared(&name);
         let limit = match limit {
-            0 if delay > 0 || retries != RETRIES_DEFAULT => u32::MAX,
+            0 if delay > 0 || retries != RETRIES_DEFAULT || max_wait != MAX_WAIT_MS => u32::MAX,
             0 => return None,
             n => n,
         };
@@ -275,6 +303,7 @@ impl Gen {
             limit,
             delay: if shared { 0 } else { delay },
             retries,
+            max_wait,
             shared,
         })
     }
@@ -395,11 +424,11 @@ fn conc_noise_below(out: &mut Vec<(usize, String)>, below: usize, tables: bool, 
     }
 }
 
-/// A key's `delay` and `retries` as table fields (`, delay = 5`), each given to the line
-/// below (`.0`) or on top (`.1`) of a table over a table, which merge per field. A field at
+/// A key's `delay`, `retries` and `max_wait` as table fields (`, delay = 5`), each given to the
+/// line below (`.0`) or on top (`.1`) of a table over a table, which merge per field. A field at
 /// its default is sometimes left out.
 fn time_fields(g: &Gen, key: &str, rng: &mut Rng) -> (String, String) {
-    let (delay, retries) = g.timing(key);
+    let (delay, retries, max_wait) = g.timing(key);
     let mut fields = (String::new(), String::new());
     let mut put = |text: String, rng: &mut Rng| {
         if rng.chance(50) {
@@ -419,6 +448,14 @@ fn time_fields(g: &Gen, key: &str, rng: &mut Rng) -> (String, String) {
     }
     if retries != RETRIES_DEFAULT || rng.chance(30) {
         put(format!(", retries = {retries}"), rng);
+    }
+    if u64::from(max_wait) != MAX_WAIT_MS || rng.chance(20) {
+        let text = match rng.below(3) {
+            0 => format!(", max_wait = {max_wait}"),
+            _ if max_wait % 60_000 == 0 => format!(", max_wait = \"{}m\"", max_wait / 60_000),
+            _ => format!(", max_wait = \"{max_wait}ms\""),
+        };
+        put(text, rng);
     }
     let shared = g.is_shared(key);
     if shared || rng.chance(20) {

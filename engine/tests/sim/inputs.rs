@@ -180,13 +180,14 @@ impl Sim {
         if self.rng.chance(self.w.retry) {
             for _ in 0..1 + self.rng.below(2) {
                 if let Some(n) = self.rng.pick(running) {
+                    let max_wait = self.model.rule(n).map_or(MAX_WAIT_MS, |k| k.max_wait);
                     let until = match self.rng.below(6) {
                         0 => base.saturating_sub(self.rng.below(10) as u64),
                         1 => base,
                         // Rarely, a wait at the maximum, just past it, or absurd (year 9999).
                         _ if self.rng.chance(4) => match self.rng.below(3) {
-                            0 => base + MAX_WAIT_MS,
-                            1 => base + MAX_WAIT_MS + 1,
+                            0 => base + max_wait,
+                            1 => base + max_wait + 1,
                             _ => u64::MAX,
                         },
                         _ => base + 1 + self.rng.below(80) as u64,

@@ -649,8 +649,9 @@ impl Model {
         // A wait longer than the key's maximum is not waited for: the entry is settled and the
         // key is not paused.
         let wait = until.saturating_sub(self.time.now);
+        let max_wait = rule.as_ref().map_or(MAX_WAIT_MS, |k| k.max_wait);
         let too_long =
-            (wait > MAX_WAIT_MS).then(|| u32::try_from(wait.div_ceil(1_000)).unwrap_or(u32::MAX));
+            (wait > max_wait).then(|| u32::try_from(wait.div_ceil(1_000)).unwrap_or(u32::MAX));
         if let Some(k) = &rule {
             if too_long.is_none() {
                 let p = self.time.paused.entry(k.name.clone()).or_insert(0);

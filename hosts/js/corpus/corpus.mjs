@@ -13,6 +13,7 @@ export function toolLine(t) {
   let out = t.concurrency ? `${t.name} ${t.concurrency.key}/${t.concurrency.limit}` : `${t.name} unbounded`;
   if (t.concurrency?.delayMs) out += ` delay=${t.concurrency.delayMs}`;
   if (t.concurrency && t.concurrency.retries !== 3) out += ` retries=${t.concurrency.retries}`;
+  if (t.concurrency && t.concurrency.maxWaitMs !== 300000) out += ` max_wait=${t.concurrency.maxWaitMs}`;
   if (t.concurrency?.shared) out += ' shared';
   if (t.fanOut) out += ' fan-out';
   if (t.onError === 'stop') out += ' stop';

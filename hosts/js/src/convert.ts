@@ -18,7 +18,7 @@ export function toolPolicy(p: wc.ToolPolicy): ToolPolicy {
   if (c === undefined) return { name: p.name, fanOut: p.fanOut, onError: p.onError };
   return {
     name: p.name,
-    concurrency: { key: c.key, limit: c.limit ?? UNBOUNDED, delayMs: c.delayMs, retries: c.retries, arguments: c.arguments, shared: c.shared },
+    concurrency: { key: c.key, limit: c.limit ?? UNBOUNDED, delayMs: c.delayMs, retries: c.retries, maxWaitMs: c.maxWaitMs, arguments: c.arguments, shared: c.shared },
     fanOut: p.fanOut,
     onError: p.onError,
   };

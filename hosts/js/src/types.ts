@@ -37,7 +37,9 @@ export type DiagnosticCode =
   | 'concurrency-key-template'
   | 'concurrency-shared-conflict'
   /** A warning: a field or table name a small edit away from one Turnstile reads. */
-  | 'unknown-field-typo';
+  | 'unknown-field-typo'
+  /** Tools naming one concurrency key give it different `max_wait`s. */
+  | 'concurrency-max-wait-conflict';
 
 /** An error stops resolution; a warning is reported beside a resolved policy
  * (`Policy.warnings()`). */
@@ -78,7 +80,10 @@ export type OnError = 'continue' | 'stop';
 
 /** One tool's resolved policy; `concurrency` is absent when the tool is unbounded. `delayMs` is
  * the minimum gap between consecutive starts on the key, `retries` how many times one entry may
- * hit a rate limit and run again (a key with `limit = 0` and a delay has limit 4294967295).
+ * hit a rate limit and run again (a key with `limit = 0` and a delay has limit 4294967295),
+ * `maxWaitMs` the longest wait a rate limit may ask for (`max_wait`, 300000 = 5 minutes unless
+ * the config says otherwise; 0 waits for nothing): an entry asked to wait longer is settled
+ * `rate-limited` at once and its key is not paused.
  * A key with placeholders (`"fs:{path}"`) is a template: each call's key is made from its
  * arguments, and `arguments` lists the top-level argument names it uses (empty for a plain
  * key); every key made from one template has the template's limit and delay. `shared`: the
@@ -86,7 +91,7 @@ export type OnError = 'continue' | 'stop';
  * `sharedKeys` option); the scheduler lists such entries in `acquire` instead of `start`. */
 export interface ToolPolicy {
   name: string;
-  concurrency?: { key: string; limit: number; delayMs: number; retries: number; arguments: string[]; shared: boolean };
+  concurrency?: { key: string; limit: number; delayMs: number; retries: number; maxWaitMs: number; arguments: string[]; shared: boolean };
   fanOut: boolean;
   onError: OnError;
 }

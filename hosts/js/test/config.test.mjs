@@ -51,7 +51,19 @@ test('a plain object resolves exactly like its TOML', async () => {
   assert.equal(fromObject.fingerprint(), fromText.fingerprint());
   // Fields RFD 129 does not own are ignored, as in TOML; odd keys are quoted.
   const rich = t.resolve([{ conversation: { tools: { 'a.b': { concurrency: 2, source: 'mcp', parameters: [{ name: 'x', 'needs "quotes"': true }], created: new Date(0) } } }, assistant: { model: 'm' } }]);
-  assert.deepEqual(rich.tools(), [{ name: 'a.b', concurrency: { key: 'a.b', limit: 2, delayMs: 0, retries: 3, arguments: [], shared: false }, fanOut: false, onError: 'continue' }]);
+  assert.deepEqual(rich.tools(), [{ name: 'a.b', concurrency: { key: 'a.b', limit: 2, delayMs: 0, retries: 3, maxWaitMs: 300000, arguments: [], shared: false }, fanOut: false, onError: 'continue' }]);
+});
+
+test('max_wait resolves to maxWaitMs (a number), 300000 when unset, and tools naming a key agree on it', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ conversation: { tools: { slow: { concurrency: { key: 'slow', max_wait: '10m' } }, strict: { concurrency: { key: 'strict', max_wait: 0 } }, plain: { concurrency: 1 } } } }]);
+  assert.equal(policy.tool('slow').concurrency.maxWaitMs, 600000);
+  assert.equal(policy.tool('strict').concurrency.maxWaitMs, 0);
+  assert.equal(policy.tool('plain').concurrency.maxWaitMs, 300000);
+  assert.throws(
+    () => t.resolve([{ conversation: { tools: { a: { concurrency: { key: 'k', max_wait: '10m' } }, b: { concurrency: { key: 'k' } } } } }]),
+    (e) => e.diagnostics.length === 1 && e.diagnostics[0].code === 'concurrency-max-wait-conflict' && e.diagnostics[0].tools.join() === 'a,b',
+  );
 });
 
 test('text and objects mix, lowest precedence first; a later object lifts a limit', async () => {

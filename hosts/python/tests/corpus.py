@@ -29,6 +29,7 @@ from turnstile_scheduler import (
     SubmitError,
 )
 from turnstile_scheduler.types import (
+    MAX_WAIT_DEFAULT_MS,
     RETRIES_DEFAULT,
     BatchNotApproved,
     Behind,
@@ -81,6 +82,8 @@ def tool_line(t) -> str:
         out += f" delay={t.delay_ms}"
     if t.key is not None and t.retries != RETRIES_DEFAULT:
         out += f" retries={t.retries}"
+    if t.key is not None and t.max_wait_ms != MAX_WAIT_DEFAULT_MS:
+        out += f" max_wait={t.max_wait_ms}"
     if t.key is not None and t.shared:
         out += " shared"
     if t.fan_out:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from turnstile_scheduler import ConfigError, Layer, Policy, TurnstileError
+from turnstile_scheduler import ConfigError, DiagnosticCode, Layer, Policy, TurnstileError
 from turnstile_scheduler._toml import dumps
 
 GITHUB = {
@@ -51,6 +51,17 @@ def test_layers_mix_text_and_dicts_in_precedence_order() -> None:
     )
     t = p.tool("t")
     assert (t.key, t.limit) == ("k", 8)
+
+
+def test_max_wait_resolves_to_max_wait_ms_and_tools_naming_a_key_agree_on_it() -> None:
+    tools = {"slow": {"concurrency": {"key": "slow", "max_wait": "10m"}}, "strict": {"concurrency": {"key": "strict", "max_wait": 0}}, "plain": {"concurrency": 1}}
+    p = Policy.resolve([("user", {"conversation": {"tools": tools}})])
+    assert [p.tool(n).max_wait_ms for n in ("slow", "strict", "plain", "unset")] == [600_000, 0, 300_000, None]
+    conflict = {"a": {"concurrency": {"key": "k", "max_wait": "10m"}}, "b": {"concurrency": {"key": "k"}}}
+    with pytest.raises(ConfigError) as e:
+        Policy.resolve([("user", {"conversation": {"tools": conflict}})])
+    [d] = e.value.diagnostics
+    assert (d.code, d.tools) == (DiagnosticCode.CONCURRENCY_MAX_WAIT_CONFLICT, ["a", "b"])
 
 
 def test_diagnostics_of_a_dict_layer_name_key_paths_tools_and_the_generated_text() -> None:

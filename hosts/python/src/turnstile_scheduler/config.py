@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from . import _check, _toml
 from ._component import Instance, shared_instance
 from .errors import ConfigError, DisposedError
-from .types import Diagnostic, DiagnosticCode, Label, OnError, Severity, Span, ToolPolicy
+from .types import MAX_WAIT_DEFAULT_MS, Diagnostic, DiagnosticCode, Label, OnError, Severity, Span, ToolPolicy
 
 LIMIT_UNBOUNDED = 2**32 - 1
 """`ToolPolicy.limit` of a key that is unbounded but spaced (`limit = 0` with a delay or a
@@ -198,4 +198,6 @@ def _tool(t: Any) -> ToolPolicy:
         retries=getattr(c, "retries", 3) if c is not None else None,
         arguments=tuple(getattr(c, "arguments", ())) if c is not None else (),
         shared=bool(getattr(c, "shared", False)) if c is not None else False,
+        # A component from before `max-wait-ms`: every key then has the default.
+        max_wait_ms=getattr(c, "max-wait-ms", MAX_WAIT_DEFAULT_MS) if c is not None else None,
     )

@@ -145,8 +145,9 @@ class RateLimited(Exception):
         the past is 0). `default` seconds when the header is missing (None), empty, or not a
         value the component reads (a fraction, a sign, other digits than ASCII, a date that
         names no day; `header_error` then holds the component's sentence). Waits are not bounded
-        here: the scheduler settles an entry whose endpoint asks for more than 5 minutes at
-        once (its sentence says how long it was asked to wait)."""
+        here: the scheduler settles an entry whose endpoint asks for longer than its key's
+        `max_wait` (5 minutes by default) at once (its sentence says how long it was asked to
+        wait)."""
         seconds, wait_ms, reason = default, None, None
         if value is not None:
             text = str(value)

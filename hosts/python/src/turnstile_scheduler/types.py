@@ -134,6 +134,8 @@ class DiagnosticCode(str, Enum):
     UNKNOWN_FIELD_TYPO = "unknown-field-typo"
     """A warning: a name a small edit away from one Turnstile reads (`concurency`, `fanout`),
     otherwise ignored, so the limit it meant would silently not apply."""
+    CONCURRENCY_MAX_WAIT_CONFLICT = "concurrency-max-wait-conflict"
+    """Tools naming one concurrency key give it different `max_wait`s."""
 
 
 class Severity(str, Enum):
@@ -270,13 +272,18 @@ class Diagnostic:
 RETRIES_DEFAULT = 3
 """The retry cap of a key whose config does not set `retries`."""
 
+MAX_WAIT_DEFAULT_MS = 300_000
+"""The maximum wait (5 minutes) of a key whose config does not set `max_wait`."""
+
 
 @dataclass(frozen=True)
 class ToolPolicy:
     """A tool's resolved policy; `key`, `limit`, `delay_ms` and `retries` are None when it is
     unbounded. `delay_ms` is the minimum gap in milliseconds between consecutive starts on the
     key (0: none); `retries` how many times one entry may hit a rate limit and run again (3
-    unless the config says otherwise). A key written with `limit = 0` and a delay is unbounded
+    unless the config says otherwise); `max_wait_ms` the longest wait a rate limit may ask
+    for (`max_wait`, 300000 = 5 minutes unless the config says otherwise; 0 waits for
+    nothing): an entry asked to wait longer is settled `rate-limited` at once. A key written with `limit = 0` and a delay is unbounded
     but spaced: its limit is then 4294967295 (the component says none; this package keeps the
     number, so `limit` is an int whenever `key` is set).
 
@@ -296,6 +303,8 @@ class ToolPolicy:
     shared: bool = False
     """The key's limit, delay and pauses hold across every process using one store
     (`concurrency = { key, limit, shared = true }`): a `Driver` needs `shared_keys=`."""
+    max_wait_ms: Optional[int] = None
+    """The key's maximum wait on a rate limit in milliseconds (None when unbounded)."""
 
 
 # ---------------------------------------------------------------------------------------------
