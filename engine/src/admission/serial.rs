@@ -188,6 +188,14 @@ impl Serializer {
         }
     }
 
+    /// Whether every lane and the orphan heap keep their dead items within bounds (for tests).
+    #[cfg(test)]
+    pub(super) fn bounded(&self) -> bool {
+        self.ready.bounded()
+            && self.down.values().all(Lane::bounded)
+            && self.orphans.len() <= 2 * self.orphans_live + 16
+    }
+
     /// Puts `ticket` below `up` (or at the root).
     fn hang(&mut self, ticket: Ticket, up: Option<Ticket>) {
         self.up.insert(ticket, up);
