@@ -76,13 +76,13 @@
 //!
 //! # Cost
 //!
-//! `begin`, `end` and `abandon` cost O(1) amortized for n live requests, plus O(1) amortized
-//! for each request they admit: waiters sit in lanes per class in arrival (ticket) order with
-//! lazy removal (`lane.rs`), and only the head of each is looked at. `would-deadlock` is
-//! answered from counters in O(1). When a tool call ends while k tool calls it issued are still
-//! in flight or waiting, they move below its nearest in-flight ancestor: O(k) amortized more,
-//! plus O(log n) for each that becomes an orphan (see `serial.rs`); in the usual nesting k is 0.
-//! `shutdown` sorts what it reports.
+//! `begin`, `end` and `abandon` cost O(1) amortized (hash look-ups), plus as much for each request
+//! they admit, and O(log n) for n live requests where a re-entrant call waits as an orphan: waiters
+//! sit in lanes per class in arrival (ticket) order with lazy removal (`lane.rs`), and only the
+//! head of each is looked at. `would-deadlock` is answered from counters in O(1). When a tool call
+//! ends while k tool calls it issued are still in flight or waiting, they move below its nearest
+//! in-flight ancestor: O(k) amortized more, plus O(log n) for each that becomes an orphan (see
+//! `serial.rs`); in the usual nesting k is 0. `shutdown` sorts what it reports.
 
 mod error;
 mod lane;
