@@ -63,16 +63,14 @@ impl Admission {
         };
         self.requests.insert(ticket, request);
         self.ids.insert(id.into(), ticket);
-        let queued = match (class, parent) {
+        match (class, parent) {
             (Class::Reentrant, Some(parent)) if !self.allow_parallel => {
                 self.serial.wait(ticket, parent);
-                true
             }
-            (Class::Call | Class::Reentrant, _) => self.calls.insert(ticket),
-            (Class::Request, _) => self.requests_waiting.insert(ticket),
-            (Class::Control, _) => self.controls.insert(ticket),
-        };
-        debug_assert!(queued, "ticket {ticket:?} queued twice");
+            (Class::Call | Class::Reentrant, _) => self.calls.push_newest(ticket),
+            (Class::Request, _) => self.requests_waiting.push_newest(ticket),
+            (Class::Control, _) => self.controls.push_newest(ticket),
+        }
     }
 
     /// Admits, while the budget has room, the earliest-arrived waiter its class allows.
@@ -99,7 +97,6 @@ impl Admission {
         ]
         .into_iter()
         .flatten()
-        .copied()
         .chain(self.serial.candidate())
         .min()
     }
@@ -111,16 +108,22 @@ impl Admission {
             return;
         };
         debug_assert_eq!(request.state, State::Queued);
-        let removed = match request.class {
-            Class::Reentrant if !self.allow_parallel => self.serial.withdraw(ticket),
-            Class::Call | Class::Reentrant => self.calls.remove(&ticket),
-            Class::Request => self.requests_waiting.remove(&ticket),
-            Class::Control => self.controls.remove(&ticket),
+        let requests = &self.requests;
+        let queued = |t: Ticket| requests.get(&t).is_some_and(|r| r.state == State::Queued);
+        let lane = match request.class {
+            Class::Reentrant if !self.allow_parallel => {
+                self.serial.withdraw(ticket, &queued);
+                return;
+            }
+            Class::Call | Class::Reentrant => &mut self.calls,
+            Class::Request => &mut self.requests_waiting,
+            Class::Control => &mut self.controls,
         };
         debug_assert!(
-            removed,
+            lane.holds(ticket),
             "ticket {ticket:?} was not waiting where its class waits"
         );
+        lane.remove(ticket, &queued);
     }
 
     /// Queued (and withdrawn) → admitted: takes its place in the budget and its class's lock.
@@ -142,7 +145,7 @@ impl Admission {
         request.seq = seq;
         let (class, parent) = (request.class, request.parent);
         self.in_flight += 1;
-        self.undrained.insert(seq, ticket);
+        self.undrained.push(ticket);
         match class {
             Class::Request => {}
             Class::Control => {
@@ -169,9 +172,14 @@ impl Admission {
         debug_assert!(request.in_flight(), "released a queued request");
         debug_assert!(self.in_flight > 0);
         self.in_flight -= 1;
-        if request.state == State::Admitted {
-            self.undrained.remove(&request.seq);
-        }
+        // Gone from `requests` already, so no longer a member of either lane.
+        let requests = &self.requests;
+        let lane = if request.state == State::Admitted {
+            &mut self.undrained
+        } else {
+            &mut self.drained
+        };
+        lane.remove(ticket, &|t| requests.contains_key(&t));
         match request.class {
             Class::Request => {}
             Class::Control => {
@@ -181,7 +189,10 @@ impl Admission {
             Class::Call | Class::Reentrant => {
                 self.unlink(&request);
                 if !self.allow_parallel {
-                    self.serial.release(ticket);
+                    let requests = &self.requests;
+                    let queued =
+                        |t: Ticket| requests.get(&t).is_some_and(|r| r.state == State::Queued);
+                    self.serial.release(ticket, &queued);
                 }
             }
         }
@@ -199,42 +210,46 @@ impl Admission {
     /// Queued → gone and admitted (not drained) → gone, for all of them at once (shutdown): the
     /// host never started any of them. Returns their tickets in arrival order.
     pub(super) fn refuse_all(&mut self) -> Vec<Ticket> {
-        let mut refused: Vec<Ticket> = std::mem::take(&mut self.calls)
-            .into_iter()
-            .chain(std::mem::take(&mut self.requests_waiting))
-            .chain(std::mem::take(&mut self.controls))
-            .chain(self.serial.take_waiting())
-            .collect();
+        let mut refused: Vec<u64> = Vec::new();
+        let requests = &self.requests;
+        let queued = |t: Ticket| requests.get(&t).is_some_and(|r| r.state == State::Queued);
+        self.calls.take_into(&mut refused, &queued);
+        self.requests_waiting.take_into(&mut refused, &queued);
+        self.controls.take_into(&mut refused, &queued);
+        self.serial.take_waiting(&mut refused, &queued);
         for &ticket in &refused {
-            let request = self.forget(ticket);
+            let request = self.forget(Ticket(ticket));
             debug_assert!(request.is_some_and(|r| r.state == State::Queued));
         }
-        let undrained: Vec<Ticket> = self.undrained.values().copied().collect();
-        for &ticket in &undrained {
+        // In admission order: the front of `undrained` is always live.
+        while let Some(ticket) = self.undrained.first() {
             self.release(ticket);
+            refused.push(ticket.0);
         }
-        debug_assert!(self.undrained.is_empty());
-        refused.extend(undrained);
+        debug_assert_eq!(self.undrained.len(), 0);
         // Sorted as plain numbers: the scheduler's outputs use the same sort, so the component
         // carries one copy of it.
-        let mut numbers: Vec<u64> = refused.iter().map(|t| t.0).collect();
-        numbers.sort_unstable();
-        numbers.into_iter().map(Ticket).collect()
+        refused.sort_unstable();
+        refused.into_iter().map(Ticket).collect()
     }
 
     /// Admitted → drained, for everything admitted since the last drain, in admission order.
     pub(super) fn drain(&mut self) -> Vec<Ticket> {
-        let undrained = std::mem::take(&mut self.undrained);
-        let mut out = Vec::with_capacity(undrained.len());
-        for ticket in undrained.into_values() {
+        let mut out = Vec::with_capacity(self.undrained.len());
+        let requests = &self.requests;
+        let admitted = |t: Ticket| requests.get(&t).is_some_and(|r| r.state == State::Admitted);
+        self.undrained.take_into(&mut out, &admitted);
+        for &ticket in &out {
+            let ticket = Ticket(ticket);
             if let Some(request) = self.requests.get_mut(&ticket) {
                 // Paired with `admit`: reported at most once.
                 debug_assert_eq!(request.state, State::Admitted, "drained twice");
                 request.state = State::Drained;
-                out.push(ticket);
+                // Everything drained before was admitted earlier: admission order holds.
+                self.drained.push(ticket);
             }
         }
-        out
+        out.into_iter().map(Ticket).collect()
     }
 
     /// Removes a request and its id.

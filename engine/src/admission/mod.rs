@@ -76,21 +76,21 @@
 //!
 //! # Cost
 //!
-//! `begin`, `end` and `abandon` cost O(log n) for n live requests, plus O(log n) for each
-//! request they admit: waiters sit in ordered sets per class, and only the head of each is
-//! looked at. `would-deadlock` is answered from counters in O(1). When a tool call ends while
-//! k tool calls it issued are still in flight or waiting, they move below its nearest in-flight
-//! ancestor: O(k log n) more (see `serial.rs`); in the usual nesting k is 0. `shutdown` sorts
-//! what it reports.
+//! `begin`, `end` and `abandon` cost O(1) amortized (hash look-ups), plus as much for each request
+//! they admit, and O(log n) for n live requests where a re-entrant call waits as an orphan: waiters
+//! sit in lanes per class in arrival (ticket) order with lazy removal (`lane.rs`), and only the
+//! head of each is looked at. `would-deadlock` is answered from counters in O(1). When a tool call
+//! ends while k tool calls it issued are still in flight or waiting, they move below its nearest
+//! in-flight ancestor: O(k) amortized more, plus O(log n) for each that becomes an orphan (see
+//! `serial.rs`); in the usual nesting k is 0. `shutdown` sorts what it reports.
 
 mod error;
+mod lane;
 mod lifecycle;
 mod method;
 mod serial;
 #[cfg(test)]
 mod tests;
-
-use std::collections::{BTreeMap, BTreeSet};
 
 pub use error::{
     AbandonError, AbandonErrorCode, BeginError, BeginErrorCode, EndError, EndErrorCode,
@@ -99,6 +99,7 @@ pub use method::class_of_method;
 
 use crate::fx::FxHashMap;
 use crate::limits::{NAME_BYTES_MAX, REQUESTS_MAX};
+use lane::Lane;
 use lifecycle::{Request, State};
 use serial::Serializer;
 
@@ -167,16 +168,19 @@ pub struct Admission {
     next_ticket: u64,
     /// The next admission number.
     next_seq: u64,
-    /// Waiting calls (and, with `allow_parallel`, re-entrant calls), by arrival.
-    calls: BTreeSet<Ticket>,
-    /// Waiting requests of class `Request`, by arrival.
-    requests_waiting: BTreeSet<Ticket>,
-    /// Waiting control operations, by arrival.
-    controls: BTreeSet<Ticket>,
+    /// Waiting calls (and, with `allow_parallel`, re-entrant calls), by arrival: members while
+    /// queued.
+    calls: Lane,
+    /// Waiting requests of class `Request`, by arrival: members while queued.
+    requests_waiting: Lane,
+    /// Waiting control operations, by arrival: members while queued.
+    controls: Lane,
     /// Without `allow_parallel`: the tool calls in flight, and waiting re-entrant calls.
     serial: Serializer,
-    /// Admitted, not yet drained: admission number to ticket.
-    undrained: BTreeMap<u64, Ticket>,
+    /// Admitted, not yet drained, in admission order: members while admitted.
+    undrained: Lane,
+    /// Drained and in flight, in admission order: members while live (drained).
+    drained: Lane,
     in_flight: u32,
     control_in_flight: bool,
     /// The in-flight tool calls form a forest, each under its parent when that is in flight:
@@ -208,11 +212,12 @@ impl Admission {
             ticket_base: mix(tag) >> 1,
             next_ticket: 1,
             next_seq: 1,
-            calls: BTreeSet::new(),
-            requests_waiting: BTreeSet::new(),
-            controls: BTreeSet::new(),
+            calls: Lane::default(),
+            requests_waiting: Lane::default(),
+            controls: Lane::default(),
             serial: Serializer::default(),
-            undrained: BTreeMap::new(),
+            undrained: Lane::default(),
+            drained: Lane::default(),
             in_flight: 0,
             control_in_flight: false,
             tool_calls_in_flight: 0,
@@ -323,16 +328,25 @@ impl Admission {
         }
         self.shut_down = true;
         let refused = self.refuse_all();
-        // In admission order, through the map type `undrained` already uses (no extra sort
-        // in the component).
-        let mut cancel: BTreeMap<u64, Ticket> = BTreeMap::new();
-        for (&ticket, request) in &self.requests {
-            cancel.insert(request.seq, ticket);
+        // In admission order, as `drained` holds them (no sort).
+        let mut cancel = Vec::with_capacity(self.drained.len());
+        let requests = &self.requests;
+        self.drained
+            .take_into(&mut cancel, &|t| requests.contains_key(&t));
+        // They stay in flight until ended.
+        for &ticket in &cancel {
+            self.drained.push(Ticket(ticket));
         }
-        debug_assert!(self.undrained.is_empty());
+        debug_assert_eq!(self.undrained.len(), 0);
         debug_assert_eq!(cancel.len(), self.in_flight as usize);
+        debug_assert!(
+            cancel
+                .windows(2)
+                .all(|w| self.requests[&Ticket(w[0])].seq < self.requests[&Ticket(w[1])].seq),
+            "cancel out of admission order"
+        );
         ShutdownReport {
-            cancel: cancel.into_values().collect(),
+            cancel: cancel.into_iter().map(Ticket).collect(),
             refused,
         }
     }
