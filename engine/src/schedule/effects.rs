@@ -166,6 +166,11 @@ impl Scheduler {
         }
         if effects.has(Effects::STARTS) {
             self.started.push(e);
+            self.arm_execution(slot, index);
+        }
+        // A started entry's deadline (or grace) goes with its slot (`deadline.rs`).
+        if effects.has(Effects::FREES_SLOT) {
+            self.deadlines.disarm(e);
         }
         if effects.has(Effects::ACQUIRES) {
             self.acquiring.push(e);
