@@ -27,8 +27,12 @@
 //! - *Can one saturated key block another?* No. Keys are independent of each other and of
 //!   unkeyed entries.
 //! - *What does cancelling do?* A cancellation settles every pending or approved entry of the
-//!   batch as cancelled. Running ones keep their slot until the host reports their end; nothing
-//!   of that batch is released again.
+//!   batch as cancelled and aborts the running ones ([`Action::Abort`]). They keep their slot
+//!   until the host reports their end, or until the batch's abort grace gives up on them
+//!   (`deadline.rs`); nothing of that batch is released again.
+//! - *Deadlines?* The host says how long ([`Limits`], per batch), the scheduler says when: an
+//!   execution that ran its batch's limit is aborted, and with an abort grace an aborted one
+//!   that has not ended in time is settled `timed-out` with its slot freed (`deadline.rs`).
 //! - *When is a batch forgotten?* In the [`next_releases`](Scheduler::next_releases) whose
 //!   output gives its last entry a response: it is listed in [`Releases::retired`], its entry
 //!   and batch numbers are unknown from then on (numbers are never handed out twice), its call
@@ -50,8 +54,8 @@
 //!   start yet); [`on_ended`](Scheduler::on_ended) reports an execution's end;
 //!   [`on_event`](Scheduler::on_event) every other [`Input`].
 //! - The round: [`next_releases`](Scheduler::next_releases) moves the clock, runs the walks
-//!   the inputs made necessary and fills [`Releases`]: what to give back, settle, ask for and
-//!   start, which batches retired, and when to call it again. [`Releases::actions`] is the
+//!   the inputs made necessary and fills [`Releases`]: what to abort, give back, settle, ask for
+//!   and start, which batches retired, and when to call it again. [`Releases::actions`] is the
 //!   order to perform them.
 //! - Queries change nothing: [`label`](Scheduler::label), [`inspect`](Scheduler::inspect),
 //!   [`unfinished`](Scheduler::unfinished).
