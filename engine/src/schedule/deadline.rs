@@ -89,9 +89,9 @@ impl Deadlines {
         None
     }
 
-    /// How many entries have a live deadline.
-    pub(crate) fn live(&self) -> usize {
-        self.live.len()
+    /// How many entries have a live deadline, and how many heap items there are.
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        (self.live.len(), self.heap.len())
     }
 }
 

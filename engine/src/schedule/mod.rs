@@ -409,11 +409,11 @@ impl Scheduler {
         (self.retries.len(), self.not_before.len(), self.timers.len())
     }
 
-    /// How many entries have a live deadline (an execution limit or an abort grace). For
-    /// tests that check nothing outlives its entry.
+    /// `(entries with a live deadline, deadline heap items)`: an execution limit or an abort
+    /// grace. For tests that check nothing outlives its entry and stale items stay bounded.
     #[doc(hidden)]
-    pub fn live_deadlines_for_tests(&self) -> usize {
-        self.deadlines.live()
+    pub fn deadlines_for_tests(&self) -> (usize, usize) {
+        self.deadlines.sizes()
     }
 
     /// Adds a batch in written order, all or nothing, without time limits
