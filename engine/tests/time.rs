@@ -965,7 +965,10 @@ fn deadlines_of_ended_executions_are_stale_and_stay_bounded() {
         let (live, heap) = s.deadlines_for_tests();
         assert_eq!(live, 1);
         // Compacted when an arm finds stale items outnumbering the live ones (two then).
-        assert!(heap <= 2 * (live + 1) + 65, "round {round}: {heap} heap items");
+        assert!(
+            heap <= 2 * (live + 1) + 65,
+            "round {round}: {heap} heap items"
+        );
     }
     // The long one is aborted at its deadline, then given up after its grace: nothing is left.
     s.step(
