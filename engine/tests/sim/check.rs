@@ -122,9 +122,14 @@ impl Sim {
                 .any(|(j, &b)| b == batch && !refused(InputKind::Cancel, j));
             let settled = |n: &u64| {
                 settled.get(n).filter(|_| last[n] == i).filter(|r| match r {
+                    // An aborted execution's rate limit gives up (a deadline's abort: the
+                    // batch of a cancel's is cancelled, which settles it cancelled); a
+                    // `timed-out` for a cancel is the cancel of this step with no grace.
                     Reason::RateLimited { .. }
                     | Reason::Stopped { .. }
-                    | Reason::TimedOut { .. } => true,
+                    | Reason::TimedOut {
+                        cause: AbortCause::Deadline,
+                    } => true,
                     Reason::Cancelled => !cancelled_now,
                     _ => false,
                 })
