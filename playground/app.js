@@ -231,7 +231,7 @@ function statusLine(view) {
   return parts.join(' ');
 }
 
-const STATE_TEXT = { pending: 'pending', approved: 'waiting', running: 'running', asking: 'asking' };
+const STATE_TEXT = { pending: 'pending', approved: 'waiting', running: 'running', asking: 'asking', aborted: 'aborted' };
 
 function renderEntries(view) {
   const list = $('entries');

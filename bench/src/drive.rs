@@ -127,7 +127,15 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
     for round in 0..w.rounds {
         let b = w.batch(round);
         let sub = iface
-            .call_submit_batch(&mut *store, s, &b.wit_calls)?
+            .call_submit_batch(
+                &mut *store,
+                s,
+                &b.wit_calls,
+                ws::Limits {
+                    execution_ms: None,
+                    abort_grace_ms: None,
+                },
+            )?
             .map_err(|e| wasmtime::format_err!("submit: {}", e.message))?;
         events.clear();
         events.extend((sub.first..sub.first + u64::from(sub.count)).map(ws::Event::Approve));
@@ -227,7 +235,15 @@ fn call_costs_inner(harness: &Harness) -> wasmtime::Result<Vec<(&'static str, f6
         round = round.min(t.elapsed().as_nanos() as f64);
         let t = Instant::now();
         for call in &calls {
-            let _ = iface.call_submit_batch(&mut *store, s, call)?;
+            let _ = iface.call_submit_batch(
+                &mut *store,
+                s,
+                call,
+                ws::Limits {
+                    execution_ms: None,
+                    abort_grace_ms: None,
+                },
+            )?;
         }
         submit = submit.min(t.elapsed().as_nanos() as f64);
     }

@@ -112,7 +112,15 @@ fn queued(
             })
             .collect();
         iface
-            .call_submit_batch(&mut inst.store, s, &calls)
+            .call_submit_batch(
+                &mut inst.store,
+                s,
+                &calls,
+                ws::Limits {
+                    execution_ms: None,
+                    abort_grace_ms: None,
+                },
+            )
             .map_err(|e| e.to_string())?
             .map_err(|e| e.message)?;
     }

@@ -83,6 +83,29 @@ pub struct LayerSpec {
 pub struct BatchSpec {
     /// The calls, in written order.
     pub calls: Vec<String>,
+    /// `submit-batch`'s `limits.execution-ms`: executions are aborted after this long.
+    pub execution_ms: Option<u32>,
+    /// `submit-batch`'s `limits.abort-grace-ms`: aborted executions are given up after this long.
+    pub abort_grace_ms: Option<u32>,
+}
+
+impl BatchSpec {
+    /// The batch's time limits, as `submit-batch` takes them.
+    pub fn limits(&self) -> LimitsSpec {
+        LimitsSpec {
+            execution_ms: self.execution_ms,
+            abort_grace_ms: self.abort_grace_ms,
+        }
+    }
+}
+
+/// A batch's time limits (`limits` of `submit-batch`), in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitsSpec {
+    /// Executions are aborted after running this long.
+    pub execution_ms: Option<u32>,
+    /// Aborted executions that have not ended this long after are given up.
+    pub abort_grace_ms: Option<u32>,
 }
 
 /// An admission controller's config.
@@ -115,6 +138,9 @@ pub struct Step {
     /// Entries of shared keys whose permit (or request) the step must say to give back.
     #[serde(default)]
     pub release: Vec<String>,
+    /// Executions the step must say to abort, `LABEL CAUSE` (`deadline` or `cancel`), in order.
+    #[serde(default)]
+    pub abort: Vec<String>,
     /// The error code the event must fail with; for a single-input event nothing may change.
     pub error: Option<String>,
     /// For `approve-many` and `end-many`: every refused input, `INDEX CODE`.
@@ -212,6 +238,8 @@ struct StepInputs {
 /// What one round returned, by number.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct StepOutput {
+    /// `(entry, cause)` of each execution to abort.
+    abort: Vec<(u64, String)>,
     start: Vec<u64>,
     acquire: Vec<u64>,
     release: Vec<u64>,
@@ -268,6 +296,13 @@ pub struct RefusalView {
 pub enum ActionView {
     /// The clock was refused.
     Refused(RefusalView),
+    /// An execution to stop.
+    Abort {
+        /// Its entry.
+        entry: u64,
+        /// `deadline` or `cancel`.
+        cause: String,
+    },
     /// A permit to give back.
     Release {
         /// Its entry.
@@ -308,11 +343,12 @@ impl ActionView {
     fn rank(&self) -> u8 {
         match self {
             Self::Refused(_) => 0,
-            Self::Release { .. } => 1,
-            Self::Settled { .. } => 2,
-            Self::Acquire { .. } => 3,
-            Self::Start(_) => 4,
-            Self::Retired(_) => 5,
+            Self::Abort { .. } => 1,
+            Self::Release { .. } => 2,
+            Self::Settled { .. } => 3,
+            Self::Acquire { .. } => 4,
+            Self::Start(_) => 5,
+            Self::Retired(_) => 6,
         }
     }
 
@@ -321,6 +357,7 @@ impl ActionView {
         match self {
             Self::Refused(_) => 0,
             Self::Release { entry, .. }
+            | Self::Abort { entry, .. }
             | Self::Settled { entry, .. }
             | Self::Acquire { entry, .. } => *entry,
             Self::Start(e) | Self::Retired(e) => *e,
@@ -348,8 +385,12 @@ pub trait Subject {
     fn tool_line(&mut self, name: &str) -> String;
     /// Makes a fresh scheduler from the kept policy.
     fn new_scheduler(&mut self);
-    /// `submit-batch`: `(batch, first entry, entry count)`.
-    fn submit_batch(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String>;
+    /// `submit-batch` with the batch's time limits: `(batch, first entry, entry count)`.
+    fn submit_batch(
+        &mut self,
+        calls: &[CallSpec],
+        limits: LimitsSpec,
+    ) -> Result<(u64, u64, u32), String>;
     /// `on-events`: the refused inputs, in order.
     fn on_events(&mut self, events: &[EventSpec]) -> Vec<RefusalView>;
     /// `on-ended`: the refused ends, in order.
@@ -864,7 +905,7 @@ impl Runner {
                     .and_then(|i| case.batch.get(i as usize))
                     .ok_or_else(|| format!("the case has no batch {n}"))?;
                 let calls = parse_calls(spec)?;
-                match subject.submit_batch(&calls) {
+                match subject.submit_batch(&calls, spec.limits()) {
                     Ok((batch, first, count)) => {
                         self.batches.insert(n, batch);
                         let mut e = first;
@@ -1112,6 +1153,14 @@ impl Runner {
                 step.start, step.settle
             ));
         }
+        let abort: Vec<String> = out
+            .abort
+            .iter()
+            .map(|(e, cause)| format!("{} {cause}", self.label_of(*e)))
+            .collect();
+        if abort != step.abort {
+            return Err(format!("want abort {:?}, got {abort:?}", step.abort));
+        }
         let acquire: Vec<String> = out.acquire.iter().map(|&e| self.label_of(e)).collect();
         let release: Vec<String> = out.release.iter().map(|&e| self.label_of(e)).collect();
         if acquire != step.acquire || release != step.release {
@@ -1286,6 +1335,7 @@ fn step_once(
         last = Some(at);
         match action {
             ActionView::Refused(r) => refused.push(r.code.clone()),
+            ActionView::Abort { entry, cause } => out.abort.push((*entry, cause.clone())),
             ActionView::Release { entry, .. } => out.release.push(*entry),
             ActionView::Settled {
                 entry,

@@ -9,14 +9,14 @@ use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindge
 use std::path::PathBuf;
 
 use turnstile_corpus::{
-    self as corpus, ActionView, CallSpec, Diag, EndSpec, EventSpec, RefusalView, ReleasesView,
-    Subject, WaitView,
+    self as corpus, ActionView, CallSpec, Diag, EndSpec, EventSpec, LimitsSpec, RefusalView,
+    ReleasesView, Subject, WaitView,
 };
 use turnstile_engine::admission::{Admission, AdmissionConfig, Class, Ticket};
 use turnstile_engine::config::{self, Layer, Policy};
 use turnstile_engine::schedule::{
-    About, Action, BatchId, Call, End, EntryId, HostSettle, Input, Reason, Refusal, Releases,
-    Scheduler, Started, State, Wait,
+    About, Action, BatchId, Call, End, EntryId, HostSettle, Input, Limits, Reason, Refusal,
+    Releases, Scheduler, Started, State, Wait,
 };
 
 #[derive(Default)]
@@ -50,10 +50,19 @@ fn after(reason: Reason) -> Option<u32> {
     }
 }
 
-fn state_parts(state: State) -> (&'static str, Option<u32>) {
+/// A reason's name, with the cause of an abort (`timed-out deadline`).
+fn reason_text(reason: Reason) -> String {
+    match reason {
+        Reason::TimedOut { cause } => format!("timed-out {}", cause.name()),
+        other => other.name().to_owned(),
+    }
+}
+
+fn state_parts(state: State) -> (String, Option<u32>) {
     match state {
-        State::Settled(reason) => (reason.name(), after(reason)),
-        other => (other.name(), None),
+        State::Settled(reason) => (reason_text(reason), after(reason)),
+        State::Aborted(cause) => (format!("aborted {}", cause.name()), None),
+        other => (other.name().to_owned(), None),
     }
 }
 
@@ -96,7 +105,11 @@ impl Subject for Native {
         self.scheduler = Some(Scheduler::new(self.policy.clone()));
     }
 
-    fn submit_batch(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String> {
+    fn submit_batch(
+        &mut self,
+        calls: &[CallSpec],
+        limits: LimitsSpec,
+    ) -> Result<(u64, u64, u32), String> {
         let calls: Vec<Call<'_>> = calls
             .iter()
             .map(|c| Call {
@@ -106,8 +119,12 @@ impl Subject for Native {
                 arguments: c.arguments.as_deref(),
             })
             .collect();
+        let limits = Limits {
+            execution_ms: limits.execution_ms,
+            abort_grace_ms: limits.abort_grace_ms,
+        };
         self.sched()
-            .submit_batch(&calls)
+            .submit_batch_with(&calls, limits)
             .map(|s| (s.batch.0, s.first.0, s.count))
             .map_err(|e| e.code.as_str().to_owned())
     }
@@ -160,13 +177,17 @@ impl Subject for Native {
             .actions()
             .map(|a| match a {
                 Action::Refused(r) => ActionView::Refused(refusal(r.clone())),
+                Action::Abort(a) => ActionView::Abort {
+                    entry: a.entry.0,
+                    cause: a.cause.name().to_owned(),
+                },
                 Action::Release(p) => ActionView::Release {
                     entry: p.entry.0,
                     key: p.key.clone(),
                 },
                 Action::Settled(s) => ActionView::Settled {
                     entry: s.entry.0,
-                    reason: s.reason.name().to_owned(),
+                    reason: reason_text(s.reason),
                     after: after(s.reason),
                     message: s.message.clone(),
                 },
@@ -219,7 +240,7 @@ impl Subject for Native {
                         Wait::PermitRequested { key } => WaitView::PermitRequested(key),
                         Wait::PermitGranted { key } => WaitView::PermitGranted(key),
                     });
-                    corpus::inspect_line(&st.label, state, after, wait)
+                    corpus::inspect_line(&st.label, &state, after, wait)
                 })
                 .collect(),
         )

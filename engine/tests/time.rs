@@ -12,7 +12,8 @@ mod step;
 
 use step::{InputKind, Inputs, Outputs, Step};
 use turnstile_engine::schedule::{
-    BatchId, Call, EntryId, Input, InputErrorCode, Reason, Scheduler, State, Wait,
+    AbortCause, BatchId, Call, EntryId, Input, InputErrorCode, Limits, Reason, Scheduler, State,
+    Wait,
 };
 
 fn policy(text: &str) -> Policy {
@@ -906,4 +907,92 @@ concurrency = { key = "fs:{path}", limit = 1 }
     s.on_event(Input::LiftPause("fs:/a")).unwrap();
     s.step(&Inputs::default(), &mut out);
     assert_eq!(out.start, vec![b.first]);
+}
+
+#[test]
+fn deadlines_of_ended_executions_are_stale_and_stay_bounded() {
+    // One execution holds a far deadline at the top of the heap; thousands of others end long
+    // before theirs, whose items lie behind it: they are dropped, not kept.
+    let text = "[conversation.tools.get.concurrency]\nkey = \"api\"\nlimit = 2\n";
+    let mut s = Scheduler::new(policy(text));
+    let mut out = Outputs::default();
+    let submit = |s: &mut Scheduler, id: &'static str, ms: u32| {
+        let limits = Limits {
+            execution_ms: Some(ms),
+            abort_grace_ms: Some(ms),
+        };
+        let call = Call {
+            id,
+            tool: "get",
+            operations: None,
+            arguments: None,
+        };
+        s.submit_batch_with(&[call], limits).unwrap()
+    };
+    let long = submit(&mut s, "long", 1_000);
+    s.step(
+        &Inputs {
+            approve: &[long.first],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.wake_at, Some(1_000));
+    for round in 1..=5_000u64 {
+        let b = submit(&mut s, "short", 1_000_000);
+        s.step(
+            &Inputs {
+                now: Some(round / 10),
+                approve: &[b.first],
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        assert_eq!(out.start, [b.first], "round {round}");
+        s.step(
+            &Inputs {
+                ok: &[b.first],
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        assert_eq!(out.retired, [b.batch]);
+        assert_eq!(
+            out.wake_at,
+            Some(1_000),
+            "the live deadline, not a stale one"
+        );
+        let (live, heap) = s.deadlines_for_tests();
+        assert_eq!(live, 1);
+        // Compacted when an arm finds stale items outnumbering the live ones (two then).
+        assert!(
+            heap <= 2 * (live + 1) + 65,
+            "round {round}: {heap} heap items"
+        );
+    }
+    // The long one is aborted at its deadline, then given up after its grace: nothing is left.
+    s.step(
+        &Inputs {
+            now: Some(1_000),
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.abort, [(long.first, AbortCause::Deadline)]);
+    assert_eq!(
+        s.state(long.first),
+        Some(State::Aborted(AbortCause::Deadline))
+    );
+    s.step(
+        &Inputs {
+            now: Some(2_000),
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    let cause = AbortCause::Deadline;
+    assert_eq!(out.settle, [(long.first, Reason::TimedOut { cause })]);
+    assert_eq!(out.retired, [long.batch]);
+    assert_eq!(s.deadlines_for_tests().0, 0);
+    assert_eq!(s.live_entries(), 0);
 }

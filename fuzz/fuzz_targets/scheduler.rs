@@ -12,8 +12,8 @@ use libfuzzer_sys::fuzz_target;
 use turnstile_engine::config::{self, Layer, Policy};
 use turnstile_engine::limits::OPERATIONS_PER_CALL_MAX;
 use turnstile_engine::schedule::{
-    BatchId, Call, End, EntryId, HostSettle, Input, Outcome, Reason, Releases, Saved, SavedState,
-    Scheduler, Started, State,
+    BatchId, Call, End, EntryId, HostSettle, Input, Limits, Outcome, Reason, Releases, Saved,
+    SavedState, Scheduler, Started, State,
 };
 
 /// The policies a restart may switch between: `a` stops to fanning out, limits change, `c`
@@ -110,7 +110,13 @@ fn submit(s: &mut Scheduler, input: &mut Bytes<'_>) {
             arguments: arguments.as_deref(),
         })
         .collect();
-    let _ = s.submit_batch(&calls);
+    // Time limits: none, or a few milliseconds of execution and of abort grace (0 included).
+    let limit = |b: u8| (b % 4 != 0).then_some(u32::from(b % 32));
+    let limits = Limits {
+        execution_ms: limit(input.byte()).map(|ms| ms + 1),
+        abort_grace_ms: limit(input.byte()),
+    };
+    let _ = s.submit_batch_with(&calls, limits);
 }
 
 /// The fuzzer's clock: mostly forward, sometimes backwards (a refused `now`).
@@ -254,7 +260,7 @@ fn drain(s: &mut Scheduler, out: &mut Releases, clock: &mut u64) {
             for e in (batch.first.0..batch.first.0 + count).map(EntryId) {
                 match s.state(e) {
                     Some(State::Pending) => approve.push(e),
-                    Some(State::Running | State::Asking) => ok.push(e),
+                    Some(State::Running | State::Asking | State::Aborted(_)) => ok.push(e),
                     Some(State::Acquiring) => granted.push(e),
                     _ => {}
                 }

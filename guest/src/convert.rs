@@ -7,9 +7,10 @@ use turnstile_engine::config::{OnError, ToolPolicy};
 use turnstile_engine::diagnostic::{self, Code, Diagnostic, Severity};
 use turnstile_engine::retry_after::{RetryAfterError, RetryAfterErrorCode};
 use turnstile_engine::schedule::{
-    About, Action, BatchId, Call, End, EntryId, EntryStatus, HostSettle, Input, InputErrorCode,
-    Outcome, Reason, Refusal, Releases, ResumeError, ResumeErrorCode, Saved, SavedBatch, SavedCall,
-    SavedState, Started, State, SubmitError, SubmitErrorCode, Unrestored, UnrestoredCode, Wait,
+    AbortCause, About, Action, BatchId, Call, End, EntryId, EntryStatus, HostSettle, Input,
+    InputErrorCode, Limits, Outcome, Reason, Refusal, Releases, ResumeError, ResumeErrorCode,
+    Saved, SavedBatch, SavedCall, SavedState, Started, State, SubmitError, SubmitErrorCode,
+    Unrestored, UnrestoredCode, Wait,
 };
 
 use crate::wit_admission as wa;
@@ -154,6 +155,29 @@ fn reason_out(r: Reason) -> ws::Reason {
         Reason::Interrupted => ws::Reason::Interrupted,
         // The wait an endpoint asked for, when it was too long, is in the settlement's sentence.
         Reason::RateLimited { retries, .. } => ws::Reason::RateLimited(retries),
+        Reason::TimedOut { cause } => ws::Reason::TimedOut(cause_out(cause)),
+    }
+}
+
+fn cause_out(c: AbortCause) -> ws::AbortCause {
+    match c {
+        AbortCause::Deadline => ws::AbortCause::Deadline,
+        AbortCause::Cancel => ws::AbortCause::Cancel,
+    }
+}
+
+/// A batch's time limits.
+pub(crate) fn limits_in(l: ws::Limits) -> Limits {
+    Limits {
+        execution_ms: l.execution_ms,
+        abort_grace_ms: l.abort_grace_ms,
+    }
+}
+
+fn limits_out(l: Limits) -> ws::Limits {
+    ws::Limits {
+        execution_ms: l.execution_ms,
+        abort_grace_ms: l.abort_grace_ms,
     }
 }
 
@@ -168,6 +192,12 @@ pub(crate) fn reason_in(r: ws::Reason) -> Reason {
         ws::Reason::RateLimited(retries) => Reason::RateLimited {
             retries,
             asked_s: None,
+        },
+        ws::Reason::TimedOut(cause) => Reason::TimedOut {
+            cause: match cause {
+                ws::AbortCause::Deadline => AbortCause::Deadline,
+                ws::AbortCause::Cancel => AbortCause::Cancel,
+            },
         },
     }
 }
@@ -222,6 +252,7 @@ pub(crate) fn refusal(r: Refusal) -> ws::Refusal {
             E::TimeBackwards => W::TimeBackwards,
             E::UnknownKey => W::UnknownKey,
             E::NotAcquiring => W::NotAcquiring,
+            E::GivenUp => W::GivenUp,
         },
         message: r.message,
     }
@@ -232,6 +263,10 @@ pub(crate) fn releases(out: &Releases) -> ws::Releases {
     let mut actions = Vec::with_capacity(out.len());
     actions.extend(out.actions().map(|a| match a {
         Action::Refused(r) => ws::Action::Refused(refusal(r.clone())),
+        Action::Abort(a) => ws::Action::Abort(ws::Abort {
+            entry: a.entry.0,
+            cause: cause_out(a.cause),
+        }),
         Action::Release(p) => ws::Action::Release(ws::Permit {
             entry: p.entry.0,
             key: p.key.clone(),
@@ -264,6 +299,7 @@ fn state_out(s: State) -> ws::State {
         State::Granted => ws::State::Granted,
         State::Running => ws::State::Running,
         State::Asking => ws::State::Asking,
+        State::Aborted(c) => ws::State::Aborted(cause_out(c)),
         State::Ended(o) => ws::State::Ended(outcome_out(o)),
         State::Settled(r) => ws::State::Settled(reason_out(r)),
     }
@@ -327,6 +363,7 @@ pub(crate) fn saved_state_out(s: SavedState) -> ws::SavedState {
                 batch: b.batch.0,
                 first: b.first.0,
                 cancelled: b.cancelled,
+                limits: limits_out(b.limits),
                 calls: b
                     .calls
                     .into_iter()
@@ -363,6 +400,7 @@ pub(crate) fn saved_state_in(s: ws::SavedState) -> SavedState {
                 batch: BatchId(b.batch),
                 first: EntryId(b.first),
                 cancelled: b.cancelled,
+                limits: limits_in(b.limits),
                 calls: b
                     .calls
                     .into_iter()

@@ -141,11 +141,12 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
     fn submit_batch(
         &self,
         calls: Vec<wit_scheduler::Call>,
+        limits: wit_scheduler::Limits,
     ) -> Result<wit_scheduler::Submitted, wit_scheduler::SubmitError> {
         let calls = convert::calls(&calls);
         self.inner
             .borrow_mut()
-            .submit_batch(&calls)
+            .submit_batch_with(&calls, convert::limits_in(limits))
             .map(|s| wit_scheduler::Submitted {
                 batch: s.batch.0,
                 first: s.first.0,

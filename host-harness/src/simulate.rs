@@ -161,7 +161,11 @@ pub fn split_calls(text: &str) -> Result<BatchSpec, String> {
             "empty call in {text:?}: separate calls with one comma each"
         ));
     }
-    let batch = BatchSpec { calls };
+    let batch = BatchSpec {
+        calls,
+        execution_ms: None,
+        abort_grace_ms: None,
+    };
     calls_of(&batch)?;
     Ok(batch)
 }
@@ -279,7 +283,12 @@ impl Sim<'_> {
         let wit_calls = crate::subject::wit_calls(&calls);
         let submitted = self
             .iface
-            .call_submit_batch(&mut *self.store, self.sched, &wit_calls)
+            .call_submit_batch(
+                &mut *self.store,
+                self.sched,
+                &wit_calls,
+                crate::subject::wit_limits(batch.limits()),
+            )
             .map_err(trap)?
             .map_err(|e| Error::Input(format!("batch {n}: {}", e.message)))?;
         let detail = format!("{} calls", calls.len());
@@ -360,6 +369,22 @@ impl Sim<'_> {
             for action in round.actions {
                 match action {
                     ws::Action::Refused(r) => refused.push(r),
+                    // A simulated execution stops at once when told to: it ends failed now.
+                    ws::Action::Abort(a) => {
+                        running.retain(|r| r.entry != a.entry);
+                        ends.push(ws::Ended {
+                            entry: a.entry,
+                            end: ws::End::Failed,
+                        });
+                        let label = self.label(a.entry);
+                        let cause = match a.cause {
+                            ws::AbortCause::Deadline => {
+                                "its execution limit passed; it ended failed"
+                            }
+                            ws::AbortCause::Cancel => "its batch was cancelled; it ended failed",
+                        };
+                        self.event("abort", &label, cause);
+                    }
                     // One process here: a permit back is nothing to do.
                     ws::Action::Release(_) => {}
                     ws::Action::Settled(st) => {
@@ -392,7 +417,7 @@ impl Sim<'_> {
                 return Err(Error::Host(why));
             }
             self.show_waits(&batches, &mut shown)?;
-            if !events.is_empty() {
+            if !events.is_empty() || !ends.is_empty() {
                 continue;
             }
             let next = running

@@ -2,8 +2,8 @@
 //! reported as an error string starting with `trap:`, which no case expects, so it fails.
 
 use turnstile_corpus::{
-    self as corpus, ActionView, CallSpec, Diag, EndSpec, EventSpec, RefusalView, ReleasesView,
-    Subject, WaitView,
+    self as corpus, ActionView, CallSpec, Diag, EndSpec, EventSpec, LimitsSpec, RefusalView,
+    ReleasesView, Subject, WaitView,
 };
 use wasmtime::component::ResourceAny;
 
@@ -139,8 +139,13 @@ impl Subject for ComponentSubject {
         self.scheduler = iface.call_constructor(&mut self.instance.store, p).ok();
     }
 
-    fn submit_batch(&mut self, calls: &[CallSpec]) -> Result<(u64, u64, u32), String> {
+    fn submit_batch(
+        &mut self,
+        calls: &[CallSpec],
+        limits: LimitsSpec,
+    ) -> Result<(u64, u64, u32), String> {
         let calls = wit_calls(calls);
+        let limits = wit_limits(limits);
         let s = self.scheduler()?;
         let iface = self
             .instance
@@ -148,7 +153,7 @@ impl Subject for ComponentSubject {
             .turnstile_scheduler_scheduler()
             .scheduler();
         iface
-            .call_submit_batch(&mut self.instance.store, s, &calls)
+            .call_submit_batch(&mut self.instance.store, s, &calls, limits)
             .map_err(trap)?
             .map(|b| (b.batch, b.first, b.count))
             .map_err(|e| submit_code(e.code).to_owned())
@@ -244,6 +249,10 @@ impl Subject for ComponentSubject {
                     .iter()
                     .map(|a| match a {
                         ws::Action::Refused(r) => ActionView::Refused(refusal(r)),
+                        ws::Action::Abort(a) => ActionView::Abort {
+                            entry: a.entry,
+                            cause: cause(a.cause).to_owned(),
+                        },
                         ws::Action::Release(p) => ActionView::Release {
                             entry: p.entry,
                             key: p.key.clone(),
@@ -433,6 +442,23 @@ fn reason(r: &ws::Reason) -> (&'static str, Option<u32>) {
         ws::Reason::Stopped(after) => ("stopped", Some(*after)),
         ws::Reason::Interrupted => ("interrupted", None),
         ws::Reason::RateLimited(retries) => ("rate-limited", Some(*retries)),
+        ws::Reason::TimedOut(ws::AbortCause::Deadline) => ("timed-out deadline", None),
+        ws::Reason::TimedOut(ws::AbortCause::Cancel) => ("timed-out cancel", None),
+    }
+}
+
+fn cause(c: ws::AbortCause) -> &'static str {
+    match c {
+        ws::AbortCause::Deadline => "deadline",
+        ws::AbortCause::Cancel => "cancel",
+    }
+}
+
+/// A batch's time limits as `submit-batch` takes them.
+pub(crate) fn wit_limits(l: LimitsSpec) -> ws::Limits {
+    ws::Limits {
+        execution_ms: l.execution_ms,
+        abort_grace_ms: l.abort_grace_ms,
     }
 }
 
@@ -500,6 +526,8 @@ pub(crate) fn inspect_line(st: &ws::EntryStatus) -> String {
         ws::State::Granted => ("granted", None),
         ws::State::Running => ("running", None),
         ws::State::Asking => ("asking", None),
+        ws::State::Aborted(ws::AbortCause::Deadline) => ("aborted deadline", None),
+        ws::State::Aborted(ws::AbortCause::Cancel) => ("aborted cancel", None),
         ws::State::Ended(ws::Outcome::Ok) => ("ended-ok", None),
         ws::State::Ended(ws::Outcome::Failed) => ("ended-failed", None),
         ws::State::Settled(r) => reason(r),
@@ -552,6 +580,7 @@ pub(crate) fn input_code(code: ws::RefusalCode) -> &'static str {
         E::TimeBackwards => "time-backwards",
         E::UnknownKey => "unknown-key",
         E::NotAcquiring => "not-acquiring",
+        E::GivenUp => "given-up",
     }
 }
 

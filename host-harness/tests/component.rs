@@ -444,7 +444,7 @@ fn limits_turn_pathological_input_into_errors() {
                 arguments: None,
             })
             .collect();
-        match iface.call_submit_batch(&mut s.inst.store, s.s, &calls) {
+        match iface.call_submit_batch(&mut s.inst.store, s.s, &calls, common::NO_LIMITS) {
             Err(trap) => {
                 hit = Some(trap);
                 break;

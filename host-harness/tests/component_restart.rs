@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    HostSettle, HostSettlement, InputErrorCode, InputKind, Inputs, STOP_POLICY, Sched, assert_out,
-    none,
+    HostSettle, HostSettlement, InputErrorCode, InputKind, Inputs, NO_LIMITS, STOP_POLICY, Sched,
+    assert_out, none,
 };
 use host_harness::wit_scheduler as ws;
 use ws::Reason as R;
@@ -144,6 +144,7 @@ fn export_is_version_2_with_every_state_and_a_policy_fingerprint() {
                 batch: 1,
                 first: 1,
                 cancelled: false,
+                limits: NO_LIMITS,
                 calls: vec![
                     saved_call("run", "u", None, &[(0, started)]),
                     saved_call("ask", "u", None, &[(0, started)]),
@@ -165,6 +166,7 @@ fn export_is_version_2_with_every_state_and_a_policy_fingerprint() {
                 batch: 2,
                 first: 9,
                 cancelled: true,
+                limits: NO_LIMITS,
                 calls: vec![
                     saved_call("c1", "u", None, &[(0, started)]),
                     saved_call("c2", "w", None, &[(0, started)]),
@@ -175,6 +177,7 @@ fn export_is_version_2_with_every_state_and_a_policy_fingerprint() {
                 batch: 3,
                 first: 12,
                 cancelled: false,
+                limits: NO_LIMITS,
                 calls: vec![
                     saved_call("p", "u", None, &[]),
                     saved_call("q", "u", None, &[]),
@@ -448,6 +451,7 @@ fn resume_refuses_bad_states() {
         batch,
         first,
         cancelled: false,
+        limits: NO_LIMITS,
         calls,
     };
     let at = |operation: u32, state: ws::Saved| ws::SavedEntry { operation, state };

@@ -72,6 +72,8 @@ pub(crate) struct Batch {
     unanswered: u32,
     open: bool,
     cancelled: bool,
+    /// Its executions' time limits (`deadline.rs`).
+    pub(crate) limits: super::Limits,
 }
 
 impl Batch {
@@ -172,6 +174,7 @@ impl Batch {
         self.unanswered = 0;
         self.open = false;
         self.cancelled = false;
+        self.limits = super::Limits::default();
     }
 }
 

@@ -2,8 +2,9 @@
 //! goes through [`Scheduler::transition`]: the lifecycle applies the event and says what it
 //! implies ([`Effects`], named by each rule of the table), and [`Scheduler::commit`] applies
 //! that: the batch's barrier and retirement counts, the key's slots, queue and walk, the
-//! round's output (starts, permit requests, permits given back, settlements), the retry count
-//! and the stop rule. No other code writes a batch's counters or a key's running count.
+//! round's output (starts, permit requests, permits given back, settlements), the retry count,
+//! a started entry's deadline (armed at its start, dropped with its slot: `deadline.rs`) and
+//! the stop rule. No other code writes a batch's counters or a key's running count.
 
 use super::lifecycle::{Event, HostEvent, Illegal, SchedulerEvent};
 use super::{Scheduler, State};
@@ -166,6 +167,11 @@ impl Scheduler {
         }
         if effects.has(Effects::STARTS) {
             self.started.push(e);
+            self.arm_execution(slot, index);
+        }
+        // A started entry's deadline (or grace) goes with its slot (`deadline.rs`).
+        if effects.has(Effects::FREES_SLOT) {
+            self.deadlines.disarm(e);
         }
         if effects.has(Effects::ACQUIRES) {
             self.acquiring.push(e);

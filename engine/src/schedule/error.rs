@@ -40,6 +40,9 @@ codes! {
         AlreadyEnded => "already-ended",
         /// The batch was already cancelled.
         BatchCancelled => "batch-cancelled",
+        /// An end, or a question, for an execution the scheduler gave up on: it was aborted
+        /// and its abort grace passed (settled `timed-out`); nothing changed.
+        GivenUp => "given-up",
         /// `now` is earlier than a `now` given before (the host's clock must be monotonic).
         TimeBackwards => "time-backwards",
         /// A pause names a key no configured tool declares.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Reason, Wait};
+use super::{AbortCause, Reason, Wait};
 
 /// Running labels a sentence names before it says "and N more".
 const NAMED_MAX: usize = 5;
@@ -108,6 +108,16 @@ pub fn settled_sentence(reason: Reason, label: &str) -> String {
                 after.saturating_sub(1)
             )
         }
+        Reason::TimedOut {
+            cause: AbortCause::Deadline,
+        } => "no result: it ran longer than its time limit, was told to stop, and did not stop \
+              in time; it may have had effects"
+            .to_owned(),
+        Reason::TimedOut {
+            cause: AbortCause::Cancel,
+        } => "no result: its batch was cancelled while it ran, and it did not stop in time; it \
+              may have had effects"
+            .to_owned(),
         Reason::Interrupted => {
             "not run again: it was running when the host stopped, and its result is unknown"
                 .to_owned()

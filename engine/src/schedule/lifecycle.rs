@@ -28,6 +28,12 @@
 //! entry of a shared key hits a rate limit and goes back in line, the acquiring and granted
 //! entries behind it `yield` (back to approved, their permits given back) and ask again after it.
 //!
+//! A running or asking execution the scheduler aborts (`abort`: its deadline passed, or its
+//! batch was cancelled) is `aborted`: it keeps its slot and ends as usual, or, when its batch
+//! has an abort grace and the grace passes first, the scheduler gives up on it (settled
+//! `timed-out`, `deadline.rs`). An aborted execution asks no more questions and is not run again
+//! after a rate limit.
+//!
 //! A restart (`resume`) is not an event: it builds entries anew from a saved state with
 //! [`Lifecycle::restored`], where what had started comes back `pending` or settled
 //! `interrupted`.
@@ -53,6 +59,9 @@ pub enum State {
     Running,
     /// Released, with a question outstanding; still holds its slot.
     Asking,
+    /// Released, and the scheduler told the host to abort it (its deadline passed, or its
+    /// batch was cancelled); it holds its slot until it ends or its abort grace passes.
+    Aborted(AbortCause),
     /// The execution ended. Terminal.
     Ended(Outcome),
     /// Got a response without ever being released. Terminal.
@@ -62,7 +71,7 @@ pub enum State {
 impl State {
     /// Released and not ended: holds a slot of its key and runs.
     pub fn is_started_unended(self) -> bool {
-        matches!(self, Self::Running | Self::Asking)
+        matches!(self, Self::Running | Self::Asking | Self::Aborted(_))
     }
 
     /// Holds a permit request or a permit of a shared key (and a local slot) without running.
@@ -80,6 +89,7 @@ impl State {
                 | Self::Granted
                 | Self::Running
                 | Self::Asking
+                | Self::Aborted(_)
         )
     }
 
@@ -88,7 +98,13 @@ impl State {
         matches!(
             self,
             Self::Ended(Outcome::Failed)
-                | Self::Settled(Reason::Failed | Reason::RateLimited { .. })
+                | Self::Settled(
+                    Reason::Failed
+                        | Reason::RateLimited { .. }
+                        | Reason::TimedOut {
+                            cause: AbortCause::Deadline
+                        }
+                )
         )
     }
 
@@ -101,6 +117,7 @@ impl State {
             Self::Granted => "granted",
             Self::Running => "running",
             Self::Asking => "asking",
+            Self::Aborted(_) => "aborted",
             Self::Ended(Outcome::Ok) => "ended-ok",
             Self::Ended(Outcome::Failed) => "ended-failed",
             Self::Settled(reason) => reason.name(),
@@ -116,6 +133,25 @@ pub enum Outcome {
     /// An error result. Frees the slot like any end; stops later operations of the call under
     /// `on_error = "stop"`.
     Failed,
+}
+
+/// Why the scheduler aborts an execution ([`Action::Abort`](super::Action::Abort)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AbortCause {
+    /// It ran as long as its batch's execution limit allows.
+    Deadline,
+    /// Its batch was cancelled while it ran.
+    Cancel,
+}
+
+impl AbortCause {
+    /// The lowercase name used in messages and case files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Deadline => "deadline",
+            Self::Cancel => "cancel",
+        }
+    }
 }
 
 /// Why an entry was settled without being released.
@@ -151,6 +187,14 @@ pub enum Reason {
         /// retry cap was reached.
         asked_s: Option<NonZeroU32>,
     },
+    /// It was aborted (`cause`) and had not ended when its batch's abort grace passed: the
+    /// scheduler gave up on it, freed its slot, and refuses its late end (scheduler). Its
+    /// result is unknown and it may have had effects. Counts as a failure for
+    /// `on_error = "stop"` when its deadline aborted it.
+    TimedOut {
+        /// Why it was aborted.
+        cause: AbortCause,
+    },
 }
 
 impl Reason {
@@ -164,6 +208,7 @@ impl Reason {
             Self::Stopped { .. } => "stopped",
             Self::Interrupted => "interrupted",
             Self::RateLimited { .. } => "rate-limited",
+            Self::TimedOut { .. } => "timed-out",
         }
     }
 }
@@ -212,8 +257,11 @@ pub(crate) enum SchedulerEvent {
         after: u32,
     },
     Retry,
-    /// The scheduler will not run a retried execution again (its cap, or its batch cancelled).
+    /// The scheduler will not run a retried execution again (its cap, or its batch cancelled),
+    /// or an aborted one ended not within its grace (`deadline.rs`).
     GiveUp(Reason),
+    /// The scheduler tells the host to stop a running execution (`deadline.rs`).
+    Abort(AbortCause),
 }
 
 /// Everything that moves an entry: the host's reports and the scheduler's own moves.
@@ -255,6 +303,7 @@ impl Event {
                 SchedulerEvent::Stop { .. } => "stop",
                 SchedulerEvent::Retry => "retry",
                 SchedulerEvent::GiveUp(_) => "give up on",
+                SchedulerEvent::Abort(_) => "abort",
             },
         }
     }
@@ -346,7 +395,7 @@ impl Saved {
     pub fn of(state: State) -> Option<Self> {
         match state {
             State::Pending | State::Approved | State::Acquiring | State::Granted => None,
-            State::Running | State::Asking => Some(Self::Started),
+            State::Running | State::Asking | State::Aborted(_) => Some(Self::Started),
             State::Ended(outcome) => Some(Self::Ended(outcome)),
             State::Settled(reason) => Some(Self::Settled(reason)),
         }
@@ -387,7 +436,7 @@ fn next(state: State, event: Event) -> Result<(State, Effects), Illegal> {
         (S::Acquiring | S::Granted, Event::Scheduler(I::Yield)) => (S::Approved, GIVE_BACK),
         (S::Running, Event::Host(H::Ask)) => (S::Asking, E::NONE),
         (S::Asking, Event::Host(H::Answer)) => (S::Running, E::NONE),
-        (S::Running | S::Asking, Event::Host(H::End(outcome))) => {
+        (S::Running | S::Asking | S::Aborted(_), Event::Host(H::End(outcome))) => {
             let ended = S::Ended(outcome);
             (ended, ANSWER.and(GIVE_BACK).and(E::RAN).and(failed(ended)))
         }
@@ -413,7 +462,9 @@ fn next(state: State, event: Event) -> Result<(State, Effects), Illegal> {
         (S::Running | S::Asking, Event::Scheduler(I::Retry)) => {
             (S::Approved, GIVE_BACK.and(E::REQUEUED))
         }
-        (S::Running | S::Asking, Event::Scheduler(I::GiveUp(reason))) => {
+        // Aborted: it holds its slot and runs on until it ends or its grace passes.
+        (S::Running | S::Asking, Event::Scheduler(I::Abort(cause))) => (S::Aborted(cause), E::NONE),
+        (S::Running | S::Asking | S::Aborted(_), Event::Scheduler(I::GiveUp(reason))) => {
             let settled = S::Settled(reason);
             let effects = ANSWER.and(GIVE_BACK).and(E::REPORTED).and(E::RAN);
             (settled, effects.and(failed(settled)))
@@ -421,6 +472,10 @@ fn next(state: State, event: Event) -> Result<(State, Effects), Illegal> {
         (_, event) => {
             let code = match (state, event) {
                 (_, Event::Host(H::Approve | H::Settle(_))) => InputErrorCode::AlreadyDecided,
+                (
+                    S::Settled(Reason::TimedOut { .. }),
+                    Event::Host(H::Ask | H::Answer | H::End(_)) | Event::Scheduler(I::Retry),
+                ) => InputErrorCode::GivenUp,
                 (
                     S::Ended(_),
                     Event::Host(H::Ask | H::Answer | H::End(_)) | Event::Scheduler(I::Retry),

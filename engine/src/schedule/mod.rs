@@ -27,8 +27,12 @@
 //! - *Can one saturated key block another?* No. Keys are independent of each other and of
 //!   unkeyed entries.
 //! - *What does cancelling do?* A cancellation settles every pending or approved entry of the
-//!   batch as cancelled. Running ones keep their slot until the host reports their end; nothing
-//!   of that batch is released again.
+//!   batch as cancelled and aborts the running ones ([`Action::Abort`]). They keep their slot
+//!   until the host reports their end, or until the batch's abort grace gives up on them
+//!   (`deadline.rs`); nothing of that batch is released again.
+//! - *Deadlines?* The host says how long ([`Limits`], per batch), the scheduler says when: an
+//!   execution that ran its batch's limit is aborted, and with an abort grace an aborted one
+//!   that has not ended in time is settled `timed-out` with its slot freed (`deadline.rs`).
 //! - *When is a batch forgotten?* In the [`next_releases`](Scheduler::next_releases) whose
 //!   output gives its last entry a response: it is listed in [`Releases::retired`], its entry
 //!   and batch numbers are unknown from then on (numbers are never handed out twice), its call
@@ -50,13 +54,14 @@
 //!   start yet); [`on_ended`](Scheduler::on_ended) reports an execution's end;
 //!   [`on_event`](Scheduler::on_event) every other [`Input`].
 //! - The round: [`next_releases`](Scheduler::next_releases) moves the clock, runs the walks
-//!   the inputs made necessary and fills [`Releases`]: what to give back, settle, ask for and
-//!   start, which batches retired, and when to call it again. [`Releases::actions`] is the
+//!   the inputs made necessary and fills [`Releases`]: what to abort, give back, settle, ask for
+//!   and start, which batches retired, and when to call it again. [`Releases::actions`] is the
 //!   order to perform them.
 //! - Queries change nothing: [`label`](Scheduler::label), [`inspect`](Scheduler::inspect),
 //!   [`unfinished`](Scheduler::unfinished).
 
 mod batch;
+mod deadline;
 mod effects;
 mod error;
 pub mod explain;
@@ -71,12 +76,13 @@ mod stop;
 mod time;
 
 pub use batch::Call;
+pub use deadline::Limits;
 pub use error::{
     About, InputErrorCode, Refusal, ResumeError, ResumeErrorCode, SubmitError, SubmitErrorCode,
     Unrestored, UnrestoredCode,
 };
 pub use inspect::{EntryStatus, Wait};
-pub use lifecycle::{HostSettle, Outcome, Reason, Saved, State};
+pub use lifecycle::{AbortCause, HostSettle, Outcome, Reason, Saved, State};
 pub use restart::{SAVED_VERSION, SavedBatch, SavedCall, SavedState, Started, fingerprint};
 
 use crate::config::Policy;
@@ -200,11 +206,24 @@ pub struct Settlement {
     pub message: String,
 }
 
+/// An execution the host must stop ([`Action::Abort`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Abort {
+    /// The entry whose execution to stop; report its end with [`Scheduler::on_ended`].
+    pub entry: EntryId,
+    /// Its deadline passed, or its batch was cancelled.
+    pub cause: AbortCause,
+}
+
 /// One thing the host must do, in the order [`Releases::actions`] gives them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action<'a> {
     /// The `now` given was earlier than the clock: the clock stayed, the round ran at it.
     Refused(&'a Refusal),
+    /// Stop this execution (its deadline passed, or its batch was cancelled) and report its
+    /// end as usual; with an abort grace, the scheduler gives up on it if it has not ended in
+    /// time (a later settlement, `timed-out`).
+    Abort(&'a Abort),
     /// Give back a permit or a request.
     Release(&'a Permit),
     /// Answer this entry with this response; it will not run.
@@ -224,6 +243,8 @@ pub enum Action<'a> {
 pub struct Releases {
     /// The refused clock, if the `now` given went back.
     pub refused: Option<Refusal>,
+    /// Executions to stop: their deadline passed, or their batch was cancelled.
+    pub abort: Vec<Abort>,
     /// Permits (or requests) to give back: their entries ended, hit a rate limit, were
     /// cancelled or stopped while waiting for a permit, or stood behind an entry of their key
     /// that hit a rate limit.
@@ -243,17 +264,20 @@ pub struct Releases {
 }
 
 impl Releases {
-    /// Every action in the order to perform it: a refused clock, permits to give back (so the
+    /// Every action in the order to perform it: a refused clock, executions to abort (so they
+    /// stop as soon as possible), permits to give back (so the
     /// store can grant them elsewhere first), settlements, permits to ask for, starts, and
     /// last the retired batches (after every action about their entries).
     pub fn actions(&self) -> impl Iterator<Item = Action<'_>> {
         let refused = self.refused.iter().map(Action::Refused);
+        let abort = self.abort.iter().map(Action::Abort);
         let release = self.release.iter().map(Action::Release);
         let settled = self.settled.iter().map(Action::Settled);
         let acquire = self.acquire.iter().map(Action::Acquire);
         let start = self.start.iter().copied().map(Action::Start);
         let retired = self.retired.iter().copied().map(Action::Retired);
         refused
+            .chain(abort)
             .chain(release)
             .chain(settled)
             .chain(acquire)
@@ -264,6 +288,7 @@ impl Releases {
     /// How many actions there are.
     pub fn len(&self) -> usize {
         usize::from(self.refused.is_some())
+            + self.abort.len()
             + self.release.len()
             + self.settled.len()
             + self.acquire.len()
@@ -278,6 +303,7 @@ impl Releases {
 
     fn clear(&mut self) {
         self.refused = None;
+        self.abort.clear();
         self.release.clear();
         self.settled.clear();
         self.acquire.clear();
@@ -320,6 +346,10 @@ pub struct Scheduler {
     retries: FxHashMap<u64, u64>,
     /// Unkeyed retried entries and the time they may run again.
     not_before: FxHashMap<u64, u64>,
+    /// Execution deadlines and abort graces (`deadline.rs`).
+    deadlines: deadline::Deadlines,
+    /// Entries aborted since the last round.
+    aborts: Vec<u64>,
 }
 
 impl Scheduler {
@@ -344,6 +374,8 @@ impl Scheduler {
             timers: BinaryHeap::new(),
             retries: FxHashMap::default(),
             not_before: FxHashMap::default(),
+            deadlines: deadline::Deadlines::default(),
+            aborts: Vec::new(),
         }
     }
 
@@ -377,9 +409,27 @@ impl Scheduler {
         (self.retries.len(), self.not_before.len(), self.timers.len())
     }
 
-    /// Adds a batch in written order, all or nothing. Its entries start pending; nothing of it
-    /// is released until every entry is approved or settled.
+    /// `(entries with a live deadline, deadline heap items)`: an execution limit or an abort
+    /// grace. For tests that check nothing outlives its entry and stale items stay bounded.
+    #[doc(hidden)]
+    pub fn deadlines_for_tests(&self) -> (usize, usize) {
+        self.deadlines.sizes()
+    }
+
+    /// Adds a batch in written order, all or nothing, without time limits
+    /// ([`submit_batch_with`](Self::submit_batch_with)).
     pub fn submit_batch(&mut self, calls: &[Call<'_>]) -> Result<Submitted, SubmitError> {
+        self.submit_batch_with(calls, Limits::default())
+    }
+
+    /// Adds a batch in written order, all or nothing, with its executions' time limits
+    /// (`deadline.rs`). Its entries start pending; nothing of it is released until every entry
+    /// is approved or settled.
+    pub fn submit_batch_with(
+        &mut self,
+        calls: &[Call<'_>],
+        limits: Limits,
+    ) -> Result<Submitted, SubmitError> {
         self.check_submit(calls)?;
         let (id, first) = (self.next_batch, self.next_entry);
         let total: u64 = self.scratch.iter().map(|&(_, n)| u64::from(n)).sum();
@@ -392,6 +442,7 @@ impl Scheduler {
             ));
         }
         let slot = self.batches.open_slot(id, first);
+        self.batches.slot_mut(slot).limits = limits;
         self.fill(slot, calls);
         let count = self.batches.slot(slot).entries.len() as u32;
         self.next_batch += 1;
@@ -529,7 +580,8 @@ impl Scheduler {
         })
     }
 
-    /// Cancels a live batch: its pending and approved entries are settled as cancelled.
+    /// Cancels a live batch: its pending and approved entries are settled as cancelled, its
+    /// running and asking ones aborted (`deadline.rs`).
     fn cancel(&mut self, b: BatchId) -> Result<(), (InputErrorCode, String)> {
         let Some(slot) = self.batches.find(b.0) else {
             return Err((
@@ -554,6 +606,13 @@ impl Scheduler {
         // Each settled entry's key walks (its effects); running ones keep their slots.
         let pending = self.batches.slot(slot).pending();
         debug_assert_eq!(pending, 0, "cancelled batch {} still pending", b.0);
+        // Its running and asking entries are aborted (`deadline.rs`).
+        for i in 0..self.batches.slot(slot).entries.len() as u32 {
+            let state = self.batches.slot(slot).entries[i as usize].life.get();
+            if matches!(state, State::Running | State::Asking) {
+                self.abort(slot, i, AbortCause::Cancel);
+            }
+        }
         Ok(())
     }
 
@@ -599,8 +658,19 @@ impl Scheduler {
         sort(&mut self.settled);
         sort(&mut self.acquiring);
         sort(&mut self.released);
+        sort(&mut self.aborts);
         out.clear();
         out.refused = self.clock_refused.take();
+        // An entry that ended (or was given up) since its abort needs no abort any more.
+        for &e in &self.aborts {
+            if let Some(State::Aborted(cause)) = self.state(EntryId(e)) {
+                out.abort.push(Abort {
+                    entry: EntryId(e),
+                    cause,
+                });
+            }
+        }
+        self.aborts.clear();
         out.start.extend(self.started.drain(..).map(EntryId));
         // Every entry here is still live (batches retire below).
         self.hand_over_permits(out);

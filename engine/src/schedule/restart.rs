@@ -3,7 +3,7 @@
 //! the same or a changed policy.
 //!
 //! Format, version 2: the policy's fingerprint, the next batch and entry numbers, and per live
-//! batch its number, first entry, whether it was cancelled, and every call in written order
+//! batch its number, first entry, whether it was cancelled, its time limits, and every call in written order
 //! with the state of each entry that is not pending or approved ([`Saved`]). Pending and
 //! approved entries are decided again after a restart (JP re-asks for permission).
 
@@ -43,6 +43,9 @@ pub struct SavedBatch {
     pub first: EntryId,
     /// It was cancelled: nothing of it starts again.
     pub cancelled: bool,
+    /// Its executions' time limits, kept over a restart (a deadline itself is not: time is
+    /// the host process's, so what runs again gets a new deadline when it starts).
+    pub limits: super::Limits,
     /// Every call, in written order.
     pub calls: Vec<SavedCall>,
 }
@@ -128,6 +131,7 @@ impl Scheduler {
                     batch: BatchId(b.id),
                     first: EntryId(b.first),
                     cancelled: b.is_cancelled(),
+                    limits: b.limits,
                     calls,
                 }
             })
@@ -228,6 +232,7 @@ impl Scheduler {
         if saved.cancelled {
             self.batches.slot_mut(slot).cancel();
         }
+        self.batches.slot_mut(slot).limits = saved.limits;
         let rerun = started == Started::RunAgain && !saved.cancelled;
         for (c, call) in saved.calls.iter().enumerate() {
             let count = call.operations.unwrap_or(1);

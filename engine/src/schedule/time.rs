@@ -161,6 +161,7 @@ impl Scheduler {
                 }
             }
         }
+        self.expire_deadlines();
     }
 
     /// Queues a wake-up for key `k` at `at`, unless one is queued for that time already.
@@ -251,6 +252,13 @@ impl Scheduler {
         // `stop` (while it ran), past its key's cap, or when it asked to wait too long.
         let give_up = if !entry.life.get().is_started_unended() {
             None
+        } else if let State::Aborted(cause) = entry.life.get() {
+            // An aborted execution is not run again; its rate limit still pauses its key.
+            Some(if batch.is_cancelled() {
+                Reason::Cancelled
+            } else {
+                Reason::TimedOut { cause }
+            })
         } else if batch.is_cancelled() {
             Some(Reason::Cancelled)
         } else if let Some(after) = self.stopped_by(slot, index) {
@@ -291,17 +299,18 @@ impl Scheduler {
 
     /// When the scheduler next needs a round with a later `now`: the earliest live wake-up.
     pub(super) fn wake_at(&mut self) -> Option<u64> {
+        let deadline = self.next_deadline();
         while let Some(&Reverse((at, timer))) = self.timers.peek() {
             let live = match timer {
                 Timer::Key(k) => self.keys.key(k).time.armed(at),
                 Timer::Entry(e) => self.not_before.get(&e) == Some(&at),
             };
             if live {
-                return Some(at);
+                return Some(deadline.map_or(at, |d| d.min(at)));
             }
             self.timers.pop();
         }
-        None
+        deadline
     }
 
     /// Forgets the retry bookkeeping of a retiring batch's entries `first..end`: by entry when

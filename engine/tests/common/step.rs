@@ -8,8 +8,8 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use turnstile_engine::schedule::{
-    About, BatchId, End, EntryId, HostSettle, Input, InputErrorCode, Reason, Refusal, Releases,
-    Scheduler,
+    AbortCause, About, BatchId, End, EntryId, HostSettle, Input, InputErrorCode, Reason, Refusal,
+    Releases, Scheduler,
 };
 
 /// Which list of [`Inputs`] a refused input was in.
@@ -60,6 +60,7 @@ pub(crate) struct Inputs<'a> {
 /// One round's output, by number.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Outputs {
+    pub(crate) abort: Vec<(EntryId, AbortCause)>,
     pub(crate) start: Vec<EntryId>,
     pub(crate) acquire: Vec<EntryId>,
     pub(crate) release: Vec<EntryId>,
@@ -75,6 +76,7 @@ impl Outputs {
     /// Nothing to do and nothing refused.
     pub(crate) fn is_empty(&self) -> bool {
         self.start.is_empty()
+            && self.abort.is_empty()
             && self.acquire.is_empty()
             && self.release.is_empty()
             && self.settle.is_empty()
@@ -155,6 +157,7 @@ impl Step for Scheduler {
         }
         out.errors = errors;
         out.start.clone_from(&r.start);
+        out.abort = r.abort.iter().map(|a| (a.entry, a.cause)).collect();
         out.acquire = r.acquire.iter().map(|p| p.entry).collect();
         out.release = r.release.iter().map(|p| p.entry).collect();
         out.settle = r.settled.iter().map(|s| (s.entry, s.reason)).collect();

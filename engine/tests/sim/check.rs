@@ -3,13 +3,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use turnstile_engine::schedule::{BatchId, EntryId, Reason};
+use turnstile_engine::schedule::{AbortCause, BatchId, EntryId, Reason};
 
 use crate::common::step::InputKind;
 
 use crate::drive::Sim;
 use crate::generate::{MAX_WAIT_MS, RETRIES_DEFAULT};
-use crate::model::{Ins, Out, ix};
+use crate::model::{Ins, Out, St, ix};
 
 /// What the time properties need, since the scheduler was made or resumed (a resumed
 /// scheduler starts a fresh clock and knows no pause, start or retry). Kept from the inputs
@@ -28,6 +28,11 @@ pub(super) struct Timing {
     alone: HashMap<u64, u64>,
     /// Per entry, how many times it ran again.
     retries: HashMap<u64, u32>,
+    /// Per entry, the earliest and latest clock its latest start can have been judged by
+    /// (an input's start is judged by the clock as last given, a round's by its `now`).
+    started: HashMap<u64, (u64, u64)>,
+    /// Per aborted entry, the clock of its abort (likewise bounded).
+    aborted: HashMap<u64, (u64, u64)>,
 }
 
 impl Sim {
@@ -117,7 +122,14 @@ impl Sim {
                 .any(|(j, &b)| b == batch && !refused(InputKind::Cancel, j));
             let settled = |n: &u64| {
                 settled.get(n).filter(|_| last[n] == i).filter(|r| match r {
-                    Reason::RateLimited { .. } | Reason::Stopped { .. } => true,
+                    // An aborted execution's rate limit gives up (a deadline's abort: the
+                    // batch of a cancel's is cancelled, which settles it cancelled); a
+                    // `timed-out` for a cancel is the cancel of this step with no grace.
+                    Reason::RateLimited { .. }
+                    | Reason::Stopped { .. }
+                    | Reason::TimedOut {
+                        cause: AbortCause::Deadline,
+                    } => true,
                     Reason::Cancelled => !cancelled_now,
                     _ => false,
                 })
@@ -154,6 +166,7 @@ impl Sim {
                 }
                 Some(Reason::Cancelled) => self.count("retry", "in a cancelled batch"),
                 Some(Reason::Stopped { .. }) => self.count("retry", "behind a failure under stop"),
+                Some(Reason::TimedOut { .. }) => self.count("retry", "of an aborted execution"),
                 Some(other) => self.fail(&format!("retried {n} settled {other:?}")),
                 None => {
                     if done + 1 > cap {
@@ -276,12 +289,79 @@ impl Sim {
                 waiting.remove(n);
             }
         }
+        self.check_deadlines(judged_at, clock, ins, out);
         if let Some(t) = out.wake_at
             && t <= clock
         {
             self.fail(&format!("wake_at {t} is not later than the clock {clock}"));
         }
         start
+    }
+
+    /// Deadlines, from inputs and outputs alone: nothing is aborted for its deadline before
+    /// its batch's limit has passed since its start, nor given up before its batch's grace has
+    /// passed since its abort; and none of either is late (the round whose clock reaches it
+    /// acts on it, unless the execution ended first). A cancel aborts at the clock as last
+    /// given.
+    fn check_deadlines(&mut self, judged_at: u64, clock: u64, ins: &Ins, out: &Out) {
+        for &n in &out.start {
+            self.timing.started.insert(n, (judged_at, clock));
+        }
+        for &(n, cause) in &out.abort {
+            let limits = self.model.batches[self.model.entries[ix(n)].batch].limits;
+            let at = match cause {
+                AbortCause::Deadline => {
+                    let ms = u64::from(limits.execution_ms.unwrap_or(u32::MAX));
+                    let (from, _) = self.timing.started.get(&n).copied().unwrap_or((0, 0));
+                    if clock < from + ms {
+                        self.fail(&format!("{n} aborted at {clock}, started at {from} + {ms}"));
+                    }
+                    (clock, clock)
+                }
+                AbortCause::Cancel => (judged_at, clock),
+            };
+            self.timing.aborted.insert(n, at);
+            self.count("abort", cause.name());
+        }
+        for &(n, reason) in &out.settle {
+            // An aborted execution that hits a rate limit is given up at once (`check_time`).
+            let retried = ins.retry.iter().any(|&(m, _)| m == n);
+            if let (Reason::TimedOut { .. }, false) = (reason, retried) {
+                let grace = self.model.batches[self.model.entries[ix(n)].batch]
+                    .limits
+                    .abort_grace_ms;
+                let (from, _) = self.timing.aborted.get(&n).copied().unwrap_or((0, 0));
+                if grace.is_none_or(|g| clock < from + u64::from(g)) {
+                    self.fail(&format!(
+                        "{n} given up at {clock}, aborted at {from}, {grace:?}"
+                    ));
+                }
+            }
+        }
+        // Late: still running past the latest time its deadline (or grace) can have had.
+        for n in self.model.live_entries() {
+            let limits = self.model.batches[self.model.entries[ix(n)].batch].limits;
+            let (late, what) = match self.model.st(n) {
+                St::Running | St::Asking => (
+                    limits
+                        .execution_ms
+                        .zip(self.timing.started.get(&n))
+                        .map(|(ms, &(_, to))| to + u64::from(ms)),
+                    "not aborted",
+                ),
+                St::Aborted(_) => (
+                    limits
+                        .abort_grace_ms
+                        .zip(self.timing.aborted.get(&n))
+                        .map(|(ms, &(_, to))| to + u64::from(ms)),
+                    "not given up",
+                ),
+                _ => (None, ""),
+            };
+            if late.is_some_and(|t| t <= clock) {
+                self.fail(&format!("{n} {what} by {clock}"));
+            }
+        }
     }
 
     /// Every live entry's state agrees; per key, running <= limit; retired numbers are unknown.

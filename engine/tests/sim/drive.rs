@@ -48,6 +48,8 @@ pub(super) struct Weights {
     pub(super) retry: u64,
     /// The host pauses a key.
     pub(super) pause: u64,
+    /// A batch has an execution limit; and, on its own, an abort grace.
+    pub(super) deadline: u64,
 }
 
 impl Weights {
@@ -67,6 +69,7 @@ impl Weights {
             clock: [20, 50, 90][rng.below(3)],
             backwards: [0, 5, 15][rng.below(3)],
             jump: [0, 30, 70][rng.below(3)],
+            deadline: [0, 30, 70][rng.below(3)],
             retry: [0, 10, 30, 60][rng.below(4)],
             pause: [0, 5, 20][rng.below(3)],
         }
@@ -162,11 +165,12 @@ impl Sim {
                 arguments: ARGUMENTS[c.args].0,
             })
             .collect();
+        let limits = self.random_limits();
         let got = self
             .engine
-            .submit_batch(&engine_calls)
+            .submit_batch_with(&engine_calls, limits)
             .map(|s| (s.batch.0, s.first.0, s.count));
-        let want = self.model.submit(&calls);
+        let want = self.model.submit(&calls, limits);
         match (&got, &want) {
             (Ok(g), Ok(w)) if g == w => {}
             (Err(e), Err(code)) if e.code == *code && !e.message.is_empty() => {}

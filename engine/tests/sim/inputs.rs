@@ -2,7 +2,7 @@
 //! host mistakes, `now`, rate limits and pauses.
 
 use turnstile_engine::limits::OPERATIONS_PER_CALL_MAX;
-use turnstile_engine::schedule::HostSettle;
+use turnstile_engine::schedule::{HostSettle, Limits};
 
 use crate::drive::Sim;
 use crate::generate::{ARGUMENTS, KEY_POOL, MADE_KEYS, MAX_WAIT_MS};
@@ -11,6 +11,23 @@ use crate::model::{Ins, Model, St, SubCall, ix};
 const CALL_IDS: [&str; 6] = ["c0", "c1", "c2", "c3", "c4", "c5"];
 
 impl Sim {
+    /// A batch's time limits: often none; an execution limit of a few host steps; an abort
+    /// grace (0 included: given up in the round of its abort).
+    pub(super) fn random_limits(&mut self) -> Limits {
+        let execution_ms = self
+            .rng
+            .chance(self.w.deadline)
+            .then(|| 1 + self.rng.below(80) as u32);
+        let abort_grace_ms = self
+            .rng
+            .chance(self.w.deadline)
+            .then(|| self.rng.below(40) as u32);
+        Limits {
+            execution_ms,
+            abort_grace_ms,
+        }
+    }
+
     pub(super) fn random_calls(&mut self) -> Vec<SubCall> {
         if self.rng.chance(3) {
             return Vec::new();

@@ -7,8 +7,8 @@ use std::num::NonZeroU32;
 
 use turnstile_engine::limits::{NAME_BYTES_MAX, OPERATIONS_PER_CALL_MAX};
 use turnstile_engine::schedule::{
-    BatchId, EntryId, EntryStatus, HostSettle, InputErrorCode, Outcome, Reason, Saved, SavedBatch,
-    SavedCall, Started, State, SubmitErrorCode, UnrestoredCode, Wait, explain,
+    AbortCause, BatchId, EntryId, EntryStatus, HostSettle, InputErrorCode, Limits, Outcome, Reason,
+    Saved, SavedBatch, SavedCall, Started, State, SubmitErrorCode, UnrestoredCode, Wait, explain,
 };
 
 use crate::common::step::{InputKind, Outputs};
@@ -37,6 +37,10 @@ pub(super) enum St {
     /// Hit a rate limit once more than its key's cap allows, after this many retries, or asked
     /// to wait longer than its key's maximum (these many seconds, rounded up).
     RateLimited(u32, Option<u32>),
+    /// Told to stop (its deadline passed, or its batch was cancelled); holds its slot.
+    Aborted(AbortCause),
+    /// Aborted, and not ended within its batch's abort grace: given up.
+    TimedOut(AbortCause),
 }
 
 impl St {
@@ -49,6 +53,7 @@ impl St {
                 | Self::Granted
                 | Self::Running
                 | Self::Asking
+                | Self::Aborted(_)
         )
     }
 
@@ -59,7 +64,7 @@ impl St {
 
     /// Started and not ended.
     pub(super) fn started(self) -> bool {
-        matches!(self, Self::Running | Self::Asking)
+        matches!(self, Self::Running | Self::Asking | Self::Aborted(_))
     }
 
     /// Waiting for, or holding, a permit of a shared key without running.
@@ -74,7 +79,10 @@ impl St {
     fn failure(self) -> bool {
         matches!(
             self,
-            Self::Failed | Self::SettledFailed | Self::RateLimited(..)
+            Self::Failed
+                | Self::SettledFailed
+                | Self::RateLimited(..)
+                | Self::TimedOut(AbortCause::Deadline)
         )
     }
 
@@ -103,6 +111,8 @@ impl St {
                 retries,
                 asked_s: asked.and_then(NonZeroU32::new),
             }),
+            Self::Aborted(cause) => State::Aborted(cause),
+            Self::TimedOut(cause) => State::Settled(Reason::TimedOut { cause }),
         }
     }
 
@@ -110,7 +120,7 @@ impl St {
     fn saved(self) -> Option<Saved> {
         match self {
             Self::Pending | Self::Approved | Self::Acquiring | Self::Granted => None,
-            Self::Running | Self::Asking => Some(Saved::Started),
+            Self::Running | Self::Asking | Self::Aborted(_) => Some(Saved::Started),
             Self::Ok => Some(Saved::Ended(Outcome::Ok)),
             Self::Failed => Some(Saved::Ended(Outcome::Failed)),
             other => match other.engine() {
@@ -135,6 +145,7 @@ fn transition(kind: InputKind, st: St, how: Option<HostSettle>) -> Result<St, In
         InputKind::Granted if st == St::Acquiring => Ok(St::Granted),
         InputKind::Denied if st.permit() => Ok(St::SettledFailed),
         InputKind::Granted | InputKind::Denied => Err(E::NotAcquiring),
+        _ if matches!(st, St::TimedOut(_)) => Err(E::GivenUp),
         _ if st.ended() => Err(E::AlreadyEnded),
         InputKind::Ask if st == St::Running => Ok(St::Asking),
         InputKind::Ask => Err(E::NotRunning),
@@ -177,6 +188,7 @@ pub(super) struct MBatch {
     pub(super) end: u64,
     calls: Vec<MCall>,
     cancelled: bool,
+    pub(super) limits: Limits,
     live: bool,
 }
 
@@ -235,6 +247,7 @@ impl Ins {
 /// One step's output, in comparable form.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Out {
+    pub(super) abort: Vec<(u64, AbortCause)>,
     pub(super) start: Vec<u64>,
     pub(super) acquire: Vec<u64>,
     pub(super) release: Vec<u64>,
@@ -247,6 +260,7 @@ pub(super) struct Out {
 impl Out {
     pub(super) fn of(out: &Outputs) -> Self {
         Self {
+            abort: out.abort.iter().map(|&(e, c)| (e.0, c)).collect(),
             start: out.start.iter().map(|e| e.0).collect(),
             acquire: out.acquire.iter().map(|e| e.0).collect(),
             release: out.release.iter().map(|e| e.0).collect(),
@@ -287,6 +301,9 @@ pub(super) struct Time {
     retried: HashMap<u64, u32>,
     /// Unkeyed retried entries that wait alone, until when.
     not_before: HashMap<u64, u64>,
+    /// Per entry, the clock at its latest start, and at its abort.
+    started_at: HashMap<u64, u64>,
+    aborted_at: HashMap<u64, u64>,
     /// Retried entries the engine does not stop although a failure before them in their call
     /// came first (a deviation, see `retry`).
     unstoppable: HashSet<u64>,
@@ -490,7 +507,11 @@ impl Model {
             .any(|b| self.batches[b].calls.iter().any(|c| c.id == id))
     }
 
-    pub(super) fn submit(&mut self, calls: &[SubCall]) -> Result<(u64, u64, u32), SubmitErrorCode> {
+    pub(super) fn submit(
+        &mut self,
+        calls: &[SubCall],
+        limits: Limits,
+    ) -> Result<(u64, u64, u32), SubmitErrorCode> {
         if calls.is_empty() {
             return Err(SubmitErrorCode::EmptyBatch);
         }
@@ -518,6 +539,7 @@ impl Model {
             end: first,
             calls: Vec::new(),
             cancelled: false,
+            limits,
             live: true,
         };
         for (ci, c) in calls.iter().enumerate() {
@@ -617,12 +639,16 @@ impl Model {
         for n in due {
             self.time.not_before.remove(&n);
             if self.is_live(n) && self.st(n) == St::Approved {
-                self.set(n, St::Running);
-                out.start.push(n);
+                self.start(n, &mut out);
             }
         }
+        self.expire(&mut out);
         self.walk(&mut out);
         self.retire(&mut out);
+        // An abort is reported only while its execution still runs.
+        out.abort
+            .retain(|&(n, _)| matches!(self.st(n), St::Aborted(_)));
+        out.abort.sort_unstable();
         out.start.sort_unstable();
         out.acquire.sort_unstable();
         out.release.sort_unstable();
@@ -641,8 +667,13 @@ impl Model {
         let rule = self.rule(n).cloned();
         let cap = rule.as_ref().map_or(RETRIES_DEFAULT, |k| k.retries);
         let cancelled = self.batches[self.entries[ix(n)].batch].cancelled;
+        let aborted = match self.st(n) {
+            St::Aborted(cause) => Some(cause),
+            _ => None,
+        };
         match self.st(n) {
-            St::Running | St::Asking => {}
+            St::Running | St::Asking | St::Aborted(_) => {}
+            St::TimedOut(_) => return Err(InputErrorCode::GivenUp),
             st if st.ended() => return Err(InputErrorCode::AlreadyEnded),
             _ => return Err(InputErrorCode::NotRunning),
         }
@@ -673,6 +704,9 @@ impl Model {
         };
         let give_up = if cancelled {
             Some(St::Cancelled)
+        } else if let Some(cause) = aborted {
+            // An aborted execution is not run again.
+            Some(St::TimedOut(cause))
         } else if let Some(f) = behind {
             Some(St::Stopped(f + 1))
         } else if done >= cap || too_long.is_some() {
@@ -760,6 +794,8 @@ impl Model {
                 if st.permit() {
                     out.release.push(n);
                 }
+            } else if matches!(st, St::Running | St::Asking) {
+                self.abort(n, AbortCause::Cancel, out);
             }
         }
         Ok(())
@@ -794,8 +830,7 @@ impl Model {
                 } else if st.permit() {
                     // Waits for its permit, or for earlier entries to start.
                 } else if unkeyed && !self.time.not_before.contains_key(&n) {
-                    self.set(n, St::Running);
-                    out.start.push(n);
+                    self.start(n, out);
                 }
             }
         }
@@ -814,8 +849,7 @@ impl Model {
                 out.acquire.push(n);
                 continue;
             }
-            self.set(n, St::Running);
-            out.start.push(n);
+            self.start(n, out);
             if let Some((k, _)) = self.key(n) {
                 let k = k.to_owned();
                 self.time.last_start.insert(k, self.time.now);
@@ -854,6 +888,56 @@ impl Model {
                 .any(|m| m < n && self.st(m).undecided_or_parked())
     }
 
+    /// An entry starts: its execution deadline counts from the clock now.
+    fn start(&mut self, n: u64, out: &mut Out) {
+        self.set(n, St::Running);
+        out.start.push(n);
+        self.time.started_at.insert(n, self.time.now);
+    }
+
+    /// Deadlines, restated: a running or asking entry whose batch has an execution limit is
+    /// aborted once the clock reaches its start plus the limit; an aborted entry whose batch
+    /// has an abort grace is given up once the clock reaches its abort plus the grace (in the
+    /// same round when the grace is 0), freeing its slot and permit.
+    fn expire(&mut self, out: &mut Out) {
+        let now = self.time.now;
+        let live: Vec<u64> = self.live_entries().collect();
+        for &n in &live {
+            let limit = self.batches[self.entries[ix(n)].batch].limits.execution_ms;
+            let due = limit
+                .zip(self.time.started_at.get(&n))
+                .map(|(ms, &t)| t + u64::from(ms));
+            if matches!(self.st(n), St::Running | St::Asking) && due.is_some_and(|d| d <= now) {
+                self.abort(n, AbortCause::Deadline, out);
+            }
+        }
+        for &n in &live {
+            let grace = self.batches[self.entries[ix(n)].batch]
+                .limits
+                .abort_grace_ms;
+            let St::Aborted(cause) = self.st(n) else {
+                continue;
+            };
+            let due = grace
+                .zip(self.time.aborted_at.get(&n))
+                .map(|(ms, &t)| t + u64::from(ms));
+            if due.is_some_and(|d| d <= now) {
+                self.set(n, St::TimedOut(cause));
+                out.settle.push((n, Reason::TimedOut { cause }));
+                if self.shared(n) {
+                    out.release.push(n);
+                }
+            }
+        }
+        self.immediate(out);
+    }
+
+    fn abort(&mut self, n: u64, cause: AbortCause, out: &mut Out) {
+        self.set(n, St::Aborted(cause));
+        self.time.aborted_at.insert(n, self.time.now);
+        out.abort.push((n, cause));
+    }
+
     fn retire(&mut self, out: &mut Out) {
         let done: Vec<usize> = self
             .live()
@@ -887,6 +971,7 @@ impl Model {
                     batch: BatchId(batch.id),
                     first: EntryId(batch.first),
                     cancelled: batch.cancelled,
+                    limits: batch.limits,
                     calls: batch
                         .calls
                         .iter()
@@ -964,8 +1049,8 @@ impl Model {
                             St::Cancelled
                         }
                         St::Pending | St::Approved | St::Acquiring | St::Granted => St::Pending,
-                        St::Running | St::Asking if rerun => St::Pending,
-                        St::Running | St::Asking => St::Interrupted,
+                        St::Running | St::Asking | St::Aborted(_) if rerun => St::Pending,
+                        St::Running | St::Asking | St::Aborted(_) => St::Interrupted,
                         other => other,
                     };
                     if code.is_none() && st.unanswered() && !next.unanswered() {

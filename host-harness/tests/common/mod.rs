@@ -117,6 +117,7 @@ pub(crate) struct InputError {
 /// One round's output, by kind, with the actions as the component returned them.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Outputs {
+    pub(crate) abort: Vec<(u64, ws::AbortCause)>,
     pub(crate) start: Vec<u64>,
     pub(crate) settle: Vec<ws::Settlement>,
     pub(crate) acquire: Vec<u64>,
@@ -126,6 +127,12 @@ pub(crate) struct Outputs {
     pub(crate) wake_at: Option<u64>,
     pub(crate) actions: Vec<ws::Action>,
 }
+
+/// A batch without time limits.
+pub(crate) const NO_LIMITS: ws::Limits = ws::Limits {
+    execution_ms: None,
+    abort_grace_ms: None,
+};
 
 /// Inputs with every list empty.
 pub(crate) fn none() -> Inputs {
@@ -177,6 +184,14 @@ pub(crate) fn assert_out(
     }
 }
 
+/// Why an execution was aborted, as the corpus spells it.
+fn cause_name(cause: ws::AbortCause) -> &'static str {
+    match cause {
+        ws::AbortCause::Deadline => "deadline",
+        ws::AbortCause::Cancel => "cancel",
+    }
+}
+
 /// The name of a state as the corpus spells it (`ended-ok`, `stopped 1`).
 pub(crate) fn state_name(state: &ws::State) -> String {
     let reason = |r: &ws::Reason| match r {
@@ -187,6 +202,7 @@ pub(crate) fn state_name(state: &ws::State) -> String {
         ws::Reason::Stopped(after) => format!("stopped {after}"),
         ws::Reason::Interrupted => "interrupted".to_owned(),
         ws::Reason::RateLimited(retries) => format!("rate-limited {retries}"),
+        ws::Reason::TimedOut(cause) => format!("timed-out {}", cause_name(*cause)),
     };
     match state {
         ws::State::Pending => "pending".to_owned(),
@@ -195,6 +211,7 @@ pub(crate) fn state_name(state: &ws::State) -> String {
         ws::State::Granted => "granted".to_owned(),
         ws::State::Running => "running".to_owned(),
         ws::State::Asking => "asking".to_owned(),
+        ws::State::Aborted(cause) => format!("aborted {}", cause_name(*cause)),
         ws::State::Ended(ws::Outcome::Ok) => "ended-ok".to_owned(),
         ws::State::Ended(ws::Outcome::Failed) => "ended-failed".to_owned(),
         ws::State::Settled(r) => reason(r),
@@ -307,7 +324,7 @@ impl Sched {
             .turnstile_scheduler_scheduler()
             .scheduler();
         let r = iface
-            .call_submit_batch(&mut self.inst.store, self.s, calls)
+            .call_submit_batch(&mut self.inst.store, self.s, calls, NO_LIMITS)
             .unwrap_or_else(|e| panic!("submit-batch trapped: {e:#}"));
         match r {
             Ok(b) => Ok((b.batch, b.first, b.count)),
@@ -426,11 +443,12 @@ impl Sched {
         let releases = self.next_releases(inputs.now);
         let rank = |a: &ws::Action| match a {
             ws::Action::Refused(_) => (0, 0),
-            ws::Action::Release(p) => (1, p.entry),
-            ws::Action::Settled(s) => (2, s.entry),
-            ws::Action::Acquire(p) => (3, p.entry),
-            ws::Action::Start(e) => (4, *e),
-            ws::Action::Retired(b) => (5, *b),
+            ws::Action::Abort(a) => (1, a.entry),
+            ws::Action::Release(p) => (2, p.entry),
+            ws::Action::Settled(s) => (3, s.entry),
+            ws::Action::Acquire(p) => (4, p.entry),
+            ws::Action::Start(e) => (5, *e),
+            ws::Action::Retired(b) => (6, *b),
         };
         assert!(
             releases
@@ -452,6 +470,7 @@ impl Sched {
                         about: r.about.clone(),
                     },
                 ),
+                ws::Action::Abort(a) => out.abort.push((a.entry, a.cause)),
                 ws::Action::Release(p) => out.release.push(p.entry),
                 ws::Action::Settled(s) => out.settle.push(s.clone()),
                 ws::Action::Acquire(p) => out.acquire.push(p.entry),

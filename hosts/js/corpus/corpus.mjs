@@ -20,10 +20,11 @@ export function toolLine(t) {
   return out;
 }
 
-/** `LABEL REASON`, `LABEL stopped AFTER` or `LABEL rate-limited RETRIES`. */
+/** `LABEL REASON`, `LABEL stopped AFTER`, `LABEL rate-limited RETRIES` or `LABEL timed-out CAUSE`. */
 export function settleLine(label, reason) {
   if (reason.kind === 'stopped') return `${label} stopped ${reason.after}`;
   if (reason.kind === 'rate-limited') return `${label} rate-limited ${reason.retries}`;
+  if (reason.kind === 'timed-out') return `${label} timed-out ${reason.cause}`;
   return `${label} ${reason.kind}`;
 }
 
@@ -35,6 +36,9 @@ export function inspectLine(st) {
       break;
     case 'settled':
       out = settleLine(st.label, st.state.reason);
+      break;
+    case 'aborted':
+      out = `${st.label} aborted ${st.state.cause}`;
       break;
     default:
       out = `${st.label} ${st.state.kind}`;
@@ -96,10 +100,10 @@ export function packedArguments(calls) {
 const FIELDS = {
   case: ['description', 'name', 'title', 'notes', 'comment', 'reference', 'layer', 'diagnostics', 'warnings', 'rendered', 'tools', 'batch', 'admission', 'step', 'simulate'],
   layer: ['name', 'text'],
-  batch: ['calls'],
+  batch: ['calls', 'execution_ms', 'abort_grace_ms'],
   admission: ['max_concurrent', 'allow_parallel'],
   simulate: ['duration_ms', 'durations', 'fail'],
-  step: ['do', 'start', 'settle', 'acquire', 'release', 'error', 'errors', 'retired', 'unrestored', 'layers', 'inspect', 'admit', 'cancel', 'refused', 'drain', 'at', 'wake_at', 'comment', 'note', 'why'],
+  step: ['do', 'abort', 'start', 'settle', 'acquire', 'release', 'error', 'errors', 'retired', 'unrestored', 'layers', 'inspect', 'admit', 'cancel', 'refused', 'drain', 'at', 'wake_at', 'comment', 'note', 'why'],
 };
 
 function checkFields(value, kind, where) {
@@ -185,9 +189,12 @@ class ScheduleRunner {
     return this.batches.get(Number(word)) ?? NOTHING;
   }
 
-  submit(n, calls) {
+  submit(n, calls, spec) {
     // The text crosses exactly as the case wrote it (the component judges it), not as `args`.
-    const submitted = this.sched.submit(calls.map(({ argsJson, ...call }) => call), { arguments: packedArguments(calls) });
+    const options = { arguments: packedArguments(calls) };
+    if (spec.execution_ms !== undefined) options.executionMs = spec.execution_ms;
+    if (spec.abort_grace_ms !== undefined) options.abortGraceMs = spec.abort_grace_ms;
+    const submitted = this.sched.submit(calls.map(({ argsJson, ...call }) => call), options);
     this.batches.set(n, submitted.batch);
     this.fileBatch.set(submitted.batch, n);
     let at = submitted.first;
@@ -206,7 +213,7 @@ class ScheduleRunner {
   /** Runs one `do` line; returns what it observed. */
   run(step) {
     const [verb, ...args] = step.do.trim().split(/\s+/);
-    const seen = { error: null, inputs: 0, many: false, errors: [], start: [], settle: [], acquire: [], release: [], retired: [], unrestored: null, inspect: null, wakeAt: undefined };
+    const seen = { error: null, inputs: 0, many: false, errors: [], abort: [], start: [], settle: [], acquire: [], release: [], retired: [], unrestored: null, inspect: null, wakeAt: undefined };
     // `at = T` is the host's clock for every step call this step makes.
     const stepAt = (inputs = {}) => this.sched.step(step.at === undefined || inputs.now !== undefined ? inputs : { ...inputs, now: step.at });
     const time = (word) => {
@@ -215,6 +222,7 @@ class ScheduleRunner {
       return Number.isSafeInteger(n) ? n : BigInt(word);
     };
     const gather = (out, positions) => {
+      seen.abort.push(...out.abort.map((a) => `${this.label(a.entry)} ${a.cause}`));
       for (const e of out.start) {
         // The scheduler's own labels must agree with the runner's.
         const label = this.sched.label(e);
@@ -247,7 +255,7 @@ class ScheduleRunner {
         if (!Number.isInteger(n) || !spec) throw new Error(`the case has no batch ${args[0]}`);
         const calls = parseCalls(spec);
         seen.inputs = 1;
-        seen.error = codeOf(SubmitError, () => this.submit(n, calls));
+        seen.error = codeOf(SubmitError, () => this.submit(n, calls, spec));
         gather(stepAt());
         break;
       }
@@ -383,6 +391,7 @@ class ScheduleRunner {
     if (!eq(seen.start, step.start ?? []) || !eq(seen.settle, step.settle ?? [])) {
       throw new Error(`want start ${json(step.start ?? [])} settle ${json(step.settle ?? [])}, got start ${json(seen.start)} settle ${json(seen.settle)}`);
     }
+    if (!eq(seen.abort, step.abort ?? [])) throw new Error(`want abort ${json(step.abort ?? [])}, got ${json(seen.abort)}`);
     if (!eq(seen.acquire, step.acquire ?? []) || !eq(seen.release, step.release ?? [])) {
       throw new Error(`want acquire ${json(step.acquire ?? [])} release ${json(step.release ?? [])}, got acquire ${json(seen.acquire)} release ${json(seen.release)}`);
     }
@@ -424,7 +433,7 @@ class AdmissionRunner {
   }
 
   check(step) {
-    for (const field of ['start', 'settle', 'acquire', 'release', 'errors', 'retired', 'unrestored', 'layers', 'inspect']) {
+    for (const field of ['abort', 'start', 'settle', 'acquire', 'release', 'errors', 'retired', 'unrestored', 'layers', 'inspect']) {
       if (step[field] !== undefined) throw new Error(`\`${field}\` is for scheduling steps`);
     }
     const words = step.do.trim().split(/\s+/);

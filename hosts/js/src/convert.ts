@@ -4,7 +4,7 @@
 // Everything that comes in from the host (a saved state) is validated on the way.
 import type * as wc from './component/interfaces/turnstile-scheduler-config.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
-import type { Diagnostic, EntryState, EntryStatus, Reason, SavedEntryState, SavedState, Settled, Started, StepOutputs, ToolPolicy, Unrestored, Wait } from './types.js';
+import type { Diagnostic, EntryState, EntryStatus, Limits, Reason, SavedEntryState, SavedState, Settled, Started, StepOutputs, ToolPolicy, Unrestored, Wait } from './types.js';
 import type { RawOutputs } from './scheduler.js';
 import { array, boolean, oneOf, record, string, u32, u64 } from './validate.js';
 
@@ -31,12 +31,14 @@ export function reason(r: ws.Reason): Reason {
       return { kind: 'stopped', after: r.val };
     case 'rate-limited':
       return { kind: 'rate-limited', retries: r.val };
+    case 'timed-out':
+      return { kind: 'timed-out', cause: r.val };
     default:
       return { kind: r.tag };
   }
 }
 
-const REASONS = ['rejected', 'skipped', 'failed', 'cancelled', 'stopped', 'interrupted', 'rate-limited'] as const;
+const REASONS = ['rejected', 'skipped', 'failed', 'cancelled', 'stopped', 'interrupted', 'rate-limited', 'timed-out'] as const;
 
 /** A reason the package made (trusted) as the component's. */
 export function witReason(r: Reason): ws.Reason {
@@ -45,6 +47,8 @@ export function witReason(r: Reason): ws.Reason {
       return { tag: 'stopped', val: r.after };
     case 'rate-limited':
       return { tag: 'rate-limited', val: r.retries };
+    case 'timed-out':
+      return { tag: 'timed-out', val: r.cause };
     default:
       return { tag: r.kind };
   }
@@ -52,10 +56,12 @@ export function witReason(r: Reason): ws.Reason {
 
 /** A reason as the host gives it (a saved state, `explain`), checked field by field. */
 export function reasonIn(value: unknown, name: string): ws.Reason {
-  const r = record(value, name, ['kind', 'after', 'retries']);
+  const r = record(value, name, ['kind', 'after', 'retries', 'cause']);
   const kind = oneOf(r.kind, `${name}.kind`, REASONS);
   if (kind !== 'stopped' && r.after !== undefined) throw new TypeError(`${name}.after is only for kind 'stopped'`);
   if (kind !== 'rate-limited' && r.retries !== undefined) throw new TypeError(`${name}.retries is only for kind 'rate-limited'`);
+  if (kind !== 'timed-out' && r.cause !== undefined) throw new TypeError(`${name}.cause is only for kind 'timed-out'`);
+  if (kind === 'timed-out') return { tag: 'timed-out', val: oneOf(r.cause, `${name}.cause`, ['deadline', 'cancel'] as const) };
   if (kind === 'stopped') return { tag: 'stopped', val: u32(r.after, `${name}.after`, 1) };
   if (kind === 'rate-limited') return { tag: 'rate-limited', val: u32(r.retries, `${name}.retries`) };
   return { tag: kind };
@@ -67,7 +73,7 @@ const ms = (t: bigint): number => Number(t);
 export function outputs(out: RawOutputs): StepOutputs {
   const settle: Settled[] = new Array(out.settle.length);
   for (let i = 0; i < settle.length; i++) settle[i] = { entry: out.settle[i].entry, reason: reason(out.settle[i].reason), message: out.settle[i].message };
-  const result: StepOutputs = { start: out.start, settle, errors: out.errors, retired: out.retired, acquire: out.acquire, release: out.release };
+  const result: StepOutputs = { abort: out.abort, start: out.start, settle, errors: out.errors, retired: out.retired, acquire: out.acquire, release: out.release };
   if (out.wakeAt !== undefined) result.wakeAt = ms(out.wakeAt);
   return result;
 }
@@ -78,9 +84,20 @@ function state(s: ws.State): EntryState {
       return { kind: 'ended', outcome: s.val };
     case 'settled':
       return { kind: 'settled', reason: reason(s.val) };
+    case 'aborted':
+      return { kind: 'aborted', cause: s.val };
     default:
       return { kind: s.tag };
   }
+}
+
+function limitsIn(value: unknown, name: string): ws.Limits {
+  if (value === undefined) return {};
+  const l = record(value, name, ['executionMs', 'abortGraceMs']);
+  return {
+    executionMs: l.executionMs === undefined ? undefined : u32(l.executionMs, `${name}.executionMs`),
+    abortGraceMs: l.abortGraceMs === undefined ? undefined : u32(l.abortGraceMs, `${name}.abortGraceMs`),
+  };
 }
 
 function wait(w: ws.Wait): Wait {
@@ -121,6 +138,13 @@ function saved(s: ws.Saved): SavedEntryState {
   }
 }
 
+function savedLimits(l: ws.Limits): Limits {
+  const out: Limits = {};
+  if (l.executionMs !== undefined) out.executionMs = l.executionMs;
+  if (l.abortGraceMs !== undefined) out.abortGraceMs = l.abortGraceMs;
+  return out;
+}
+
 export function savedState(s: ws.SavedState): SavedState {
   return {
     version: s.version,
@@ -131,6 +155,7 @@ export function savedState(s: ws.SavedState): SavedState {
       batch: b.batch,
       first: b.first,
       cancelled: b.cancelled,
+      limits: savedLimits(b.limits),
       calls: b.calls.map((c) => {
         const call: SavedState['batches'][number]['calls'][number] = { id: c.id, tool: c.tool, entries: c.entries.map((e) => ({ operation: e.operation, state: saved(e.state) })) };
         if (c.operations !== undefined) call.operations = c.operations;
@@ -166,11 +191,12 @@ export function savedStateIn(value: unknown, name = 'state'): ws.SavedState {
     nextEntry: u64(s.nextEntry, `${name}.nextEntry`),
     batches: array(s.batches, `${name}.batches`).map((bv, i) => {
       const bn = `${name}.batches[${i}]`;
-      const b = record(bv, bn, ['batch', 'first', 'cancelled', 'calls']);
+      const b = record(bv, bn, ['batch', 'first', 'cancelled', 'limits', 'calls']);
       return {
         batch: u64(b.batch, `${bn}.batch`),
         first: u64(b.first, `${bn}.first`),
         cancelled: boolean(b.cancelled, `${bn}.cancelled`),
+        limits: limitsIn(b.limits, `${bn}.limits`),
         calls: array(b.calls, `${bn}.calls`).map((cv, j) => {
           const cn = `${bn}.calls[${j}]`;
           const c = record(cv, cn, ['id', 'tool', 'operations', 'entries', 'key']);

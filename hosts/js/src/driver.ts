@@ -22,10 +22,13 @@
 //   promise never raises an unhandled rejection.
 // - The abort listener on `RunOptions.signal` is removed when the batch ends.
 // - An execution that ignores its abort signal keeps its slot (its tool may still be running):
-//   `inspect()` lists it under `aborted`. `abortGraceMs` bounds that: once an execution's signal
-//   aborted (cancel, batch failure, `executionTimeoutMs`), after `abortGraceMs` more it is
-//   recorded as failed with a `TimeoutError` and its slot is freed, whatever it does later.
-//   `executionTimeoutMs` aborts an execution's signal (a `TimeoutError`) after it ran that long.
+//   `inspect()` lists it under `aborted`. The driver keeps no timer of its own for that: it
+//   hands `executionTimeoutMs` and `abortGraceMs` to the component with the batch, and the
+//   component decides when (on the `now` of each step, waking the driver with `wakeAt`). An
+//   `abort` action aborts the execution's signal: a `TimeoutError` for its deadline, the
+//   batch's reason for a cancellation (or a batch failure). An execution the component gave up
+//   on (aborted, and not ended within `abortGraceMs`) is settled `timed-out` with the
+//   component's sentence, its slot (and permit) freed; whatever it does later is ignored.
 //
 // Shared keys (SHARED.md, "What the driver does"): the scheduler lists an entry of a shared key
 // in `acquire`; the driver asks `SharedKeys` for a permit (its key's limit and delay), reports
@@ -101,10 +104,14 @@ export interface RunOptions<C extends CallInput = CallInput> {
   signal?: AbortSignal;
   /** Decides each entry in written order (default: approve all); may be async (a prompt). */
   decide?: (label: string, call: C) => Decision | Promise<Decision>;
-  /** Aborts an execution's signal (with a `TimeoutError`) once it has run this long. */
+  /** Aborts an execution's signal (with a `TimeoutError`) once it has run this long (a question
+   * does not stop the clock). The component keeps the deadline; the driver sets no timer of its
+   * own. */
   executionTimeoutMs?: number;
-  /** Once an execution's signal aborted, how long it may still take before the driver records it
-   * as failed (`TimeoutError`) and frees its slot. Default: it keeps its slot until it ends. */
+  /** Once an execution's signal aborted (its deadline, a cancellation, a batch failure), how long
+   * it may still take: past it the component gives up on it, and it is settled `timed-out` with
+   * the component's sentence, its slot freed; whatever it does later is ignored. Default: it
+   * keeps its slot until it ends. */
   abortGraceMs?: number;
   /** Called once per entry as soon as its outcome is known (an execution's end, a settlement),
    * before the batch resolves, with the call it belongs to: what a host needs to answer each
@@ -244,8 +251,6 @@ class Batch {
   failed = false;
   /** Left the driver's live batches. */
   retired = false;
-  /** Some execution may hold a timer (`executionTimeoutMs`, `abortGraceMs`). */
-  readonly timed: boolean;
   abortReason: unknown = undefined;
   resolve!: (outcomes: CallOutcome[]) => void;
   reject!: (error: unknown) => void;
@@ -262,7 +267,6 @@ class Batch {
     this.options = options;
     this.outcomes = new Array(submitted.count);
     this.running = new Array(submitted.count);
-    this.timed = options.executionTimeoutMs !== undefined || options.abortGraceMs !== undefined;
     this.promise = new Promise<CallOutcome[]>((resolve, reject) => {
       this.resolve = resolve;
       this.reject = reject;
@@ -287,7 +291,6 @@ class Run implements Execution {
   #controller: AbortController | undefined;
   /** Set once its signal aborted: when, and why. */
   aborted: { at: number; reason: unknown } | undefined;
-  timers: ReturnType<typeof setTimeout>[] | undefined;
   /** Its shared key's permit, when it has one. */
   hold: Hold | undefined;
 
@@ -320,17 +323,11 @@ class Run implements Execution {
     }
     return this.#controller.signal;
   }
-  /** Aborts the signal (once) and starts the grace timer. */
+  /** Aborts the signal (once). */
   abort(reason: unknown): void {
     if (this.aborted || this.ended) return;
     this.aborted = { at: performance.now(), reason };
     this.#controller?.abort(reason);
-    const grace = this.batch.options.abortGraceMs;
-    if (grace !== undefined) {
-      (this.timers ??= []).push(
-        setTimeout(() => this.batch.driver.end(this, false, new DOMException(`${this.label} ignored its abort signal for ${grace} ms; its slot was freed`, 'TimeoutError')), grace),
-      );
-    }
   }
   question<T>(answer: () => Promise<T>): Promise<T> {
     return this.batch.driver.question(this, answer);
@@ -465,7 +462,8 @@ export class Driver {
       if (this.#disposed) throw new DisposedError('this driver');
       func(execute, 'execute');
       const checked = checkRunOptions(options);
-      batch = new Batch(this, this.scheduler.submit(calls), execute as Execute, checked as RunOptions);
+      const limits = { executionMs: checked.executionTimeoutMs, abortGraceMs: checked.abortGraceMs };
+      batch = new Batch(this, this.scheduler.submit(calls, limits), execute as Execute, checked as RunOptions);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -518,7 +516,6 @@ export class Driver {
     for (const batch of this.#live.splice(0)) {
       this.#reject(batch, error);
       this.#abortRunning(batch, error);
-      for (const run of batch.running) if (run) clearTimers(run);
     }
     this.#byBatch.clear();
     this.#dropHolds(error);
@@ -625,7 +622,7 @@ export class Driver {
     if (batch.cancelled || !this.#byBatch.has(batch.submitted.batch)) return;
     batch.cancelled = true;
     batch.abortReason = reason ?? new DOMException('the batch was cancelled', 'AbortError');
-    this.#abortRunning(batch, batch.abortReason);
+    // Its running executions are aborted when the component says so (`abort`, cause `cancel`).
     this.#push('cancel', Number(batch.submitted.batch), batch);
   }
 
@@ -710,10 +707,6 @@ export class Driver {
       const onLost = () => run.abort(permit.signal.reason);
       permit.signal.addEventListener('abort', onLost, { once: true });
       hold.detach = () => permit.signal.removeEventListener('abort', onLost);
-    }
-    const timeout = batch.options.executionTimeoutMs;
-    if (timeout !== undefined) {
-      (run.timers ??= []).push(setTimeout(() => run.abort(new DOMException(`${run.label} ran longer than ${timeout} ms`, 'TimeoutError')), timeout));
     }
     if (batch.cancelled) run.abort(batch.abortReason);
     let result: unknown;
@@ -803,11 +796,10 @@ export class Driver {
     this.#holds.clear();
   }
 
-  /** @internal An execution ended (or was given up after `abortGraceMs`). */
+  /** @internal An execution ended. */
   end(run: Run, ok: boolean, value: unknown): void {
     if (run.ended) return;
     run.ended = true;
-    if (run.timers) clearTimers(run);
     if (run.hold?.detach) {
       run.hold.detach();
       run.hold.detach = undefined;
@@ -844,12 +836,15 @@ export class Driver {
   question<T>(run: Run, answer: () => Promise<T>): Promise<T> {
     const asked = (async () => {
       if (run.ended) throw new TurnstileError('not-running', `${run.label} asked a question after its execution ended`);
-      this.#push('ask', run.batch.first + run.offset, run.batch);
+      // An aborted execution asks nothing more as far as the component is concerned: its abort
+      // closed any question (the question still runs for the tool, unreported).
+      const reported = !run.aborted;
+      if (reported) this.#push('ask', run.batch.first + run.offset, run.batch);
       try {
         return await answer();
       } finally {
-        // Closed when the execution ended: the answer is not reported.
-        if (!run.ended) this.#push('answer', run.batch.first + run.offset, run.batch);
+        // Closed when the execution ended or was aborted: the answer is not reported.
+        if (reported && !run.ended && !run.aborted) this.#push('answer', run.batch.first + run.offset, run.batch);
       }
     })();
     // The execution may have ended without awaiting its question: never an unhandled rejection.
@@ -926,9 +921,18 @@ export class Driver {
         this.#schedule();
       }, Math.min(TIMER_MAX_MS, Math.max(0, Number(out.wakeAt) - clock())));
     }
+    for (const a of out.abort) {
+      const entry = Number(a.entry);
+      const batch = this.#find(entry);
+      const run = batch?.running[entry - batch.first];
+      if (!batch || !run || run.ended) continue;
+      run.abort(a.cause === 'cancel' ? batch.abortReason : new DOMException(`${run.label} ran longer than ${batch.options.executionTimeoutMs} ms`, 'TimeoutError'));
+    }
     for (const s of out.settle) {
       const offset = Number(s.entry);
       const batch = this.#find(offset);
+      // Given up after its abort grace: whatever the execution does later is ignored.
+      if (batch && s.reason.tag === 'timed-out') this.#giveUp(batch, offset - batch.first);
       // The scheduler's settlement carries its sentence: no `explain` crossing.
       if (batch) this.#record(batch, offset - batch.first, { entry: s.entry, label: batch.label(offset - batch.first), status: 'settled', reason: convert.reason(s.reason), message: s.message });
     }
@@ -973,6 +977,18 @@ export class Driver {
     for (const batch of out.retired) this.#retire(batch);
   }
 
+  /** The component gave up on a running execution (its abort grace passed): it counts as ended
+   * for the driver, its permit comes back with the `release` of the same step. */
+  #giveUp(batch: Batch, offset: number): void {
+    const run = batch.running[offset];
+    if (!run || run.ended) return;
+    run.ended = true;
+    if (run.hold?.detach) {
+      run.hold.detach();
+      run.hold.detach = undefined;
+    }
+  }
+
   #retire(number: bigint): void {
     const batch = this.#byBatch.get(number);
     if (!batch) return;
@@ -981,7 +997,6 @@ export class Driver {
     batch.retired = true;
     if (this.#last === batch) this.#last = undefined;
     batch.detach();
-    if (batch.timed) for (const run of batch.running) if (run?.timers) clearTimers(run);
     if (batch.done) return;
     batch.done = true;
     const outcomes = callOutcomes(batch);
@@ -1045,11 +1060,6 @@ function giveBack(hold: Hold, reason: unknown): void {
   else hold.controller.abort(reason ?? new DOMException('the permit request was withdrawn', 'AbortError'));
 }
 
-function clearTimers(run: Run): void {
-  if (!run.timers) return;
-  for (const t of run.timers) clearTimeout(t);
-  run.timers = undefined;
-}
 
 function callOutcomes(batch: Batch): CallOutcome[] | undefined {
   const { calls } = batch.submitted;

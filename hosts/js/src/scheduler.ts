@@ -41,6 +41,13 @@ export interface CallInput {
  * package's own check: the component takes each call's arguments on the call). */
 export interface SubmitOptions {
   arguments?: readonly (readonly [number, string])[];
+  /** The batch's execution limit: an execution that has run this long is listed in a step's
+   * `abort` (cause `deadline`). The scheduler keeps the deadline on the `now` of `step`. */
+  executionMs?: number;
+  /** Once an execution was aborted (deadline or cancel), how long it may still take: past it,
+   * the scheduler settles it `timed-out`, frees its slot, and refuses its late end
+   * (`given-up`). Default: it keeps its slot until it ends. */
+  abortGraceMs?: number;
 }
 
 /** The most bytes of arguments one call may pass (the component refuses more). */
@@ -286,6 +293,7 @@ export interface RawSettled {
  * inputs with their list and position. `requests` are the `acquire` actions themselves (key,
  * limit, delay), in the order of `acquire`. */
 export interface RawOutputs {
+  abort: ws.Abort[];
   start: BigUint64Array;
   settle: RawSettled[];
   errors: InputError[];
@@ -474,6 +482,7 @@ function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutpu
   let retiring = 0;
   const settle: RawSettled[] = [];
   const requests: ws.PermitRequest[] = [];
+  const abort: ws.Abort[] = [];
   let errors = inputErrors;
   for (let i = 0; i < actions.length; i++) {
     const a = actions[i];
@@ -492,6 +501,9 @@ function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutpu
         break;
       case 'acquire':
         requests.push(a.val);
+        break;
+      case 'abort':
+        abort.push(a.val);
         break;
       case 'refused':
         // The clock, applied first by the old `step`: its refusal comes first.
@@ -515,7 +527,7 @@ function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutpu
       else if (a.tag === 'retired') retired[t++] = a.val;
     }
   }
-  return { start, settle, errors, retired, wakeAt: releases.wakeAt, acquire, requests, release };
+  return { abort, start, settle, errors, retired, wakeAt: releases.wakeAt, acquire, requests, release };
 }
 
 /** The scheduler: `submit` a batch, then feed every driver round to `step`. Batches, keys and
@@ -565,8 +577,13 @@ export class Scheduler {
    * error. */
   submit(calls: readonly CallInput[], options?: SubmitOptions): Submitted {
     array(calls, 'calls');
-    const raw = options === undefined ? undefined : record(options, 'options', ['arguments']).arguments;
+    const o = options === undefined ? undefined : record(options, 'options', ['arguments', 'executionMs', 'abortGraceMs']);
+    const raw = o?.arguments;
     const args: [number, string][] = raw === undefined ? [] : rawArguments(raw);
+    const limits: ws.Limits = {
+      executionMs: o?.executionMs === undefined ? undefined : u32(o.executionMs, 'options.executionMs'),
+      abortGraceMs: o?.abortGraceMs === undefined ? undefined : u32(o.abortGraceMs, 'options.abortGraceMs'),
+    };
     const templates = this.#templates;
     const wire: ws.Call[] = new Array(calls.length);
     let fansOut = false;
@@ -611,7 +628,7 @@ export class Scheduler {
     }
     const sched = this.held.get();
     const s = this.held.instance.call(
-      () => sched.submitBatch(wire),
+      () => sched.submitBatch(wire, limits),
       (payload) => new SubmitError((payload as ws.SubmitError).code, (payload as ws.SubmitError).message),
     );
     return new Submitted(s.batch, s.first, s.count, calls, !fansOut);

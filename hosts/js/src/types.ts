@@ -103,15 +103,21 @@ export type Layer = { name: string; text: string } | { name: string; value: Reco
 // --- scheduler ------------------------------------------------------------------------------
 
 /** Why the scheduler or the host settled an entry without a response from its execution. */
-export type ReasonKind = 'rejected' | 'skipped' | 'failed' | 'cancelled' | 'stopped' | 'interrupted' | 'rate-limited';
+export type ReasonKind = 'rejected' | 'skipped' | 'failed' | 'cancelled' | 'stopped' | 'interrupted' | 'rate-limited' | 'timed-out';
+
+/** Why the scheduler aborts an execution: its batch's `executionMs` passed (`deadline`), or its
+ * batch was cancelled while it ran (`cancel`). */
+export type AbortCause = 'deadline' | 'cancel';
 
 /** `after` (the one-based position of the failed operation) only for `stopped`; `retries` (how
  * many times it had run again) only for `rate-limited`: it hit a rate limit once more than its
- * key's `retries` allow. */
+ * key's `retries` allow; `cause` only for `timed-out`: it was aborted and had not ended when its
+ * batch's abort grace passed (the scheduler gave up on it and freed its slot). */
 export type Reason =
-  | { kind: Exclude<ReasonKind, 'stopped' | 'rate-limited'> }
+  | { kind: Exclude<ReasonKind, 'stopped' | 'rate-limited' | 'timed-out'> }
   | { kind: 'stopped'; after: number }
-  | { kind: 'rate-limited'; retries: number };
+  | { kind: 'rate-limited'; retries: number }
+  | { kind: 'timed-out'; cause: AbortCause };
 
 /** How the host settles a pending entry without running it. */
 export type HostSettle = 'rejected' | 'skipped' | 'failed';
@@ -137,7 +143,8 @@ export type InputErrorCode =
   | 'batch-cancelled'
   | 'time-backwards'
   | 'unknown-key'
-  | 'not-acquiring';
+  | 'not-acquiring'
+  | 'given-up';
 
 /** A refused step input: its list, its position there, and why. It changed nothing. */
 export interface InputError {
@@ -170,7 +177,8 @@ export interface StepInputs {
   ok?: Numbers;
   /** Executions that ended with an error. */
   failed?: Numbers;
-  /** Batches to cancel: their pending and approved entries are settled as cancelled. */
+  /** Batches to cancel: their pending and approved entries are settled as cancelled, their
+   * running ones are listed in `abort` (cause `cancel`). */
   cancel?: Numbers;
   /** The host's clock in milliseconds, monotonic (the scheduler never reads a clock). It moves
    * after the step's inputs applied, as the step releases work: an input is judged by the clock
@@ -195,6 +203,10 @@ export interface StepInputs {
  * response), refused inputs (`errors`), and `retired` batches (every entry has a response; their
  * numbers are never valid again). */
 export interface StepOutputs {
+  /** Executions to stop, first: their batch's `executionMs` passed or their batch was cancelled.
+   * Report each one's end as usual; with an `abortGraceMs` the scheduler gives up on one that
+   * has not ended in time (it is then in `settle`, `timed-out`, and its late end is refused). */
+  abort: { entry: bigint; cause: AbortCause }[];
   start: BigUint64Array;
   settle: Settled[];
   errors: InputError[];
@@ -213,6 +225,7 @@ export interface StepOutputs {
 /** Where an entry is. */
 export type EntryState =
   | { kind: 'pending' | 'approved' | 'acquiring' | 'granted' | 'running' | 'asking' }
+  | { kind: 'aborted'; cause: AbortCause }
   | { kind: 'ended'; outcome: Outcome }
   | { kind: 'settled'; reason: Reason };
 
@@ -265,10 +278,19 @@ export interface SavedCall {
   key?: string;
 }
 
+/** A batch's time limits in milliseconds, as `submit` took them (absent: none). */
+export interface Limits {
+  executionMs?: number;
+  abortGraceMs?: number;
+}
+
+/** `limits` are the batch's time limits (absent in states saved before them: none); a resumed
+ * batch keeps them, and what runs again gets a new deadline when it starts. */
 export interface SavedBatch {
   batch: bigint;
   first: bigint;
   cancelled: boolean;
+  limits?: Limits;
   calls: SavedCall[];
 }
 

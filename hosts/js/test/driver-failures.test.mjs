@@ -196,15 +196,19 @@ test('an execution that ignores its abort: visible in inspect, keeps its slot, u
   assert.equal(live.cancelled, true);
   assert.deepEqual(live.aborted.map((a) => a.label), ['stubborn']);
   assert.ok(live.aborted[0].sinceMs >= 0);
-  assert.deepEqual(live.entries.map((e) => [e.label, e.state.kind]), [['stubborn', 'running'], ['parked', 'settled']]);
+  // The component aborted it (cause cancel) and says so.
+  assert.deepEqual(live.entries.map((e) => [e.label, e.state.kind]), [['stubborn', 'aborted'], ['parked', 'settled']]);
+  assert.deepEqual(live.entries[0].state, { kind: 'aborted', cause: 'cancel' });
   // Its key is still held: a later batch waits ...
   const later = driver.run(calls('later'), async () => 'later ran');
   await sleep(5);
   assert.equal(driver.liveBatches, 2);
-  // ... until the grace runs out: the entry is recorded failed-by-cancel, the slot freed.
+  // ... until the grace runs out: the component gives up on it (settled timed-out, with its
+  // sentence) and frees the slot.
   const out = await ignoring;
-  assert.equal(out[0].entries[0].status, 'cancelled');
-  assert.equal(out[0].entries[0].error.name, 'TimeoutError');
+  assert.equal(out[0].entries[0].status, 'settled');
+  assert.deepEqual(out[0].entries[0].reason, { kind: 'timed-out', cause: 'cancel' });
+  assert.match(out[0].entries[0].message, /cancelled/);
   assert.equal((await later)[0].entries[0].value, 'later ran');
   // What it returns afterwards is ignored.
   finish('too late');
@@ -222,6 +226,30 @@ test('executionTimeoutMs aborts an execution\'s signal with a TimeoutError; one 
   assert.equal(out[0].entries[0].error.name, 'TimeoutError');
   assert.equal(out[1].entries[0].value, 'quick');
   assertDrained(driver);
+});
+
+test('the component decides the deadline and the grace: an execution ignoring its TimeoutError is given up (settled timed-out), its slot frees, its late result is ignored', { timeout: 10_000 }, async () => {
+  const { driver, sched } = await setup();
+  let finish;
+  let signal;
+  const started = [];
+  const out = await driver.run(calls('slow', 'next'), (run) => {
+    started.push(run.label);
+    if (run.label === 'next') return Promise.resolve('next ran');
+    signal = run.signal;
+    return new Promise((r) => (finish = r)); // ignores its signal
+  }, { executionTimeoutMs: 20, abortGraceMs: 20 });
+  assert.equal(signal.aborted, true);
+  assert.equal(signal.reason.name, 'TimeoutError');
+  assert.equal(out[0].entries[0].status, 'settled');
+  assert.deepEqual(out[0].entries[0].reason, { kind: 'timed-out', cause: 'deadline' });
+  assert.match(out[0].entries[0].message, /time limit/);
+  assert.equal(out[1].entries[0].value, 'next ran');
+  assert.deepEqual(started, ['slow', 'next']);
+  finish('too late');
+  await sleep(2);
+  assertDrained(driver);
+  assert.equal(sched.step().errors.length, 0);
 });
 
 test('resume through the driver: restored batches run next to new ones, in written order per key', { timeout: 10_000 }, async () => {

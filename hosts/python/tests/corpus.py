@@ -58,12 +58,12 @@ CASE_FIELDS = {"description", "layer", "diagnostics", "rendered", "tools", "warn
 CASE_DESCRIPTIVE = {"name", "title", "notes", "comment", "reference"}
 SCHED_STEP_FIELDS = {
     "do", "start", "settle", "error", "errors", "retired", "unrestored", "layers", "inspect", "at", "wake_at", "acquire",
-    "release",
+    "release", "abort",
 }
 ADMISSION_STEP_FIELDS = {"do", "error", "admit", "cancel", "refused", "drain"}
 STEP_DESCRIPTIVE = {"comment", "note", "why"}
 LAYER_FIELDS = {"name", "text"}
-BATCH_FIELDS = {"calls"}
+BATCH_FIELDS = {"calls", "execution_ms", "abort_grace_ms"}
 ADMISSION_FIELDS = {"max_concurrent", "allow_parallel"}
 SIMULATE_FIELDS = {"duration_ms", "durations", "fail"}
 
@@ -95,6 +95,7 @@ def tool_line(t) -> str:
 
 def reason_text(reason: Reason) -> str:
     out = reason.kind.value + (f" {reason.after}" if reason.after is not None else "")
+    out += f" {reason.cause.value}" if reason.cause is not None else ""
     return out + (f" {reason.retries}" if reason.retries is not None else "")
 
 
@@ -103,6 +104,8 @@ def inspect_line(st) -> str:
         state = f"ended-{st.outcome.value}"
     elif st.state is EntryState.SETTLED:
         state = reason_text(st.reason)
+    elif st.state is EntryState.ABORTED:
+        state = f"aborted {st.cause.value}"
     else:
         state = st.state.value
     out = f"{st.label} {state}"
@@ -256,6 +259,7 @@ class SchedulingRun:
         for e in out.start:  # the scheduler's labels must agree with the runner's
             if self.sched.label(e) != self.labels.get(e):
                 raise AssertionError(f"label({e}): want {self.labels.get(e)!r}, got {self.sched.label(e)!r}")
+        self.abort += [f"{self.labels.get(a.entry, f'?{a.entry}')} {a.cause.value}" for a in out.abort]
         self.start += [self.labels.get(e, f"?{e}") for e in out.start]
         self.settle += [f"{self.labels.get(s.entry, f'?{s.entry}')} {reason_text(s.reason)}" for s in out.settle]
         self.retired += [self.file_batch.get(b, -1) for b in out.retired]
@@ -281,7 +285,7 @@ class SchedulingRun:
         for key, allowed in (("errors", many), ("unrestored", verb == "restart"), ("layers", verb == "restart"), ("inspect", verb == "inspect")):
             if key in step and not allowed:
                 raise CaseError(f"`{key}` does not apply to `{verb}`")
-        self.start, self.settle, self.retired, self.acquire, self.release = [], [], [], [], []
+        self.start, self.settle, self.retired, self.acquire, self.release, self.abort = [], [], [], [], [], []
         at = step.get("at")
         if at is not None and (type(at) is not int or at < 0):
             raise CaseError("`at` must be milliseconds (an integer >= 0)")
@@ -375,6 +379,7 @@ class SchedulingRun:
         want_start, want_settle = strings(step, "start"), strings(step, "settle")
         if self.start != want_start or self.settle != want_settle:
             raise AssertionError(f"want start {want_start} settle {want_settle}, got start {self.start} settle {self.settle}")
+        compare("abort", strings(step, "abort"), self.abort)
         want_acquire, want_release = strings(step, "acquire"), strings(step, "release")
         if self.acquire != want_acquire or self.release != want_release:
             raise AssertionError(
@@ -396,8 +401,9 @@ class SchedulingRun:
             raise CaseError(f"the case has no batch {n}")
         check_fields(specs[n - 1], BATCH_FIELDS, set(), f"batch {n}")
         calls = parse_calls(specs[n - 1])
+        spec = specs[n - 1]
         try:
-            submitted = self.sched.submit(calls)
+            submitted = self.sched.submit(calls, execution_ms=spec.get("execution_ms"), abort_grace_ms=spec.get("abort_grace_ms"))
         except SubmitError as e:
             return e.code.value
         self.batches[n] = submitted.batch

@@ -81,10 +81,10 @@ def sent(sched: Scheduler) -> list[list[tuple[int, str]]]:
     crossed: list[list[tuple[int, str]]] = []
     submit = sched._submit
 
-    def recording(resource: Any, calls: list[Any]) -> Any:
+    def recording(resource: Any, calls: list[Any], limits: Any) -> Any:
         # Each call crosses as a WIT `call` record; `(index, text)` for those with arguments.
         crossed.append([(i, c.arguments) for i, c in enumerate(calls) if c.arguments is not None])
-        return submit(resource, calls)
+        return submit(resource, calls, limits)
 
     sched._submit = recording  # type: ignore[method-assign]
     return crossed
@@ -263,14 +263,14 @@ def test_the_component_refuses_what_the_package_never_sends_with_a_typed_code() 
     # The package never sends these (it refuses them itself); the codes still lift to their
     # enum members. Since the 0.3 interface each call carries its own arguments, so there is
     # no `invalid-arguments` to provoke.
-    from turnstile_scheduler.scheduler import _CallRecord
+    from turnstile_scheduler.scheduler import _CallRecord, _limits
 
     s = Scheduler(policy())
     for call, code in (
         (_CallRecord("a", "api", 0, None), SubmitErrorCode.INVALID_OPERATIONS),
         (_CallRecord("a\nb", "fs_write", None, '{"path":"a"}'), SubmitErrorCode.INVALID_ID),
     ):
-        result = s._submit(s._resource, [call])
+        result = s._submit(s._resource, [call], _limits(None, None, "limits"))
         assert type(result) is not tuple
         assert SubmitErrorCode(result.payload.code) is code
     with pytest.raises(SubmitError) as e:

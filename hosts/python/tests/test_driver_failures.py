@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from turnstile_scheduler import (
+    AbortCause,
     Call,
     Driver,
     OutcomeStatus,
@@ -195,16 +196,21 @@ def test_outcomes_of_a_cancelled_batch_keep_what_executions_did() -> None:
     assert (b.entries[0].status, b.entries[0].reason) == (OutcomeStatus.SETTLED, Reason(ReasonKind.CANCELLED))
 
 
+async def ignoring_cancellation(release: asyncio.Event, value: str) -> str:
+    """Returns `value` once `release` is set, ignoring every cancellation meanwhile."""
+    while True:
+        try:
+            await release.wait()
+            return value
+        except asyncio.CancelledError:
+            continue
+
+
 def test_an_execution_ignoring_cancellation_is_visible_and_bounded_by_the_timeout() -> None:
     release = None
 
     async def stubborn(x):
-        while True:
-            try:
-                await release.wait()
-                return "finally"
-            except asyncio.CancelledError:
-                continue  # ignores every cancellation
+        return await ignoring_cancellation(release, "finally")
 
     async def main():
         nonlocal release
@@ -216,7 +222,7 @@ def test_an_execution_ignoring_cancellation_is_visible_and_bounded_by_the_timeou
         [r] = d.running()
         assert (r.label, r.cancel_requested) == ("s", True)
         [s_status, t_status] = d.scheduler.inspect(r.batch)
-        assert s_status.state.value == "running" and t_status.wait.running == ["s"]
+        assert s_status.state.value == "aborted" and s_status.cause.value == "deadline" and t_status.wait.running == ["s"]
         release.set()
         s, t = await asyncio.wait_for(task, 5)
         await after(d)
@@ -224,6 +230,36 @@ def test_an_execution_ignoring_cancellation_is_visible_and_bounded_by_the_timeou
 
     s, t = asyncio.run(main())
     assert (s.status, s.value) == (OutcomeStatus.OK, "finally")  # it did end by returning
+
+
+def test_the_abort_grace_gives_up_on_an_execution_that_ignores_its_timeout() -> None:
+    """The component keeps the deadline and the grace: the ignoring execution is settled
+    timed-out with the component's sentence, the next call takes its slot, and what it returns
+    later changes nothing."""
+    release = None
+    started = []
+
+    async def stubborn(x):
+        started.append(x.label)
+        if x.label == "t":
+            return "t ran"
+        return await ignoring_cancellation(release, "too late")
+
+    async def main():
+        nonlocal release
+        release = asyncio.Event()
+        d = driver(execution_timeout=0.03, abort_grace=0.03)
+        s, t = await asyncio.wait_for(d.run([Call("s", "k"), Call("t", "k")], stubborn), 5)
+        release.set()
+        await asyncio.sleep(0.01)
+        await after(d)
+        return s.entries[0], t.entries[0]
+
+    s, t = asyncio.run(main())
+    assert s.status is OutcomeStatus.SETTLED and s.reason == Reason(ReasonKind.TIMED_OUT, cause=AbortCause.DEADLINE)
+    assert "time limit" in s.message
+    assert (t.status, t.value) == (OutcomeStatus.OK, "t ran")
+    assert started == ["s", "t"]
 
 
 def test_the_execution_timeout_fails_an_execution_that_honours_it() -> None:

@@ -39,6 +39,8 @@ from .errors import (
 )
 from .scheduler import Scheduler, explain
 from .types import (
+    Abort,
+    AbortCause,
     AdmissionClass,
     AdmissionErrorCode,
     BatchNotApproved,
@@ -97,6 +99,8 @@ __all__ = [
     "CallOutcome",
     "CallSettledError",
     "ConfigError",
+    "Abort",
+    "AbortCause",
     "Diagnostic",
     "DiagnosticCode",
     "Severity",

@@ -38,9 +38,19 @@ How a batch ends badly, and what that costs (never another batch, never a slot):
 An execution that ignores cancellation (catches CancelledError and goes on, or waits on a
 thread) keeps its key's slot until it really ends: the scheduler cannot know it stopped. It is
 visible in `Driver.running()` (`cancel_requested`) and in `Scheduler.inspect` (running, and
-named in `KeyFull.running` of the entries waiting for its key). `execution_timeout` bounds how
-long any execution may run: when it passes, the execution's task is cancelled and, if it ends
-by that cancellation, it failed with TimeoutError.
+named in `KeyFull.running` of the entries waiting for its key).
+
+Deadlines are the component's, not the driver's: the driver keeps no timer of its own for them.
+`execution_timeout` and `abort_grace` (seconds) go to the component with every batch (its
+`limits`, in milliseconds), and the component says when (on the `now` of each step, waking the
+driver through `wake_at`). An `abort` action cancels the execution's task: for its deadline
+(an execution that ends by that cancellation failed with TimeoutError), or because its batch
+was cancelled (cancelling a batch asks the component, whose `abort` actions then cancel the
+running tasks). With `abort_grace`, an execution that has not ended that long after its abort
+is given up by the component: it is settled TIMED_OUT with the component's sentence, its slot
+and permit are freed, and whatever it does later is ignored. Without it, an aborted execution
+keeps its slot until it ends. A question open at an abort is closed with it (the component
+hears no more questions from an aborted execution).
 
 Time and rate limits. The driver gives the scheduler its clock on every step: `now` is the
 event loop's `loop.time()` in whole milliseconds (`Driver.now()`), never less than before.
@@ -85,10 +95,11 @@ from . import _check
 from .config import Policy
 from .errors import DisposedError, RateLimited, RefusedInputError, SubmitError, TurnstileError
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
-from .scheduler import Scheduler, build_calls, explain_in, lower_reason
+from .scheduler import Scheduler, _limits, build_calls, explain_in, lower_reason
 from .shared import DELAY_MS_MAX, LIMIT_MAX
 from .shared.keys import SharedKeys, SharedPermit
 from .types import (
+    AbortCause,
     Call,
     EntryState,
     HostSettle,
@@ -110,7 +121,7 @@ _HOW: dict[str, HostSettle] = {"reject": HostSettle.REJECTED, "skip": HostSettle
 _HOW_WIT: dict[str, str] = {"reject": "rejected", "skip": "skipped", "fail": "failed"}
 
 OK, FAILED, CANCELLED, SETTLED = OutcomeStatus.OK, OutcomeStatus.FAILED, OutcomeStatus.CANCELLED, OutcomeStatus.SETTLED
-_REASONS: dict[str, Reason] = {k.value: Reason(k) for k in ReasonKind if k not in (ReasonKind.STOPPED, ReasonKind.RATE_LIMITED)}
+_REASONS: dict[str, Reason] = {k.value: Reason(k) for k in ReasonKind if k not in (ReasonKind.STOPPED, ReasonKind.RATE_LIMITED, ReasonKind.TIMED_OUT)}
 _CANCELLED_REASON = _REASONS["cancelled"]
 # The same reasons as WIT variants, for `explain`.
 _REASONS_WIT: dict[str, Variant] = {k: Variant(k) for k in _REASONS}
@@ -147,6 +158,9 @@ class Execution:
             raise RuntimeError(f"{self.label}: the execution has ended; it cannot ask")
         if b.asking[i]:
             raise RuntimeError(f"{self.label}: a question is already open")
+        if i in b.aborted:  # its abort closed every question, as far as the scheduler knows
+            yield
+            return
         b.asking[i] = True
         b.driver._queue(_ASK, self.entry, b)
         try:
@@ -166,7 +180,7 @@ Execute = Callable[[Execution], Awaitable[Any]]
 class _Batch:
     __slots__ = (
         "driver", "batch", "first", "calls", "labels", "call_of", "ops", "execute", "outcomes", "tasks",
-        "asking", "expired", "finished", "cancelled", "count", "since", "timers", "begun", "on_settled",
+        "asking", "expired", "finished", "cancelled", "count", "since", "aborted", "given_up", "begun", "on_settled",
         "limited", "acquiring", "permits", "permit_used", "shared_keys", "denied_errors", "lost", "watchers",
     )
 
@@ -196,9 +210,12 @@ class _Batch:
         self.outcomes: list[Optional[EntryOutcome]] = [None] * n
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.since: dict[int, float] = {}
-        self.timers: dict[int, asyncio.TimerHandle] = {}
         self.asking = [False] * n
+        # Entries the component aborted (for their deadline: also `expired`), and those it gave
+        # up on after their abort grace (their task's end is ignored).
         self.expired: set[int] = set()
+        self.aborted: set[int] = set()
+        self.given_up: set[int] = set()
         self.begun: set[int] = set()
         # The last RateLimited each entry's execution raised (kept on its outcome if it is
         # settled rate-limited).
@@ -261,6 +278,7 @@ _KINDS = list(InputKind)
 _KIND_INDEX = {k.value: i for i, k in enumerate(_KINDS)}  # by WIT name
 _APPROVE, _SETTLE, _ASK, _ANSWER, _OK, _FAILED, _CANCEL, _NOW, _RETRY, _PAUSE, _GRANTED, _DENIED = range(12)
 _U64_MAX = 2**64 - 1
+_U32_MAX = 2**32 - 1
 
 # ---------------------------------------------------------------------------------------------
 # The driver
@@ -278,6 +296,7 @@ class Driver:
         scheduler: Scheduler,
         *,
         execution_timeout: Optional[float] = None,
+        abort_grace: Optional[float] = None,
         owns_scheduler: bool = False,
         shared_keys: Optional[SharedKeys] = None,
     ) -> None:
@@ -296,6 +315,14 @@ class Driver:
         self.execution_timeout = _check.number(execution_timeout, "execution_timeout")
         if self.execution_timeout == 0:
             raise ValueError("execution_timeout must be > 0 seconds (or None)")
+        self.abort_grace = _check.number(abort_grace, "abort_grace")
+        # The batch limits the component keeps, in whole milliseconds (at least 1 for a
+        # timeout; a grace of 0 gives up at the abort's own step), capped at the u32 range.
+        self._limits = _limits(
+            None if self.execution_timeout is None else min(max(math.ceil(self.execution_timeout * 1000), 1), _U32_MAX),
+            None if self.abort_grace is None else min(math.ceil(self.abort_grace * 1000), _U32_MAX),
+            "limits",
+        )
         _check.boolean(owns_scheduler, "owns_scheduler")
         scheduler._live()
         if getattr(scheduler, "_driver", None) is not None:
@@ -333,6 +360,7 @@ class Driver:
         *,
         started: Started,
         execution_timeout: Optional[float] = None,
+        abort_grace: Optional[float] = None,
         shared_keys: Optional[SharedKeys] = None,
     ) -> tuple["Driver", list[Unrestored]]:
         """A driver over `Scheduler.resume(policy, state, started=started)` (which it owns),
@@ -340,7 +368,9 @@ class Driver:
         numbers are `restored()`), next to new batches with `run`."""
         scheduler, unrestored = Scheduler.resume(policy, state, started=started)
         try:
-            driver = cls(scheduler, execution_timeout=execution_timeout, owns_scheduler=True, shared_keys=shared_keys)
+            driver = cls(
+                scheduler, execution_timeout=execution_timeout, abort_grace=abort_grace, owns_scheduler=True, shared_keys=shared_keys
+            )
         except BaseException:
             scheduler.close()
             raise
@@ -510,6 +540,9 @@ class Driver:
         """An execution raised `RateLimited`: the entry runs again after it (or is settled
         rate-limited past its key's cap)."""
         entry = b.first + i
+        if i in b.given_up:  # the component gave up on it: its rate limit changes nothing
+            b.given_up.discard(i)
+            return
         b.limited[i] = limited
         if limited.until is not None:
             until = math.ceil(limited.until * 1000)
@@ -635,7 +668,7 @@ class Driver:
     # -- the pump --------------------------------------------------------------------------------
 
     def _step_submit(self, calls: list[Any]) -> tuple[int, int, int]:
-        result = self.scheduler._submit(self._resource, calls)
+        result = self.scheduler._submit(self._resource, calls, self._limits)
         if type(result) is not tuple:
             raise SubmitError(SubmitErrorCode(result.payload.code), result.payload.message)
         return result  # type: ignore[no-any-return]
@@ -725,6 +758,7 @@ class Driver:
         wake_at: Optional[int] = None,
         acquire: Sequence[Any] = (),
         release: Sequence[int] = (),
+        abort: Sequence[Any] = (),
     ) -> None:
         owner = self._owner
         refused: set[tuple[int, int]] = set()
@@ -753,6 +787,10 @@ class Driver:
             if not f.done():
                 f.set_result(None)
         self._arm(wake_at)
+        for a in abort:  # abort records: entry, cause
+            b = owner.get(a.entry)
+            if b is not None:
+                self._abort(b, a.entry - b.first, a.cause)
         for i, (entry, how) in enumerate(q.lists[_SETTLE]):
             if (_SETTLE, i) not in refused:
                 b = owner.get(entry)
@@ -781,6 +819,9 @@ class Driver:
                 if b is not None:
                     i = s.entry - b.first
                     reason = _lift_reason(s.reason)
+                    if reason.kind is ReasonKind.TIMED_OUT:
+                        # Given up after its abort grace: whatever its task does later is ignored.
+                        b.given_up.add(i)
                     error = b.limited.pop(i, None) if reason.kind is ReasonKind.RATE_LIMITED else None
                     b.settle(i, self._settled(s.entry, b.labels[i], reason, s.reason, error, s.message))
         for entry in start:
@@ -822,8 +863,6 @@ class Driver:
         if permit is not None:
             b.permit_used.add(i)
             b.watchers[i] = loop.create_task(self._watch_lost(b, i, permit, task))  # type: ignore[union-attr]
-        if self.execution_timeout is not None:
-            b.timers[i] = loop.call_later(self.execution_timeout, self._expire, b, i)
 
     async def _run(self, b: _Batch, i: int, awaitable: Awaitable[Any]) -> None:
         """An execution's task: awaits what `execute` returned and reports the end. (Tasks not
@@ -837,6 +876,14 @@ class Driver:
                     close()
                 b.settle(i, self._settled(entry, label, _CANCELLED_REASON, _CANCELLED_WIT))
                 self._queue(_FAILED, entry, b)
+                return
+            if i in b.expired:
+                # Its deadline passed before its task began: it never runs.
+                close = getattr(awaitable, "close", None)
+                if close is not None:
+                    close()
+                error = TimeoutError(f"{label} ran past execution_timeout ({self.execution_timeout} s)")
+                self._ended(b, i, EntryOutcome(entry, label, FAILED, error=error), False)
                 return
             b.begun.add(i)
             try:
@@ -874,10 +921,8 @@ class Driver:
             if b.finished.done() and i in b.permits:  # its batch is gone: no step will say so
                 self._give_back(b, i)
             b.begun.discard(i)  # it may run again (a retry), as a task not yet begun
-            if b.timers:
-                timer = b.timers.pop(i, None)
-                if timer is not None:
-                    timer.cancel()
+            b.expired.discard(i)
+            b.aborted.discard(i)
 
     # -- shared keys -----------------------------------------------------------------------------
 
@@ -974,24 +1019,38 @@ class Driver:
         return EntryOutcome(entry, label, SETTLED, error=error, reason=reason, message=message)
 
     def _ended(self, b: _Batch, i: int, outcome: EntryOutcome, ok: bool) -> None:
+        if i in b.given_up:  # the component gave up on it: its end changes nothing
+            b.given_up.discard(i)
+            return
         b.outcomes[i] = outcome
         if b.asking[i]:  # a question still open is closed with its execution
             b.asking[i] = False
             self._queue(_ANSWER, outcome.entry, b)
         self._queue(_OK if ok else _FAILED, outcome.entry, b)
 
-    def _expire(self, b: _Batch, i: int) -> None:
+    def _abort(self, b: _Batch, i: int, cause: str) -> None:
+        """The component aborted entry `i`: its task is cancelled (for its deadline, or because
+        its batch was cancelled); a question it has open is closed with the abort."""
         task = b.tasks.get(i)
-        if task is not None:
+        if task is None:
+            return
+        b.aborted.add(i)
+        b.asking[i] = False
+        if cause == "deadline":
             b.expired.add(i)
+        if i in b.begun:  # one not yet begun sees `expired` or `cancelled` when it begins
             task.cancel()
 
     def _cancel(self, b: _Batch) -> None:
         if b.cancelled:
             return
         b.cancelled = True
-        if self._batches.get(b.batch) is b:
+        broken = getattr(self.scheduler.instance, "broken", None) is not None
+        if self._batches.get(b.batch) is b and not self._closed and not self.scheduler.closed and not broken:
+            # The component aborts its running executions (`abort` actions, cause cancel).
             self._queue(_CANCEL, b.batch, b)
+            return
+        # No step will come (the driver or the scheduler is closed): cancelled here.
         for i, task in list(b.tasks.items()):
             if i in b.begun:  # one not yet begun sees `cancelled` when it begins
                 task.cancel()
@@ -1043,6 +1102,8 @@ class _Settlement:
 
 
 def _lift_reason(v: Any) -> Reason:
+    if v.tag == "timed-out":
+        return Reason(ReasonKind.TIMED_OUT, cause=AbortCause(v.payload))
     r = _REASONS.get(v.tag)  # type: ignore[call-overload]
     if r is not None:
         return r

@@ -120,7 +120,7 @@ class Gate:
     """Batches the calls a framework starts itself (see the module doc). `target` is a
     `Policy` (the gate makes and owns a scheduler and driver), a `Scheduler` (its driver, made
     on first use) or a `Driver`. `decide(label, call)` is the driver's (approve by default);
-    `execution_timeout` only applies when the gate makes the driver."""
+    `execution_timeout` and `abort_grace` only apply when the gate makes the driver."""
 
     def __init__(
         self,
@@ -128,6 +128,7 @@ class Gate:
         *,
         decide: Optional[Decide] = None,
         execution_timeout: Optional[float] = None,
+        abort_grace: Optional[float] = None,
     ) -> None:
         if decide is not None and not callable(decide):
             raise TypeError(f"decide must be callable, not {type(decide).__name__}")
@@ -137,12 +138,12 @@ class Gate:
         elif isinstance(target, Scheduler):
             self.driver = Driver.of(target)
         elif isinstance(target, Policy):
-            self.driver = Driver(Scheduler(target), execution_timeout=execution_timeout, owns_scheduler=True)
+            self.driver = Driver(Scheduler(target), execution_timeout=execution_timeout, abort_grace=abort_grace, owns_scheduler=True)
             self._owns = True
         else:
             raise TypeError(f"target must be a Policy, Scheduler or Driver, not {type(target).__name__}")
-        if execution_timeout is not None and not self._owns:
-            raise ValueError("execution_timeout is the driver's: set it on the Driver you pass")
+        if (execution_timeout is not None or abort_grace is not None) and not self._owns:
+            raise ValueError("execution_timeout and abort_grace are the driver's: set them on the Driver you pass")
         self._decide = decide
         self._arriving: list[_Pending] = []
         self._batches: set[_GateBatch] = set()

@@ -25,6 +25,8 @@ from ._component import Instance, shared_instance
 from .config import Policy
 from .errors import DisposedError, ResumeError, SubmitError, TurnstileError
 from .types import (
+    Abort,
+    AbortCause,
     BatchNotApproved,
     Behind,
     Call,
@@ -73,6 +75,10 @@ def _lower_reason(r: Reason, what: str) -> Variant:
         raise ValueError(f"{what}.after is only for stopped")
     if kind is not ReasonKind.RATE_LIMITED and r.retries is not None:
         raise ValueError(f"{what}.retries is only for rate-limited")
+    if kind is not ReasonKind.TIMED_OUT and r.cause is not None:
+        raise ValueError(f"{what}.cause is only for timed-out")
+    if kind is ReasonKind.TIMED_OUT:
+        return Variant(kind.value, _enum(AbortCause, r.cause, f"{what}.cause").value)
     if kind is ReasonKind.STOPPED:
         return Variant(kind.value, _u32(r.after, f"{what}.after"))
     if kind is ReasonKind.RATE_LIMITED:
@@ -95,6 +101,16 @@ def _lower_saved_entry(e: SavedEntry, what: str) -> SimpleNamespace:
     if (state is not Saved.ENDED and e.outcome is not None) or (state is not Saved.SETTLED and e.reason is not None):
         raise ValueError(f"{what}: outcome goes with ended, reason with settled")
     return SimpleNamespace(operation=_u32(e.operation, f"{what}.operation"), state=wit)
+
+
+def _limits(execution_ms: Any, abort_grace_ms: Any, what: str) -> SimpleNamespace:
+    """A batch's time limits as the WIT `limits` record (milliseconds, each optional)."""
+    return SimpleNamespace(
+        **{
+            "execution-ms": None if execution_ms is None else _u32(execution_ms, f"{what}.execution_ms"),
+            "abort-grace-ms": None if abort_grace_ms is None else _u32(abort_grace_ms, f"{what}.abort_grace_ms"),
+        }
+    )
 
 
 def _lower_state(state: SavedState) -> SimpleNamespace:
@@ -125,6 +141,7 @@ def _lower_state(state: SavedState) -> SimpleNamespace:
                 batch=_u64(b.batch, f"{w}.batch"),
                 first=_u64(b.first, f"{w}.first"),
                 cancelled=_bool(b.cancelled, f"{w}.cancelled"),
+                limits=_limits(b.execution_ms, b.abort_grace_ms, w),
                 calls=calls,
             )
         )
@@ -150,6 +167,8 @@ def _reason(v: Variant) -> Reason:
         return Reason(kind, v.payload)
     if kind is ReasonKind.RATE_LIMITED:
         return Reason(kind, retries=v.payload)
+    if kind is ReasonKind.TIMED_OUT:
+        return Reason(kind, cause=AbortCause(v.payload))
     return Reason(kind)
 
 
@@ -190,7 +209,8 @@ def _status(s: Any) -> EntryStatus:
     state = EntryState(s.state.tag)
     outcome = Outcome(s.state.payload) if state is EntryState.ENDED else None
     reason = _reason(s.state.payload) if state is EntryState.SETTLED else None
-    return EntryStatus(s.entry, s.label, s.tool, s.key, state, outcome, reason, _wait(s.wait), getattr(s, "why", None))
+    cause = AbortCause(s.state.payload) if state is EntryState.ABORTED else None
+    return EntryStatus(s.entry, s.label, s.tool, s.key, state, outcome, reason, _wait(s.wait), getattr(s, "why", None), cause)
 
 
 def _saved_entry(e: Any) -> SavedEntry:
@@ -214,6 +234,8 @@ def _saved_state(s: Any) -> SavedState:
                 b.first,
                 b.cancelled,
                 [SavedCall(c.id, c.tool, c.operations, [_saved_entry(e) for e in c.entries], getattr(c, "key", None)) for c in b.calls],
+                getattr(b.limits, "execution-ms"),
+                getattr(b.limits, "abort-grace-ms"),
             )
             for b in s.batches
         ],
@@ -228,6 +250,7 @@ def _outputs(
     wake_at: Optional[int] = None,
     acquire: Optional[list[Any]] = None,
     release: Optional[list[int]] = None,
+    abort: Optional[list[Any]] = None,
 ) -> Outputs:
     requests = [PermitRequest(r.entry, r.key, r.limit, getattr(r, "delay-ms")) for r in acquire or ()]
     return Outputs(
@@ -239,6 +262,7 @@ def _outputs(
         acquire=[r.entry for r in requests],
         release=release or [],
         requests=requests,
+        abort=[Abort(a.entry, AbortCause(a.cause)) for a in abort or ()],
     )
 
 
@@ -400,6 +424,7 @@ def step_on(
     retired: list[int] = []
     acquire: list[Any] = []
     release: list[int] = []
+    abort: list[Any] = []
     for a in releases.actions:
         tag = a.tag
         if tag == "start":
@@ -412,12 +437,14 @@ def step_on(
             release.append(a.payload.entry)
         elif tag == "acquire":
             acquire.append(a.payload)  # the permit-request record: entry, key, limit, delay-ms
+        elif tag == "abort":
+            abort.append(a.payload)  # the abort record: entry, cause
         elif tag == "refused":
             r = a.payload
             errors.insert(0, _Refused("now", 0, r.code, r.message))
         else:  # pragma: no cover - an action this package does not know
             raise RuntimeError(f"next-releases returned an unknown action {tag!r}")
-    return start, settled, errors, retired, getattr(releases, "wake-at"), acquire, release
+    return start, settled, errors, retired, getattr(releases, "wake-at"), acquire, release, abort
 
 
 def _timed(value: Any, what: str, first: str, article: str, check: Any) -> list[SimpleNamespace]:
@@ -474,6 +501,8 @@ def lower_reason(reason: Reason) -> Variant:
         return Variant("stopped", reason.after)
     if reason.kind is ReasonKind.RATE_LIMITED:
         return Variant("rate-limited", reason.retries)
+    if reason.kind is ReasonKind.TIMED_OUT:
+        return Variant("timed-out", AbortCause(reason.cause).value)
     return Variant(reason.kind.value)
 
 
@@ -557,8 +586,14 @@ class Scheduler:
             raise DisposedError("the scheduler")
         return self._resource
 
-    def submit(self, calls: Sequence[Call]) -> Submitted:
+    def submit(self, calls: Sequence[Call], *, execution_ms: Optional[int] = None, abort_grace_ms: Optional[int] = None) -> Submitted:
         """Adds a batch of calls in written order, all or nothing; raises `SubmitError`.
+
+        `execution_ms` and `abort_grace_ms` are the batch's time limits, in milliseconds of the
+        `now` given to `step`: an execution that ran `execution_ms` is listed in `Outputs.abort`
+        (cause DEADLINE), and one aborted (deadline or cancel) that has not ended
+        `abort_grace_ms` later is settled TIMED_OUT, its slot freed and its late end refused
+        (`given-up`). None: no limit, and an aborted execution keeps its slot until it ends.
 
         Each call crosses as a WIT `call` record, with its arguments only for a tool whose key
         is a template (only the fields it names; see `Call.arguments`). A newline in an id or
@@ -566,7 +601,8 @@ class Scheduler:
         `invalid-operations`. Arguments of a type no call can have (bytes, a set) are a
         TypeError, whatever the tool; any other value only decides the key."""
         resource = self._live()
-        result = self._submit(resource, build_calls(calls, self._templates))
+        limits = _limits(execution_ms, abort_grace_ms, "submit")
+        result = self._submit(resource, build_calls(calls, self._templates), limits)
         if type(result) is not tuple:  # result<submitted, submit-error>: the error, tagged
             raise SubmitError(SubmitErrorCode(result.payload.code), result.payload.message)
         return Submitted(*result)

@@ -54,6 +54,19 @@ class ReasonKind(str, Enum):
     RATE_LIMITED = "rate-limited"
     """Its execution hit a rate limit once more than its key's `retries` allow
     (`Reason.retries` says how many times it had run again). A failure for `on_error = "stop"`."""
+    TIMED_OUT = "timed-out"
+    """It was aborted (`Reason.cause` says why) and had not ended when its batch's abort grace
+    passed: the scheduler gave up on it and freed its slot; its result is unknown. A failure for
+    `on_error = "stop"` when its deadline aborted it."""
+
+
+class AbortCause(str, Enum):
+    """Why the scheduler aborts an execution (`Abort.cause`)."""
+
+    DEADLINE = "deadline"
+    """It ran as long as its batch's execution limit allows."""
+    CANCEL = "cancel"
+    """Its batch was cancelled while it ran."""
 
 
 class Started(str, Enum):
@@ -98,6 +111,8 @@ class InputErrorCode(str, Enum):
     """A pause names a key no configured tool declares."""
     NOT_ACQUIRING = "not-acquiring"
     """A grant or a refusal of a permit for an entry that is not waiting for one."""
+    GIVEN_UP = "given-up"
+    """An end or a question for an execution the scheduler gave up on (settled timed-out)."""
 
 
 class DiagnosticCode(str, Enum):
@@ -189,6 +204,9 @@ class EntryState(str, Enum):
     """Its permit granted; it starts once every earlier entry with its key has."""
     RUNNING = "running"
     ASKING = "asking"
+    ABORTED = "aborted"
+    """Told to stop (`EntryStatus.cause` says why); it holds its slot until it ends, or until
+    its batch's abort grace passes."""
     ENDED = "ended"
     """`EntryStatus.outcome` says how."""
     SETTLED = "settled"
@@ -367,6 +385,8 @@ class Reason:
     kind: ReasonKind
     after: Optional[int] = None
     retries: Optional[int] = None
+    cause: "Optional[AbortCause]" = None
+    """Why a TIMED_OUT entry was aborted; None for every other kind."""
 
 
 @dataclass(frozen=True)
@@ -415,6 +435,18 @@ class Outputs:
     """Entries of shared keys whose permit (or permit request) the host gives back: they ended,
     hit a rate limit, or were cancelled or stopped while waiting for a permit."""
     requests: "list[PermitRequest]" = field(default_factory=list)
+    abort: "list[Abort]" = field(default_factory=list)
+    """Executions to stop (first): their batch's execution limit passed, or their batch was
+    cancelled. Report each one's end as usual; past its batch's abort grace the scheduler gives
+    up on it (it is then in `settle`, TIMED_OUT, and its late end is refused)."""
+
+
+@dataclass(frozen=True)
+class Abort:
+    """An execution to stop (`Outputs.abort`), and why."""
+
+    entry: int
+    cause: AbortCause
     """The entries of `acquire` with the terms to ask the store for: the key (made from the
     call's arguments for a key template), its limit (None: unbounded but spaced) and delay."""
 
@@ -515,6 +547,8 @@ class EntryStatus:
     reason: Optional[Reason] = None
     wait: Optional[Wait] = None
     why: Optional[str] = None
+    cause: Optional[AbortCause] = None
+    """Why an ABORTED entry was aborted."""
 
 
 @dataclass(frozen=True)
@@ -544,10 +578,15 @@ class SavedCall:
 
 @dataclass(frozen=True)
 class SavedBatch:
+    """A live batch; `execution_ms` and `abort_grace_ms` are its time limits (kept over a
+    restart; what runs again gets a new deadline when it starts)."""
+
     batch: int
     first: int
     cancelled: bool
     calls: list[SavedCall]
+    execution_ms: Optional[int] = None
+    abort_grace_ms: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -575,6 +614,8 @@ class SavedState:
                     "batch": b.batch,
                     "first": b.first,
                     "cancelled": b.cancelled,
+                    **({} if b.execution_ms is None else {"execution_ms": b.execution_ms}),
+                    **({} if b.abort_grace_ms is None else {"abort_grace_ms": b.abort_grace_ms}),
                     "calls": [
                         {
                             "id": c.id,
@@ -614,6 +655,8 @@ class SavedState:
                         )
                         for c in b["calls"]
                     ],
+                    execution_ms=b.get("execution_ms"),  # absent in a state saved before limits
+                    abort_grace_ms=b.get("abort_grace_ms"),
                 )
                 for b in d["batches"]
             ],
@@ -630,6 +673,8 @@ def _saved_entry_dict(e: SavedEntry) -> dict[str, Any]:
             out["after"] = e.reason.after
         if e.reason.retries is not None:
             out["retries"] = e.reason.retries
+        if e.reason.cause is not None:
+            out["cause"] = AbortCause(e.reason.cause).value
     return out
 
 
@@ -640,7 +685,9 @@ def _saved_entry_from_dict(d: dict[str, Any]) -> SavedEntry:
         operation=d["operation"],
         state=Saved(d["state"]),
         outcome=None if outcome is None else Outcome(outcome),
-        reason=None if reason is None else Reason(ReasonKind(reason), d.get("after"), d.get("retries")),
+        reason=None
+        if reason is None
+        else Reason(ReasonKind(reason), d.get("after"), d.get("retries"), None if d.get("cause") is None else AbortCause(d["cause"])),
     )
 
 
