@@ -211,7 +211,7 @@ impl Sink {
                 };
                 // 1 + 7 + 21 + 32 bits: layers are at most 64 and 1 MiB each, items far fewer
                 // than 2^32 (asserted below, for the layer and text bounds too).
-                debug_assert!(layer < 1 << 7 && start < 1 << 21 && i < 1 << 32);
+                debug_assert!(layer < 1 << 7 && start < 1 << 21 && u32::try_from(i).is_ok());
                 (warning << 60) | (layer << 53) | (start << 32) | i as u64
             })
             .collect();
