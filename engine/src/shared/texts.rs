@@ -53,7 +53,7 @@ pub struct SqliteTexts {
 
 /// The SQLite store's texts.
 pub const SQLITE: SqliteTexts = SqliteTexts {
-    schema: include_str!("sqlite.sql"),
+    schema: include_str!("../../../shared/store/sqlite.sql"),
     version: "SELECT value FROM turnstile_shared_meta WHERE name = 'schema'",
     ensure_key: "INSERT OR IGNORE INTO turnstile_shared_keys (key) VALUES (?)",
     purge: "DELETE FROM turnstile_shared_tickets WHERE key = ? AND expires_ms <= ?",
@@ -74,4 +74,4 @@ pub const SQLITE: SqliteTexts = SqliteTexts {
 };
 
 /// The Redis store's script: every operation is one `EVALSHA` of it (script version 1).
-pub const REDIS_SCRIPT: &str = include_str!("redis.lua");
+pub const REDIS_SCRIPT: &str = include_str!("../../../shared/store/redis.lua");

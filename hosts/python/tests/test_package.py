@@ -37,12 +37,14 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
-def test_the_wheel_carries_the_component_licenses_and_urls(wheel: Path) -> None:
+def test_the_wheel_carries_the_component_store_texts_licenses_and_urls(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         assert "turnstile_scheduler/turnstile.wasm" in names
         assert z.read("turnstile_scheduler/turnstile.wasm") == COMPONENT.read_bytes()
         assert "turnstile_scheduler/py.typed" in names and "turnstile_scheduler/__main__.py" in names
+        for text in ("sqlite.sql", "sqlite-statements.json", "redis.lua"):
+            assert z.read(f"turnstile_scheduler/shared/store/{text}") == (ROOT / "shared" / "store" / text).read_bytes()
         assert not any(n.startswith("turnstile/") for n in names), "the import name must not clash with PyPI's turnstile"
         licenses = [n for n in names if n.endswith(("LICENSE-MIT", "LICENSE-APACHE"))]
         assert len(licenses) == 2, names
