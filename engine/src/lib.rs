@@ -10,8 +10,8 @@
 //!   asks [`schedule::Scheduler::next_releases`] what to start and what it settled.
 //! - [`admission`]: per-connection admission control (classes of work under one budget).
 //! - [`retry_after`]: a `Retry-After` header value read as a wait, the same in every host.
-//! - [`shared`]: shared keys' rules: the lease schedule a client drives, the store's grant rule,
-//!   and the store texts (SQL, the Redis script).
+//! - [`shared`]: shared keys' rules: the lease schedule a client drives and the store's grant
+//!   rule (the store texts are data in `shared/store/`, which the packages ship).
 //!
 //! Every mistake a host can make is a typed error that changes nothing; the engine never panics
 //! on host input, because a panic inside the WebAssembly component poisons the instance for

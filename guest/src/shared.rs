@@ -1,10 +1,10 @@
 //! The `shared` interface: the lease-schedule resource over the engine's [`LeaseSchedule`],
-//! the grant rule and the store texts, with their conversions. Every decision is the engine's.
+//! and the grant rule, with their conversions. Every decision is the engine's. (The store texts
+//! are data the packages ship from `shared/store/`, not the component's.)
 
 use std::cell::RefCell;
 
 use turnstile_engine::shared::grant::{self, Decision, GrantError, Head, KeyState};
-use turnstile_engine::shared::texts::{REDIS_SCRIPT, SQLITE, SQLITE_SCHEMA_VERSION};
 use turnstile_engine::shared::{GiveUpReason, LeaseError, LeaseErrorCode, LeaseSchedule, Poll};
 
 use crate::Component;
@@ -35,35 +35,6 @@ impl wit::Guest for Component {
         grant::decide(head, key, now)
             .map(decision)
             .map_err(grant_error)
-    }
-
-    fn sqlite_texts() -> wit::SqliteStatements {
-        let s = SQLITE;
-        wit::SqliteStatements {
-            schema_version: SQLITE_SCHEMA_VERSION,
-            schema: s.schema.into(),
-            version: s.version.into(),
-            ensure_key: s.ensure_key.into(),
-            purge: s.purge.into(),
-            ticket: s.ticket.into(),
-            next_seq: s.next_seq.into(),
-            insert: s.insert.into(),
-            renew: s.renew.into(),
-            head: s.head.into(),
-            held: s.held.into(),
-            key_state: s.key_state.into(),
-            grant: s.grant.into(),
-            count_grant: s.count_grant.into(),
-            remove: s.remove.into(),
-            pause: s.pause.into(),
-            peek: s.peek.into(),
-            earliest_expiry: s.earliest_expiry.into(),
-            list: s.list.into(),
-        }
-    }
-
-    fn redis_script() -> String {
-        REDIS_SCRIPT.into()
     }
 }
 

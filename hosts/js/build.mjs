@@ -3,6 +3,9 @@
 // glue patched (below), then the TypeScript wrapper compiled into dist/.
 //
 // `node build.mjs`          builds from target/turnstile.wasm (or $TURNSTILE_WASM); fails when missing.
+//                           The store texts (the repository's shared/store/: SQLite schema and
+//                           statements, Redis script) are copied into dist/shared/store/, where
+//                           the shared entry reads them (src/shared/texts.ts); fails without them.
 // `node build.mjs --pack`   (npm's prepack) also builds the component with `cargo xtask build-guest`
 //                           when it is missing, failing loudly if that fails, and copies the
 //                           licenses from the repository root into the package.
@@ -22,13 +25,16 @@
 // 3. (jco >= 1.13) `_debugLog` reading `process.env` on every call is made to read it once.
 // 4. Empty lists of records are lowered without calling the guest's allocator (see below).
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '../..');
 const licenses = ['LICENSE-MIT', 'LICENSE-APACHE'];
+// The store texts: one source in the repository, shipped by this package and the Python one.
+const storeTexts = join(root, 'shared', 'store');
+const storeFiles = ['sqlite.sql', 'sqlite-statements.json', 'redis.lua'];
 
 if (process.argv.includes('--unpack')) {
   for (const name of licenses) rmSync(join(here, name), { force: true });
@@ -111,6 +117,12 @@ const literal = [...readFileSync(join(here, 'src', 'core-files.ts'), 'utf8').mat
 if (named.join() !== literal.join()) fail(`jco's glue loads ${named.join(', ')} but src/core-files.ts has literal URLs for ${literal.join(', ')}: update src/core-files.ts`);
 
 execFileSync(bin('tsc'), ['-p', join(here, 'tsconfig.json')], { stdio: 'inherit' });
+
+mkdirSync(join(dist, 'shared', 'store'), { recursive: true });
+for (const name of storeFiles) {
+  if (!existsSync(join(storeTexts, name))) fail(`${join(storeTexts, name)} is missing: the shared entry cannot open a store without it`);
+  copyFileSync(join(storeTexts, name), join(dist, 'shared', 'store', name));
+}
 
 if (pack) {
   for (const name of licenses) {

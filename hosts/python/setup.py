@@ -1,10 +1,14 @@
-"""The build hook: a wheel or sdist always carries the component and the licenses.
+"""The build hook: a wheel or sdist always carries the component, the store texts and the
+licenses.
 
 In a checkout of the repository, the component is copied from `$TURNSTILE_WASM`, else
-`$CARGO_TARGET_DIR/turnstile.wasm`, else `../../target/turnstile.wasm`, into the package (built first with `cargo xtask build-guest` when it is missing), and the
-repository's LICENSE-MIT and LICENSE-APACHE next to this file. Outside one (building from an
-sdist), they must already be there. Either way a build without the component fails loudly
-instead of producing a package that fails at the first `Policy.resolve`."""
+`$CARGO_TARGET_DIR/turnstile.wasm`, else `../../target/turnstile.wasm`, into the package (built first with `cargo xtask build-guest` when it is missing), the
+store texts from the repository's `shared/store/` (the SQLite schema and statements, the Redis
+script: one source, which the JS package ships too) into `turnstile_scheduler/shared/store/`,
+and the repository's LICENSE-MIT and LICENSE-APACHE next to this file. Outside one (building
+from an sdist), they must already be there. Either way a build without the component or the
+texts fails loudly instead of producing a package that fails at the first `Policy.resolve` or
+store `open`."""
 
 import os
 import shutil
@@ -16,6 +20,8 @@ from setuptools import setup
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SHIPPED = HERE / "src" / "turnstile_scheduler" / "turnstile.wasm"
+STORE_TEXTS = ("sqlite.sql", "sqlite-statements.json", "redis.lua")
+SHIPPED_TEXTS = HERE / "src" / "turnstile_scheduler" / "shared" / "store"
 
 
 def stage() -> None:
@@ -31,9 +37,16 @@ def stage() -> None:
                 raise SystemExit(f"turnstile-scheduler: cannot build the component ({e}); run `cargo xtask build-guest` in {ROOT}")
         if not SHIPPED.is_file() or SHIPPED.read_bytes() != built.read_bytes():
             shutil.copyfile(built, SHIPPED)
+        SHIPPED_TEXTS.mkdir(exist_ok=True)
+        for name in STORE_TEXTS:
+            source = ROOT / "shared" / "store" / name
+            if not source.is_file():
+                raise SystemExit(f"turnstile-scheduler: {source} is missing (the store texts)")
+            shutil.copyfile(source, SHIPPED_TEXTS / name)
         for name in ("LICENSE-MIT", "LICENSE-APACHE"):
             shutil.copyfile(ROOT / name, HERE / name)
-    missing = [p.name for p in (SHIPPED, HERE / "LICENSE-MIT", HERE / "LICENSE-APACHE") if not p.is_file()]
+    needed = [SHIPPED, *(SHIPPED_TEXTS / name for name in STORE_TEXTS), HERE / "LICENSE-MIT", HERE / "LICENSE-APACHE"]
+    missing = [p.name for p in needed if not p.is_file()]
     if missing:
         raise SystemExit(f"turnstile-scheduler: cannot build the package without {', '.join(missing)} (build it from the repository)")
 

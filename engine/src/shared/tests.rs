@@ -1,14 +1,14 @@
 //! Shared keys' rules: the lease schedule through one `check` (a script of reports and polls,
 //! and the trace it must produce), the grant rule against the table
-//! `tests/shared/grant-rule.txt` (the Redis script is tested against the same table), and the
-//! store texts. The schedule's guarantee as seeded properties is in `sim.rs`.
+//! `tests/shared/grant-rule.txt` (the hosts test the Redis script against the same table), and
+//! the store texts in `shared/store/`. The schedule's guarantee as seeded properties is in
+//! `sim.rs`.
 //!
 //! Script lines: `lease MS` (first), `request KEY N at T`, `answer N`, `renewed R`,
 //! `failed R`, `remove N`, `poll T`. A poll's trace lists `give-up N (reason)`, `renew R KEY
 //! [N...]` and `wake T`; a refused input traces `error CODE`.
 
 use super::grant::{Decision, Head, KeyState, decide};
-use super::texts::{REDIS_SCRIPT, SQLITE, SQLITE_SCHEMA_VERSION};
 use super::*;
 use crate::limits::{KEY_BYTES_MAX, LEASE_MS_MAX, LEASE_MS_MIN, RENEW_TICKETS_MAX};
 #[cfg(target_arch = "wasm32")]
@@ -311,13 +311,66 @@ fn the_grant_rule_refuses_terms_no_client_writes() {
     assert_eq!(decide(head, key, u64::MAX), Ok(Decision::Grant));
 }
 
+/// The store texts, which both packages ship from `shared/store/` (not the component).
+const SQLITE_SCHEMA: &str = include_str!("../../../shared/store/sqlite.sql");
+const SQLITE_STATEMENTS: &str = include_str!("../../../shared/store/sqlite-statements.json");
+const REDIS_SCRIPT: &str = include_str!("../../../shared/store/redis.lua");
+
+/// The statements of `sqlite-statements.json` as `(name, text)`: its lines `"name": "text",`
+/// (one statement a line, no escapes; the hosts parse the file as JSON).
+fn sqlite_statements() -> Vec<(&'static str, &'static str)> {
+    let body = SQLITE_STATEMENTS
+        .split_once("\"statements\": {")
+        .expect("a statements object")
+        .1;
+    let body = body.split_once('}').expect("the statements object ends").0;
+    body.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let l = l.strip_suffix(',').unwrap_or(l);
+            let (name, text) = l.split_once("\": \"").expect("\"name\": \"text\"");
+            let name = name.strip_prefix('"').expect("a quoted name");
+            let text = text.strip_suffix('"').expect("a quoted text");
+            assert!(!text.contains(['\\', '"']), "{name}: no escapes");
+            (name, text)
+        })
+        .collect()
+}
+
 #[test]
 fn the_store_texts_are_the_schema_the_files_hold() {
-    assert!(SQLITE.schema.contains("VALUES ('schema', '1')"));
-    assert_eq!(SQLITE_SCHEMA_VERSION, 1);
-    assert!(SQLITE.schema.contains("turnstile_shared_tickets") && !SQLITE.schema.ends_with('\n'));
-    for text in [SQLITE.version, SQLITE.purge, SQLITE.grant, SQLITE.list] {
-        assert!(!text.is_empty() && !text.contains('\n'));
+    // The schema writes the version the statements file names.
+    assert!(SQLITE_STATEMENTS.contains("\"schemaVersion\": 1,"));
+    assert!(SQLITE_SCHEMA.contains("VALUES ('schema', '1')"));
+    assert!(SQLITE_SCHEMA.contains("turnstile_shared_tickets") && !SQLITE_SCHEMA.ends_with('\n'));
+    let statements = sqlite_statements();
+    let names: Vec<&str> = statements.iter().map(|&(name, _)| name).collect();
+    assert_eq!(
+        names,
+        [
+            "version",
+            "ensureKey",
+            "purge",
+            "ticket",
+            "nextSeq",
+            "insert",
+            "renew",
+            "head",
+            "held",
+            "keyState",
+            "grant",
+            "countGrant",
+            "remove",
+            "pause",
+            "peek",
+            "earliestExpiry",
+            "list"
+        ]
+    );
+    for (name, text) in statements {
+        assert!(!text.is_empty() && !text.contains('\n'), "{name}");
+        assert!(text.contains("turnstile_shared_"), "{name}");
     }
     assert!(REDIS_SCRIPT.starts_with("-- Turnstile shared keys, script 1"));
     assert!(REDIS_SCRIPT.contains("for _ = 1, 10000 do"));

@@ -31,7 +31,7 @@ function cached(name: string): Promise<WebAssembly.Module> {
 }
 
 /** @internal A fresh instance made with the default loader, for the package's own use (the
- * shared keys' rules and texts, `shared/component.ts`). */
+ * shared keys' rules, `shared/component.ts`). */
 export async function instantiateDefault(): Promise<Instance> {
   return new Instance(await instantiate(cached, {}));
 }

@@ -37,12 +37,14 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
-def test_the_wheel_carries_the_component_licenses_and_urls(wheel: Path) -> None:
+def test_the_wheel_carries_the_component_store_texts_licenses_and_urls(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         assert "turnstile_scheduler/turnstile.wasm" in names
         assert z.read("turnstile_scheduler/turnstile.wasm") == COMPONENT.read_bytes()
         assert "turnstile_scheduler/py.typed" in names and "turnstile_scheduler/__main__.py" in names
+        for text in ("sqlite.sql", "sqlite-statements.json", "redis.lua"):
+            assert z.read(f"turnstile_scheduler/shared/store/{text}") == (ROOT / "shared" / "store" / text).read_bytes()
         assert not any(n.startswith("turnstile/") for n in names), "the import name must not clash with PyPI's turnstile"
         licenses = [n for n in names if n.endswith(("LICENSE-MIT", "LICENSE-APACHE"))]
         assert len(licenses) == 2, names
@@ -73,10 +75,10 @@ def test_the_wheel_installs_and_runs_outside_the_repository(wheel: Path, tmp_pat
     assert str(env_dir) in r.stdout
 
 
-def test_a_build_without_the_component_fails_loudly(tmp_path: Path) -> None:
+def test_a_build_without_the_component_or_the_store_texts_fails_loudly(tmp_path: Path) -> None:
     copy = tmp_path / "python"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("turnstile.wasm", "LICENSE-*", "build", "*.egg-info", "__pycache__", "dist"))
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("turnstile.wasm", "store", "LICENSE-*", "build", "*.egg-info", "__pycache__", "dist"))
     r = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--disable-pip-version-check", "-w", tmp_path / "out", copy)
     assert r.returncode != 0
-    assert "cannot build the package without turnstile.wasm" in r.stdout + r.stderr
+    assert "cannot build the package without turnstile.wasm, sqlite.sql, sqlite-statements.json, redis.lua" in r.stdout + r.stderr
     assert not list((tmp_path).glob("out/*.whl"))

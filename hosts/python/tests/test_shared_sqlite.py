@@ -116,7 +116,7 @@ def test_js_and_python_processes_share_one_file(setup: Setup) -> None:
 
 
 def test_a_file_of_another_schema_version_is_refused_with_a_clear_error(tmp_path: Path) -> None:
-    """The schema and statements are the component's (`sqlite-texts`); a file written by a
+    """The schema and statements are the package's (`shared/store/`); a file written by a
     schema of another version is refused at open, before any statement runs on it."""
     path = str(tmp_path / "shared.sqlite")
     raw = sqlite3.connect(path)

@@ -1,8 +1,8 @@
 // The component's shared-key rules for this package's shared code: one private instance of the
 // component per process (made on first use, and again after it broke), which every
-// `SharedKeys` (its lease schedule), every `SqliteStore` (the grant rule, the SQL) and every
-// `RedisStore` (the script) uses. Every rule and text lives in the component (the engine's
-// `shared` module), so the JS and Python packages decide alike and share one store.
+// `SharedKeys` (its lease schedule) and every `SqliteStore` (the grant rule) uses. Every rule
+// lives in the component (the engine's `shared` module), so the JS and Python packages decide
+// alike and share one store; the store texts are files the package ships (`texts.ts`).
 import '../node.js'; // the default loader of the component's core modules
 import type * as wsh from '../component/interfaces/turnstile-scheduler-shared.js';
 import { instantiateDefault } from '../turnstile.js';
@@ -19,18 +19,6 @@ export async function sharedInstance(): Promise<Instance> {
   }
   current = instantiateDefault();
   return current;
-}
-
-/** The SQLite schema and statements (the same for every host). */
-export async function sqliteTexts(): Promise<wsh.SqliteStatements> {
-  const i = await sharedInstance();
-  return i.call(() => i.root.shared.sqliteTexts());
-}
-
-/** The Redis script (the same for every host). */
-export async function redisScript(): Promise<string> {
-  const i = await sharedInstance();
-  return i.call(() => i.root.shared.redisScript());
 }
 
 /** What a store may do with a key's earliest waiting ticket (the grant rule). */

@@ -13,13 +13,13 @@
 //
 // Keys, for shared key K and prefix P (default `turnstile`), all with the hash tag `{K}` so a
 // Redis Cluster keeps them in one slot: `P:{K}:state`, `P:{K}:queue`, `P:{K}:leases`,
-// `P:{K}:tickets`, `P:{K}:held`. The script is the component's (`redis-script` of the WIT's
-// `shared` interface), read at `open`: the Python store (`redis.py`) uses the same keys and the
-// same script, so both can share a server.
+// `P:{K}:tickets`, `P:{K}:held`. The script is the package's file from the repository's
+// `shared/store/redis.lua` (`texts.ts`), read at `open`: the Python store (`redis.py`) uses the
+// same keys and the same script, so both can share a server.
 //
 // The client is ioredis, an optional peer dependency (`npm install ioredis`).
 import { randomBytes } from 'node:crypto';
-import { redisScript } from './component.js';
+import { redisScript } from './texts.js';
 import {
   SharedStoreError, StoreUnavailableError,
   type KeyInspection, type Removal, type SharedStore, type Terms, type TicketState, type Wake, type Watch,
@@ -72,7 +72,7 @@ export class RedisStore implements SharedStore {
    * cannot be reached within `opTimeoutMs`, `SharedStoreError` when ioredis is not installed. */
   static async open(options: RedisStoreOptions = {}): Promise<RedisStore> {
     const opTimeoutMs = options.opTimeoutMs ?? 2000;
-    const script = await redisScript();
+    const script = redisScript();
     if (options.client !== undefined) return new RedisStore(options.client as Client, false, script, options.prefix);
     const name: string = 'ioredis';
     let mod: { default: new (url: string, options: object) => Client };

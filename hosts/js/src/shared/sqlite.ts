@@ -13,12 +13,12 @@
 // watchers at once. A poll writes only when the rule could grant something (a lease expired, or
 // the head has room and its delay and pause are over).
 //
-// The schema, every statement and the grant rule are the component's (`sqlite-texts` and
-// `decide` of the WIT's `shared` interface), read at `open`: the Python store runs the same
-// ones, so both can share a file.
-import type * as wsh from '../component/interfaces/turnstile-scheduler-shared.js';
+// The grant rule is the component's (`decide` of the WIT's `shared` interface); the schema and
+// every statement are the package's files from the repository's `shared/store/` (`texts.ts`),
+// read at `open`: the Python store runs the same ones, so both can share a file.
 import type { Instance } from '../instance.js';
-import { decide, sharedInstance, sqliteTexts } from './component.js';
+import { decide, sharedInstance } from './component.js';
+import { sqliteTexts, type SqliteTexts, type StatementName } from './texts.js';
 import {
   SharedStoreError, StoreUnavailableError,
   type KeyInspection, type Removal, type SharedStore, type Terms, type TicketState, type Wake, type Watch,
@@ -52,7 +52,7 @@ interface Database {
   transaction<A extends unknown[], R>(fn: (...args: A) => R): { immediate(...args: A): R; deferred(...args: A): R };
   close(): void;
 }
-type Statements = { [K in Exclude<keyof wsh.SqliteStatements, 'schema' | 'schemaVersion'>]: Statement };
+type Statements = Record<StatementName, Statement>;
 
 const UNAVAILABLE = /^SQLITE_(BUSY|LOCKED|CANTOPEN|IOERR|FULL|READONLY|PROTOCOL|PERM|AUTH|NOTADB|CORRUPT)/;
 const GRANTS_PER_CALL_MAX = 10_000;
@@ -85,7 +85,7 @@ export class SqliteStore implements SharedStore {
     }
     const busyTimeoutMs = options.busyTimeoutMs ?? 2000;
     const rules = await sharedInstance();
-    const texts = await sqliteTexts();
+    const texts = sqliteTexts();
     return sqliteCall('open', busyTimeoutMs, () => {
       let db: Database;
       try {
@@ -102,7 +102,7 @@ export class SqliteStore implements SharedStore {
     });
   }
 
-  private constructor(db: Database, options: SqliteStoreOptions, rules: Instance, texts: wsh.SqliteStatements) {
+  private constructor(db: Database, options: SqliteStoreOptions, rules: Instance, texts: SqliteTexts) {
     this.path = options.path;
     this.#busyTimeoutMs = options.busyTimeoutMs ?? 2000;
     this.#pollMinMs = options.pollMinMs ?? 2;
@@ -111,9 +111,8 @@ export class SqliteStore implements SharedStore {
     db.pragma('synchronous = NORMAL');
     db.transaction(() => db.exec(texts.schema)).immediate();
     const s = {} as Record<string, Statement>;
-    for (const [name, text] of Object.entries(texts)) {
-      if (name === 'schema' || name === 'schemaVersion') continue;
-      const statement = db.prepare(text as string);
+    for (const [name, text] of Object.entries(texts.statements)) {
+      const statement = db.prepare(text);
       s[name] = statement.reader ? statement.raw(true) : statement;
     }
     this.#db = db;

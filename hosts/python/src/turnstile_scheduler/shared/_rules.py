@@ -1,27 +1,21 @@
 """The component's shared-key rules for this package's shared code (the WIT's `shared`
-interface, `engine/src/shared/` in the repository): the lease schedule `SharedKeys` drives, the
-grant rule `SqliteStore` asks between its statements, and the store texts (the SQLite schema and
-statements, the Redis script). Every rule and text lives in the component, so the JS and Python
-packages decide alike and share one store.
+interface, `engine/src/shared/` in the repository): the lease schedule `SharedKeys` drives and
+the grant rule `SqliteStore` asks between its statements. Every rule lives in the component, so
+the JS and Python packages decide alike and share one store; the store texts are files the
+package ships (`_texts`).
 
 Each `LeaseSchedule` and each `GrantRule` has an instance of the component of its own (a store
-runs its statements on a thread of its own, and an instance is used from one thread); the texts
-come from one instance made once, under a lock.
+runs its statements on a thread of its own, and an instance is used from one thread).
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any, NamedTuple, Optional
 
 from wasmtime.component import Record, Variant
 
 from .._component import Instance
-
-_texts_lock = threading.Lock()
-_sqlite: Optional[tuple[int, dict[str, str]]] = None
-_script: Optional[str] = None
 
 
 def _record(**fields: Any) -> Record:
@@ -30,32 +24,6 @@ def _record(**fields: Any) -> Record:
     for name, value in fields.items():
         setattr(r, name.replace("_", "-"), value)
     return r
-
-
-def sqlite_texts() -> tuple[int, dict[str, str]]:
-    """The SQLite schema version and the schema and statements by name (`schema`, `ensureKey`,
-    ...: the JS package's names), the same for every host."""
-    global _sqlite
-    with _texts_lock:
-        if _sqlite is None:
-            texts = vars(Instance().func("shared", "sqlite-texts")())
-            version = int(texts.pop("schema-version"))
-            _sqlite = version, {_camel(name): text for name, text in texts.items()}
-        return _sqlite
-
-
-def redis_script() -> str:
-    """The Redis store's script, the same for every host."""
-    global _script
-    with _texts_lock:
-        if _script is None:
-            _script = str(Instance().func("shared", "redis-script")())
-        return _script
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("-")
-    return head + "".join(part.capitalize() for part in rest)
 
 
 class GrantRuleError(Exception):

@@ -13,8 +13,8 @@ one message to one process, however many wait. A message lost to a reconnection 
 
 Keys, for shared key K and prefix P (default `turnstile`), all with the hash tag `{K}` so a Redis
 Cluster keeps them in one slot: `P:{K}:state`, `P:{K}:queue`, `P:{K}:leases`, `P:{K}:tickets`,
-`P:{K}:held`. The script is the component's (`redis-script` of the WIT's `shared` interface,
-through `_rules`): the JS store (`hosts/js/src/shared/redis.ts`) uses the same keys and the same
+`P:{K}:held`. The script is the package's file from the repository's `shared/store/redis.lua`
+(`_texts`): the JS store (`hosts/js/src/shared/redis.ts`) uses the same keys and the same
 script, so both can share a server.
 """
 
@@ -27,7 +27,7 @@ import secrets
 from typing import Any, Callable, Optional, Sequence
 
 from . import KeyInspection, Removal, SharedStoreError, StoreUnavailableError, Terms, TicketState, Wake
-from ._rules import redis_script
+from ._texts import redis_script
 
 
 class RedisStore:

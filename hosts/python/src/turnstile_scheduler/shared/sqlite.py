@@ -11,9 +11,10 @@ transaction that takes no lock, every `poll_min_ms` doubling to `poll_max_ms`, a
 `poll_min_ms` after a change; a release or abandon made through this store wakes its own
 watchers at once. A poll writes only when the rule could grant something.
 
-The schema, every statement and the grant rule are the component's (`sqlite-texts` and `decide`
-of the WIT's `shared` interface, through `_rules`), read at `open`: the JS store
-(`hosts/js/src/shared/sqlite.ts`) runs the same ones, so both can share a file.
+The grant rule is the component's (`decide` of the WIT's `shared` interface, through `_rules`);
+the schema and every statement are the package's files from the repository's `shared/store/`
+(`_texts`), read at `open`: the JS store (`hosts/js/src/shared/sqlite.ts`) runs the same ones,
+so both can share a file.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from . import (
     TicketState,
     Wake,
 )
-from ._rules import GrantRule, GrantRuleError, sqlite_texts
+from ._rules import GrantRule, GrantRuleError
+from ._texts import sqlite_texts
 
 T = TypeVar("T")
 
