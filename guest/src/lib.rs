@@ -270,3 +270,11 @@ impl wit_admission::GuestAdmission for AdmissionResource {
 // Exported only for wasm: the export names break the native linker (TOOLCHAIN.md gotcha 3).
 #[cfg(target_arch = "wasm32")]
 export!(Component);
+
+/// The component's allocator: talc, which takes about 4 KB less than std's dlmalloc. It grows
+/// linear memory with `memory.grow` when it runs out, like dlmalloc; a host's cap on memory
+/// makes an allocation fail, which aborts the call as before (a trap the host sees).
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+// SAFETY: a component instance is single-threaded wasm, and nothing else manages its heap.
+static ALLOCATOR: talc::TalckWasm = unsafe { talc::TalckWasm::new_global() };
