@@ -13,6 +13,12 @@
 //! costs one call, not the key. A host lifts a pause it set with [`Scheduler::lift_pause`];
 //! what rate limits asked for stays (their wait is bounded, and the endpoint said so).
 //!
+//! A shared key's pause also holds at its store, for every process, and the engine says when:
+//! each round in which a shared key's pause moved later (a rate limit that paused it, or the
+//! host's `pause`, configured and template-made keys alike) lists it once as a store pause
+//! ([`Action::PauseStore`](super::Action::PauseStore)) with the pause's end, if that still lies
+//! ahead of the round's clock. Lifting stays local: the store's pause is the host's to lift.
+//!
 //! Wake-ups are a min-heap of `(time, timer)`. A key has at most one live wake-up (`armed`); a
 //! heap item that no longer matches is stale and skipped, so nothing is ever searched. A host
 //! that keeps moving a gate into the future (a pause extended every round) would pile stale items
