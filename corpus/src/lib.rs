@@ -141,6 +141,9 @@ pub struct Step {
     /// Executions the step must say to abort, `LABEL CAUSE` (`deadline` or `cancel`), in order.
     #[serde(default)]
     pub abort: Vec<String>,
+    /// Shared keys the step must say to pause at their store, `KEY UNTIL`, in order.
+    #[serde(default)]
+    pub pause_store: Vec<String>,
     /// The error code the event must fail with; for a single-input event nothing may change.
     pub error: Option<String>,
     /// For `approve-many` and `end-many`: every refused input, `INDEX CODE`.
@@ -240,6 +243,8 @@ struct StepInputs {
 struct StepOutput {
     /// `(entry, cause)` of each execution to abort.
     abort: Vec<(u64, String)>,
+    /// `KEY UNTIL` of each shared key to pause at its store.
+    pause_store: Vec<String>,
     start: Vec<u64>,
     acquire: Vec<u64>,
     release: Vec<u64>,
@@ -303,6 +308,13 @@ pub enum ActionView {
         /// `deadline` or `cancel`.
         cause: String,
     },
+    /// A shared key to pause at its store.
+    PauseStore {
+        /// The key, by name.
+        key: String,
+        /// Until when.
+        until: u64,
+    },
     /// A permit to give back.
     Release {
         /// Its entry.
@@ -344,18 +356,19 @@ impl ActionView {
         match self {
             Self::Refused(_) => 0,
             Self::Abort { .. } => 1,
-            Self::Release { .. } => 2,
-            Self::Settled { .. } => 3,
-            Self::Acquire { .. } => 4,
-            Self::Start(_) => 5,
-            Self::Retired(_) => 6,
+            Self::PauseStore { .. } => 2,
+            Self::Release { .. } => 3,
+            Self::Settled { .. } => 4,
+            Self::Acquire { .. } => 5,
+            Self::Start(_) => 6,
+            Self::Retired(_) => 7,
         }
     }
 
     /// The entry or batch number it is about, for the order within its kind.
     fn number(&self) -> u64 {
         match self {
-            Self::Refused(_) => 0,
+            Self::Refused(_) | Self::PauseStore { .. } => 0,
             Self::Release { entry, .. }
             | Self::Abort { entry, .. }
             | Self::Settled { entry, .. }
@@ -1161,6 +1174,12 @@ impl Runner {
         if abort != step.abort {
             return Err(format!("want abort {:?}, got {abort:?}", step.abort));
         }
+        if out.pause_store != step.pause_store {
+            return Err(format!(
+                "want pause_store {:?}, got {:?}",
+                step.pause_store, out.pause_store
+            ));
+        }
         let acquire: Vec<String> = out.acquire.iter().map(|&e| self.label_of(e)).collect();
         let release: Vec<String> = out.release.iter().map(|&e| self.label_of(e)).collect();
         if acquire != step.acquire || release != step.release {
@@ -1326,7 +1345,8 @@ fn step_once(
     let mut last: Option<(u8, u64)> = None;
     for action in &got.actions {
         let at = (action.rank(), action.number());
-        if last.is_some_and(|l| l > at || (l == at && at.0 != 0)) {
+        // Refusals and store pauses carry no number: only their kind's place is checked.
+        if last.is_some_and(|l| l > at || (l == at && at.0 != 0 && at.0 != 2)) {
             return Err(format!(
                 "next-releases: actions out of the WIT's order: {:?}",
                 got.actions
@@ -1336,6 +1356,7 @@ fn step_once(
         match action {
             ActionView::Refused(r) => refused.push(r.code.clone()),
             ActionView::Abort { entry, cause } => out.abort.push((*entry, cause.clone())),
+            ActionView::PauseStore { key, until } => out.pause_store.push(format!("{key} {until}")),
             ActionView::Release { entry, .. } => out.release.push(*entry),
             ActionView::Settled {
                 entry,

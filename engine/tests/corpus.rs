@@ -181,6 +181,10 @@ impl Subject for Native {
                     entry: a.entry.0,
                     cause: a.cause.name().to_owned(),
                 },
+                Action::PauseStore(p) => ActionView::PauseStore {
+                    key: p.key.clone(),
+                    until: p.until,
+                },
                 Action::Release(p) => ActionView::Release {
                     entry: p.entry.0,
                     key: p.key.clone(),

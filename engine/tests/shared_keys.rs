@@ -589,3 +589,43 @@ fn permit_requests_carry_the_keys_terms() {
     assert_eq!(out.start, e);
     assert_eq!(out.wake_at, None);
 }
+
+/// A shared key's pause reaches its store once per round, with its latest end, and only while
+/// it moved later and lies ahead: a local key's never does, a pause that does not extend or
+/// has already ended is not sent, and lifting stays local (the store's pause is the host's).
+#[test]
+fn store_pauses_follow_the_shared_keys_pause() {
+    let text = format!(
+        "{SHARED}[conversation.tools.local]\nconcurrency = {{ key = \"solo\", limit = 1 }}\n"
+    );
+    let mut s = Scheduler::new(policy(&text));
+    let mut out = Outputs::default();
+    let mut step = |s: &mut Scheduler, pause: &[(&str, u64)], now: u64| {
+        s.step(
+            &Inputs {
+                pause,
+                now: Some(now),
+                ..Inputs::default()
+            },
+            &mut out,
+        );
+        out.pause_store.clone()
+    };
+    let github = |until: u64| vec![("github".to_owned(), until)];
+    // Two pauses in one round: one action, the later end; a local key: none.
+    assert_eq!(
+        step(
+            &mut s,
+            &[("github", 500), ("solo", 900), ("github", 800)],
+            10
+        ),
+        github(800)
+    );
+    // Not later than the pause already sent, or already over by the round's clock: nothing.
+    assert_eq!(step(&mut s, &[("github", 700)], 20), []);
+    assert_eq!(step(&mut s, &[("fs", 25)], 30), []);
+    // Lifting is local; a later pause is sent again.
+    s.on_event(turnstile_engine::schedule::Input::LiftPause("github"))
+        .unwrap();
+    assert_eq!(step(&mut s, &[("github", 1000)], 40), github(1000));
+}

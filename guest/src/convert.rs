@@ -267,6 +267,10 @@ pub(crate) fn releases(out: &Releases) -> ws::Releases {
             entry: a.entry.0,
             cause: cause_out(a.cause),
         }),
+        Action::PauseStore(p) => ws::Action::PauseStore(ws::KeyPause {
+            key: p.key.clone(),
+            until: p.until,
+        }),
         Action::Release(p) => ws::Action::Release(ws::Permit {
             entry: p.entry.0,
             key: p.key.clone(),

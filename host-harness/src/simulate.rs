@@ -385,8 +385,8 @@ impl Sim<'_> {
                         };
                         self.event("abort", &label, cause);
                     }
-                    // One process here: a permit back is nothing to do.
-                    ws::Action::Release(_) => {}
+                    // One process here: a permit back or a store pause is nothing to do.
+                    ws::Action::PauseStore(_) | ws::Action::Release(_) => {}
                     ws::Action::Settled(st) => {
                         let label = self.label(st.entry);
                         self.event("settle", &label, &st.message);

@@ -253,6 +253,10 @@ impl Subject for ComponentSubject {
                             entry: a.entry,
                             cause: cause(a.cause).to_owned(),
                         },
+                        ws::Action::PauseStore(p) => ActionView::PauseStore {
+                            key: p.key.clone(),
+                            until: p.until,
+                        },
                         ws::Action::Release(p) => ActionView::Release {
                             entry: p.entry,
                             key: p.key.clone(),

@@ -195,6 +195,15 @@ pub struct PermitRequest {
     pub delay_ms: u32,
 }
 
+/// A shared key's pause to set at its store ([`Action::PauseStore`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyPause {
+    /// The shared key, by name (configured, or made from a template).
+    pub key: String,
+    /// Its pause ends at this time (the host's clock); the store keeps the longest pause.
+    pub until: u64,
+}
+
 /// An entry the scheduler settled, with the sentence for its response.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settlement {
@@ -224,6 +233,10 @@ pub enum Action<'a> {
     /// end as usual; with an abort grace, the scheduler gives up on it if it has not ended in
     /// time (a later settlement, `timed-out`).
     Abort(&'a Abort),
+    /// Pause this shared key at its store until this time (the store keeps the longest
+    /// pause): its pause moved later, by a rate limit or the host's [`Input::Pause`]. Before
+    /// the permits given back, so the store does not grant a freed permit elsewhere first.
+    PauseStore(&'a KeyPause),
     /// Give back a permit or a request.
     Release(&'a Permit),
     /// Answer this entry with this response; it will not run.
@@ -245,6 +258,9 @@ pub struct Releases {
     pub refused: Option<Refusal>,
     /// Executions to stop: their deadline passed, or their batch was cancelled.
     pub abort: Vec<Abort>,
+    /// Shared keys to pause at their store: their pause moved later since the last round and
+    /// still lies ahead.
+    pub pause_store: Vec<KeyPause>,
     /// Permits (or requests) to give back: their entries ended, hit a rate limit, were
     /// cancelled or stopped while waiting for a permit, or stood behind an entry of their key
     /// that hit a rate limit.
@@ -265,12 +281,14 @@ pub struct Releases {
 
 impl Releases {
     /// Every action in the order to perform it: a refused clock, executions to abort (so they
-    /// stop as soon as possible), permits to give back (so the
+    /// stop as soon as possible), shared keys to pause at their store (before any permit goes
+    /// back, so the store grants nothing the pause holds), permits to give back (so the
     /// store can grant them elsewhere first), settlements, permits to ask for, starts, and
     /// last the retired batches (after every action about their entries).
     pub fn actions(&self) -> impl Iterator<Item = Action<'_>> {
         let refused = self.refused.iter().map(Action::Refused);
         let abort = self.abort.iter().map(Action::Abort);
+        let pause_store = self.pause_store.iter().map(Action::PauseStore);
         let release = self.release.iter().map(Action::Release);
         let settled = self.settled.iter().map(Action::Settled);
         let acquire = self.acquire.iter().map(Action::Acquire);
@@ -278,6 +296,7 @@ impl Releases {
         let retired = self.retired.iter().copied().map(Action::Retired);
         refused
             .chain(abort)
+            .chain(pause_store)
             .chain(release)
             .chain(settled)
             .chain(acquire)
@@ -289,6 +308,7 @@ impl Releases {
     pub fn len(&self) -> usize {
         usize::from(self.refused.is_some())
             + self.abort.len()
+            + self.pause_store.len()
             + self.release.len()
             + self.settled.len()
             + self.acquire.len()
@@ -304,6 +324,7 @@ impl Releases {
     fn clear(&mut self) {
         self.refused = None;
         self.abort.clear();
+        self.pause_store.clear();
         self.release.clear();
         self.settled.clear();
         self.acquire.clear();
@@ -331,6 +352,8 @@ pub struct Scheduler {
     /// Shared keys' entries to acquire a permit for, and those whose permit goes back.
     acquiring: Vec<u64>,
     released: Vec<u64>,
+    /// Shared keys whose pause moved later since the last round, each once (`time.rs`).
+    store_pauses: Vec<u32>,
     retired: Vec<u64>,
     /// A refused clock, for the round's [`Releases`].
     clock_refused: Option<Refusal>,
@@ -366,6 +389,7 @@ impl Scheduler {
             settled: Vec::new(),
             acquiring: Vec::new(),
             released: Vec::new(),
+            store_pauses: Vec::new(),
             retired: Vec::new(),
             clock_refused: None,
             scratch: Vec::new(),
@@ -674,6 +698,7 @@ impl Scheduler {
         out.start.extend(self.started.drain(..).map(EntryId));
         // Every entry here is still live (batches retire below).
         self.hand_over_permits(out);
+        self.hand_over_store_pauses(out);
         for e in self.settled.drain(..) {
             let (reason, message) = match self.batches.locate(e) {
                 Some((slot, index)) => {

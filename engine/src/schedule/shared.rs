@@ -7,7 +7,7 @@
 //! bounds what this process asks for.
 
 use super::lifecycle::SchedulerEvent;
-use super::{EntryId, Permit, PermitRequest, Releases, Scheduler, State, Turn};
+use super::{EntryId, KeyPause, Permit, PermitRequest, Releases, Scheduler, State, Turn};
 
 impl Scheduler {
     /// A shared key's walk: granted entries at the front start in order once the key's pause
@@ -102,6 +102,23 @@ impl Scheduler {
             });
         }
         self.released.clear();
+    }
+
+    /// Moves the round's store pauses into `out`: each shared key whose pause moved later
+    /// since the last round, with its pause's end, while that lies ahead of the round's clock
+    /// (in the order the keys' pauses first moved). Before retirement, so no key here has been
+    /// forgotten.
+    pub(super) fn hand_over_store_pauses(&mut self, out: &mut Releases) {
+        for k in self.store_pauses.drain(..) {
+            let key = self.keys.key_mut(k);
+            debug_assert!(key.shared, "store pause of local key {}", key.name);
+            if let Some(until) = key.time.take_store_pause(self.now) {
+                out.pause_store.push(KeyPause {
+                    key: key.name.clone(),
+                    until,
+                });
+            }
+        }
     }
 
     /// The key of a live keyed entry (one that asks for or gives back a permit).

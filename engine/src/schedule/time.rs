@@ -13,6 +13,12 @@
 //! costs one call, not the key. A host lifts a pause it set with [`Scheduler::lift_pause`];
 //! what rate limits asked for stays (their wait is bounded, and the endpoint said so).
 //!
+//! A shared key's pause also holds at its store, for every process, and the engine says when:
+//! each round in which a shared key's pause moved later (a rate limit that paused it, or the
+//! host's `pause`, configured and template-made keys alike) lists it once as a store pause
+//! ([`Action::PauseStore`](super::Action::PauseStore)) with the pause's end, if that still lies
+//! ahead of the round's clock. Lifting stays local: the store's pause is the host's to lift.
+//!
 //! Wake-ups are a min-heap of `(time, timer)`. A key has at most one live wake-up (`armed`); a
 //! heap item that no longer matches is stale and skipped, so nothing is ever searched. A host
 //! that keeps moving a gate into the future (a pause extended every round) would pile stale items
@@ -45,6 +51,9 @@ pub(crate) struct TimeGate {
     limited_until: u64,
     /// The time a wake-up is queued for this key, if one is.
     armed: Option<u64>,
+    /// A shared key's pause moved later since the last round: the round hands it to the store
+    /// (a `PauseStore` action) while it lies ahead of the round's clock.
+    store_due: bool,
 }
 
 impl TimeGate {
@@ -67,15 +76,33 @@ impl TimeGate {
         self.last_start = Some(now);
     }
 
-    /// The host pauses the key until `until`; a pause only ever extends.
-    fn pause(&mut self, until: u64) {
+    /// The host pauses the key until `until`; a pause only ever extends. Whether it moved
+    /// later.
+    fn pause(&mut self, until: u64) -> bool {
+        let later = until > self.paused_until;
         self.paused_until = self.paused_until.max(until);
+        later
     }
 
-    /// A rate limit pauses the key until `until`, beyond the host's reach.
-    fn rate_limited(&mut self, until: u64) {
-        self.pause(until);
+    /// A rate limit pauses the key until `until`, beyond the host's reach. Whether the pause
+    /// moved later.
+    fn rate_limited(&mut self, until: u64) -> bool {
         self.limited_until = self.limited_until.max(until);
+        self.pause(until)
+    }
+
+    /// Marks the pause as due at the store; whether it was not already (the key is then
+    /// listed once for the round).
+    fn store_due(&mut self) -> bool {
+        !std::mem::replace(&mut self.store_due, true)
+    }
+
+    /// The round hands the pause to the store: until when, if it lies ahead of `now`. Clears
+    /// the mark.
+    pub(crate) fn take_store_pause(&mut self, now: u64) -> Option<u64> {
+        debug_assert!(self.store_due, "store pause taken without being due");
+        self.store_due = false;
+        (self.paused_until > now).then_some(self.paused_until)
     }
 
     /// Lifts the host's pause (down to what rate limits asked for); whether it changed.
@@ -223,12 +250,26 @@ impl Scheduler {
         })
     }
 
-    /// Pauses a configured key until `until` (a pause only ever extends).
+    /// Pauses a key, configured or made from a template, until `until` (a pause only ever
+    /// extends); a shared key's pause that moved later goes to its store too.
     pub(super) fn pause(&mut self, name: &str, until: u64) -> Result<(), (InputErrorCode, String)> {
         let k = self.named_key(name)?;
-        self.keys.key_mut(k).time.pause(until);
+        if self.keys.key_mut(k).time.pause(until) {
+            self.pause_store(k);
+        }
         self.keys.mark_dirty(k);
         Ok(())
+    }
+
+    /// Key `k`'s pause moved later: a shared key's goes to its store in this round
+    /// ([`hand_over_store_pauses`](Scheduler::hand_over_store_pauses)), once per key. One rule
+    /// for a host's pause and a rate limit's, for configured keys and keys made from a
+    /// template alike: the store pauses every process as this one pauses.
+    fn pause_store(&mut self, k: u32) {
+        let key = self.keys.key_mut(k);
+        if key.shared && key.time.store_due() {
+            self.store_pauses.push(k);
+        }
     }
 
     /// An execution hit a rate limit: it runs again after `until` (its key pauses until then),
@@ -280,7 +321,9 @@ impl Scheduler {
             // Its slot and permit went back with the transition; a wait the key's maximum
             // allows pauses the key.
             Some(k) if too_long.is_none() => {
-                self.keys.key_mut(k).time.rate_limited(until);
+                if self.keys.key_mut(k).time.rate_limited(until) {
+                    self.pause_store(k);
+                }
             }
             Some(_) => {}
             // An unkeyed execution that goes back in line waits for `until` on its own.

@@ -61,6 +61,8 @@ pub(crate) struct Inputs<'a> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Outputs {
     pub(crate) abort: Vec<(EntryId, AbortCause)>,
+    /// Shared keys to pause at their store: `(key, until)`.
+    pub(crate) pause_store: Vec<(String, u64)>,
     pub(crate) start: Vec<EntryId>,
     pub(crate) acquire: Vec<EntryId>,
     pub(crate) release: Vec<EntryId>,
@@ -77,6 +79,7 @@ impl Outputs {
     pub(crate) fn is_empty(&self) -> bool {
         self.start.is_empty()
             && self.abort.is_empty()
+            && self.pause_store.is_empty()
             && self.acquire.is_empty()
             && self.release.is_empty()
             && self.settle.is_empty()
@@ -158,6 +161,11 @@ impl Step for Scheduler {
         out.errors = errors;
         out.start.clone_from(&r.start);
         out.abort = r.abort.iter().map(|a| (a.entry, a.cause)).collect();
+        out.pause_store = r
+            .pause_store
+            .iter()
+            .map(|p| (p.key.clone(), p.until))
+            .collect();
         out.acquire = r.acquire.iter().map(|p| p.entry).collect();
         out.release = r.release.iter().map(|p| p.entry).collect();
         out.settle = r.settled.iter().map(|s| (s.entry, s.reason)).collect();

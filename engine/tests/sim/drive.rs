@@ -315,8 +315,9 @@ impl Sim {
             .map(|&(n, r)| format!("{} {r:?}", name(n)))
             .collect();
         format!(
-            "start {start:?} settle {settle:?} errors {:?} retired {:?} wake_at {:?} (now {})",
-            out.errors, out.retired, out.wake_at, self.model.time.now
+            "start {start:?} settle {settle:?} pause_store {:?} errors {:?} retired {:?} wake_at \
+             {:?} (now {})",
+            out.pause_store, out.errors, out.retired, out.wake_at, self.model.time.now
         )
     }
 

@@ -248,6 +248,9 @@ impl Ins {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Out {
     pub(super) abort: Vec<(u64, AbortCause)>,
+    /// Shared keys to pause at their store, `(key, until)`, in the order their pauses first
+    /// moved in the step.
+    pub(super) pause_store: Vec<(String, u64)>,
     pub(super) start: Vec<u64>,
     pub(super) acquire: Vec<u64>,
     pub(super) release: Vec<u64>,
@@ -261,6 +264,7 @@ impl Out {
     pub(super) fn of(out: &Outputs) -> Self {
         Self {
             abort: out.abort.iter().map(|&(e, c)| (e.0, c)).collect(),
+            pause_store: out.pause_store.clone(),
             start: out.start.iter().map(|e| e.0).collect(),
             acquire: out.acquire.iter().map(|e| e.0).collect(),
             release: out.release.iter().map(|e| e.0).collect(),
@@ -611,9 +615,21 @@ impl Model {
             }
         }
         for (i, (key, until)) in ins.pause.iter().enumerate() {
-            if self.cfg.knows_key(key) || self.made_key_live(key) {
-                let p = self.time.paused.entry(key.clone()).or_insert(0);
-                *p = (*p).max(*until);
+            // A configured key of that name first, else a key made from the template.
+            let shared = if self.cfg.knows_key(key) {
+                Some(self.cfg.tools.iter().any(|t| {
+                    self.cfg
+                        .rules(&t.name)
+                        .key
+                        .is_some_and(|k| k.name == *key && k.shared)
+                }))
+            } else if self.made_key_live(key) {
+                Some(self.cfg.template_rule().is_some_and(|k| k.shared))
+            } else {
+                None
+            };
+            if let Some(shared) = shared {
+                self.pause_key(key, *until, shared, &mut out);
             } else {
                 out.errors
                     .push((InputKind::Pause, i as u32, InputErrorCode::UnknownKey));
@@ -642,6 +658,14 @@ impl Model {
                 self.start(n, &mut out);
             }
         }
+        // A shared key whose pause moved later goes to its store at the pause's end, when that
+        // still lies ahead of the step's clock.
+        let mut store = std::mem::take(&mut out.pause_store);
+        store.retain_mut(|(key, until)| {
+            *until = self.time.paused.get(key).copied().unwrap_or(0);
+            *until > self.time.now
+        });
+        out.pause_store = store;
         self.expire(&mut out);
         self.walk(&mut out);
         self.retire(&mut out);
@@ -655,6 +679,17 @@ impl Model {
         out.settle.sort_by_key(|s| s.0);
         out.wake_at = self.wake_at();
         out
+    }
+
+    /// Pauses key `key` until `until` (a pause only extends); a shared key whose pause moved
+    /// later is listed for its store, once per step (its `until` is read as the step ends).
+    fn pause_key(&mut self, key: &str, until: u64, shared: bool, out: &mut Out) {
+        let p = self.time.paused.entry(key.to_owned()).or_insert(0);
+        let later = until > *p;
+        *p = (*p).max(until);
+        if shared && later && !out.pause_store.iter().any(|(k, _)| k == key) {
+            out.pause_store.push((key.to_owned(), 0));
+        }
     }
 
     /// An execution hit a rate limit: its slot is free and its key paused until `until`; it
@@ -685,8 +720,7 @@ impl Model {
             (wait > max_wait).then(|| u32::try_from(wait.div_ceil(1_000)).unwrap_or(u32::MAX));
         if let Some(k) = &rule {
             if too_long.is_none() {
-                let p = self.time.paused.entry(k.name.clone()).or_insert(0);
-                *p = (*p).max(until);
+                self.pause_key(&k.name, until, k.shared, out);
             }
             if k.shared {
                 out.release.push(n);

@@ -103,7 +103,7 @@ const FIELDS = {
   batch: ['calls', 'execution_ms', 'abort_grace_ms'],
   admission: ['max_concurrent', 'allow_parallel'],
   simulate: ['duration_ms', 'durations', 'fail'],
-  step: ['do', 'abort', 'start', 'settle', 'acquire', 'release', 'error', 'errors', 'retired', 'unrestored', 'layers', 'inspect', 'admit', 'cancel', 'refused', 'drain', 'at', 'wake_at', 'comment', 'note', 'why'],
+  step: ['do', 'abort', 'pause_store', 'start', 'settle', 'acquire', 'release', 'error', 'errors', 'retired', 'unrestored', 'layers', 'inspect', 'admit', 'cancel', 'refused', 'drain', 'at', 'wake_at', 'comment', 'note', 'why'],
 };
 
 function checkFields(value, kind, where) {
@@ -213,7 +213,7 @@ class ScheduleRunner {
   /** Runs one `do` line; returns what it observed. */
   run(step) {
     const [verb, ...args] = step.do.trim().split(/\s+/);
-    const seen = { error: null, inputs: 0, many: false, errors: [], abort: [], start: [], settle: [], acquire: [], release: [], retired: [], unrestored: null, inspect: null, wakeAt: undefined };
+    const seen = { error: null, inputs: 0, many: false, errors: [], abort: [], pauseStore: [], start: [], settle: [], acquire: [], release: [], retired: [], unrestored: null, inspect: null, wakeAt: undefined };
     // `at = T` is the host's clock for every step call this step makes.
     const stepAt = (inputs = {}) => this.sched.step(step.at === undefined || inputs.now !== undefined ? inputs : { ...inputs, now: step.at });
     const time = (word) => {
@@ -232,6 +232,7 @@ class ScheduleRunner {
       seen.settle.push(...out.settle.map((s) => settleLine(this.label(s.entry), s.reason)));
       seen.acquire.push(...[...out.acquire].map((e) => this.label(e)));
       seen.release.push(...[...out.release].map((e) => this.label(e)));
+      seen.pauseStore.push(...out.pauseStore.map((p) => `${p.key} ${p.until}`));
       seen.retired.push(...[...out.retired].map((b) => this.fileBatch.get(b) ?? `?${b}`));
       seen.wakeAt = out.wakeAt;
       for (const e of out.errors) {
@@ -392,6 +393,7 @@ class ScheduleRunner {
       throw new Error(`want start ${json(step.start ?? [])} settle ${json(step.settle ?? [])}, got start ${json(seen.start)} settle ${json(seen.settle)}`);
     }
     if (!eq(seen.abort, step.abort ?? [])) throw new Error(`want abort ${json(step.abort ?? [])}, got ${json(seen.abort)}`);
+    if (!eq(seen.pauseStore, step.pause_store ?? [])) throw new Error(`want pause_store ${json(step.pause_store ?? [])}, got ${json(seen.pauseStore)}`);
     if (!eq(seen.acquire, step.acquire ?? []) || !eq(seen.release, step.release ?? [])) {
       throw new Error(`want acquire ${json(step.acquire ?? [])} release ${json(step.release ?? [])}, got acquire ${json(seen.acquire)} release ${json(seen.release)}`);
     }
@@ -433,7 +435,7 @@ class AdmissionRunner {
   }
 
   check(step) {
-    for (const field of ['abort', 'start', 'settle', 'acquire', 'release', 'errors', 'retired', 'unrestored', 'layers', 'inspect']) {
+    for (const field of ['abort', 'pause_store', 'start', 'settle', 'acquire', 'release', 'errors', 'retired', 'unrestored', 'layers', 'inspect']) {
       if (step[field] !== undefined) throw new Error(`\`${field}\` is for scheduling steps`);
     }
     const words = step.do.trim().split(/\s+/);

@@ -493,18 +493,12 @@ export class Driver {
     if (typeof forMs !== 'number') fail('forMs', 'a number of milliseconds', forMs);
     if (!Number.isFinite(forMs) || forMs < 0) throw new RangeError(`forMs must be a finite number of milliseconds >= 0, got ${forMs}`);
     const until = BigInt(Math.min(clock() + Math.ceil(forMs), Number.MAX_SAFE_INTEGER));
-    const local = new Promise<void>((resolve, reject) => {
+    // A shared key's pause reaches its store when the scheduler says so (`pauseStore`).
+    return new Promise<void>((resolve, reject) => {
       this.#pending.pause.push({ key, until });
       this.#pending.pauseDone.push((error) => (error === undefined ? resolve() : reject(error)));
       this.#schedule();
     });
-    // A shared key (named as declared, not made from a template) pauses at the store too, for
-    // every process.
-    const shared = this.sharedKeys !== undefined && [...(this.scheduler.sharedTools?.values() ?? [])].some((t) => !t.template && t.key === key);
-    if (!shared) return local;
-    const store = this.sharedKeys!.pause(key, storeMs(forMs));
-    store.catch(() => {});
-    return Promise.all([local, store]).then(() => undefined);
   }
 
   /** Rejects every live batch with `DisposedError`, aborts its executions, disposes the scheduler. */
@@ -813,9 +807,6 @@ export class Driver {
       // A time past 2^53 - 1 ms (a Retry-After of centuries) is capped, never wrapped.
       p.retry.push({ entry: BigInt(batch.first + run.offset), until: BigInt(Math.min(clock() + value.retryAfterMs, Number.MAX_SAFE_INTEGER)) });
       p.retryOwners.push(batch);
-      // A shared key pauses for every process (the pause only extends; a store error changes
-      // nothing here: the permit goes back with the `release` that follows).
-      if (run.hold && this.sharedKeys) this.sharedKeys.pause(run.hold.key, storeMs(value.retryAfterMs)).catch(() => {});
       this.#schedule();
       return;
     }
@@ -935,6 +926,11 @@ export class Driver {
       if (batch && s.reason.tag === 'timed-out') this.#giveUp(batch, offset - batch.first);
       // The scheduler's settlement carries its sentence: no `explain` crossing.
       if (batch) this.#record(batch, offset - batch.first, { entry: s.entry, label: batch.label(offset - batch.first), status: 'settled', reason: convert.reason(s.reason), message: s.message });
+    }
+    // A shared key's pause goes to its store, for every process, before any permit goes back
+    // (the pause only extends; a store error changes nothing here).
+    if (this.sharedKeys) {
+      for (const p of out.pauseStore) this.sharedKeys.pause(p.key, storeMs(Math.max(0, Number(p.until) - clock()))).catch(() => {});
     }
     const release = out.release;
     if (release.length) {

@@ -302,6 +302,7 @@ export interface RawOutputs {
   acquire: BigUint64Array;
   requests: ws.PermitRequest[];
   release: BigUint64Array;
+  pauseStore: ws.KeyPause[];
 }
 
 const ENTRY = 0;
@@ -483,6 +484,7 @@ function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutpu
   const settle: RawSettled[] = [];
   const requests: ws.PermitRequest[] = [];
   const abort: ws.Abort[] = [];
+  const pauseStore: ws.KeyPause[] = [];
   let errors = inputErrors;
   for (let i = 0; i < actions.length; i++) {
     const a = actions[i];
@@ -504,6 +506,9 @@ function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutpu
         break;
       case 'abort':
         abort.push(a.val);
+        break;
+      case 'pause-store':
+        pauseStore.push(a.val);
         break;
       case 'refused':
         // The clock, applied first by the old `step`: its refusal comes first.
@@ -527,7 +532,7 @@ function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutpu
       else if (a.tag === 'retired') retired[t++] = a.val;
     }
   }
-  return { abort, start, settle, errors, retired, wakeAt: releases.wakeAt, acquire, requests, release };
+  return { abort, start, settle, errors, retired, wakeAt: releases.wakeAt, acquire, requests, release, pauseStore };
 }
 
 /** The scheduler: `submit` a batch, then feed every driver round to `step`. Batches, keys and

@@ -220,6 +220,11 @@ export interface StepOutputs {
   /** Entries of shared keys whose permit (or permit request) the host gives back: they ended,
    * hit a rate limit, or were cancelled or stopped while waiting for a permit. */
   release: BigUint64Array;
+  /** Shared keys to pause at their store until `until` (the scheduler's clock; the store keeps
+   * the longest pause), before giving back any permit: the scheduler decides it, when a shared
+   * key's pause moved later (a rate limit it waits for, or `pause` on a configured or
+   * template-made key). Each key at most once per step. */
+  pauseStore: { key: string; until: number }[];
 }
 
 /** Where an entry is. */

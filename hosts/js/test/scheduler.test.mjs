@@ -57,7 +57,7 @@ test('step: every input judged on its own, refusals are data, the rest applies',
   const { sched } = await setup();
   const b = sched.submit(['r1', 'r2', 'r3'].map((id) => ({ id, tool: 'rfd_renumber' })));
   const [r1, r2, r3] = b.entries();
-  assert.deepEqual(sched.step(), { abort: [], start: new BigUint64Array(0), settle: [], errors: [], retired: new BigUint64Array(0), acquire: new BigUint64Array(0), release: new BigUint64Array(0) });
+  assert.deepEqual(sched.step(), { abort: [], start: new BigUint64Array(0), settle: [], errors: [], retired: new BigUint64Array(0), acquire: new BigUint64Array(0), release: new BigUint64Array(0), pauseStore: [] });
   let out = sched.step({ approve: [r1, MAX, r1] });
   assert.deepEqual(out.errors.map((e) => [e.input, e.index, e.code]), [['approve', 1, 'unknown-entry'], ['approve', 2, 'already-decided']]);
   assert.equal(typeof out.errors[0].message, 'string');

@@ -288,3 +288,17 @@ test('Driver.pause on a shared key pauses it at the store too, for every process
   await driver.pause('local', 10); // a local key: the store is not asked
   assert.equal((await store.inspect('local')).pausedUntilMs, 0);
 });
+
+test('the component decides the store pause: a 429 past max_wait pauses nothing at the store; a pause of a template-made shared key does', async (t) => {
+  const { store, driver } = await setup(t, { text: '[conversation.tools.gh]\nconcurrency = { key = "github", limit = 2, shared = true }\n\n[conversation.tools.write]\nconcurrency = { key = "fs:{path}", limit = 1, shared = true }\n' });
+  // Ten minutes is past the default max_wait (5 minutes): settled at once, no pause anywhere.
+  const [limited] = await driver.run([{ id: 'far', tool: 'gh' }], () => Promise.reject(new RateLimitedError(600_000)));
+  assert.deepEqual([limited.entries[0].status, limited.entries[0].reason?.kind], ['settled', 'rate-limited']);
+  assert.equal((await store.inspect('github')).pausedUntilMs, 0, 'a wait the component refused does not pause the store');
+  // A key made from a shared template pauses at the store like a configured one.
+  const outcomes = await driver.run([{ id: 'w', tool: 'write', args: { path: 'a' } }], async () => {
+    await driver.pause('fs:a', 5000);
+  });
+  assert.equal(outcomes[0].entries[0].status, 'ok');
+  await until(async () => { const k = await store.inspect('fs:a'); return k.pausedUntilMs >= k.nowMs + 4000; }, 'fs:a paused at the store');
+});

@@ -58,7 +58,7 @@ CASE_FIELDS = {"description", "layer", "diagnostics", "rendered", "tools", "warn
 CASE_DESCRIPTIVE = {"name", "title", "notes", "comment", "reference"}
 SCHED_STEP_FIELDS = {
     "do", "start", "settle", "error", "errors", "retired", "unrestored", "layers", "inspect", "at", "wake_at", "acquire",
-    "release", "abort",
+    "release", "abort", "pause_store",
 }
 ADMISSION_STEP_FIELDS = {"do", "error", "admit", "cancel", "refused", "drain"}
 STEP_DESCRIPTIVE = {"comment", "note", "why"}
@@ -233,6 +233,7 @@ class SchedulingRun:
         self.retired: list[int] = []
         self.acquire: list[str] = []
         self.release: list[str] = []
+        self.pause_store: list[str] = []
         self.at: Optional[int] = None  # the step's `at`: the `now` of each step call it makes
         self.wake_at: Optional[int] = None  # what its last step call said
 
@@ -265,6 +266,7 @@ class SchedulingRun:
         self.retired += [self.file_batch.get(b, -1) for b in out.retired]
         self.acquire += [self.labels.get(e, f"?{e}") for e in out.acquire]
         self.release += [self.labels.get(e, f"?{e}") for e in out.release]
+        self.pause_store += [f"{key} {until}" for key, until in out.pause_store]
         return out
 
     def one_by_one(self, kind: str, values: list[Any], single: bool = False) -> Optional[str]:
@@ -286,6 +288,7 @@ class SchedulingRun:
             if key in step and not allowed:
                 raise CaseError(f"`{key}` does not apply to `{verb}`")
         self.start, self.settle, self.retired, self.acquire, self.release, self.abort = [], [], [], [], [], []
+        self.pause_store = []
         at = step.get("at")
         if at is not None and (type(at) is not int or at < 0):
             raise CaseError("`at` must be milliseconds (an integer >= 0)")
@@ -380,6 +383,7 @@ class SchedulingRun:
         if self.start != want_start or self.settle != want_settle:
             raise AssertionError(f"want start {want_start} settle {want_settle}, got start {self.start} settle {self.settle}")
         compare("abort", strings(step, "abort"), self.abort)
+        compare("pause_store", strings(step, "pause_store"), self.pause_store)
         want_acquire, want_release = strings(step, "acquire"), strings(step, "release")
         if self.acquire != want_acquire or self.release != want_release:
             raise AssertionError(

@@ -253,6 +253,36 @@ def test_a_raising_execution_gives_its_permit_back_and_a_429_pauses_the_key_in_t
     run(main())
 
 
+def test_the_component_decides_the_store_pause(tmp_path: Path) -> None:
+    """A 429 past the key's max_wait is settled at once and pauses nothing at the store; a
+    pause of a key made from a shared template reaches the store like a configured key's."""
+
+    async def main() -> None:
+        store, keys = await sqlite(tmp_path)
+        text = CONFIG + '[conversation.tools.write]\nconcurrency = { key = "fs:{path}", limit = 1, shared = true }\n'
+        async with Driver(Scheduler(policy(text)), owns_scheduler=True, shared_keys=keys) as driver:
+
+            async def far(x: Any) -> None:
+                raise RateLimited(600)  # ten minutes: past the default max_wait of five
+
+            (limited,) = await driver.run([Call("far", "gh")], far)
+            assert limited.entries[0].status is OutcomeStatus.SETTLED
+            assert limited.entries[0].reason.kind is ReasonKind.RATE_LIMITED
+
+            async def pauses(x: Any) -> None:
+                await driver.pause("fs:a", 5.0)
+
+            paused_from = time.time() * 1000
+            (written,) = await driver.run([Call("w", "write", arguments={"path": "a"})], pauses)
+            assert written.entries[0].status is OutcomeStatus.OK
+        assert (await store.inspect("github")).paused_until_ms == 0  # the refused wait paused nothing
+        assert (await store.inspect("fs:a")).paused_until_ms >= paused_from + 4000
+        await keys.close()
+        await store.close()
+
+    run(main())
+
+
 def test_granted_out_of_order_starts_in_written_order(tmp_path: Path) -> None:
     async def main() -> None:
         store, keys = await sqlite(tmp_path)

@@ -533,8 +533,6 @@ class Driver:
         done: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
         self._queue(_PAUSE, (key, until), done)
         await done
-        if self.shared_keys is not None and any(t.key == key for t in self._shared_tools.values()):
-            await self.shared_keys.pause(key, min(math.ceil(span * 1000), DELAY_MS_MAX))  # type: ignore[operator]
 
     def _retry(self, b: _Batch, i: int, limited: RateLimited) -> None:
         """An execution raised `RateLimited`: the entry runs again after it (or is settled
@@ -550,10 +548,6 @@ class Driver:
             wait = limited._wait_ms  # exact when read from a header (the component's milliseconds)
             until = self.now() + (wait if wait is not None else math.ceil(limited.retry_after * 1000))  # type: ignore[operator]
         until = min(max(until, 0), _U64_MAX)  # u64 range only: the scheduler judges the wait
-        key = b.shared_keys.get(i)
-        if key is not None and self.shared_keys is not None:
-            # Every process using the store pauses the key (a pause only extends).
-            self._spawn_give(self.shared_keys.pause(key, min(max(until - self.now(), 0), DELAY_MS_MAX)))
         if b.asking[i]:  # a question still open is closed with its execution
             b.asking[i] = False
             self._queue(_ANSWER, entry, b)
@@ -759,6 +753,7 @@ class Driver:
         acquire: Sequence[Any] = (),
         release: Sequence[int] = (),
         abort: Sequence[Any] = (),
+        pause_store: Sequence[Any] = (),
     ) -> None:
         owner = self._owner
         refused: set[tuple[int, int]] = set()
@@ -805,6 +800,11 @@ class Driver:
                     j = entry - b.first
                     error = b.denied_errors.pop(j, None)
                     b.settle(j, self._settled(entry, b.labels[j], _REASONS["failed"], _REASONS_WIT["failed"], error))
+        if self.shared_keys is not None:
+            # The scheduler says when a shared key pauses at its store, for every process (a
+            # pause only extends; a store error changes nothing here), before permits go back.
+            for p in pause_store:  # key-pause records: key, until
+                self._spawn_give(self.shared_keys.pause(p.key, min(max(p.until - self.now(), 0), DELAY_MS_MAX)))
         for entry in release:
             b = owner.get(entry)
             if b is not None:

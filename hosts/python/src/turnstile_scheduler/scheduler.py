@@ -251,6 +251,7 @@ def _outputs(
     acquire: Optional[list[Any]] = None,
     release: Optional[list[int]] = None,
     abort: Optional[list[Any]] = None,
+    pause_store: Optional[list[Any]] = None,
 ) -> Outputs:
     requests = [PermitRequest(r.entry, r.key, r.limit, getattr(r, "delay-ms")) for r in acquire or ()]
     return Outputs(
@@ -263,6 +264,7 @@ def _outputs(
         release=release or [],
         requests=requests,
         abort=[Abort(a.entry, AbortCause(a.cause)) for a in abort or ()],
+        pause_store=[(p.key, p.until) for p in pause_store or ()],
     )
 
 
@@ -425,6 +427,7 @@ def step_on(
     acquire: list[Any] = []
     release: list[int] = []
     abort: list[Any] = []
+    pause_store: list[Any] = []
     for a in releases.actions:
         tag = a.tag
         if tag == "start":
@@ -439,12 +442,14 @@ def step_on(
             acquire.append(a.payload)  # the permit-request record: entry, key, limit, delay-ms
         elif tag == "abort":
             abort.append(a.payload)  # the abort record: entry, cause
+        elif tag == "pause-store":
+            pause_store.append(a.payload)  # the key-pause record: key, until
         elif tag == "refused":
             r = a.payload
             errors.insert(0, _Refused("now", 0, r.code, r.message))
         else:  # pragma: no cover - an action this package does not know
             raise RuntimeError(f"next-releases returned an unknown action {tag!r}")
-    return start, settled, errors, retired, getattr(releases, "wake-at"), acquire, release, abort
+    return start, settled, errors, retired, getattr(releases, "wake-at"), acquire, release, abort, pause_store
 
 
 def _timed(value: Any, what: str, first: str, article: str, check: Any) -> list[SimpleNamespace]:

@@ -439,6 +439,11 @@ class Outputs:
     """Executions to stop (first): their batch's execution limit passed, or their batch was
     cancelled. Report each one's end as usual; past its batch's abort grace the scheduler gives
     up on it (it is then in `settle`, TIMED_OUT, and its late end is refused)."""
+    pause_store: "list[tuple[str, int]]" = field(default_factory=list)
+    """Shared keys to pause at their store, `(key, until)` (milliseconds on the host's clock;
+    the store keeps the longest pause), before giving back any permit. The scheduler decides it:
+    a shared key's pause moved later (a rate limit it waits for, or a `pause` of a configured
+    or template-made key). Each key at most once per step."""
 
 
 @dataclass(frozen=True)
