@@ -508,13 +508,19 @@ fn non_negative(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink)
         .label(loc, "not an integer");
         return None;
     };
-    let parsed = i128::from_str_radix(int.as_str(), int.radix()).ok();
+    // The sign apart and the magnitude as a u64 (TOML integers fit an i64): formatting an
+    // i128 would cost the component 1.5 KB of 128-bit printing.
+    let (negative, magnitude) = match int.as_str().strip_prefix('-') {
+        Some(magnitude) => (true, magnitude),
+        None => (false, int.as_str()),
+    };
+    let parsed = u64::from_str_radix(magnitude, int.radix()).ok();
     match parsed {
-        Some(n) if n < 0 => {
+        Some(n) if negative && n > 0 => {
             sink.push(
                 Code::ConcurrencyNegative,
                 path,
-                format!("expected a non-negative integer, found {n}"),
+                format!("expected a non-negative integer, found -{n}"),
             )
             .label(loc, "negative")
             .help(help);
