@@ -10,7 +10,7 @@ use super::policy::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
 use super::raw::{RawConcurrency, RawFanOut, RawLayer};
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
-use crate::limits::{KEY_BYTES_MAX, RETRIES_DEFAULT, TOOLS_MAX};
+use crate::limits::{KEY_BYTES_MAX, RETRIES_DEFAULT, SHARED_DELAY_MS_MAX, TOOLS_MAX};
 use crate::retry_after::MAX_WAIT_DEFAULT_MS;
 
 /// One tool after every layer is applied.
@@ -76,6 +76,12 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 && declared.as_ref().is_none_or(|d| d.limit == 0)
             {
                 stop_without_limit(tool, declared.as_ref(), sink);
+            }
+            if let Some(d) = declared
+                .as_ref()
+                .filter(|d| d.shared.0 == 1 && d.delay.0 > SHARED_DELAY_MS_MAX)
+            {
+                shared_delay_too_long(tool, d, sink);
             }
             if let Some(d) = declared.as_ref() {
                 let slot = *key_index.entry(d.key.clone()).or_insert_with(|| {
@@ -318,6 +324,29 @@ fn stop_without_limit(tool: &Merged, declared: Option<&Declared>, sink: &mut Sin
         _ => {}
     }
     d.help("set concurrency to 1 or more, or on_error = \"continue\"");
+}
+
+/// A shared key's store keeps its spacing, and a store keeps at most a day
+/// ([`SHARED_DELAY_MS_MAX`]): a longer delay would resolve and then fail every permit request.
+fn shared_delay_too_long(tool: &Merged, declared: &Declared, sink: &mut Sink) {
+    let mut path = tool_path(&tool.name, Some("concurrency"));
+    path.push("delay".to_owned());
+    let d = sink.push(
+        Code::ConcurrencyType,
+        &path,
+        format!(
+            "{} ms is above the longest delay a shared key's store keeps, \
+             {SHARED_DELAY_MS_MAX} ms (24h)",
+            declared.delay.0
+        ),
+    );
+    if let Some(loc) = declared.delay.1 {
+        d.label(loc, "longer than a shared store keeps");
+    }
+    if let Some(loc) = declared.shared.1 {
+        d.label(loc, "shared here");
+    }
+    d.help("a shared key's store keeps its spacing, for at most 24h; use a shorter delay");
 }
 
 fn conflict(key: &str, list: &[(String, Declared)], sink: &mut Sink) {
