@@ -70,6 +70,12 @@ test('every wrong argument to every method throws TypeError or RangeError; the i
   throwsNaming(() => sched.submit([{ id: 'x', tool: 'k' }], { arguments: {} }), TypeError, 'options.arguments');
   for (const [v, Kind] of BAD_U32) throwsNaming(() => sched.submit([{ id: 'x', tool: 'k' }], { arguments: [[v, '{}']] }), Kind, 'options.arguments[0][0]');
   throwsNaming(() => sched.submit([{ id: 'x', tool: 'k' }], { arguments: [[0, null]] }), TypeError, 'options.arguments[0][1]');
+  // A batch's time limits (the engine keeps the deadlines): u32 milliseconds, checked before they cross.
+  for (const [v, Kind] of BAD_U32) {
+    if (v === null) continue;
+    throwsNaming(() => sched.submit([{ id: 'x', tool: 'k' }], { executionMs: v }), Kind, 'options.executionMs');
+    throwsNaming(() => sched.submit([{ id: 'x', tool: 'k' }], { abortGraceMs: v }), Kind, 'options.abortGraceMs');
+  }
 
   // explain (the instance's and the scheduler's)
   for (const explain of [(l, r) => t.explain(l, r), (l, r) => sched.explain(l, r)]) {

@@ -80,6 +80,9 @@ def scheduler_calls() -> list:
     for v in NOT_U32:
         if v is not None:
             out.append((f"submit(operations={v!r})", lambda s, v=v: s.submit([Call("a", "del", v)])))
+            # A batch's time limits (the engine keeps the deadlines), checked before they cross.
+            out.append((f"submit(execution_ms={v!r})", lambda s, v=v: s.submit([Call("x", "rfd")], execution_ms=v)))
+            out.append((f"submit(abort_grace_ms={v!r})", lambda s, v=v: s.submit([Call("x", "rfd")], abort_grace_ms=v)))
     out.append(("submit([str])", lambda s: s.submit(["a rfd"])))
     out.append(("submit([dict])", lambda s: s.submit([{"id": "a", "tool": "rfd"}])))
     return out
