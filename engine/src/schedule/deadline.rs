@@ -19,11 +19,9 @@
 //! its entry's live deadline is stale and skipped, and once stale items outnumber live ones the
 //! heap keeps only the live ones, so each input costs O(1) amortized (O(log n) per push).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use super::lifecycle::{AbortCause, SchedulerEvent};
 use super::names::FxHashMap;
+use super::stale_heap::StaleHeap;
 use super::{Reason, Scheduler, State};
 
 /// How long a batch's executions may take, as the host sets them at `submit_batch`.
@@ -39,7 +37,7 @@ pub struct Limits {
 /// Live deadlines, earliest first; stale heap items are skipped.
 #[derive(Debug, Default)]
 pub(crate) struct Deadlines {
-    heap: BinaryHeap<Reverse<(u64, u64)>>,
+    heap: StaleHeap<u64>,
     /// Entry to its one live deadline.
     live: FxHashMap<u64, u64>,
 }
@@ -48,12 +46,9 @@ impl Deadlines {
     /// Sets entry `e`'s live deadline to `at`, replacing any other.
     fn arm(&mut self, e: u64, at: u64) {
         self.live.insert(e, at);
-        self.heap.push(Reverse((at, e)));
-        if self.heap.len() > 2 * self.live.len() + 64 {
-            let live = &self.live;
-            self.heap
-                .retain(|&Reverse((at, e))| live.get(&e) == Some(&at));
-        }
+        let live = &self.live;
+        self.heap
+            .push(at, e, live.len(), |at, e| live.get(&e) == Some(&at));
     }
 
     /// Entry `e` has no live deadline any more (its heap item, if any, is stale now).
@@ -65,11 +60,7 @@ impl Deadlines {
 
     /// Removes and returns the earliest live deadline due at `now`.
     fn pop_due(&mut self, now: u64) -> Option<u64> {
-        while let Some(&Reverse((at, e))) = self.heap.peek() {
-            if at > now {
-                return None;
-            }
-            self.heap.pop();
+        while let Some((at, e)) = self.heap.pop_due(now) {
             if self.live.get(&e) == Some(&at) {
                 self.live.remove(&e);
                 return Some(e);
@@ -80,13 +71,8 @@ impl Deadlines {
 
     /// The earliest live deadline (stale items at the top are dropped).
     fn next(&mut self) -> Option<u64> {
-        while let Some(&Reverse((at, e))) = self.heap.peek() {
-            if self.live.get(&e) == Some(&at) {
-                return Some(at);
-            }
-            self.heap.pop();
-        }
-        None
+        let live = &self.live;
+        self.heap.first_live(|at, e| live.get(&e) == Some(&at))
     }
 
     /// How many entries have a live deadline, and how many heap items there are.

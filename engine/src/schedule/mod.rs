@@ -72,6 +72,7 @@ mod lifecycle;
 mod names;
 mod restart;
 mod shared;
+mod stale_heap;
 mod stop;
 mod time;
 
@@ -91,8 +92,7 @@ use batch::Batches;
 use keys::Keys;
 use lifecycle::{HostEvent, SchedulerEvent};
 use names::{FxHashMap, id_hash};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use stale_heap::StaleHeap;
 use time::Timer;
 
 /// Sorts numbers, unless they already are (the usual case). One instantiation of the sort
@@ -363,7 +363,7 @@ pub struct Scheduler {
     /// The host's clock as last given (`time.rs`).
     now: u64,
     /// Wake-ups, earliest first; stale items are skipped.
-    timers: BinaryHeap<Reverse<(u64, Timer)>>,
+    timers: StaleHeap<Timer>,
     /// How many times each retried entry ran again (`u64` values: the map shares its code with
     /// the other `u64 -> u64` maps, which keeps the component small).
     retries: FxHashMap<u64, u64>,
@@ -395,7 +395,7 @@ impl Scheduler {
             scratch: Vec::new(),
             scratch_ids: FxHashMap::default(),
             now: 0,
-            timers: BinaryHeap::new(),
+            timers: StaleHeap::default(),
             retries: FxHashMap::default(),
             not_before: FxHashMap::default(),
             deadlines: deadline::Deadlines::default(),

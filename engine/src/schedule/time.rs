@@ -25,10 +25,11 @@
 //! up, so once they outnumber the live ones the heap keeps only its live items: each item is
 //! pushed once and dropped once, O(1) amortized, and memory stays proportional to live work.
 
-use std::cmp::Reverse;
 use std::num::NonZeroU32;
 
+use super::keys::Keys;
 use super::lifecycle::SchedulerEvent;
+use super::names::FxHashMap;
 use super::{EntryId, InputErrorCode, Reason, Scheduler, State};
 
 /// A wait in milliseconds as whole seconds, rounded up and saturating; at least 1 for a wait
@@ -169,11 +170,7 @@ impl Scheduler {
                 self.now = now;
             }
         }
-        while let Some(&Reverse((at, timer))) = self.timers.peek() {
-            if at > self.now {
-                break;
-            }
-            self.timers.pop();
+        while let Some((at, timer)) = self.timers.pop_due(self.now) {
             match timer {
                 Timer::Key(k) => {
                     if self.keys.key_mut(k).time.fire(at) {
@@ -200,16 +197,12 @@ impl Scheduler {
 
     /// Queues a wake-up, dropping stale ones when they outnumber the live ones.
     fn push_timer(&mut self, at: u64, timer: Timer) {
-        self.timers.push(Reverse((at, timer)));
         // At most one live item per key and per waiting unkeyed entry.
-        let live_bound = self.keys.count() + self.not_before.len();
-        if self.timers.len() > 2 * live_bound + 64 {
-            let (keys, not_before) = (&self.keys, &self.not_before);
-            self.timers.retain(|&Reverse((at, timer))| match timer {
-                Timer::Key(k) => keys.key(k).time.armed(at),
-                Timer::Entry(e) => not_before.get(&e) == Some(&at),
-            });
-        }
+        let live = self.keys.count() + self.not_before.len();
+        let (keys, not_before) = (&self.keys, &self.not_before);
+        self.timers.push(at, timer, live, |at, timer| {
+            timer_live(keys, not_before, at, timer)
+        });
     }
 
     /// An unkeyed entry that ran again when its wait ended, if it still may.
@@ -343,17 +336,14 @@ impl Scheduler {
     /// When the scheduler next needs a round with a later `now`: the earliest live wake-up.
     pub(super) fn wake_at(&mut self) -> Option<u64> {
         let deadline = self.next_deadline();
-        while let Some(&Reverse((at, timer))) = self.timers.peek() {
-            let live = match timer {
-                Timer::Key(k) => self.keys.key(k).time.armed(at),
-                Timer::Entry(e) => self.not_before.get(&e) == Some(&at),
-            };
-            if live {
-                return Some(deadline.map_or(at, |d| d.min(at)));
-            }
-            self.timers.pop();
+        let (keys, not_before) = (&self.keys, &self.not_before);
+        let timer = self
+            .timers
+            .first_live(|at, timer| timer_live(keys, not_before, at, timer));
+        match (timer, deadline) {
+            (Some(t), Some(d)) => Some(t.min(d)),
+            (t, d) => t.or(d),
         }
-        deadline
     }
 
     /// Forgets the retry bookkeeping of a retiring batch's entries `first..end`: by entry when
@@ -373,6 +363,15 @@ impl Scheduler {
                 map.retain(|e, _| !(first..end).contains(e));
             }
         }
+    }
+}
+
+/// Whether a queued wake-up is still the live one: a key's armed gate, or an unkeyed entry's
+/// wait after a rate limit.
+fn timer_live(keys: &Keys, not_before: &FxHashMap<u64, u64>, at: u64, timer: Timer) -> bool {
+    match timer {
+        Timer::Key(k) => keys.key(k).time.armed(at),
+        Timer::Entry(e) => not_before.get(&e) == Some(&at),
     }
 }
 

@@ -4,10 +4,10 @@
 //! gate lies ahead waits in the idle heap (one live item per key, `idle_at`, like a key's
 //! wake-up; stale items are skipped, and dropped once they outnumber the live ones).
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use super::Keys;
+use crate::schedule::stale_heap::StaleHeap;
 
 /// How the live batches use one key.
 #[derive(Debug, Default)]
@@ -23,7 +23,7 @@ pub(super) struct Uses {
 /// Made keys no live batch uses whose gate lies ahead: `(gate, key)`, earliest first.
 #[derive(Debug, Default)]
 pub(super) struct Idle {
-    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    heap: StaleHeap<u32>,
 }
 
 impl Keys {
@@ -65,25 +65,14 @@ impl Keys {
                 self.forget(k);
             } else if key.uses.idle_at != Some(gate) {
                 key.uses.idle_at = Some(gate);
-                self.idle.heap.push(Reverse((gate, k)));
-                // At most one live item per key: drop stale ones once they outnumber those.
-                if self.idle.heap.len() > 2 * self.live() + 64 {
-                    let recs = &self.recs;
-                    self.idle
-                        .heap
-                        .retain(|&Reverse((at, k))| recs[k as usize].uses.idle_at == Some(at));
-                }
+                self.queue_idle(gate, k);
             }
         }
     }
 
     /// Forgets the idle expanded keys whose gate passed by `now`.
     pub(crate) fn forget_idle(&mut self, now: u64) {
-        while let Some(&Reverse((at, k))) = self.idle.heap.peek() {
-            if at > now {
-                break;
-            }
-            self.idle.heap.pop();
+        while let Some((at, k)) = self.idle.heap.pop_due(now) {
             // The item may be stale: another replaced it, the key is used again, or it was
             // forgotten (and its slot perhaps reused).
             let key = &mut self.recs[k as usize];
@@ -99,9 +88,19 @@ impl Keys {
                 self.forget(k);
             } else {
                 key.uses.idle_at = Some(gate);
-                self.idle.heap.push(Reverse((gate, k)));
+                self.queue_idle(gate, k);
             }
         }
+    }
+
+    /// Queues idle key `k` to be forgotten at `gate` (its `idle_at`): at most one live item per
+    /// key, stale ones dropped once they outnumber those.
+    fn queue_idle(&mut self, gate: u64, k: u32) {
+        let live = self.live();
+        let recs = &self.recs;
+        self.idle.heap.push(gate, k, live, |at, k| {
+            recs[k as usize].uses.idle_at == Some(at)
+        });
     }
 
     fn forget(&mut self, k: u32) {
