@@ -274,6 +274,20 @@ test('serialized, abortGraceMs: a call cancelled after it was sent keeps its slo
   assert.doesNotMatch(stderr(), /FATAL/);
 });
 
+test('serialized, default: a server that acknowledges the cancellation (an error answer) frees the slot then', { timeout: 20_000 }, async () => {
+  const { client, admission, stderr, log } = await overlapServer({ cancel: 'ack', admission: { maxConcurrent: 3, allowParallel: false } });
+  try {
+    await assert.rejects(call(client, 'block', 'a', { timeout: 100 }), /timed out/i);
+    // Without the acknowledgement seen, b would wait behind a's slot and time out queued.
+    assert.equal(text(await call(client, 'work', 'b', { timeout: 10_000 })), 'b done');
+    assert.deepEqual(await log(), ['start a', 'cancel a', 'start b', 'end b']);
+    assert.equal(admission.inFlight(), 0);
+  } finally {
+    await client.close();
+  }
+  assert.doesNotMatch(stderr(), /FATAL/);
+});
+
 test('serialized, default: a server that never answers a cancelled call keeps that one slot; the other classes flow within the budget', { timeout: 20_000 }, async () => {
   const { client, admission, stderr, log } = await overlapServer({ cancel: 'honour', admission: { maxConcurrent: 3, allowParallel: false } });
   try {

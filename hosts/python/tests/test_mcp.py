@@ -315,6 +315,18 @@ def test_serialized_abort_grace_frees_the_slot_of_a_call_cancelled_after_it_was_
     assert "FATAL" not in run_overlap("honour", body, max_concurrent=3, abort_grace=0.05)
 
 
+def test_serialized_by_default_a_server_that_acknowledges_the_cancellation_frees_the_slot_then() -> None:
+    async def body(session: AdmittedClientSession, stderr: Callable[[], str]) -> None:
+        with pytest.raises(MCPError):
+            await session.call_tool("block", {"label": "a"}, read_timeout_seconds=0.1)
+        # Without the acknowledgement seen, b would wait behind a's slot and time out queued.
+        assert text(await session.call_tool("work", {"label": "b"}, read_timeout_seconds=10)) == "b done"
+        assert await server_log(session) == ["start a", "cancel a", "start b", "end b"]
+        assert session.admission.in_flight() == 0
+
+    assert "FATAL" not in run_overlap("ack", body, max_concurrent=3)
+
+
 def test_serialized_by_default_a_server_that_never_answers_keeps_that_one_slot_and_the_other_classes_flow() -> None:
     adm = Admission(3)
 

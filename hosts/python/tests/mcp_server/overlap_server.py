@@ -9,7 +9,9 @@ is read until its response is written. When one is read while another runs, the 
 `python overlap_server.py CANCEL` says what it does with `notifications/cancelled`:
 - `ignore`: drops it (a server that cannot stop a call): the call runs on and is answered late;
 - `honour` (the SDK's behaviour): the call stops when the notification is read and is never
-  answered (the spec's "SHOULD NOT respond").
+  answered (the spec's "SHOULD NOT respond");
+- `ack`: as `honour`, and it acknowledges the cancellation with an error answer at once (as the
+  SDK's 1.x servers did: `Request cancelled`).
 
 Tools: `block(label)` runs until `test://release/{label}` is read; `work(label)` answers at once.
 Resources (class `request`, never blocked by a tool call): `test://release/{label}`,
@@ -27,9 +29,11 @@ import sys
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
-from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp.shared.message import SessionMessage
+from mcp.types import ErrorData, JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
-IGNORE_CANCEL = (sys.argv[1] if len(sys.argv) > 1 else "honour") == "ignore"
+CANCEL = sys.argv[1] if len(sys.argv) > 1 else "honour"
+IGNORE_CANCEL = CANCEL == "ignore"
 server = MCPServer("turnstile-overlap")
 running: dict[object, str] = {}  # the tool calls running, by request id
 releases: dict[str, asyncio.Event] = {}
@@ -37,8 +41,9 @@ log: list[str] = []
 barrier: dict[str, object] = {"waiting": 0, "met": asyncio.Event()}
 
 
-def arrived(message: object) -> bool:
-    """Tracks a message as it is read; False drops it."""
+def arrived(message: object) -> object:
+    """Tracks a message as it is read: False drops it, a request id is a cancelled call to
+    acknowledge."""
     if isinstance(message, JSONRPCRequest) and message.method == "tools/call":
         label = str(((message.params or {}).get("arguments") or {}).get("label", "?"))
         if running:
@@ -50,9 +55,12 @@ def arrived(message: object) -> bool:
     elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
         if IGNORE_CANCEL:
             return False
-        label = running.pop((message.params or {}).get("requestId"), None)
+        request_id = (message.params or {}).get("requestId")
+        label = running.pop(request_id, None)
         if label is not None:
             log.append(f"cancel {label}")
+            if CANCEL == "ack":
+                return request_id
     return True
 
 
@@ -109,8 +117,12 @@ async def main() -> None:
         async def reader() -> None:
             async with read_in:
                 async for item in stdin:
-                    if isinstance(item, Exception) or arrived(item.message):
+                    verdict = True if isinstance(item, Exception) else arrived(item.message)
+                    if verdict is not False:
                         await read_in.send(item)
+                    if verdict is not True and verdict is not False:
+                        error = ErrorData(code=-32800, message="Request cancelled")
+                        await stdout.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=verdict, error=error)))
 
         async def writer() -> None:
             async with write_out:
