@@ -31,8 +31,9 @@
 //    one): the budget is still counted, but `would-deadlock` is judged on the guessed line.
 // 4. `close()` closes the transport and rejects what is in flight. `admitClient` shuts the
 //    controller down first: queued requests reject with `ShutdownError`, in-flight ones have
-//    their signal aborted (the SDK then sends `notifications/cancelled` and rejects them), and
-//    every later request rejects with `ShutdownError`.
+//    their signal aborted (the SDK then sends `notifications/cancelled` and rejects them; their
+//    slots, held as in 5, are freed when the transport closes), and every later request
+//    rejects with `ShutdownError`.
 // 5. A request that timed out or was aborted after it was sent keeps its slot until the server
 //    answers it, or `abortGraceMs` passes (absent: until the answer), or the connection closes:
 //    the SDK's timeout and abort send `notifications/cancelled` and reject at once, and the

@@ -62,7 +62,8 @@ needed: a session built on `dispatcher=` is refused.
 
 Closing: leaving the `async with` (or `shutdown()`) refuses new requests (`ShutdownError`),
 makes every queued request raise `ShutdownError`, and cancels every request in flight (the
-SDK tells the server; the caller gets `ShutdownError`).
+SDK tells the server; the caller gets `ShutdownError`; their slots, held as below, are freed
+when the session exits).
 
 What this relies on in the SDK (mcp 2.x, checked by `tests/test_mcp.py`): every request of
 `ClientSession` goes through `send_request(request, result_type, request_read_timeout_seconds,
