@@ -139,7 +139,7 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
             .map_err(|e| wasmtime::format_err!("submit: {}", e.message))?;
         events.clear();
         events.extend((sub.first..sub.first + u64::from(sub.count)).map(ws::Event::Approve));
-        if let Some(r) = iface.call_on_events(&mut *store, s, &events)?.first() {
+        if let Some(r) = iface.call_on_events(&mut *store, s, &events, None)?.first() {
             wasmtime::bail!("approve refused: {}", r.message);
         }
         let mut out = iface.call_next_releases(&mut *store, s, Some(now))?;
@@ -165,7 +165,7 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
                 continue;
             }
             tally.ended += ends.len();
-            if let Some(r) = iface.call_on_ended(&mut *store, s, &ends)?.first() {
+            if let Some(r) = iface.call_on_ended(&mut *store, s, &ends, None)?.first() {
                 wasmtime::bail!("end refused: {}", r.message);
             }
             out = iface.call_next_releases(&mut *store, s, Some(now))?;
@@ -229,7 +229,7 @@ fn call_costs_inner(harness: &Harness) -> wasmtime::Result<Vec<(&'static str, f6
         label = label.min(t.elapsed().as_nanos() as f64);
         let t = Instant::now();
         for _ in 0..CALLS {
-            let _ = iface.call_on_ended(&mut *store, s, &[])?;
+            let _ = iface.call_on_ended(&mut *store, s, &[], None)?;
             let _ = iface.call_next_releases(&mut *store, s, None)?;
         }
         round = round.min(t.elapsed().as_nanos() as f64);

@@ -996,3 +996,94 @@ fn deadlines_of_ended_executions_are_stale_and_stay_bounded() {
     assert_eq!(s.deadlines_for_tests().0, 0);
     assert_eq!(s.live_entries(), 0);
 }
+
+/// The host's clock comes with its inputs (`observe_clock`, the WIT's `now` of `on-ended` and
+/// `on-events`): a rate limit reported long after the last round is judged from when it
+/// happened, not from that round's clock (which would make a 1 s wait look like 10 minutes and
+/// give it up), and a cancellation's abort grace counts from the cancellation (from the last
+/// round's clock it would already have passed). An earlier clock is refused and moves nothing.
+#[test]
+fn inputs_are_judged_at_the_clock_they_come_with() {
+    // A rate limit at 600_000, ten minutes after the last round, asking for one second.
+    let mut t = T::new(BOUNDED, &[("a", "get")]);
+    t.approve_all(1, 0);
+    assert_eq!(t.started(), [0]);
+    t.s.observe_clock(600_000).unwrap();
+    t.s.on_ended(
+        t.e(0),
+        turnstile_engine::schedule::End::RateLimited(601_000),
+    )
+    .unwrap();
+    let out = t.step(Inputs::default());
+    assert!(
+        out.settle.is_empty(),
+        "a 1 s wait is waited for: {:?}",
+        out.settle
+    );
+    assert_eq!(out.wake_at, Some(601_000));
+    assert_eq!(t.at(601_000), [0]);
+
+    // Without the clock, the same report is judged from the last round (0): ten minutes.
+    let mut t = T::new(BOUNDED, &[("a", "get")]);
+    t.approve_all(1, 0);
+    t.s.on_ended(
+        t.e(0),
+        turnstile_engine::schedule::End::RateLimited(601_000),
+    )
+    .unwrap();
+    let out = t.step(Inputs::default());
+    assert_eq!(out.settle.len(), 1, "judged from the last round: given up");
+
+    // A cancellation at 500_000 with a grace of 100 ms: given up at 500_100, not at once.
+    let text = "[conversation.tools.get.concurrency]\nkey = \"api\"\nlimit = 1\n";
+    let mut s = Scheduler::new(policy(text));
+    let mut out = Outputs::default();
+    let call = Call {
+        id: "a",
+        tool: "get",
+        operations: None,
+        arguments: None,
+    };
+    let limits = Limits {
+        execution_ms: None,
+        abort_grace_ms: Some(100),
+    };
+    let b = s.submit_batch_with(&[call], limits).unwrap();
+    s.step(
+        &Inputs {
+            now: Some(0),
+            approve: &[b.first],
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.start, [b.first]);
+    s.observe_clock(500_000).unwrap();
+    s.on_event(Input::Cancel(b.batch)).unwrap();
+    s.step(
+        &Inputs {
+            now: Some(500_000),
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(
+        out.wake_at,
+        Some(500_100),
+        "the grace counts from the cancel"
+    );
+    assert!(out.settle.is_empty());
+    s.step(
+        &Inputs {
+            now: Some(500_100),
+            ..Inputs::default()
+        },
+        &mut out,
+    );
+    assert_eq!(out.settle.len(), 1, "given up once the grace passed");
+
+    // A clock that goes back with an input is refused and the clock stays.
+    let refused = s.observe_clock(10).unwrap_err();
+    assert_eq!(refused.code, InputErrorCode::TimeBackwards);
+    s.observe_clock(500_100).unwrap();
+}

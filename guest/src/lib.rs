@@ -155,28 +155,38 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
             .map_err(convert::submit_error)
     }
 
-    fn on_ended(&self, ends: Vec<wit_scheduler::Ended>) -> Vec<wit_scheduler::Refusal> {
+    fn on_ended(
+        &self,
+        ends: Vec<wit_scheduler::Ended>,
+        now: Option<u64>,
+    ) -> Vec<wit_scheduler::Refusal> {
         let mut sched = self.inner.borrow_mut();
-        ends.iter()
-            .filter_map(|e| {
-                sched
-                    .on_ended(EntryId(e.entry), convert::end(e.end))
-                    .err()
-                    .map(convert::refusal)
-            })
+        let clock = now.and_then(|now| sched.observe_clock(now).err());
+        clock
+            .into_iter()
+            .chain(
+                ends.iter()
+                    .filter_map(|e| sched.on_ended(EntryId(e.entry), convert::end(e.end)).err()),
+            )
+            .map(convert::refusal)
             .collect()
     }
 
-    fn on_events(&self, events: Vec<wit_scheduler::Event>) -> Vec<wit_scheduler::Refusal> {
+    fn on_events(
+        &self,
+        events: Vec<wit_scheduler::Event>,
+        now: Option<u64>,
+    ) -> Vec<wit_scheduler::Refusal> {
         let mut sched = self.inner.borrow_mut();
-        events
-            .iter()
-            .filter_map(|e| {
-                sched
-                    .on_event(convert::input(e))
-                    .err()
-                    .map(convert::refusal)
-            })
+        let clock = now.and_then(|now| sched.observe_clock(now).err());
+        clock
+            .into_iter()
+            .chain(
+                events
+                    .iter()
+                    .filter_map(|e| sched.on_event(convert::input(e)).err()),
+            )
+            .map(convert::refusal)
             .collect()
     }
 

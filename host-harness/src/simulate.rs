@@ -353,11 +353,11 @@ impl Sim<'_> {
         loop {
             let mut refused = self
                 .iface
-                .call_on_events(&mut *self.store, self.sched, &events)
+                .call_on_events(&mut *self.store, self.sched, &events, Some(self.now_ms))
                 .map_err(trap)?;
             refused.extend(
                 self.iface
-                    .call_on_ended(&mut *self.store, self.sched, &ends)
+                    .call_on_ended(&mut *self.store, self.sched, &ends, Some(self.now_ms))
                     .map_err(trap)?,
             );
             events.clear();

@@ -192,7 +192,7 @@ impl Subject for ComponentSubject {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        match iface.call_on_events(&mut self.instance.store, s, &events) {
+        match iface.call_on_events(&mut self.instance.store, s, &events, None) {
             Ok(refused) => refused.iter().map(refusal).collect(),
             Err(e) => trapped(trap(e)),
         }
@@ -219,7 +219,7 @@ impl Subject for ComponentSubject {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        match iface.call_on_ended(&mut self.instance.store, s, &ends) {
+        match iface.call_on_ended(&mut self.instance.store, s, &ends, None) {
             Ok(refused) => refused.iter().map(refusal).collect(),
             Err(e) => trapped(trap(e)),
         }

@@ -154,18 +154,34 @@ pub(crate) enum Timer {
 }
 
 impl Scheduler {
+    /// The host's clock when its inputs happened (`on_ended`, `on_event`'s `now`): the
+    /// clock moves there and nothing wakes until the round. A rate limit's wait and an
+    /// abort's grace count from it, not from the last round, however long ago that was.
+    /// An earlier `now` is refused and the clock stays.
+    pub fn observe_clock(&mut self, now: u64) -> Result<(), super::Refusal> {
+        if now < self.now {
+            return Err(self.backwards(now));
+        }
+        self.now = now;
+        Ok(())
+    }
+
+    fn backwards(&self, now: u64) -> super::Refusal {
+        super::Refusal {
+            about: super::About::Clock(now),
+            code: InputErrorCode::TimeBackwards,
+            message: format!(
+                "now = {now} is earlier than {}, given before; the clock must be monotonic",
+                self.now
+            ),
+        }
+    }
+
     /// Applies the host's `now` (first thing a round does) and wakes what became due.
     pub(super) fn advance(&mut self, now: Option<u64>) {
         if let Some(now) = now {
             if now < self.now {
-                self.clock_refused = Some(super::Refusal {
-                    about: super::About::Clock(now),
-                    code: InputErrorCode::TimeBackwards,
-                    message: format!(
-                        "now = {now} is earlier than {}, given before; the clock must be monotonic",
-                        self.now
-                    ),
-                });
+                self.clock_refused = Some(self.backwards(now));
             } else {
                 self.now = now;
             }

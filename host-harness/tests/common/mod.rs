@@ -343,7 +343,7 @@ impl Sched {
             .turnstile_scheduler_scheduler()
             .scheduler();
         iface
-            .call_on_events(&mut self.inst.store, self.s, events)
+            .call_on_events(&mut self.inst.store, self.s, events, None)
             .unwrap_or_else(|e| panic!("on-events trapped: {e:#}"))
     }
 
@@ -355,7 +355,7 @@ impl Sched {
             .turnstile_scheduler_scheduler()
             .scheduler();
         iface
-            .call_on_ended(&mut self.inst.store, self.s, ends)
+            .call_on_ended(&mut self.inst.store, self.s, ends, None)
             .unwrap_or_else(|e| panic!("on-ended trapped: {e:#}"))
     }
 
