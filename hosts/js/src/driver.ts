@@ -47,7 +47,7 @@ import type { Policy } from './turnstile.js';
 import type { EntryStatus, InputKind, Reason, SavedCall, SavedState, Unrestored } from './types.js';
 import { DELAY_MS_MAX, LIMIT_MAX } from './shared/contract.js';
 import type { SharedKeys, SharedPermit } from './shared/keys.js';
-import { fail, func, millis, oneOf, record, signal as checkSignal, string as checkString } from './validate.js';
+import { clockOption, fail, func, millis, oneOf, record, signal as checkSignal, string as checkString, type Clock } from './validate.js';
 
 /** What `execute` gets: the entry to run and a signal that fires when it should stop. */
 export interface Execution<C extends CallInput = CallInput> {
@@ -141,10 +141,7 @@ const EMPTY = new BigUint64Array(0);
  * resource, which costs more than the step's own bookkeeping. */
 const RESOLVED = Promise.resolve();
 
-/** The driver's clock for the scheduler: whole milliseconds, monotonic (`performance.now()`). */
-const clock = (): number => Math.floor(performance.now());
 const NO_PAUSES: ws.KeyPause[] = [];
-const TIMER_MAX_MS = 0x7fff_ffff;
 
 /** A list of entry numbers, each with the batch it belongs to (for its errors), that grows in
  * place and is written as 32-bit halves (no bigint per item); `view` lends it to one `step`
@@ -326,7 +323,7 @@ class Run implements Execution {
   /** Aborts the signal (once). */
   abort(reason: unknown): void {
     if (this.aborted || this.ended) return;
-    this.aborted = { at: performance.now(), reason };
+    this.aborted = { at: this.batch.driver.now(), reason };
     this.#controller?.abort(reason);
   }
   question<T>(answer: () => Promise<T>): Promise<T> {
@@ -361,6 +358,9 @@ export interface DriverOptions {
    * `@turnstile/scheduler/shared`. Required when the policy declares one; the host closes it
    * (`keys.close()`, then `store.close()`) after disposing the driver. */
   sharedKeys?: SharedKeys;
+  /** The one clock the driver reads and sets its one timer on (default: `performance.now()` and
+   * `setTimeout`); tests give a virtual one. `SharedKeys` takes the same option. */
+  clock?: Clock;
 }
 
 const drivers = new WeakMap<Scheduler, Driver>();
@@ -381,8 +381,12 @@ export class Driver {
   /** The other buffer: the inputs of the step being dispatched, then reused. */
   #spare = new Pending();
   #scheduled = false;
-  /** The one timer that steps again when the scheduler asked to be woken (`wakeAt`). */
-  #wake: ReturnType<typeof setTimeout> | undefined;
+  /** The clock (`DriverOptions.clock`) and the latest `now` given to the scheduler. */
+  readonly #clock: Clock;
+  #lastNow = 0;
+  /** The one timer that steps again when the scheduler asked to be woken (`wakeAt`), and when. */
+  #wake: { cancel(): void } | undefined;
+  #wakeAt = -1;
   #disposed = false;
   /** The batch `#find` found last. */
   #last: Batch | undefined;
@@ -392,7 +396,8 @@ export class Driver {
    * declares a shared key needs `options.sharedKeys` (a `TypeError` naming the keys otherwise). */
   constructor(scheduler: Scheduler, options: DriverOptions = {}) {
     if (!(scheduler instanceof Scheduler)) fail('scheduler', 'a Scheduler', scheduler);
-    const o = record(options, 'options', ['sharedKeys']);
+    const o = record(options, 'options', ['sharedKeys', 'clock']);
+    this.#clock = clockOption(o.clock, 'options.clock');
     const keys = o.sharedKeys as SharedKeys | undefined;
     if (keys !== undefined && (typeof keys !== 'object' || keys === null || typeof keys.acquire !== 'function' || typeof keys.pause !== 'function')) {
       fail('options.sharedKeys', 'a SharedKeys (from @turnstile/scheduler/shared)', keys);
@@ -475,7 +480,7 @@ export class Driver {
   /** Every live batch: the scheduler's view of its entries, and executions that ignore their
    * abort signal. */
   inspect(): LiveBatch[] {
-    const now = performance.now();
+    const now = this.now();
     return this.#live.map((b) => {
       const aborted: LiveBatch['aborted'] = [];
       for (const run of b.running) if (run && !run.ended && run.aborted) aborted.push({ entry: run.entry, label: run.label, sinceMs: now - run.aborted.at });
@@ -492,7 +497,7 @@ export class Driver {
     checkString(key, 'key');
     if (typeof forMs !== 'number') fail('forMs', 'a number of milliseconds', forMs);
     if (!Number.isFinite(forMs) || forMs < 0) throw new RangeError(`forMs must be a finite number of milliseconds >= 0, got ${forMs}`);
-    const until = BigInt(Math.min(clock() + Math.ceil(forMs), Number.MAX_SAFE_INTEGER));
+    const until = BigInt(Math.min(this.now() + Math.ceil(forMs), Number.MAX_SAFE_INTEGER));
     // A shared key's pause reaches its store when the scheduler says so (`pauseStore`).
     return new Promise<void>((resolve, reject) => {
       this.#pending.pause.push({ key, until });
@@ -515,7 +520,7 @@ export class Driver {
     this.#dropHolds(error);
     for (const done of this.#pending.pauseDone) done(error);
     this.#pending.clear();
-    clearTimeout(this.#wake);
+    this.#wake?.cancel();
     this.#wake = undefined;
     drivers.delete(this.scheduler);
     this.scheduler.dispose();
@@ -805,7 +810,7 @@ export class Driver {
       if (batch.running[run.offset] === run) batch.running[run.offset] = undefined;
       const p = this.#pending;
       // A time past 2^53 - 1 ms (a Retry-After of centuries) is capped, never wrapped.
-      p.retry.push({ entry: BigInt(batch.first + run.offset), until: BigInt(Math.min(clock() + value.retryAfterMs, Number.MAX_SAFE_INTEGER)) });
+      p.retry.push({ entry: BigInt(batch.first + run.offset), until: BigInt(Math.min(this.now() + value.retryAfterMs, Number.MAX_SAFE_INTEGER)) });
       p.retryOwners.push(batch);
       this.#schedule();
       return;
@@ -845,6 +850,30 @@ export class Driver {
 
   // --- the step ---------------------------------------------------------------------------
 
+  /** @internal The clock in whole milliseconds, never below a `now` given before (clamped). */
+  now(): number {
+    const t = Math.floor(this.#clock.now());
+    if (t > this.#lastNow) this.#lastNow = t;
+    return this.#lastNow;
+  }
+
+  /** Keeps the one timer for the scheduler's latest `wakeAt` (none: no timer). */
+  #arm(wakeAt: bigint | undefined): void {
+    const at = wakeAt === undefined ? -1 : Number(wakeAt);
+    if (at === this.#wakeAt && this.#wake !== undefined) return;
+    this.#wake?.cancel();
+    this.#wake = undefined;
+    this.#wakeAt = at;
+    if (at < 0) return;
+    // A timer that fires early (a system timer caps its wait) steps with the same `wakeAt`
+    // still ahead: the scheduler says it again and the timer is armed again.
+    this.#wake = this.#clock.setTimer(at, () => {
+      this.#wake = undefined;
+      this.#wakeAt = -1;
+      this.#schedule();
+    });
+  }
+
   #push(kind: Exclude<InputKind, 'settle' | 'now' | 'retry' | 'pause'>, value: number, batch: Batch): void {
     if (this.#disposed) return;
     this.#pending[kind].push(value, batch);
@@ -882,7 +911,7 @@ export class Driver {
         ok: p.ok.view(),
         failed: p.failed.view(),
         cancel: p.cancel.view(),
-        now: BigInt(clock()),
+        now: BigInt(this.now()),
         retry: p.retry,
         pause: p.pause.length ? p.pause : NO_PAUSES,
         granted: p.granted.view(),
@@ -900,18 +929,7 @@ export class Driver {
       return;
     }
     // Something waits on time (a key's delay or pause): step again then, with a later `now`.
-    if (this.#wake !== undefined) {
-      clearTimeout(this.#wake);
-      this.#wake = undefined;
-    }
-    if (out.wakeAt !== undefined) {
-      // Timers take at most 2^31 - 1 ms (about 24.8 days; more fires at once): a longer wait is
-      // re-armed when this one fires, since the scheduler says the same `wakeAt` again.
-      this.#wake = setTimeout(() => {
-        this.#wake = undefined;
-        this.#schedule();
-      }, Math.min(TIMER_MAX_MS, Math.max(0, Number(out.wakeAt) - clock())));
-    }
+    this.#arm(out.wakeAt);
     for (const a of out.abort) {
       const entry = Number(a.entry);
       const batch = this.#find(entry);
@@ -930,7 +948,7 @@ export class Driver {
     // A shared key's pause goes to its store, for every process, before any permit goes back
     // (the pause only extends; a store error changes nothing here).
     if (this.sharedKeys) {
-      for (const p of out.pauseStore) this.sharedKeys.pause(p.key, storeMs(Math.max(0, Number(p.until) - clock()))).catch(() => {});
+      for (const p of out.pauseStore) this.sharedKeys.pause(p.key, storeMs(Math.max(0, Number(p.until) - this.now()))).catch(() => {});
     }
     const release = out.release;
     if (release.length) {
