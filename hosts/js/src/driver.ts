@@ -39,7 +39,7 @@
 // lease is lost aborts its execution. A `RateLimitedError` on a shared key also pauses the key
 // at the store, for every process. `dispose` gives back every permit and withdraws every
 // request at once.
-import { DisposedError, RateLimitedError, RefusedInputError, TurnstileError } from './errors.js';
+import { DisposedError, PersistError, RateLimitedError, RefusedInputError, RestoredError, TurnstileError } from './errors.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import * as convert from './convert.js';
 import { Scheduler, Submitted, type CallInput, type RawNotRun, type RawOutputs, type RawRetry, type ResumeOptions } from './scheduler.js';
@@ -47,7 +47,7 @@ import type { Policy } from './turnstile.js';
 import type { EntryStatus, InputKind, Reason, SavedCall, SavedState, Unrestored } from './types.js';
 import { DELAY_MS_MAX, LIMIT_MAX } from './shared/contract.js';
 import type { SharedKeys, SharedPermit } from './shared/keys.js';
-import { clockOption, fail, func, millis, oneOf, record, signal as checkSignal, string as checkString, type Clock } from './validate.js';
+import { array, clockOption, fail, func, millis, oneOf, record, signal as checkSignal, string as checkString, type Clock } from './validate.js';
 
 /** What `execute` gets: the entry to run and a signal that fires when it should stop. */
 export interface Execution<C extends CallInput = CallInput> {
@@ -284,6 +284,8 @@ class Run implements Execution {
   readonly #index: number;
   readonly operation: number | undefined;
   ended = false;
+  /** Questions open (reported to the component as one wait while above 0). */
+  questions = 0;
   /** Made when the execution first reads `signal`. */
   #controller: AbortController | undefined;
   /** Set once its signal aborted: when, and why. */
@@ -361,6 +363,28 @@ export interface DriverOptions {
   /** The one clock the driver reads and sets its one timer on (default: `performance.now()` and
    * `setTimeout`); tests give a virtual one. `SharedKeys` takes the same option. */
   clock?: Clock;
+  /** Where the driver saves its state (DRIVERS.md, "Persistence"): called with the snapshot's
+   * JSON text after a step that starts an execution (before it starts) and after a step that
+   * took an end, a settlement or a retirement (before the outcome reaches `onOutcome` or a
+   * resolved `run`); one at a time, awaited when it returns a promise. What it throws or rejects
+   * with breaks the driver: every live batch rejects with `PersistError`, running executions
+   * are aborted, the driver is disposed. Resume with `Driver.resume(policy, text, ...)`. */
+  persist?: (snapshot: string) => unknown;
+}
+
+/** What `Driver.resume` gives back: the driver, every saved batch as a promise (retired ones
+ * first, resolving at once with their saved outcomes, then live ones, in the snapshot's order),
+ * and the calls the scheduler could not restore. */
+export interface Resumed {
+  driver: Driver;
+  batches: Promise<CallOutcome[]>[];
+  unrestored: Unrestored[];
+}
+
+/** A retired batch kept in the snapshot until `forget`. */
+interface Retired {
+  outcomes: CallOutcome[];
+  text: string;
 }
 
 const drivers = new WeakMap<Scheduler, Driver>();
@@ -390,14 +414,28 @@ export class Driver {
   #disposed = false;
   /** The batch `#find` found last. */
   #last: Batch | undefined;
+  /** `DriverOptions.persist`, and whether a call of it is under way (no step meanwhile). */
+  readonly #persist: DriverOptions['persist'];
+  #persisting = false;
+  /** A `forget` changed the snapshot: the next step persists. */
+  #dirty = false;
+  /** Retired batches the host has not forgotten (kept only with `persist`). */
+  #retired: Retired[] = [];
+  /** What the step under way hands to the host once its snapshot is persisted: outcomes for
+   * `onOutcome` (batch, offset), entries to start, and retired batches to resolve. */
+  #reports: (Batch | number)[] = [];
+  #starts: (Batch | number)[] = [];
+  #retiring: { batch: Batch; outcomes: CallOutcome[] }[] = [];
   readonly #step = () => this.#flush();
 
   /** A driver for `scheduler`; a scheduler has at most one (`Driver.of` finds it). A policy that
    * declares a shared key needs `options.sharedKeys` (a `TypeError` naming the keys otherwise). */
   constructor(scheduler: Scheduler, options: DriverOptions = {}) {
     if (!(scheduler instanceof Scheduler)) fail('scheduler', 'a Scheduler', scheduler);
-    const o = record(options, 'options', ['sharedKeys', 'clock']);
+    const o = record(options, 'options', ['sharedKeys', 'clock', 'persist']);
     this.#clock = clockOption(o.clock, 'options.clock');
+    if (o.persist !== undefined) func(o.persist, 'options.persist');
+    this.#persist = o.persist as DriverOptions['persist'];
     const keys = o.sharedKeys as SharedKeys | undefined;
     if (keys !== undefined && (typeof keys !== 'object' || keys === null || typeof keys.acquire !== 'function' || typeof keys.pause !== 'function')) {
       fail('options.sharedKeys', 'a SharedKeys (from @turnstile/scheduler/shared)', keys);
@@ -420,35 +458,63 @@ export class Driver {
     return drivers.get(scheduler) ?? new Driver(scheduler, options);
   }
 
-  /** Resumes a saved state (see `Scheduler.resume`) under a driver: each restored batch runs
-   * again next to new ones (`run`), its pending entries decided and executed with `execute`
-   * like a new batch's, and resolves like one. Entries that ended before the state was saved
-   * report `ok` / `failed` with no value or error (those were not saved). A call keeps the key
-   * its arguments made (the state saved it); its arguments themselves are not saved: `argsOf`
-   * gives each restored call's `args` back (from wherever the host kept them), so `decide` and
-   * `execute` see them as a new batch's would. It is called once per saved call, before anything
-   * is resumed: what it throws, `resume` throws. */
+  /** Resumes a snapshot under a new driver (DRIVERS.md, "Persistence"). `snapshot` is the text
+   * `persist` was given (or, without values, a `SavedState` from `Scheduler.unfinished()`).
+   * Retired batches not forgotten come back as batches that resolve at once with their saved
+   * outcomes (and stay saved until `forget`); each live batch runs again next to new ones, its
+   * ended entries keeping their saved values (errors as `RestoredError`), its pending entries
+   * decided and executed with `execute` like a new batch's; `started` says what becomes of an
+   * entry that was running (`'run-again'`, or `'interrupt'`: settled `interrupted`). A call keeps
+   * the key its arguments made; its arguments are not saved: `argsOf` gives each restored call's
+   * `args` back, called once per saved call before anything is resumed (what it throws, `resume`
+   * throws). A malformed snapshot is a `TypeError` naming the field. */
   static resume(
     policy: Policy,
-    state: SavedState,
+    snapshot: string | SavedState,
     options: ResumeOptions & RunOptions & DriverOptions & { execute: Execute; argsOf?: (call: SavedCall) => unknown },
-  ): { driver: Driver; batches: Promise<CallOutcome[]>[]; unrestored: Unrestored[] } {
-    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome', 'argsOf', 'sharedKeys']);
+  ): Resumed {
+    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome', 'argsOf', 'sharedKeys', 'clock', 'persist']);
     func(o.execute, 'options.execute');
     if (o.argsOf !== undefined) func(o.argsOf, 'options.argsOf');
     const runOptions = checkRunOptions({ signal: options.signal, decide: options.decide, executionTimeoutMs: options.executionTimeoutMs, abortGraceMs: options.abortGraceMs, onOutcome: options.onOutcome });
+    let state: SavedState;
+    let ended = new Map<string, unknown>();
+    let retired: { batch: bigint; outcomes: CallOutcome[] }[] = [];
+    if (typeof snapshot === 'string') {
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(snapshot);
+      } catch (error) {
+        throw new TypeError(`snapshot must be the JSON text persist was given: ${(error as Error).message}`);
+      }
+      const top = record(parsed, 'snapshot', ['turnstile-snapshot', 'state', 'ended', 'retired']);
+      if (top['turnstile-snapshot'] !== 1) throw new TypeError(`snapshot["turnstile-snapshot"] must be 1, got ${JSON.stringify(top['turnstile-snapshot'])}`);
+      state = convert.stateFromJson(top.state);
+      const values = top.ended === undefined ? {} : record(top.ended, 'snapshot.ended', Object.keys(top.ended as object));
+      ended = new Map(Object.entries(values));
+      retired = array(top.retired ?? [], 'snapshot.retired').map((r, i) => retiredFromJson(r, `snapshot.retired[${i}]`));
+    } else state = snapshot;
     // The state is checked in full (`Scheduler.resume`) before `argsOf` sees any of it.
     const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: options.started });
     let args: unknown[][] | undefined;
     let driver: Driver;
     try {
       if (options.argsOf) args = state.batches.map((b) => b.calls.map((c) => options.argsOf!(c)));
-      driver = new Driver(scheduler, o.sharedKeys === undefined ? {} : { sharedKeys: o.sharedKeys as SharedKeys });
+      const driverOptions: DriverOptions = {};
+      if (o.sharedKeys !== undefined) driverOptions.sharedKeys = o.sharedKeys as SharedKeys;
+      if (o.clock !== undefined) driverOptions.clock = o.clock as Clock;
+      if (o.persist !== undefined) driverOptions.persist = o.persist as DriverOptions['persist'];
+      driver = new Driver(scheduler, driverOptions);
     } catch (error) {
       scheduler.dispose();
       throw error;
     }
-    const batches = state.batches.map((saved, i) => driver.#restore(saved, options.execute, runOptions, args?.[i]));
+    const batches: Promise<CallOutcome[]>[] = [];
+    for (const r of retired) {
+      if (driver.#persist !== undefined) driver.#retired.push({ outcomes: r.outcomes, text: retiredJson(r.batch, r.outcomes) });
+      batches.push(Promise.resolve(r.outcomes));
+    }
+    state.batches.forEach((saved, i) => batches.push(driver.#restore(saved, options.execute, runOptions, args?.[i], ended)));
     return { driver, batches, unrestored };
   }
 
@@ -603,18 +669,13 @@ export class Driver {
     return { entry, label, status: 'settled', reason, message: this.scheduler.held.instance.explainOrKind(label, wit) };
   }
 
-  /** The one place an entry's outcome is recorded; the first one recorded is reported to
-   * `onOutcome`. */
-  #record(batch: Batch, offset: number, outcome: EntryOutcome): void {
+  /** The one place an entry's outcome is recorded. The first one recorded goes to `onOutcome`
+   * after the step that takes it (and its snapshot, with `persist`): the input that reports it
+   * is queued with it, so the next step takes both. */
+  #record(batch: Batch, offset: number, outcome: EntryOutcome, report = true): void {
     const first = batch.outcomes[offset] === undefined;
     batch.outcomes[offset] = outcome;
-    const hook = batch.options.onOutcome;
-    if (hook === undefined || !first) return;
-    try {
-      hook(outcome, batch.submitted.calls[batch.submitted.at(offset).index]);
-    } catch {
-      // A host's hook must not break the driver's round.
-    }
+    if (first && report && batch.options.onOutcome !== undefined) this.#reports.push(batch, offset);
   }
 
   #cancel(batch: Batch, reason: unknown): void {
@@ -646,7 +707,7 @@ export class Driver {
     batch.reject(error);
   }
 
-  #restore(saved: SavedState['batches'][number], execute: Execute, options: RunOptions, args: unknown[] | undefined): Promise<CallOutcome[]> {
+  #restore(saved: SavedState['batches'][number], execute: Execute, options: RunOptions, args: unknown[] | undefined, ended: Map<string, unknown>): Promise<CallOutcome[]> {
     const calls: CallInput[] = saved.calls.map((c, i) => {
       const call: CallInput = c.operations === undefined ? { id: c.id, tool: c.tool } : { id: c.id, tool: c.tool, operations: c.operations };
       if (args !== undefined && args[i] !== undefined) call.args = args[i];
@@ -654,28 +715,40 @@ export class Driver {
     });
     const count = calls.reduce((n, c) => n + (c.operations ?? 1), 0);
     const batch = new Batch(this, new Submitted(saved.batch, saved.first, count, calls), execute, options);
+    batch.cancelled = saved.cancelled;
     const statuses = this.scheduler.inspect(saved.batch);
     const pending: number[] = [];
     for (let i = 0; i < count; i++) {
       const status = statuses?.[i];
       const entry = BigInt(batch.first + i);
       const label = batch.label(i);
-      if (!status || status.state.kind === 'settled') {
-        const fromSave = savedEntry(saved, batch.submitted, i);
-        const reason: Reason = status?.state.kind === 'settled' ? status.state.reason : fromSave?.kind === 'settled' ? fromSave.reason : { kind: 'interrupted' };
-        if (fromSave?.kind === 'ended') this.#record(batch, i, fromSave.outcome === 'ok' ? { entry, label, status: 'ok', value: undefined } : { entry, label, status: 'failed', error: undefined });
-        else this.#record(batch, i, this.#settled(entry, label, reason, convert.witReason(reason)));
-      } else if (status.state.kind === 'ended') {
-        this.#record(batch, i, status.state.outcome === 'ok' ? { entry, label, status: 'ok', value: undefined } : { entry, label, status: 'failed', error: undefined });
-      } else pending.push(i);
+      const fromSave = savedEntry(saved, batch.submitted, i);
+      if (fromSave?.kind === 'ended') {
+        // Ended before the crash: its saved value (or error) is its outcome, reported already.
+        const kept = ended.get(String(entry));
+        const k = kept !== null && typeof kept === 'object' ? (kept as { value?: unknown; error?: unknown }) : {};
+        const error = k.error !== undefined ? restoredError(k.error, `snapshot.ended["${entry}"].error`) : undefined;
+        const outcome: EntryOutcome = batch.cancelled
+          ? error !== undefined
+            ? { entry, label, status: 'cancelled', error }
+            : { entry, label, status: 'cancelled', value: k.value }
+          : fromSave.outcome === 'ok'
+            ? { entry, label, status: 'ok', value: k.value }
+            : { entry, label, status: 'failed', error: error ?? new RestoredError('Error', 'no error was saved') };
+        this.#record(batch, i, outcome, false);
+      } else if (fromSave?.kind === 'settled') {
+        this.#record(batch, i, this.#settled(entry, label, fromSave.reason, convert.witReason(fromSave.reason)), false);
+      } else if (!statuses) {
+        // Nothing of the batch is live (every call unrestored): what had started is interrupted.
+        this.#record(batch, i, this.#settled(entry, label, { kind: 'interrupted' }, { tag: 'interrupted' }), false);
+      } else if (status && status.state.kind !== 'settled' && status.state.kind !== 'ended') pending.push(i);
+      // Else settled by the resume itself (interrupted): the first step reports it.
     }
     if (!statuses) {
-      // Nothing of it is live (every call unrestored): it is done as saved.
       batch.done = true;
       batch.resolve(callOutcomes(batch) ?? []);
       return batch.promise;
     }
-    batch.cancelled = saved.cancelled;
     this.#insert(batch);
     if (pending.length) this.#begin(batch, pending);
     else this.#schedule();
@@ -834,13 +907,15 @@ export class Driver {
       if (run.ended) throw new TurnstileError('not-running', `${run.label} asked a question after its execution ended`);
       // An aborted execution asks nothing more as far as the component is concerned: its abort
       // closed any question (the question still runs for the tool, unreported).
+      // Overlapping questions are one wait for the component: asked at the first (0 -> 1),
+      // answered at the last (1 -> 0).
       const reported = !run.aborted;
-      if (reported) this.#push('ask', run.batch.first + run.offset, run.batch);
+      if (reported && run.questions++ === 0) this.#push('ask', run.batch.first + run.offset, run.batch);
       try {
         return await answer();
       } finally {
         // Closed when the execution ended or was aborted: the answer is not reported.
-        if (reported && !run.ended && !run.aborted) this.#push('answer', run.batch.first + run.offset, run.batch);
+        if (reported && --run.questions === 0 && !run.ended && !run.aborted) this.#push('answer', run.batch.first + run.offset, run.batch);
       }
     })();
     // The execution may have ended without awaiting its question: never an unhandled rejection.
@@ -883,11 +958,14 @@ export class Driver {
   #schedule(): void {
     if (this.#scheduled || this.#disposed) return;
     this.#scheduled = true;
-    void RESOLVED.then(this.#step);
+    // While a snapshot is being persisted, inputs wait for the next step (queued when it is).
+    if (!this.#persisting) void RESOLVED.then(this.#step);
   }
 
-  /** Sends every input queued since the last step in one `step`, and dispatches the outputs. */
+  /** Sends every input queued since the last step in one `step`, dispatches the outputs, and
+   * hands the host what the step decided once its snapshot is persisted. */
   #flush(): void {
+    if (!this.#scheduled || this.#persisting) return;
     this.#scheduled = false;
     if (this.#disposed) return;
     const p = this.#pending;
@@ -898,6 +976,73 @@ export class Driver {
     } finally {
       p.clear();
     }
+    if (this.#disposed) return;
+    const reports = this.#reports;
+    const starts = this.#starts;
+    const retiring = this.#retiring;
+    if (reports.length === 0 && starts.length === 0 && retiring.length === 0 && !this.#dirty) return;
+    this.#reports = [];
+    this.#starts = [];
+    this.#retiring = [];
+    if (this.#persist === undefined) {
+      this.#handOut(reports, starts, retiring);
+      return;
+    }
+    this.#dirty = false;
+    this.#persisting = true;
+    let saved: unknown;
+    try {
+      saved = this.#persist(this.snapshot());
+    } catch (error) {
+      this.#persistFailed(error, retiring);
+      return;
+    }
+    if (saved !== null && (typeof saved === 'object' || typeof saved === 'function') && typeof (saved as PromiseLike<unknown>).then === 'function') {
+      Promise.resolve(saved).then(
+        () => this.#persisted(reports, starts, retiring),
+        (error) => this.#persistFailed(error, retiring),
+      );
+    } else this.#persisted(reports, starts, retiring);
+  }
+
+  #persisted(reports: (Batch | number)[], starts: (Batch | number)[], retiring: { batch: Batch; outcomes: CallOutcome[] }[]): void {
+    this.#persisting = false;
+    if (this.#disposed) {
+      // Disposed meanwhile: nothing starts, but retired batches are done and saved.
+      for (const r of retiring) r.batch.resolve(r.outcomes);
+      return;
+    }
+    this.#handOut(reports, starts, retiring);
+    if (this.#scheduled) void RESOLVED.then(this.#step);
+  }
+
+  /** A failed `persist` breaks the driver loudly: every batch rejects with `PersistError`,
+   * running executions are aborted, nothing starts, the driver is disposed. */
+  #persistFailed(cause: unknown, retiring: { batch: Batch; outcomes: CallOutcome[] }[]): void {
+    this.#persisting = false;
+    const error = new PersistError(cause);
+    for (const r of retiring) r.batch.reject(error);
+    for (const batch of this.#live) {
+      this.#reject(batch, error);
+      this.#abortRunning(batch, error);
+    }
+    this.dispose();
+  }
+
+  /** What a step decided, to the host: outcomes to `onOutcome`, executions started, retired
+   * batches resolved. */
+  #handOut(reports: (Batch | number)[], starts: (Batch | number)[], retiring: { batch: Batch; outcomes: CallOutcome[] }[]): void {
+    for (let i = 0; i < reports.length; i += 2) {
+      const batch = reports[i] as Batch;
+      const offset = reports[i + 1] as number;
+      try {
+        batch.options.onOutcome!(batch.outcomes[offset]!, batch.submitted.calls[batch.plain ? offset : batch.submitted.at(offset).index]);
+      } catch {
+        // A host's hook must not break the driver's round.
+      }
+    }
+    for (let i = 0; i < starts.length; i += 2) this.#start(starts[i] as Batch, starts[i + 1] as number);
+    for (const r of retiring) r.batch.resolve(r.outcomes);
   }
 
   #dispatch(p: Pending): void {
@@ -985,7 +1130,7 @@ export class Driver {
       for (let i = 0; i < start.length; i++) {
         const entry = w[i << 1] + w[(i << 1) + 1] * TWO_32;
         const batch = this.#find(entry);
-        if (batch) this.#start(batch, entry - batch.first);
+        if (batch) this.#starts.push(batch, entry - batch.first);
       }
     }
     for (const batch of out.retired) this.#retire(batch);
@@ -1003,6 +1148,8 @@ export class Driver {
     }
   }
 
+  /** A batch left the scheduler: it resolves once the step's snapshot (which keeps it under
+   * `retired` until `forget`) is persisted. */
   #retire(number: bigint): void {
     const batch = this.#byBatch.get(number);
     if (!batch) return;
@@ -1014,8 +1161,47 @@ export class Driver {
     if (batch.done) return;
     batch.done = true;
     const outcomes = callOutcomes(batch);
-    if (outcomes) batch.resolve(outcomes);
-    else batch.reject(new Error(`turnstile driver: batch ${number} retired with an entry unanswered (a bug)`));
+    if (!outcomes) {
+      batch.reject(new Error(`turnstile driver: batch ${number} retired with an entry unanswered (a bug)`));
+      return;
+    }
+    if (this.#persist !== undefined) this.#retired.push({ outcomes, text: retiredJson(number, outcomes) });
+    this.#retiring.push({ batch, outcomes });
+  }
+
+  /** The snapshot's JSON text (DRIVERS.md, "Persistence"): the scheduler's `unfinished()`, the
+   * values of ended entries of live batches, and retired batches not forgotten. */
+  snapshot(): string {
+    const state = this.scheduler.unfinished();
+    const ended: string[] = [];
+    for (const saved of state.batches) {
+      const batch = this.#byBatch.get(saved.batch);
+      if (!batch) continue;
+      const starts = batch.submitted.callStarts();
+      for (let c = 0; c < saved.calls.length; c++) {
+        for (const e of saved.calls[c].entries) {
+          if (e.state.kind !== 'ended') continue;
+          const offset = (starts === null ? c : starts[c]) + e.operation;
+          const o = batch.outcomes[offset];
+          if (o === undefined) continue;
+          const kept = o.status === 'settled' ? `{"error":${convert.errorJson({ name: 'Error', message: o.message })}}` : 'error' in o ? `{"error":${convert.errorJson(o.error)}}` : `{"value":${convert.valueJson(o.value)}}`;
+          ended.push(`"${batch.first + offset}":${kept}`);
+        }
+      }
+    }
+    return `{"turnstile-snapshot":1,"state":${convert.stateJson(state)},"ended":{${ended.join(',')}},"retired":[${this.#retired.map((r) => r.text).join(',')}]}`;
+  }
+
+  /** Drops a retired batch from the snapshot (the next step persists without it): `outcomes` is
+   * the array its `run` resolved with, once the host kept them itself. An array of no retired
+   * batch (forgotten already, or never retired here) changes nothing. */
+  forget(outcomes: CallOutcome[]): void {
+    if (!Array.isArray(outcomes)) fail('outcomes', 'the array a run resolved with', outcomes);
+    const i = this.#retired.findIndex((r) => r.outcomes === outcomes);
+    if (i < 0 || this.#disposed) return;
+    this.#retired.splice(i, 1);
+    this.#dirty = true;
+    this.#schedule();
   }
 
   #insert(batch: Batch): void {
@@ -1123,3 +1309,54 @@ export function runBatch<C extends CallInput>(scheduler: Scheduler, calls: reado
   }
 }
 
+
+/** A retired batch as the snapshot keeps it: its number and its outcomes as `run` gave them. */
+function retiredJson(number: bigint, outcomes: CallOutcome[]): string {
+  const calls = outcomes.map((c) => `{"id":${convert.ascii(JSON.stringify(c.id))},"tool":${convert.ascii(JSON.stringify(c.tool))},"entries":[${c.entries.map(outcomeJson).join(',')}]}`);
+  return `{"batch":"${number}","outcomes":[${calls.join(',')}]}`;
+}
+
+function outcomeJson(o: EntryOutcome): string {
+  const head = `{"entry":"${o.entry}","label":${convert.ascii(JSON.stringify(o.label))},"status":"${o.status}"`;
+  switch (o.status) {
+    case 'ok':
+      return `${head},"value":${convert.valueJson(o.value)}}`;
+    case 'failed':
+      return `${head},"error":${convert.errorJson(o.error)}}`;
+    case 'cancelled':
+      return 'error' in o ? `${head},"error":${convert.errorJson(o.error)}}` : `${head},"value":${convert.valueJson(o.value)}}`;
+    default:
+      return `${head},"reason":${convert.reasonJson(o.reason)},"message":${convert.ascii(JSON.stringify(o.message))}${o.error === undefined ? '' : `,"error":${convert.errorJson(o.error)}`}}`;
+  }
+}
+
+/** A saved error back as a `RestoredError` with its name and message. */
+function restoredError(value: unknown, name: string): RestoredError {
+  const e = record(value, name, ['name', 'message']);
+  return new RestoredError(checkString(e.name, `${name}.name`), checkString(e.message, `${name}.message`));
+}
+
+/** A retired batch's saved outcomes, read back. */
+function retiredFromJson(value: unknown, name: string): { batch: bigint; outcomes: CallOutcome[] } {
+  const r = record(value, name, ['batch', 'outcomes']);
+  const batch = convert.u64Text(r.batch, `${name}.batch`);
+  const outcomes = array(r.outcomes, `${name}.outcomes`).map((cv, i) => {
+    const cn = `${name}.outcomes[${i}]`;
+    const c = record(cv, cn, ['id', 'tool', 'entries']);
+    const entries = array(c.entries, `${cn}.entries`).map((ev, j): EntryOutcome => {
+      const en = `${cn}.entries[${j}]`;
+      const e = record(ev, en, ['entry', 'label', 'status', 'value', 'error', 'reason', 'message']);
+      const entry = convert.u64Text(e.entry, `${en}.entry`);
+      const label = checkString(e.label, `${en}.label`);
+      const status = oneOf(e.status, `${en}.status`, ['ok', 'failed', 'cancelled', 'settled'] as const);
+      if (status === 'ok') return { entry, label, status, value: e.value };
+      if (status === 'failed') return { entry, label, status, error: restoredError(e.error, `${en}.error`) };
+      if (status === 'cancelled') return e.error !== undefined ? { entry, label, status, error: restoredError(e.error, `${en}.error`) } : { entry, label, status, value: e.value };
+      const settled: EntryOutcome = { entry, label, status, reason: convert.reasonFromJson(e.reason, `${en}.reason`), message: checkString(e.message, `${en}.message`) };
+      if (e.error !== undefined) settled.error = restoredError(e.error, `${en}.error`);
+      return settled;
+    });
+    return { id: checkString(c.id, `${cn}.id`), tool: checkString(c.tool, `${cn}.tool`), entries };
+  });
+  return { batch, outcomes };
+}

@@ -139,3 +139,23 @@ export class CallSettledError extends TurnstileError {
     return this.message;
   }
 }
+
+/** The host's `persist` threw or rejected (`cause` is what it threw): the driver broke loudly.
+ * Every live batch rejects with this, its running executions are aborted, the driver is
+ * disposed, and nothing starts after it (`code` `'persist-failed'`). */
+export class PersistError extends TurnstileError {
+  declare readonly code: 'persist-failed';
+  constructor(cause: unknown) {
+    super('persist-failed', `persist failed, the driver is disposed: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.cause = cause;
+  }
+}
+
+/** An error an execution threw before a restart, as the snapshot saved it: `name` and `message`
+ * are the original's (its class and stack are not saved). */
+export class RestoredError extends Error {
+  constructor(name: string, message: string) {
+    super(message);
+    this.name = name;
+  }
+}
