@@ -328,9 +328,11 @@ class Run implements Execution {
     this.aborted = { at: this.batch.driver.now(), reason };
     this.#controller?.abort(reason);
   }
-  question<T>(answer: () => Promise<T>): Promise<T> {
-    return this.batch.driver.question(this, answer);
+  /** Bound to its execution, so `async ({ question }) => question(...)` works. */
+  get question(): <T>(answer: () => Promise<T>) => Promise<T> {
+    return (this.#question ??= <T>(answer: () => Promise<T>) => this.batch.driver.question(this, answer));
   }
+  #question: (<T>(answer: () => Promise<T>) => Promise<T>) | undefined;
   get permit(): SharedPermit | undefined {
     return this.hold?.permit;
   }
@@ -407,6 +409,10 @@ export class Driver {
   #scheduled = false;
   /** The clock (`DriverOptions.clock`) and the latest `now` given to the scheduler. */
   readonly #clock: Clock;
+  /** The driver's clock (`DriverOptions.clock`, or the system's). */
+  get clock(): Clock {
+    return this.#clock;
+  }
   #lastNow = 0;
   /** The one timer that steps again when the scheduler asked to be woken (`wakeAt`), and when. */
   #wake: { cancel(): void } | undefined;
@@ -476,7 +482,9 @@ export class Driver {
     const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome', 'argsOf', 'sharedKeys', 'clock', 'persist']);
     func(o.execute, 'options.execute');
     if (o.argsOf !== undefined) func(o.argsOf, 'options.argsOf');
-    const runOptions = checkRunOptions({ signal: options.signal, decide: options.decide, executionTimeoutMs: options.executionTimeoutMs, abortGraceMs: options.abortGraceMs, onOutcome: options.onOutcome });
+    const runOptions = checkRunOptions({ signal: o.signal, decide: o.decide, executionTimeoutMs: o.executionTimeoutMs, abortGraceMs: o.abortGraceMs, onOutcome: o.onOutcome });
+    const execute = o.execute as Execute;
+    const argsOf = o.argsOf as ((call: SavedCall) => unknown) | undefined;
     let state: SavedState;
     let ended = new Map<string, unknown>();
     let retired: { batch: bigint; outcomes: CallOutcome[] }[] = [];
@@ -495,11 +503,11 @@ export class Driver {
       retired = array(top.retired ?? [], 'snapshot.retired').map((r, i) => retiredFromJson(r, `snapshot.retired[${i}]`));
     } else state = snapshot;
     // The state is checked in full (`Scheduler.resume`) before `argsOf` sees any of it.
-    const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: options.started });
+    const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: o.started as ResumeOptions['started'] });
     let args: unknown[][] | undefined;
     let driver: Driver;
     try {
-      if (options.argsOf) args = state.batches.map((b) => b.calls.map((c) => options.argsOf!(c)));
+      if (argsOf) args = state.batches.map((b) => b.calls.map((c) => argsOf(c)));
       const driverOptions: DriverOptions = {};
       if (o.sharedKeys !== undefined) driverOptions.sharedKeys = o.sharedKeys as SharedKeys;
       if (o.clock !== undefined) driverOptions.clock = o.clock as Clock;
@@ -514,7 +522,7 @@ export class Driver {
       if (driver.#persist !== undefined) driver.#retired.push({ outcomes: r.outcomes, text: retiredJson(r.batch, r.outcomes) });
       batches.push(Promise.resolve(r.outcomes));
     }
-    state.batches.forEach((saved, i) => batches.push(driver.#restore(saved, options.execute, runOptions, args?.[i], ended)));
+    state.batches.forEach((saved, i) => batches.push(driver.#restore(saved, execute, runOptions, args?.[i], ended)));
     return { driver, batches, unrestored };
   }
 

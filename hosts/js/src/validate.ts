@@ -72,11 +72,16 @@ export function func(value: unknown, name: string): void {
   if (typeof value !== 'function') fail(name, 'a function', value);
 }
 
-/** A plain object (not null, not an array) whose keys are all in `known`. */
+/** A plain object (not null, not an array) whose keys are all in `known`: its own enumerable
+ * fields, copied (an inherited field is never read: `Object.create({ cancel: [b] })` has none). */
 export function record(value: unknown, name: string, known: readonly string[]): Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, 'an object', value);
-  for (const key of Object.keys(value)) if (!known.includes(key)) throw new TypeError(`${name} has an unknown field ${JSON.stringify(key)} (known: ${known.join(', ')})`);
-  return value as Record<string, unknown>;
+  const own: Record<string, unknown> = {};
+  for (const key of Object.keys(value)) {
+    if (!known.includes(key)) throw new TypeError(`${name} has an unknown field ${JSON.stringify(key)} (known: ${known.join(', ')})`);
+    own[key] = (value as Record<string, unknown>)[key];
+  }
+  return own;
 }
 
 export function array(value: unknown, name: string): readonly unknown[] {

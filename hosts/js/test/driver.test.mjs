@@ -326,3 +326,20 @@ test('20,000 sequential batches reusing the same call ids: state is dropped as b
   // A wasm memory never shrinks, so any growth would stay: there must be none.
   assert.equal(wasmBytes(), wasmAt2000, 'the component\'s memory grew');
 });
+
+test('the README example: execute destructures question (bound to its execution), a question keeps the slot', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'readme', text: CONFIG }]);
+  const driver = new Driver(new Scheduler(policy));
+  const outcomes = await driver.run(
+    [{ id: 'a', tool: 'rfd_draft' }],
+    async ({ label, signal, question }) => {
+      const ok = await question(async () => true);
+      return ok ? `${label} done ${signal.aborted}` : 'declined';
+    },
+    { decide: async () => 'approve' },
+  );
+  assert.equal(outcomes[0].entries[0].status, 'ok');
+  assert.equal(outcomes[0].entries[0].value, 'a done false');
+  driver.dispose();
+});

@@ -275,3 +275,21 @@ test('disposed objects refuse use with DisposedError; disposal is idempotent', a
   policy.dispose();
   assert.throws(() => policy.tools(), (e) => e.code === 'disposed');
 });
+
+test('step and the driver read own fields only: an inherited cancel cancels nothing, an inherited option is not an option', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'v', text: CONFIG }]);
+  const sched = new Scheduler(policy);
+  const b = sched.submit([{ id: 'a', tool: 'k' }]);
+  sched.step(Object.create({ cancel: [b.batch] }));
+  assert.equal(sched.unfinished().batches[0].cancelled, false);
+  // Given as its own field, the same cancel retires the batch at once (nothing of it ran).
+  const out0 = sched.step({ cancel: [b.batch] });
+  assert.deepEqual([...out0.retired], [b.batch]);
+  sched.dispose();
+  // An inherited `decide` that rejects everything is no decide.
+  const driver = new Driver(new Scheduler(policy));
+  const out = await driver.run([{ id: 'x', tool: 'k' }], async () => 'ran', Object.create({ decide: () => 'reject' }));
+  assert.equal(out[0].entries[0].status, 'ok');
+  driver.dispose();
+});
