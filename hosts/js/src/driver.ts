@@ -199,17 +199,19 @@ class Pending {
   readonly pause: ws.KeyPause[] = [];
   /** Settles each `Driver.pause` once its step ran. */
   readonly pauseDone: ((error?: unknown) => void)[] = [];
+  readonly liftPause: string[] = [];
+  readonly liftDone: ((error?: unknown) => void)[] = [];
 
   /** The batch whose input this was; none for the driver's own `now` (and it sends no pause). */
   owner(kind: InputKind, index: number): Batch | undefined {
     if (kind === 'retry') return this.retryOwners[index];
-    if (kind === 'now' || kind === 'pause') return undefined;
+    if (kind === 'now' || kind === 'pause' || kind === 'liftPause') return undefined;
     return kind === 'settle' ? this.settleOwners[index] : this[kind].owners[index];
   }
 
   target(kind: InputKind, index: number): bigint {
     if (kind === 'retry') return this.retry[index].entry;
-    if (kind === 'now' || kind === 'pause') return 0n;
+    if (kind === 'now' || kind === 'pause' || kind === 'liftPause') return 0n;
     return kind === 'settle' ? this.settle[index].entry : BigInt(this[kind].at(index));
   }
 
@@ -225,6 +227,7 @@ class Pending {
     if (this.settle.length) this.settle.length = this.settleOwners.length = 0;
     if (this.retry.length) this.retry.length = this.retryOwners.length = 0;
     if (this.pause.length) this.pause.length = this.pauseDone.length = 0;
+    if (this.liftPause.length) this.liftPause.length = this.liftDone.length = 0;
   }
 }
 
@@ -580,6 +583,20 @@ export class Driver {
     });
   }
 
+  /** Lifts a key's pause now (the local pause only: a shared key's store keeps its own, the
+   * host's to lift there). Resolves once the scheduler applied it; rejects with
+   * `RefusedInputError` (code `unknown-key`) for a key no configured tool declares, and with
+   * `DisposedError` after `dispose`. */
+  liftPause(key: string): Promise<void> {
+    if (this.#disposed) return Promise.reject(new DisposedError('the driver'));
+    checkString(key, 'key');
+    return new Promise<void>((resolve, reject) => {
+      this.#pending.liftPause.push(key);
+      this.#pending.liftDone.push((error) => (error === undefined ? resolve() : reject(error)));
+      this.#schedule();
+    });
+  }
+
   /** Rejects every live batch with `DisposedError`, aborts its executions, disposes the scheduler. */
   dispose(): void {
     if (this.#disposed) return;
@@ -593,6 +610,7 @@ export class Driver {
     this.#byBatch.clear();
     this.#dropHolds(error);
     for (const done of this.#pending.pauseDone) done(error);
+    for (const done of this.#pending.liftDone) done(error);
     this.#pending.clear();
     this.#wake?.cancel();
     this.#wake = undefined;
@@ -732,7 +750,8 @@ export class Driver {
       const label = batch.label(i);
       const fromSave = savedEntry(saved, batch.submitted, i);
       if (fromSave?.kind === 'ended') {
-        // Ended before the crash: its saved value (or error) is its outcome, reported already.
+        // Ended before the crash: its saved value (or error) is its outcome, reported again
+        // (the host cannot know which outcomes it saw before the crash).
         const kept = ended.get(String(entry));
         const k = kept !== null && typeof kept === 'object' ? (kept as { value?: unknown; error?: unknown }) : {};
         const error = k.error !== undefined ? restoredError(k.error, `snapshot.ended["${entry}"].error`) : undefined;
@@ -743,9 +762,9 @@ export class Driver {
           : fromSave.outcome === 'ok'
             ? { entry, label, status: 'ok', value: k.value }
             : { entry, label, status: 'failed', error: error ?? new RestoredError('Error', 'no error was saved') };
-        this.#record(batch, i, outcome, false);
+        this.#record(batch, i, outcome);
       } else if (fromSave?.kind === 'settled') {
-        this.#record(batch, i, this.#settled(entry, label, fromSave.reason, convert.witReason(fromSave.reason)), false);
+        this.#record(batch, i, this.#settled(entry, label, fromSave.reason, convert.witReason(fromSave.reason)));
       } else if (!statuses) {
         // Nothing of the batch is live (every call unrestored): what had started is interrupted.
         this.#record(batch, i, this.#settled(entry, label, { kind: 'interrupted' }, { tag: 'interrupted' }), false);
@@ -759,7 +778,8 @@ export class Driver {
     }
     this.#insert(batch);
     if (pending.length) this.#begin(batch, pending);
-    else this.#schedule();
+    // The first step reports the resume's own settlements, and hands out the saved outcomes.
+    this.#schedule();
     return batch.promise;
   }
 
@@ -957,7 +977,7 @@ export class Driver {
     });
   }
 
-  #push(kind: Exclude<InputKind, 'settle' | 'now' | 'retry' | 'pause'>, value: number, batch: Batch): void {
+  #push(kind: Exclude<InputKind, 'settle' | 'now' | 'retry' | 'pause' | 'liftPause'>, value: number, batch: Batch): void {
     if (this.#disposed) return;
     this.#pending[kind].push(value, batch);
     this.#schedule();
@@ -1067,6 +1087,7 @@ export class Driver {
         now: BigInt(this.now()),
         retry: p.retry,
         pause: p.pause.length ? p.pause : NO_PAUSES,
+        liftPause: p.liftPause.length ? p.liftPause : undefined,
         granted: p.granted.view(),
         denied: p.denied.view(),
       });
@@ -1115,9 +1136,10 @@ export class Driver {
         if (e.input === 'granted') this.#release(Number(p.target(e.input, e.index)));
         continue;
       }
-      if (e.input === 'pause') {
-        p.pauseDone[e.index]?.(new RefusedInputError(e, 0n));
-        p.pauseDone[e.index] = () => {};
+      if (e.input === 'pause' || e.input === 'liftPause') {
+        const done = e.input === 'pause' ? p.pauseDone : p.liftDone;
+        done[e.index]?.(new RefusedInputError(e, 0n));
+        done[e.index] = () => {};
         continue;
       }
       const batch = p.owner(e.input, e.index);
@@ -1126,6 +1148,7 @@ export class Driver {
       this.#fail(batch, new RefusedInputError(e, p.target(e.input, e.index)));
     }
     for (const done of p.pauseDone) done();
+    for (const done of p.liftDone) done();
     const requests = out.requests;
     for (let i = 0; i < requests.length; i++) {
       const entry = Number(requests[i].entry);

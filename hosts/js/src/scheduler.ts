@@ -225,7 +225,7 @@ export class Submitted {
 }
 
 const HOW = ['rejected', 'skipped', 'failed'] as const;
-const STEP_FIELDS = ['approve', 'settle', 'ask', 'answer', 'ok', 'failed', 'cancel', 'now', 'retry', 'pause', 'granted', 'denied'] as const;
+const STEP_FIELDS = ['approve', 'settle', 'ask', 'answer', 'ok', 'failed', 'cancel', 'now', 'retry', 'pause', 'liftPause', 'granted', 'denied'] as const;
 
 function retries(value: unknown): RawRetry[] {
   if (value === undefined) return [];
@@ -277,6 +277,7 @@ export interface RawInputs {
   now: bigint | undefined;
   retry: readonly RawRetry[];
   pause: readonly ws.KeyPause[];
+  liftPause?: readonly string[];
   granted: BigUint64Array;
   denied: BigUint64Array;
 }
@@ -470,6 +471,8 @@ export function stepOn(raw: ws.Scheduler, inputs: RawInputs): RawOutputs & { cro
     const p = pause[i];
     round.add(false, 'pause', i, { tag: 'pause', val: { key: p.key, until: p.until } }, KEY, p.key, p.until);
   }
+  const lift = inputs.liftPause;
+  if (lift) for (let i = 0; i < lift.length; i++) round.add(false, 'liftPause', i, { tag: 'lift-pause', val: lift[i] }, KEY, lift[i]);
   round.flush();
   const releases = raw.nextReleases(inputs.now);
   return { ...releasesOut(releases, round.errors), crossings: round.crossings + 1 };
@@ -656,6 +659,7 @@ export class Scheduler {
         now: i.now === undefined ? undefined : time(i.now, 'inputs.now'),
         retry: retries(i.retry),
         pause: pauses(i.pause),
+        liftPause: i.liftPause === undefined ? undefined : array(i.liftPause, 'inputs.liftPause').map((k, n) => string(k, `inputs.liftPause[${n}]`)),
         granted: numbers(i.granted, 'inputs.granted'),
         denied: numbers(i.denied, 'inputs.denied'),
       }),

@@ -19,13 +19,16 @@ const FILES = readdirSync(DIR).filter((f) => f.endsWith('.toml')).sort();
 const KNOWN = new Set(['about', 'config', 'started', 'batch', 'script', 'at', 'expect']);
 const BATCH_KNOWN = new Set(['at', 'calls', 'operations', 'execution_ms', 'abort_grace_ms', 'decide', 'cancel_at', 'forget']);
 
-/** A reason as a scenario line writes it: `rejected`, `stopped(1)`, `timed-out(deadline)`. */
-export function reasonText(r) {
-  if (r.kind === 'stopped') return `stopped(${r.after})`;
-  if (r.kind === 'rate-limited') return `rate-limited(${r.retries})`;
-  if (r.kind === 'timed-out') return `timed-out(${r.cause === 'cancel' ? 'cancelled' : r.cause})`;
-  return r.kind;
+/** The runner's own error: `fail 'message'`, `throw-sync`, a `decide` that raises. */
+class ScenarioError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'ScenarioError';
+  }
 }
+
+/** An error as a line writes it: a ScenarioError's message quoted, else its name. */
+const errorText = (e) => (e?.name === 'ScenarioError' ? JSON.stringify(String(e.message)) : String(e?.name ?? typeof e));
 
 /** One outcome as an expected line's text (after `outcome LABEL`). */
 function outcomeText(o) {
@@ -33,11 +36,11 @@ function outcomeText(o) {
     case 'ok':
       return `ok ${JSON.stringify(o.value ?? null)}`;
     case 'failed':
-      return `failed ${JSON.stringify(String(o.error?.message ?? o.error))}`;
+      return `failed ${errorText(o.error)}`;
     case 'cancelled':
       return 'cancelled';
     default:
-      return `settled ${reasonText(o.reason)} ${JSON.stringify(o.message)}`;
+      return `settled ${o.reason.kind} ${JSON.stringify(o.message)}`;
   }
 }
 
@@ -101,7 +104,7 @@ export async function runScenario(file) {
   const store = shared ? await SqliteStore.open({ path: ':memory:' }) : undefined;
 
   const newLife = () => {
-    const me = { alive: true };
+    const me = { alive: true, resumeAt: new Map() };
     me.clock = { now: () => clock.now(), setTimer: (at, fire) => clock.setTimer(at, () => me.alive && fire()) };
     me.log = (text) => {
       if (me.alive) lines.push(`${clock.now()} ${text}`);
@@ -127,7 +130,7 @@ export async function runScenario(file) {
       me.log(`start ${x.label}`);
       x.signal.addEventListener('abort', () => me.log(`abort ${x.label}`), { once: true });
       const steps = scripts[x.label] ?? [];
-      if (steps[0] === 'throw-sync') throw new Error('throw-sync');
+      if (steps[0] === 'throw-sync') throw new ScenarioError('sync');
       return runSteps(me, x, steps);
     };
     me.decide = (label) => {
@@ -139,8 +142,11 @@ export async function runScenario(file) {
   };
 
   async function runSteps(me, x, steps) {
-    if (steps.length === 0) return `v:${x.label}`;
-    for (const step of steps) {
+    // After a rate limit a label runs again from the step after it (per life: a restart runs
+    // the script from its first step).
+    const from = me.resumeAt.get(x.label) ?? 0;
+    for (let at = from; at < steps.length; at++) {
+      const step = steps[at];
       const [word, ...rest] = step.split(' ');
       const arg = rest.join(' ');
       switch (word) {
@@ -152,16 +158,17 @@ export async function runScenario(file) {
           await new Promise(() => {});
           break;
         case 'ask':
-          await x.question(() => me.sleep(Number(arg)));
+          await x.question(() => me.sleep(Number(arg), x.signal));
           break;
         case 'ask-twice':
-          await Promise.all([x.question(() => me.sleep(Number(arg))), x.question(() => me.sleep(Number(arg)))]);
+          await Promise.all([x.question(() => me.sleep(Number(arg), x.signal)), x.question(() => me.sleep(Number(arg), x.signal))]);
           break;
         case 'ok':
           return literal(arg);
         case 'fail':
-          throw new Error(literal(arg));
+          throw new ScenarioError(literal(arg));
         case 'rate-limited':
+          me.resumeAt.set(x.label, at + 1);
           throw RateLimitedError.fromHeader(literal(arg));
         default:
           throw new Error(`unknown script step ${JSON.stringify(step)}`);
@@ -171,22 +178,26 @@ export async function runScenario(file) {
   }
 
   function decision(me, d) {
-    if (d === 'raise') throw new Error('decide raised');
+    if (d === 'raise') throw new ScenarioError('decide raised');
     if (typeof d === 'string') return d;
-    return me.sleep(d.after).then(() => d.then);
+    return me.sleep(d.after).then(() => {
+      if (d.then === 'raise') throw new ScenarioError('decide raised');
+      return d.then;
+    });
   }
 
   // Batch index -> batch number, and the index's AbortController.
   const numbers = new Map();
   const controllers = new Map();
   const watch = (me, index, promise, forget) => {
+    const signal = controllers.get(index)?.signal;
     promise.then(
       (outcomes) => {
         if (!me.alive) return;
-        me.log(`batch ${index} resolved`);
+        me.log(`batch ${index} ${signal?.aborted ? 'cancelled' : 'resolved'}`);
         if (forget) me.driver.forget(outcomes);
       },
-      (error) => me.log(`batch ${index} rejected ${error?.name ?? typeof error}`),
+      (error) => me.log(`batch ${index} ${signal?.aborted && error === signal.reason ? 'cancelled' : `rejected ${error?.name ?? typeof error}`}`),
     );
   };
 
@@ -250,15 +261,24 @@ export async function runScenario(file) {
     'lift-pause': (key) => life.driver.liftPause(key).catch((e) => life.log(`lift-pause ${key} rejected ${e.name}`)),
   };
 
+  // The host's doings by time: at each time, first everything else due then happens, then the
+  // batches are submitted (file order), then the cancellations and actions (file order).
+  const host = [];
+  batches.forEach((b, i) => host.push({ t: b.at ?? 0, rank: 0, seq: host.length, act: () => submit(i) }));
   batches.forEach((b, i) => {
-    clock.setTimer(b.at ?? 0, () => submit(i));
-    if (b.cancel_at !== undefined) clock.setTimer(b.cancel_at, () => controllers.get(i)?.abort());
+    if (b.cancel_at !== undefined) host.push({ t: b.cancel_at, rank: 1, seq: host.length, act: () => controllers.get(i)?.abort() });
   });
   for (const [i, a] of (spec.at ?? []).entries()) {
     checkKeys(a, new Set(['t', 'do']), `${file}: at ${i} (a key after [[at]] belongs to it: put expect before the tables)`);
     const [word, ...args] = a.do.split(' ');
     if (!actions[word]) throw new Error(`${file}: unknown action ${JSON.stringify(a.do)}`);
-    clock.setTimer(a.t, () => actions[word](...args));
+    host.push({ t: a.t, rank: 1, seq: host.length, act: () => actions[word](...args) });
+  }
+  host.sort((a, b) => a.t - b.t || a.rank - b.rank || a.seq - b.seq);
+  for (const h of host) {
+    await clock.runUntil(h.t);
+    h.act();
+    await clock.runUntil(h.t);
   }
   await clock.runAll(10_000);
   life.alive = false;
