@@ -521,9 +521,27 @@ export class Driver {
       throw error;
     }
     const batches: Promise<CallOutcome[]>[] = [];
+    const hook = runOptions.onOutcome;
     for (const r of retired) {
       if (driver.#persist !== undefined) driver.#retired.push({ outcomes: r.outcomes, text: retiredJson(r.batch, r.outcomes) });
-      batches.push(Promise.resolve(r.outcomes));
+      // Its outcomes are reported again (the host cannot know which it saw before the crash),
+      // then it resolves.
+      batches.push(
+        RESOLVED.then(() => {
+          if (hook !== undefined && !driver.#disposed) {
+            for (const call of r.outcomes) {
+              for (const outcome of call.entries) {
+                try {
+                  hook(outcome, { id: call.id, tool: call.tool });
+                } catch {
+                  // A host's hook must not break the driver.
+                }
+              }
+            }
+          }
+          return r.outcomes;
+        }),
+      );
     }
     state.batches.forEach((saved, i) => batches.push(driver.#restore(saved, execute, runOptions, args?.[i], ended)));
     return { driver, batches, unrestored };
@@ -550,6 +568,11 @@ export class Driver {
       return Promise.reject(error);
     }
     this.#insert(batch);
+    if (this.#persist !== undefined) {
+      // Saved from its first step on, even while `decide` is still out.
+      this.#dirty = true;
+      this.#schedule();
+    }
     this.#begin(batch, null);
     return batch.promise;
   }
@@ -999,6 +1022,9 @@ export class Driver {
     const p = this.#pending;
     this.#pending = this.#spare;
     this.#spare = p;
+    // The saved state changes with every input but a question's and a pause: such a step is
+    // persisted even when it starts and ends nothing (a 429 puts a started entry back in line).
+    const changed = p.approve.length + p.settle.length + p.ok.length + p.failed.length + p.retry.length + p.cancel.length + p.granted.length + p.denied.length > 0;
     try {
       this.#dispatch(p);
     } finally {
@@ -1008,7 +1034,7 @@ export class Driver {
     const reports = this.#reports;
     const starts = this.#starts;
     const retiring = this.#retiring;
-    if (reports.length === 0 && starts.length === 0 && retiring.length === 0 && !this.#dirty) return;
+    if (reports.length === 0 && starts.length === 0 && retiring.length === 0 && !this.#dirty && !(changed && this.#persist !== undefined)) return;
     this.#reports = [];
     this.#starts = [];
     this.#retiring = [];
