@@ -5,6 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Driver, InstanceBrokenError, Scheduler, SubmitError, Turnstile, TurnstileError } from '../dist/index.js';
+import { quiet } from './fixtures/virtual-clock.mjs';
 
 const CONFIG = '[conversation.tools.k]\nconcurrency = 1\n[conversation.tools.f]\nfan_out = true\n';
 const MAX = 2n ** 64n - 1n;
@@ -230,7 +231,7 @@ test('a trap breaks the instance: InstanceBrokenError now and for every later us
   const driver = new Driver(new Scheduler(policy));
   let release;
   const running = driver.run([{ id: 'x', tool: 'k' }, { id: 'y', tool: 'k' }], () => new Promise((r) => (release = r)));
-  await new Promise((r) => setTimeout(r, 5));
+  await quiet();
   const b = sched.submit([{ id: 'a', tool: 'k' }]);
   let broken;
   assert.throws(
