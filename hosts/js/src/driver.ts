@@ -287,6 +287,8 @@ class Run implements Execution {
   readonly #index: number;
   readonly operation: number | undefined;
   ended = false;
+  /** The rate limit it ended with (the component decides what becomes of the entry). */
+  limited: RateLimitedError | undefined;
   /** Questions open (reported to the component as one wait while above 0). */
   questions = 0;
   /** Made when the execution first reads `signal`. */
@@ -417,6 +419,8 @@ export class Driver {
     return this.#clock;
   }
   #lastNow = 0;
+  /** The latest `now` the scheduler was given. */
+  #given = 0;
   /** The one timer that steps again when the scheduler asked to be woken (`wakeAt`), and when. */
   #wake: { cancel(): void } | undefined;
   #wakeAt = -1;
@@ -928,10 +932,11 @@ export class Driver {
       run.hold.detach = undefined;
     }
     const batch = run.batch;
-    if (!ok && value instanceof RateLimitedError && !batch.cancelled && !this.#disposed) {
-      // Not an end: the entry goes back in line and runs again after the pause (or is settled
-      // rate-limited past its key's retries, which the next step reports).
-      if (batch.running[run.offset] === run) batch.running[run.offset] = undefined;
+    if (!ok && value instanceof RateLimitedError && !this.#disposed) {
+      // Not an end: the component decides. The entry goes back in line and runs again after the
+      // pause, or is settled (rate-limited past its key's retries; cancelled in a cancelled
+      // batch, which the outcome reports as `cancelled` with this error), and its key pauses.
+      run.limited = value;
       const p = this.#pending;
       // A time past 2^53 - 1 ms (a Retry-After of centuries) is capped, never wrapped.
       p.retry.push({ entry: BigInt(batch.first + run.offset), until: BigInt(Math.min(this.now() + value.retryAfterMs, Number.MAX_SAFE_INTEGER)) });
@@ -1101,6 +1106,11 @@ export class Driver {
 
   #dispatch(p: Pending): void {
     let out: RawOutputs;
+    // Time moved since the last step: the clock moves first, so that every input is judged at
+    // the time it happened (a 429's wait from the 429, an abort's grace from the cancel).
+    const now = this.now();
+    const moved = now > this.#given && p.approve.length + p.settle.length + p.ask.length + p.answer.length + p.ok.length + p.failed.length + p.cancel.length + p.retry.length + p.pause.length + p.liftPause.length + p.granted.length + p.denied.length > 0;
+    this.#given = now;
     try {
       out = this.scheduler.stepRaw({
         approve: p.approve.view(),
@@ -1110,7 +1120,8 @@ export class Driver {
         ok: p.ok.view(),
         failed: p.failed.view(),
         cancel: p.cancel.view(),
-        now: BigInt(this.now()),
+        now: BigInt(now),
+        nowFirst: moved,
         retry: p.retry,
         pause: p.pause.length ? p.pause : NO_PAUSES,
         liftPause: p.liftPause.length ? p.liftPause : undefined,
@@ -1142,6 +1153,13 @@ export class Driver {
       const batch = this.#find(offset);
       // Given up after its abort grace: whatever the execution does later is ignored.
       if (batch && s.reason.tag === 'timed-out') this.#giveUp(batch, offset - batch.first);
+      const run = batch?.running[offset - batch.first];
+      // A cancelled batch's execution that ended with a 429 (this step's): it ran, its error is
+      // its outcome.
+      if (batch && run?.limited !== undefined && s.reason.tag === 'cancelled' && p.retry.some((r) => r.entry === s.entry)) {
+        this.#record(batch, offset - batch.first, { entry: s.entry, label: run.label, status: 'cancelled', error: run.limited });
+        continue;
+      }
       // The scheduler's settlement carries its sentence: no `explain` crossing.
       if (batch) this.#record(batch, offset - batch.first, { entry: s.entry, label: batch.label(offset - batch.first), status: 'settled', reason: convert.reason(s.reason), message: s.message });
     }

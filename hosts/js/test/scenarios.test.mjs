@@ -101,6 +101,7 @@ export async function runScenario(file) {
   // fire), and everything its executions report (ignored once dead).
   let life;
   let snapshot;
+  let failPersist = false;
   const store = shared ? await SqliteStore.open({ path: ':memory:' }) : undefined;
 
   const newLife = () => {
@@ -110,6 +111,7 @@ export async function runScenario(file) {
       if (me.alive) lines.push(`${clock.now()} ${text}`);
     };
     me.persist = (text) => {
+      if (failPersist) throw new ScenarioError('disk full');
       if (me.alive) snapshot = text;
     };
     me.sleep = (ms, signal) =>
@@ -256,6 +258,9 @@ export async function runScenario(file) {
   const actions = {
     restart,
     dispose: () => life.driver.dispose(),
+    'fail-persist': () => {
+      failPersist = true;
+    },
     cancel: (i) => controllers.get(Number(i))?.abort(),
     pause: (key, ms) => life.driver.pause(key, Number(ms)).catch((e) => life.log(`pause ${key} rejected ${e.name}`)),
     'lift-pause': (key) => life.driver.liftPause(key).catch((e) => life.log(`lift-pause ${key} rejected ${e.name}`)),
