@@ -195,3 +195,22 @@ test('every Python fixture (py-*.json) resumes here: its ended values and retire
     resumed.driver.dispose();
   }
 });
+
+test('without persist too, onOutcome runs only once the end reached the scheduler (the batch\'s state says ended)', async () => {
+  const clock = new VirtualClock();
+  const driver = new Driver(new Scheduler(await policy()), { clock });
+  const seen = [];
+  const run = driver.run([{ id: 'r1', tool: 'read' }, { id: 'r2', tool: 'read' }], (x) => (x.label === 'r1' ? Promise.resolve('one') : clock.sleep(10).then(() => 'two')), {
+    onOutcome: (o) => {
+      // The scheduler already holds the end: an export taken here (a host saving its state in
+      // the hook) says ended, never started.
+      const saved = driver.scheduler.unfinished().batches[0];
+      const entry = saved?.calls.find((c) => c.id === o.label)?.entries[0];
+      seen.push(`${o.label} ${entry === undefined ? 'retired' : entry.state.kind}`);
+    },
+  });
+  await clock.runAll();
+  await run;
+  assert.deepEqual(seen, ['r1 ended', 'r2 retired']);
+  driver.dispose();
+});
