@@ -12,15 +12,8 @@ import { quiet, VirtualClock } from './fixtures/virtual-clock.mjs';
 
 const SNAPSHOTS = new URL('../../../tests/scenarios/snapshots/', import.meta.url).pathname;
 
-const CONFIG = `
-[conversation.tools.write]
-concurrency = { key = "fs:{path}", limit = 1 }
-[conversation.tools.fan]
-concurrency = 2
-fan_out = true
-[conversation.tools.read]
-concurrency = 2
-`;
+/** The policy of the fixture js-basic.json, kept next to it for the Python package. */
+const CONFIG = readFileSync(`${SNAPSHOTS}js-basic.toml`, 'utf8');
 
 async function policy(text = CONFIG) {
   return (await Turnstile.load()).resolve([{ name: 'persist', text }]);
