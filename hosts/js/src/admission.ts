@@ -5,11 +5,12 @@
 //
 // `acquire` rules. The wait counts against `timeoutMs` (from the call to `acquire`); an abort or
 // a timeout while queued abandons the request, which consumed nothing, and rejects with the
-// signal's reason (a `TimeoutError` `DOMException` for the timeout). `shutdown` rejects every
+// signal's reason, or `AdmissionTimeoutError` for the timeout (an `AdmissionError` whose `name`
+// is `'TimeoutError'`). `shutdown` rejects every
 // waiter with `ShutdownError` and aborts the `signal` of every permit in flight (each still
 // needs its `release`).
 import type * as wa from './component/interfaces/turnstile-scheduler-admission.js';
-import { AdmissionError, ShutdownError } from './errors.js';
+import { AdmissionError, AdmissionTimeoutError, ShutdownError } from './errors.js';
 import { Held, type Instance } from './instance.js';
 import type { AdmissionClass, ShutdownReport } from './types.js';
 import { millis, oneOf, record, signal as checkSignal, string, u64 } from './validate.js';
@@ -19,8 +20,8 @@ const CLASSES = ['call', 'request', 'control', 'reentrant'] as const;
 export interface AcquireOptions {
   /** Aborting while queued gives up the request (it consumed nothing). */
   signal?: AbortSignal;
-  /** How long the whole `acquire` may take, queueing included; then it rejects with a
-   * `TimeoutError` `DOMException` and the request is given up. */
+  /** How long the whole `acquire` may take, queueing included; then it rejects with
+   * `AdmissionTimeoutError` and the request is given up (it consumed nothing). */
   timeoutMs?: number;
   /** The permit (or ticket) of the in-flight tool call a re-entrant call descends from. */
   parent?: Permit | bigint;
@@ -175,7 +176,7 @@ export class Admission {
 
   /** Waits until a request of class `cls` is admitted and returns its permit. Rejects with
    * `ShutdownError` (shut down), `AdmissionError` (`would-deadlock`, `invalid-parent`, ...), the
-   * signal's reason (aborted) or a `TimeoutError` `DOMException` (`timeoutMs` elapsed). */
+   * signal's reason (aborted) or `AdmissionTimeoutError` (`timeoutMs` elapsed while queued). */
   acquire(cls: AdmissionClass, options: AcquireOptions = {}): Promise<Permit> {
     try {
       return this.#acquire(cls, options);
@@ -224,7 +225,7 @@ export class Admission {
       };
       this.#waiters.set(ticket, waiter);
       signal?.addEventListener('abort', onAbort, { once: true });
-      if (timeoutMs !== undefined) timer = setTimeout(() => giveUp(new DOMException(`acquire ${id}: not admitted within ${timeoutMs} ms`, 'TimeoutError')), timeoutMs);
+      if (timeoutMs !== undefined) timer = setTimeout(() => giveUp(new AdmissionTimeoutError(id, timeoutMs)), timeoutMs);
       this.#drain();
     });
   }

@@ -10,3 +10,4 @@ export { TurnstileError, CallSettledError, RateLimitedError, ConfigError, Submit
 export type { LayerInput } from './layers.js';
 export type { CoreModuleLoader } from './instance.js';
 export type * from './types.js';
+export { AdmissionTimeoutError } from './errors.js';

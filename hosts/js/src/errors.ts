@@ -159,3 +159,19 @@ export class RestoredError extends Error {
     this.name = name;
   }
 }
+
+/** A request was not admitted within its time (`Admission.acquire`'s `timeoutMs`, or an MCP
+ * request's `timeout` spent queued): it was given up while queued, consumed nothing and was
+ * never sent (code `'timed-out'`). `name` is `'TimeoutError'`, as for a `DOMException` of
+ * `AbortSignal.timeout`, so `error.name === 'TimeoutError'` catches every timeout alike;
+ * `instanceof AdmissionTimeoutError` tells this one apart. `id` names the request. */
+export class AdmissionTimeoutError extends AdmissionError {
+  readonly id: string;
+  readonly timeoutMs: number;
+  constructor(id: string, timeoutMs: number) {
+    super('timed-out', `${id} was not admitted within ${timeoutMs} ms`);
+    this.name = 'TimeoutError';
+    this.id = id;
+    this.timeoutMs = timeoutMs;
+  }
+}

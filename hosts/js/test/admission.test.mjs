@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { AdmissionError, Permit, ShutdownError, Turnstile } from '../dist/index.js';
+import { AdmissionError, AdmissionTimeoutError, Permit, ShutdownError, Turnstile } from '../dist/index.js';
 
 async function controller(config = { maxConcurrent: 1, allowParallel: false }) {
   const t = await Turnstile.load();
@@ -38,13 +38,22 @@ test('an already aborted signal rejects at once without a request', { timeout: 1
   (await adm.acquire('call')).release();
 });
 
-test('time queued counts against timeoutMs: a TimeoutError DOMException, the request abandoned', { timeout: 10_000 }, async () => {
+test('time queued counts against timeoutMs: AdmissionTimeoutError (an AdmissionError named TimeoutError), the request abandoned', { timeout: 10_000 }, async () => {
   const adm = await controller();
   const holder = await adm.acquire('call');
-  const started = performance.now();
-  await assert.rejects(adm.acquire('call', { timeoutMs: 20 }), (e) => e instanceof DOMException && e.name === 'TimeoutError');
-  assert.ok(performance.now() - started >= 15);
+  const behind = adm.acquire('call', { id: 'behind' });
+  await assert.rejects(adm.acquire('call', { timeoutMs: 20, id: 'late' }), (e) => {
+    assert.ok(e instanceof AdmissionTimeoutError && e instanceof AdmissionError && !(e instanceof DOMException));
+    assert.equal(e.name, 'TimeoutError');
+    assert.equal(e.code, 'timed-out');
+    assert.equal(e.id, 'late');
+    assert.equal(e.timeoutMs, 20);
+    assert.match(e.message, /^timed-out: late was not admitted within 20 ms$/);
+    return true;
+  });
+  // It consumed nothing: the request behind it is next.
   holder.release();
+  (await behind).release();
   assert.equal(adm.inFlight(), 0);
   // Admitted in time: the timer is cleared, the permit lives on past the deadline.
   const quick = await adm.acquire('call', { timeoutMs: 20 });

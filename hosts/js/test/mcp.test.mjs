@@ -10,10 +10,11 @@ import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { CreateMessageRequestSchema } from '@modelcontextprotocol/sdk/types.js';
-import { AdmissionError, ShutdownError, Turnstile } from '../dist/index.js';
+import { AdmissionError, AdmissionTimeoutError, ShutdownError, Turnstile } from '../dist/index.js';
 import { admitClient, admittedFrom, classOf } from '../dist/mcp.js';
 
 const SERVER = fileURLToPath(new URL('./fixtures/mcp-server.mjs', import.meta.url));
+const OVERLAP_SERVER = fileURLToPath(new URL('./fixtures/mcp-overlap-server.mjs', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'turnstile-mcp-'));
 test.after(() => rmSync(dir, { recursive: true, force: true }));
 let servers = 0;
@@ -114,7 +115,8 @@ test('time queued counts against each request\'s timeout', { timeout: 20_000 }, 
     const starved = work(client, 'starved', 10, { timeout: 100 });
     // Queued about 500 ms, then runs 600 ms: over its 900 ms although either part is under it.
     const late = work(client, 'late', 600, { timeout: 900 });
-    await assert.rejects(starved, (e) => e.name === 'TimeoutError');
+    // Timed out while queued: the typed error (its name stays 'TimeoutError'), never sent.
+    await assert.rejects(starved, (e) => e instanceof AdmissionTimeoutError && e instanceof AdmissionError && e.name === 'TimeoutError' && e.code === 'timed-out');
     assert.equal(text(await first), 'first done');
     await assert.rejects(late, /timed out|timeout/i);
     assert.ok(!events().some((e) => e.name === 'starved'), 'a request that timed out while queued reached the server');
@@ -201,4 +203,133 @@ test('the method table (the component\'s), and every Client method goes through 
   } finally {
     await client.close();
   }
+});
+
+// Slot holding (issue 19 point 5) against test/fixtures/mcp-overlap-server.mjs: a server that
+// exits with "FATAL: <call> overlapped <call>" when a tool call arrives while another runs.
+
+/** A client admitted under `admission` (and `options`) on a fresh overlap server whose
+ * `notifications/cancelled` handling is `cancel` ('ignore' or 'honour'). */
+async function overlapServer({ cancel, admission, options }) {
+  const client = new Client({ name: 'turnstile-test', version: '1.0.0' });
+  const adm = (await Turnstile.load()).admission(admission);
+  admitClient(client, adm, options);
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [OVERLAP_SERVER],
+    env: { PATH: process.env.PATH ?? '', MCP_CANCEL: cancel },
+    stderr: 'pipe',
+  });
+  let stderr = '';
+  transport.stderr.on('data', (chunk) => (stderr += chunk));
+  await client.connect(transport);
+  const log = async () => JSON.parse((await client.readResource({ uri: 'test://log' })).contents[0].text);
+  return { client, admission: adm, stderr: () => stderr, log };
+}
+
+const call = (client, tool, label, options) => client.callTool({ name: tool, arguments: { label } }, undefined, options);
+const release = (client, label) => client.readResource({ uri: `test://release/${label}` });
+
+for (const how of ['timed out', 'was aborted']) {
+  test(`serialized: a tool call that ${how} after it was sent keeps its slot until the server answers it (the server never sees an overlap)`, { timeout: 20_000 }, async () => {
+    // The server cannot stop a call: `a` runs on after its cancellation, and answers late.
+    const { client, admission, stderr, log } = await overlapServer({ cancel: 'ignore', admission: { maxConcurrent: 3, allowParallel: false } });
+    try {
+      if (how === 'timed out') {
+        await assert.rejects(call(client, 'block', 'a', { timeout: 100 }), /timed out/i);
+      } else {
+        const abort = new AbortController();
+        const a = call(client, 'block', 'a', { signal: abort.signal });
+        while (!(await log()).includes('start a')); // the server runs it: it was sent
+        abort.abort(new Error('the user stopped a'));
+        await assert.rejects(a, /the user stopped a/);
+      }
+      const b = call(client, 'work', 'b');
+      // Reads are class `request`: they flow. This one lets `a` end; its late answer frees the slot.
+      const released = release(client, 'a');
+      released.catch(() => {}); // awaited below, after b's failure (if any) is reported
+      const done = await b.catch((e) => assert.fail(`b failed: ${e.message}; the server said: ${stderr().trim()}`));
+      assert.equal(text(done), 'b done');
+      assert.equal((await released).contents[0].text, 'released');
+      assert.deepEqual(await log(), ['start a', 'end a', 'start b', 'end b']);
+      assert.equal(admission.inFlight(), 0);
+    } finally {
+      await client.close();
+    }
+    assert.doesNotMatch(stderr(), /FATAL/);
+  });
+}
+
+test('serialized, abortGraceMs: a call cancelled after it was sent keeps its slot for the grace, then frees it', { timeout: 20_000 }, async () => {
+  // The SDK's server stops a cancelled call and never answers it: only the grace frees its slot.
+  const { client, stderr, log } = await overlapServer({ cancel: 'honour', admission: { maxConcurrent: 3, allowParallel: false }, options: { abortGraceMs: 50 } });
+  try {
+    await assert.rejects(call(client, 'block', 'a', { timeout: 100 }), /timed out/i);
+    // Queued until the grace passes (its own timeout only bounds a broken grace).
+    assert.equal(text(await call(client, 'work', 'b', { timeout: 10_000 })), 'b done');
+    assert.deepEqual(await log(), ['start a', 'cancel a', 'start b', 'end b']);
+  } finally {
+    await client.close();
+  }
+  assert.doesNotMatch(stderr(), /FATAL/);
+});
+
+test('serialized, default: a server that acknowledges the cancellation (an error answer) frees the slot then', { timeout: 20_000 }, async () => {
+  const { client, admission, stderr, log } = await overlapServer({ cancel: 'ack', admission: { maxConcurrent: 3, allowParallel: false } });
+  try {
+    await assert.rejects(call(client, 'block', 'a', { timeout: 100 }), /timed out/i);
+    // Without the acknowledgement seen, b would wait behind a's slot and time out queued.
+    assert.equal(text(await call(client, 'work', 'b', { timeout: 10_000 })), 'b done');
+    assert.deepEqual(await log(), ['start a', 'cancel a', 'start b', 'end b']);
+    assert.equal(admission.inFlight(), 0);
+  } finally {
+    await client.close();
+  }
+  assert.doesNotMatch(stderr(), /FATAL/);
+});
+
+test('serialized, default: a server that never answers a cancelled call keeps that one slot; the other classes flow within the budget', { timeout: 20_000 }, async () => {
+  const { client, admission, stderr, log } = await overlapServer({ cancel: 'honour', admission: { maxConcurrent: 3, allowParallel: false } });
+  try {
+    await assert.rejects(call(client, 'block', 'a', { timeout: 100 }), /timed out/i);
+    // The next tool call waits behind the held slot and times out queued: it is never sent.
+    await assert.rejects(call(client, 'work', 'b', { timeout: 200 }), AdmissionTimeoutError);
+    // Two reads in flight together (the barrier answers only then): the budget less the held slot.
+    const reads = await Promise.all([1, 2].map(() => client.readResource({ uri: 'test://barrier/2' })));
+    assert.deepEqual(reads.map((r) => r.contents[0].text), ['met', 'met']);
+    await client.listTools();
+    assert.equal(admission.inFlight(), 1);
+    assert.deepEqual((await log()).filter((e) => !e.startsWith('barrier')), ['start a', 'cancel a']);
+  } finally {
+    await client.close();
+  }
+  assert.equal(admission.inFlight(), 0, 'closing frees the held slot');
+  assert.doesNotMatch(stderr(), /FATAL/);
+});
+
+test('a call aborted while still queued leaves at once: it consumed nothing and never reaches the server', { timeout: 20_000 }, async () => {
+  const { client, admission, log } = await overlapServer({ cancel: 'ignore', admission: { maxConcurrent: 3, allowParallel: false } });
+  try {
+    const a = call(client, 'block', 'a');
+    while (!(await log()).includes('start a'));
+    const abort = new AbortController();
+    const b = call(client, 'work', 'b', { signal: abort.signal });
+    const c = call(client, 'work', 'c');
+    abort.abort(new Error('never mind b'));
+    await assert.rejects(b, /never mind b/);
+    assert.equal(admission.inFlight(), 1);
+    await release(client, 'a');
+    assert.equal(text(await a), 'a done');
+    assert.equal(text(await c), 'c done');
+    assert.deepEqual(await log(), ['start a', 'end a', 'start c', 'end c']);
+  } finally {
+    await client.close();
+  }
+});
+
+test('admitClient options are checked', async () => {
+  const adm = (await Turnstile.load()).admission({ maxConcurrent: 1, allowParallel: false });
+  assert.throws(() => admitClient(new Client({ name: 't', version: '1' }), adm, { abortGraceMs: -1 }), RangeError);
+  assert.throws(() => admitClient(new Client({ name: 't', version: '1' }), adm, { cancelGraceMs: 5 }), /unknown field "cancelGraceMs"/);
+  adm.dispose();
 });

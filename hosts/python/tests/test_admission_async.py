@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from turnstile_scheduler import Admission, AdmissionError, AdmissionErrorCode, ShutdownError
+from turnstile_scheduler import Admission, AdmissionError, AdmissionErrorCode, AdmissionTimeoutError, ShutdownError
 
 
 def held(adm: Admission) -> int:
@@ -22,12 +22,13 @@ def test_a_timeout_while_queued_abandons_and_consumes_nothing() -> None:
     async def main():
         adm = Admission(4)
         t = held(adm)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        with pytest.raises(TimeoutError):
-            async with adm.slot("call", timeout=0.05):
+        with pytest.raises(AdmissionTimeoutError) as e:
+            async with adm.slot("call", timeout=0.05, id="late"):
                 raise AssertionError("never admitted")
-        assert loop.time() - start >= 0.05
+        # One typed error: an AdmissionError, and a TimeoutError for `except TimeoutError`.
+        assert isinstance(e.value, AdmissionError) and isinstance(e.value, TimeoutError)
+        assert (e.value.code, e.value.id, e.value.timeout) == ("timed-out", "late", 0.05)
+        assert str(e.value) == "timed-out: late was not admitted within 0.05 s"
         assert adm.in_flight() == 1 and adm._waiters == {}
         adm.end(t)
         # The abandoned request took nothing: the next one is admitted at once.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -18,11 +19,12 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.shared.exceptions import MCPError
 
-from turnstile_scheduler import AdmissionClass, ShutdownError
+from turnstile_scheduler import AdmissionClass, AdmissionError, AdmissionTimeoutError, ShutdownError
 from turnstile_scheduler import Admission
 from turnstile_scheduler.mcp import AdmittedClientSession
 
 SERVER = Path(__file__).parent / "mcp_server" / "server.py"
+OVERLAP_SERVER = Path(__file__).parent / "mcp_server" / "overlap_server.py"
 HANG_GUARD_S = 30  # only so that a deadlock fails the test instead of hanging CI
 
 
@@ -115,15 +117,18 @@ def test_time_queued_counts_against_the_request_timeout() -> None:
         # Queued past its whole timeout: it never reached the server and consumed nothing.
         first = asyncio.ensure_future(session.call_tool("work", {"label": "first2", "seconds": 0.5}))
         await asyncio.sleep(0.05)
-        with pytest.raises(MCPError) as e:
+        with pytest.raises(AdmissionTimeoutError) as e:
             await session.call_tool("work", {"label": "never", "seconds": 0.1}, read_timeout_seconds=0.2)
-        assert "waiting for admission" in e.value.error.message
+        assert isinstance(e.value, AdmissionError) and isinstance(e.value, TimeoutError)
+        assert e.value.code == "timed-out" and e.value.timeout == 0.2
+        assert str(e.value) == f"timed-out: {e.value.id} was not admitted within 0.2 s"
         await first
         log = (await stats(session))["log"]
         assert "start never" not in log
         assert session.admission.in_flight() == 0
 
-    run("serialized", body)
+    # `queued` timed out on the server, which stops it and never answers: the grace frees it.
+    run("serialized", body, abort_grace=0.05)
 
 
 def test_a_sampling_chain_deeper_than_the_budget_fails_at_once_instead_of_hanging() -> None:
@@ -233,3 +238,145 @@ def test_a_nested_sampling_chain_does_not_deadlock() -> None:
         assert session.admission.in_flight() == 0
 
     run("serialized", body, sampling_callback=nesting_callback(box), max_concurrent=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Slot holding (issue 19 point 5), against mcp_server/overlap_server.py: a server that exits
+# with "FATAL: <call> overlapped <call>" when a tool call arrives while another runs.
+
+
+def run_overlap(cancel: str, body: Callable[[Any, Callable[[], str]], Awaitable[Any]], **kwargs: Any) -> str:
+    """Starts the overlap server (`cancel`: `ignore` or `honour` its `notifications/cancelled`),
+    opens an `AdmittedClientSession(**kwargs)`, runs `body(session, stderr)`; returns what the
+    server wrote to stderr."""
+
+    async def main() -> str:
+        with tempfile.TemporaryFile("w+") as errlog:
+
+            def stderr() -> str:
+                errlog.flush()
+                errlog.seek(0)
+                return errlog.read().strip()
+
+            params = StdioServerParameters(command=sys.executable, args=[str(OVERLAP_SERVER), cancel])
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with AdmittedClientSession(read, write, **kwargs) as session:
+                    await session.initialize()
+                    await asyncio.wait_for(body(session, stderr), HANG_GUARD_S)
+            return stderr()
+
+    return asyncio.run(main())
+
+
+async def server_log(session: Any) -> list[str]:
+    return json.loads((await session.read_resource("test://log")).contents[0].text)
+
+
+@pytest.mark.parametrize("how", ["timed out", "was cancelled"])
+def test_serialized_a_tool_call_given_up_after_it_was_sent_keeps_its_slot_until_the_server_answers(how: str) -> None:
+    async def body(session: AdmittedClientSession, stderr: Callable[[], str]) -> None:
+        # The server cannot stop a call: `a` runs on after its cancellation, and answers late.
+        if how == "timed out":
+            with pytest.raises(MCPError) as e:
+                await session.call_tool("block", {"label": "a"}, read_timeout_seconds=0.1)
+            assert e.value.error.code == types.REQUEST_TIMEOUT
+        else:
+            a = asyncio.ensure_future(session.call_tool("block", {"label": "a"}))
+            while "start a" not in await server_log(session):
+                pass  # the server runs it: it was sent
+            a.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await a
+        b = asyncio.ensure_future(session.call_tool("work", {"label": "b"}))
+        # Reads are class `request`: they flow. This one lets `a` end; its late answer frees the slot.
+        released = asyncio.ensure_future(session.read_resource("test://release/a"))
+        try:
+            done = await b
+        except Exception as e:
+            released.cancel()
+            pytest.fail(f"b failed: {e}; the server said: {stderr()}")
+        assert text(done) == "b done"
+        assert (await released).contents[0].text == "released"  # type: ignore[union-attr]
+        assert await server_log(session) == ["start a", "end a", "start b", "end b"]
+        assert session.admission.in_flight() == 0
+
+    assert "FATAL" not in run_overlap("ignore", body, max_concurrent=3)
+
+
+def test_serialized_abort_grace_frees_the_slot_of_a_call_cancelled_after_it_was_sent_once_it_passes() -> None:
+    async def body(session: AdmittedClientSession, stderr: Callable[[], str]) -> None:
+        # The SDK's server stops a cancelled call and never answers it: only the grace frees it.
+        with pytest.raises(MCPError):
+            await session.call_tool("block", {"label": "a"}, read_timeout_seconds=0.1)
+        # Queued until the grace passes (its own timeout only bounds a broken grace).
+        assert text(await session.call_tool("work", {"label": "b"}, read_timeout_seconds=10)) == "b done"
+        assert await server_log(session) == ["start a", "cancel a", "start b", "end b"]
+
+    assert "FATAL" not in run_overlap("honour", body, max_concurrent=3, abort_grace=0.05)
+
+
+def test_serialized_by_default_a_server_that_acknowledges_the_cancellation_frees_the_slot_then() -> None:
+    async def body(session: AdmittedClientSession, stderr: Callable[[], str]) -> None:
+        with pytest.raises(MCPError):
+            await session.call_tool("block", {"label": "a"}, read_timeout_seconds=0.1)
+        # Without the acknowledgement seen, b would wait behind a's slot and time out queued.
+        assert text(await session.call_tool("work", {"label": "b"}, read_timeout_seconds=10)) == "b done"
+        assert await server_log(session) == ["start a", "cancel a", "start b", "end b"]
+        assert session.admission.in_flight() == 0
+
+    assert "FATAL" not in run_overlap("ack", body, max_concurrent=3)
+
+
+def test_serialized_by_default_a_server_that_never_answers_keeps_that_one_slot_and_the_other_classes_flow() -> None:
+    adm = Admission(3)
+
+    async def body(session: AdmittedClientSession, stderr: Callable[[], str]) -> None:
+        with pytest.raises(MCPError):
+            await session.call_tool("block", {"label": "a"}, read_timeout_seconds=0.1)
+        # The next tool call waits behind the held slot and times out queued: it is never sent.
+        with pytest.raises(AdmissionTimeoutError):
+            await session.call_tool("work", {"label": "b"}, read_timeout_seconds=0.2)
+        # Two reads in flight together (the barrier answers only then): the budget less the held slot.
+        reads = await asyncio.gather(*(session.read_resource("test://barrier/2") for _ in range(2)))
+        assert [r.contents[0].text for r in reads] == ["met", "met"]  # type: ignore[union-attr]
+        await session.list_tools()
+        assert adm.in_flight() == 1
+        assert [e for e in await server_log(session) if not e.startswith("barrier")] == ["start a", "cancel a"]
+
+    assert "FATAL" not in run_overlap("honour", body, admission=adm)
+    assert adm.in_flight() == 0, "closing frees the held slot"
+    adm.close()
+
+
+def test_a_call_cancelled_while_still_queued_leaves_at_once_and_never_reaches_the_server() -> None:
+    async def body(session: AdmittedClientSession, stderr: Callable[[], str]) -> None:
+        a = asyncio.ensure_future(session.call_tool("block", {"label": "a"}))
+        while "start a" not in await server_log(session):
+            pass
+        b = asyncio.ensure_future(session.call_tool("work", {"label": "b"}))
+        c = asyncio.ensure_future(session.call_tool("work", {"label": "c"}))
+        await asyncio.sleep(0)  # b and c are queued
+        b.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await b
+        assert session.admission.in_flight() == 1
+        await session.read_resource("test://release/a")
+        assert text(await a) == "a done"
+        assert text(await c) == "c done"
+        assert await server_log(session) == ["start a", "end a", "start c", "end c"]
+
+    run_overlap("ignore", body, max_concurrent=3)
+
+
+def test_the_session_checks_abort_grace_and_refuses_a_dispatcher() -> None:
+    import anyio
+
+    send, receive = anyio.create_memory_object_stream(1)
+    with pytest.raises(ValueError, match="abort_grace"):
+        AdmittedClientSession(receive, send, abort_grace=-1)
+    with pytest.raises(TypeError, match="abort_grace"):
+        AdmittedClientSession(receive, send, abort_grace="1")
+    with pytest.raises(TypeError, match="dispatcher"):
+        AdmittedClientSession(dispatcher=object())
+    send.close()
+    receive.close()

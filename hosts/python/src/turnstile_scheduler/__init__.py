@@ -27,6 +27,7 @@ from .gate import CallSettledError, Gate
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
 from .errors import (
     AdmissionError,
+    AdmissionTimeoutError,
     ConfigError,
     DisposedError,
     InstanceBrokenError,
@@ -92,6 +93,7 @@ __all__ = [
     "Admission",
     "AdmissionClass",
     "AdmissionError",
+    "AdmissionTimeoutError",
     "AdmissionErrorCode",
     "BatchNotApproved",
     "Behind",

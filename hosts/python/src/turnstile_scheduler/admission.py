@@ -9,7 +9,7 @@ async with admission.slot("call", timeout=30) as permit:
 `slot` begins a request, waits (queued) until the controller admits it, and ends it when the
 block exits, however it exits. `timeout` is the whole request's deadline: time spent queued
 counts against it; when it passes while queued, the request is abandoned (it consumed nothing)
-and TimeoutError is raised; when it passes while the block runs, the block's task is cancelled
+and `AdmissionTimeoutError` is raised (an `AdmissionError`, and a `TimeoutError`); when it passes while the block runs, the block's task is cancelled
 and TimeoutError raised from the `async with`. Cancelling the waiting task abandons the request
 too. `shutdown()` raises `ShutdownError` in every waiter, and cancels the task of every permit
 in flight (`permit.cancelled` is set first; the `async with` then raises `ShutdownError`).
@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from . import _check
 from ._component import Instance
-from .errors import AdmissionError, DisposedError, ShutdownError
+from .errors import AdmissionError, AdmissionTimeoutError, DisposedError, ShutdownError
 from .scheduler import _instance, _release
 from .types import AdmissionClass, AdmissionErrorCode, ShutdownReport
 
@@ -271,7 +271,7 @@ class Slot:
                     await asyncio.wait_for(asyncio.shield(fut), max(0.0, deadline - loop.time()))
             except asyncio.TimeoutError:
                 self._give_up(ticket, fut)
-                raise TimeoutError(f"request {self._id} ({self._cls.value}) was not admitted within {self._timeout} s") from None
+                raise AdmissionTimeoutError(self._id, self._timeout) from None  # type: ignore[arg-type]
             except BaseException:
                 self._give_up(ticket, fut)
                 raise
@@ -283,16 +283,37 @@ class Slot:
         return permit
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Optional[bool]:
+        self._end()
+        return self._outcome(exc_type, exc)
+
+    def _end(self) -> None:
+        """Ends the request: its budget and lock go to the next waiter (idempotent)."""
         permit, adm = self._permit, self._admission
         assert permit is not None
         if self._timer is not None:
             self._timer.cancel()
-        adm._permits.pop(permit.ticket, None)
-        ended = adm._resource is not None and adm.instance.broken is None
-        if ended:
+        if adm._permits.pop(permit.ticket, None) is None:
+            return
+        if adm._resource is not None and adm.instance.broken is None:
             adm._end(adm._resource, permit.ticket)  # refused only on a stale ticket: never here
             if adm._waiters:
                 adm._pump()
+
+    def _detach(self) -> None:
+        """The block is over but the request goes on (an MCP request the server may still run):
+        it keeps its slot until `_end`, and its task is no longer its task (shutdown cancels
+        nothing for it)."""
+        permit = self._permit
+        assert permit is not None
+        if self._timer is not None:
+            self._timer.cancel()
+        permit._task = None
+
+    def _outcome(self, exc_type: Any, exc: Any) -> Optional[bool]:
+        """What leaving the block raises: a cancellation this package caused becomes
+        `TimeoutError` (the deadline) or `ShutdownError`."""
+        permit = self._permit
+        assert permit is not None
         if permit._why is not None and exc_type is asyncio.CancelledError:
             task = permit._task
             uncancel = getattr(task, "uncancel", None)

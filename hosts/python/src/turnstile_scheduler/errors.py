@@ -189,3 +189,15 @@ def _seconds(value: Any, what: str) -> Optional[float]:
     if not (f >= 0 and f != float("inf")):
         raise ValueError(f"{what} must be a finite number of seconds >= 0, not {value!r}")
     return f
+
+
+class AdmissionTimeoutError(AdmissionError, TimeoutError):
+    """A request was not admitted within its time (`Admission.slot`'s `timeout`, or an MCP
+    request's timeout spent queued): it was given up while queued, consumed nothing and was
+    never sent (code `timed-out`). Also a `TimeoutError`, so `except TimeoutError` catches every
+    timeout alike. `id` names the request; `timeout` is in seconds."""
+
+    def __init__(self, id: str, timeout: float) -> None:
+        super().__init__("timed-out", f"{id} was not admitted within {timeout} s")
+        self.id = id
+        self.timeout = timeout
