@@ -6,6 +6,8 @@ import type * as wc from './component/interfaces/turnstile-scheduler-config.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import type { Diagnostic, EntryState, EntryStatus, Limits, Reason, SavedEntryState, SavedState, Settled, Started, StepOutputs, ToolPolicy, Unrestored, Wait } from './types.js';
 import type { RawOutputs } from './scheduler.js';
+import type { CallOutcome, EntryOutcome } from './driver.js';
+import { RestoredError } from './errors.js';
 import { array, boolean, oneOf, record, string, u32, u64 } from './validate.js';
 
 export const diagnostics = (list: wc.Diagnostic[]): Diagnostic[] => list;
@@ -356,3 +358,54 @@ export function stateFromJson(value: unknown, name = 'snapshot.state'): SavedSta
 }
 
 export { u64Text };
+
+/** A retired batch as the snapshot keeps it: its number and its outcomes as `run` gave them. */
+export function retiredJson(number: bigint, outcomes: CallOutcome[]): string {
+  const calls = outcomes.map((c) => `{"id":${ascii(JSON.stringify(c.id))},"tool":${ascii(JSON.stringify(c.tool))},"entries":[${c.entries.map(outcomeJson).join(',')}]}`);
+  return `{"batch":"${number}","outcomes":[${calls.join(',')}]}`;
+}
+
+function outcomeJson(o: EntryOutcome): string {
+  const head = `{"entry":"${o.entry}","label":${ascii(JSON.stringify(o.label))},"status":"${o.status}"`;
+  switch (o.status) {
+    case 'ok':
+      return `${head},"value":${valueJson(o.value)}}`;
+    case 'failed':
+      return `${head},"error":${errorJson(o.error)}}`;
+    case 'cancelled':
+      return 'error' in o ? `${head},"error":${errorJson(o.error)}}` : `${head},"value":${valueJson(o.value)}}`;
+    default:
+      return `${head},"reason":${reasonJson(o.reason)},"message":${ascii(JSON.stringify(o.message))}${o.error === undefined ? '' : `,"error":${errorJson(o.error)}`}}`;
+  }
+}
+
+/** A saved error back as a `RestoredError` with its name and message. */
+export function restoredError(value: unknown, name: string): RestoredError {
+  const e = record(value, name, ['name', 'message']);
+  return new RestoredError(string(e.name, `${name}.name`), string(e.message, `${name}.message`));
+}
+
+/** A retired batch's saved outcomes, read back. */
+export function retiredFromJson(value: unknown, name: string): { batch: bigint; outcomes: CallOutcome[] } {
+  const r = record(value, name, ['batch', 'outcomes']);
+  const batch = u64Text(r.batch, `${name}.batch`);
+  const outcomes = array(r.outcomes, `${name}.outcomes`).map((cv, i) => {
+    const cn = `${name}.outcomes[${i}]`;
+    const c = record(cv, cn, ['id', 'tool', 'entries']);
+    const entries = array(c.entries, `${cn}.entries`).map((ev, j): EntryOutcome => {
+      const en = `${cn}.entries[${j}]`;
+      const e = record(ev, en, ['entry', 'label', 'status', 'value', 'error', 'reason', 'message']);
+      const entry = u64Text(e.entry, `${en}.entry`);
+      const label = string(e.label, `${en}.label`);
+      const status = oneOf(e.status, `${en}.status`, ['ok', 'failed', 'cancelled', 'settled'] as const);
+      if (status === 'ok') return { entry, label, status, value: e.value };
+      if (status === 'failed') return { entry, label, status, error: restoredError(e.error, `${en}.error`) };
+      if (status === 'cancelled') return e.error !== undefined ? { entry, label, status, error: restoredError(e.error, `${en}.error`) } : { entry, label, status, value: e.value };
+      const settled: EntryOutcome = { entry, label, status, reason: reasonFromJson(e.reason, `${en}.reason`), message: string(e.message, `${en}.message`) };
+      if (e.error !== undefined) settled.error = restoredError(e.error, `${en}.error`);
+      return settled;
+    });
+    return { id: string(c.id, `${cn}.id`), tool: string(c.tool, `${cn}.tool`), entries };
+  });
+  return { batch, outcomes };
+}

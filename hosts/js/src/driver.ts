@@ -507,7 +507,7 @@ export class Driver {
       state = convert.stateFromJson(top.state);
       const values = top.ended === undefined ? {} : record(top.ended, 'snapshot.ended', Object.keys(top.ended as object));
       ended = new Map(Object.entries(values));
-      retired = array(top.retired ?? [], 'snapshot.retired').map((r, i) => retiredFromJson(r, `snapshot.retired[${i}]`));
+      retired = array(top.retired ?? [], 'snapshot.retired').map((r, i) => convert.retiredFromJson(r, `snapshot.retired[${i}]`));
     } else state = snapshot;
     // The state is checked in full (`Scheduler.resume`) before `argsOf` sees any of it.
     const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: o.started as ResumeOptions['started'] });
@@ -527,7 +527,7 @@ export class Driver {
     const batches: Promise<CallOutcome[]>[] = [];
     const hook = runOptions.onOutcome;
     for (const r of retired) {
-      if (driver.#persist !== undefined) driver.#retired.push({ outcomes: r.outcomes, text: retiredJson(r.batch, r.outcomes) });
+      if (driver.#persist !== undefined) driver.#retired.push({ outcomes: r.outcomes, text: convert.retiredJson(r.batch, r.outcomes) });
       // Its outcomes are reported again (the host cannot know which it saw before the crash),
       // then it resolves.
       batches.push(
@@ -781,7 +781,7 @@ export class Driver {
         // (the host cannot know which outcomes it saw before the crash).
         const kept = ended.get(String(entry));
         const k = kept !== null && typeof kept === 'object' ? (kept as { value?: unknown; error?: unknown }) : {};
-        const error = k.error !== undefined ? restoredError(k.error, `snapshot.ended["${entry}"].error`) : undefined;
+        const error = k.error !== undefined ? convert.restoredError(k.error, `snapshot.ended["${entry}"].error`) : undefined;
         const outcome: EntryOutcome = batch.cancelled
           ? error !== undefined
             ? { entry, label, status: 'cancelled', error }
@@ -1240,7 +1240,7 @@ export class Driver {
       batch.reject(new Error(`turnstile driver: batch ${number} retired with an entry unanswered (a bug)`));
       return;
     }
-    if (this.#persist !== undefined) this.#retired.push({ outcomes, text: retiredJson(number, outcomes) });
+    if (this.#persist !== undefined) this.#retired.push({ outcomes, text: convert.retiredJson(number, outcomes) });
     this.#retiring.push({ batch, outcomes });
   }
 
@@ -1382,56 +1382,4 @@ export function runBatch<C extends CallInput>(scheduler: Scheduler, calls: reado
   } catch (error) {
     return Promise.reject(error);
   }
-}
-
-
-/** A retired batch as the snapshot keeps it: its number and its outcomes as `run` gave them. */
-function retiredJson(number: bigint, outcomes: CallOutcome[]): string {
-  const calls = outcomes.map((c) => `{"id":${convert.ascii(JSON.stringify(c.id))},"tool":${convert.ascii(JSON.stringify(c.tool))},"entries":[${c.entries.map(outcomeJson).join(',')}]}`);
-  return `{"batch":"${number}","outcomes":[${calls.join(',')}]}`;
-}
-
-function outcomeJson(o: EntryOutcome): string {
-  const head = `{"entry":"${o.entry}","label":${convert.ascii(JSON.stringify(o.label))},"status":"${o.status}"`;
-  switch (o.status) {
-    case 'ok':
-      return `${head},"value":${convert.valueJson(o.value)}}`;
-    case 'failed':
-      return `${head},"error":${convert.errorJson(o.error)}}`;
-    case 'cancelled':
-      return 'error' in o ? `${head},"error":${convert.errorJson(o.error)}}` : `${head},"value":${convert.valueJson(o.value)}}`;
-    default:
-      return `${head},"reason":${convert.reasonJson(o.reason)},"message":${convert.ascii(JSON.stringify(o.message))}${o.error === undefined ? '' : `,"error":${convert.errorJson(o.error)}`}}`;
-  }
-}
-
-/** A saved error back as a `RestoredError` with its name and message. */
-function restoredError(value: unknown, name: string): RestoredError {
-  const e = record(value, name, ['name', 'message']);
-  return new RestoredError(checkString(e.name, `${name}.name`), checkString(e.message, `${name}.message`));
-}
-
-/** A retired batch's saved outcomes, read back. */
-function retiredFromJson(value: unknown, name: string): { batch: bigint; outcomes: CallOutcome[] } {
-  const r = record(value, name, ['batch', 'outcomes']);
-  const batch = convert.u64Text(r.batch, `${name}.batch`);
-  const outcomes = array(r.outcomes, `${name}.outcomes`).map((cv, i) => {
-    const cn = `${name}.outcomes[${i}]`;
-    const c = record(cv, cn, ['id', 'tool', 'entries']);
-    const entries = array(c.entries, `${cn}.entries`).map((ev, j): EntryOutcome => {
-      const en = `${cn}.entries[${j}]`;
-      const e = record(ev, en, ['entry', 'label', 'status', 'value', 'error', 'reason', 'message']);
-      const entry = convert.u64Text(e.entry, `${en}.entry`);
-      const label = checkString(e.label, `${en}.label`);
-      const status = oneOf(e.status, `${en}.status`, ['ok', 'failed', 'cancelled', 'settled'] as const);
-      if (status === 'ok') return { entry, label, status, value: e.value };
-      if (status === 'failed') return { entry, label, status, error: restoredError(e.error, `${en}.error`) };
-      if (status === 'cancelled') return e.error !== undefined ? { entry, label, status, error: restoredError(e.error, `${en}.error`) } : { entry, label, status, value: e.value };
-      const settled: EntryOutcome = { entry, label, status, reason: convert.reasonFromJson(e.reason, `${en}.reason`), message: checkString(e.message, `${en}.message`) };
-      if (e.error !== undefined) settled.error = restoredError(e.error, `${en}.error`);
-      return settled;
-    });
-    return { id: checkString(c.id, `${cn}.id`), tool: checkString(c.tool, `${cn}.tool`), entries };
-  });
-  return { batch, outcomes };
 }
