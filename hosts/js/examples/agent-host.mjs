@@ -75,7 +75,10 @@ try {
   else throw e;
 }
 
-// To survive a crash, persist `driver.scheduler.unfinished()` (plain data; bigints need a JSON
-// replacer) and the calls' arguments, and on restart:
-// `Driver.resume(policy, state, { started: 'interrupt', execute, argsOf: (call) => args[call.id] })`.
+// To survive a crash, give the driver a place to save: `new Driver(scheduler, { persist: async
+// (snapshot) => { await writeFile(tmp, snapshot); await rename(tmp, path); } })`; it saves before
+// anything starts and before any outcome reaches you. Keep the calls' arguments too, and after
+// `run` resolved and you kept its outcomes, `driver.forget(outcomes)`. On restart:
+// `Driver.resume(policy, await readFile(path, 'utf8'), { started: 'interrupt', execute, persist,
+// argsOf: (call) => args[call.id] })`.
 driver.dispose();

@@ -6,6 +6,8 @@ import type * as wc from './component/interfaces/turnstile-scheduler-config.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import type { Diagnostic, EntryState, EntryStatus, Limits, Reason, SavedEntryState, SavedState, Settled, Started, StepOutputs, ToolPolicy, Unrestored, Wait } from './types.js';
 import type { RawOutputs } from './scheduler.js';
+import type { CallOutcome, EntryOutcome } from './driver.js';
+import { RestoredError } from './errors.js';
 import { array, boolean, oneOf, record, string, u32, u64 } from './validate.js';
 
 export const diagnostics = (list: wc.Diagnostic[]): Diagnostic[] => list;
@@ -220,3 +222,190 @@ export function savedStateIn(value: unknown, name = 'state'): ws.SavedState {
 }
 
 export const started = (value: unknown, name: string): Started => oneOf(value, name, ['run-again', 'interrupt'] as const);
+
+// --- the snapshot's JSON (hosts/DRIVERS.md, "Persistence") ---------------------------------
+// One text in both packages: fields in a fixed order, no spaces, u64 numbers as decimal strings,
+// and every character outside printable ASCII escaped (`\uXXXX`, lowercase), as Python's
+// `json.dumps(..., separators=(",", ":"))` writes it.
+
+/** `JSON.stringify`'s text with non-ASCII escaped like Python's `ensure_ascii`. */
+export function ascii(text: string): string {
+  return text.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+const str = (s: string): string => ascii(JSON.stringify(s));
+
+/** A value as JSON; what JSON cannot hold (undefined, a bigint, a function, a cycle) is saved as
+ * its string. */
+export function valueJson(value: unknown): string {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch {
+    text = undefined;
+  }
+  return text === undefined ? str(String(value)) : ascii(text);
+}
+
+/** An error as `{name, message}`. */
+export function errorJson(error: unknown): string {
+  const e = error as { name?: unknown; message?: unknown } | null | undefined;
+  const name = typeof e?.name === 'string' ? e.name : 'Error';
+  const message = typeof e?.message === 'string' ? e.message : String(error);
+  return `{"name":${str(name)},"message":${str(message)}}`;
+}
+
+/** A reason as the snapshot writes it: `"rejected"`, `{"stopped":1}`, `{"timed-out":"cancelled"}`. */
+export function reasonJson(r: Reason): string {
+  if (r.kind === 'stopped') return `{"stopped":${r.after}}`;
+  if (r.kind === 'rate-limited') return `{"rate-limited":${r.retries}}`;
+  if (r.kind === 'timed-out') return `{"timed-out":"${r.cause === 'cancel' ? 'cancelled' : 'deadline'}"}`;
+  return `"${r.kind}"`;
+}
+
+function savedEntryJson(s: SavedEntryState): string {
+  if (s.kind === 'started') return '"started"';
+  if (s.kind === 'ended') return `{"ended":"${s.outcome}"}`;
+  return `{"settled":${reasonJson(s.reason)}}`;
+}
+
+/** `Scheduler.unfinished()` with the WIT's names. */
+export function stateJson(s: SavedState): string {
+  const batches = s.batches.map((b) => {
+    const limits: string[] = [];
+    if (b.limits?.executionMs !== undefined) limits.push(`"execution-ms":${b.limits.executionMs}`);
+    if (b.limits?.abortGraceMs !== undefined) limits.push(`"abort-grace-ms":${b.limits.abortGraceMs}`);
+    const calls = b.calls.map((c) => {
+      let out = `{"id":${str(c.id)},"tool":${str(c.tool)}`;
+      if (c.operations !== undefined) out += `,"operations":${c.operations}`;
+      if (c.key !== undefined) out += `,"key":${str(c.key)}`;
+      return `${out},"entries":[${c.entries.map((e) => `{"operation":${e.operation},"state":${savedEntryJson(e.state)}}`).join(',')}]}`;
+    });
+    return `{"batch":"${b.batch}","first":"${b.first}","cancelled":${b.cancelled},"limits":{${limits.join(',')}},"calls":[${calls.join(',')}]}`;
+  });
+  return `{"version":${s.version},"policy":"${s.policy}","next-batch":"${s.nextBatch}","next-entry":"${s.nextEntry}","batches":[${batches.join(',')}]}`;
+}
+
+const U64_TEXT = /^(0|[1-9][0-9]{0,19})$/;
+
+function u64Text(value: unknown, name: string): bigint {
+  if (typeof value !== 'string' || !U64_TEXT.test(value) || BigInt(value) > 0xffff_ffff_ffff_ffffn) throw new TypeError(`${name} must be a u64 as a decimal string, got ${JSON.stringify(value)}`);
+  return BigInt(value);
+}
+
+/** A reason as the snapshot writes it, read back. */
+export function reasonFromJson(value: unknown, name: string): Reason {
+  if (typeof value === 'string') {
+    const kind = oneOf(value, name, ['rejected', 'skipped', 'failed', 'cancelled', 'interrupted'] as const);
+    return { kind };
+  }
+  const r = record(value, name, ['stopped', 'rate-limited', 'timed-out']);
+  const keys = Object.keys(r);
+  if (keys.length !== 1) throw new TypeError(`${name} must have exactly one field, got ${keys.length}`);
+  if (r.stopped !== undefined) return { kind: 'stopped', after: u32(r.stopped, `${name}.stopped`) };
+  if (r['rate-limited'] !== undefined) return { kind: 'rate-limited', retries: u32(r['rate-limited'], `${name}.rate-limited`) };
+  const cause = oneOf(r['timed-out'], `${name}.timed-out`, ['deadline', 'cancelled'] as const);
+  return { kind: 'timed-out', cause: cause === 'cancelled' ? 'cancel' : 'deadline' };
+}
+
+function savedEntryFromJson(value: unknown, name: string): SavedEntryState {
+  if (value === 'started') return { kind: 'started' };
+  const s = record(value, name, ['ended', 'settled']);
+  if (s.ended !== undefined) return { kind: 'ended', outcome: oneOf(s.ended, `${name}.ended`, ['ok', 'failed'] as const) };
+  if (s.settled !== undefined) return { kind: 'settled', reason: reasonFromJson(s.settled, `${name}.settled`) };
+  throw new TypeError(`${name} must be "started", {"ended": ...} or {"settled": ...}`);
+}
+
+/** The snapshot's `state` read back as `SavedState` (checked again by `Scheduler.resume`). */
+export function stateFromJson(value: unknown, name = 'snapshot.state'): SavedState {
+  const s = record(value, name, ['version', 'policy', 'next-batch', 'next-entry', 'batches']);
+  return {
+    version: u32(s.version, `${name}.version`),
+    policy: u64Text(s.policy, `${name}.policy`),
+    nextBatch: u64Text(s['next-batch'], `${name}.next-batch`),
+    nextEntry: u64Text(s['next-entry'], `${name}.next-entry`),
+    batches: array(s.batches, `${name}.batches`).map((bv, i) => {
+      const bn = `${name}.batches[${i}]`;
+      const b = record(bv, bn, ['batch', 'first', 'cancelled', 'limits', 'calls']);
+      const l = b.limits === undefined ? {} : record(b.limits, `${bn}.limits`, ['execution-ms', 'abort-grace-ms']);
+      const limits: Limits = {};
+      if (l['execution-ms'] !== undefined) limits.executionMs = u32(l['execution-ms'], `${bn}.limits.execution-ms`);
+      if (l['abort-grace-ms'] !== undefined) limits.abortGraceMs = u32(l['abort-grace-ms'], `${bn}.limits.abort-grace-ms`);
+      return {
+        batch: u64Text(b.batch, `${bn}.batch`),
+        first: u64Text(b.first, `${bn}.first`),
+        cancelled: boolean(b.cancelled, `${bn}.cancelled`),
+        limits,
+        calls: array(b.calls, `${bn}.calls`).map((cv, j) => {
+          const cn = `${bn}.calls[${j}]`;
+          const c = record(cv, cn, ['id', 'tool', 'operations', 'key', 'entries']);
+          const call: SavedState['batches'][number]['calls'][number] = {
+            id: string(c.id, `${cn}.id`),
+            tool: string(c.tool, `${cn}.tool`),
+            entries: array(c.entries, `${cn}.entries`).map((ev, k) => {
+              const en = `${cn}.entries[${k}]`;
+              const e = record(ev, en, ['operation', 'state']);
+              return { operation: u32(e.operation, `${en}.operation`), state: savedEntryFromJson(e.state, `${en}.state`) };
+            }),
+          };
+          if (c.operations !== undefined) call.operations = u32(c.operations, `${cn}.operations`);
+          if (c.key !== undefined) call.key = string(c.key, `${cn}.key`);
+          return call;
+        }),
+      };
+    }),
+  };
+}
+
+export { u64Text };
+
+/** A retired batch as the snapshot keeps it: its number and its outcomes as `run` gave them. */
+export function retiredJson(number: bigint, outcomes: CallOutcome[]): string {
+  const calls = outcomes.map((c) => `{"id":${ascii(JSON.stringify(c.id))},"tool":${ascii(JSON.stringify(c.tool))},"entries":[${c.entries.map(outcomeJson).join(',')}]}`);
+  return `{"batch":"${number}","outcomes":[${calls.join(',')}]}`;
+}
+
+function outcomeJson(o: EntryOutcome): string {
+  const head = `{"entry":"${o.entry}","label":${ascii(JSON.stringify(o.label))},"status":"${o.status}"`;
+  switch (o.status) {
+    case 'ok':
+      return `${head},"value":${valueJson(o.value)}}`;
+    case 'failed':
+      return `${head},"error":${errorJson(o.error)}}`;
+    case 'cancelled':
+      return 'error' in o ? `${head},"error":${errorJson(o.error)}}` : `${head},"value":${valueJson(o.value)}}`;
+    default:
+      return `${head},"reason":${reasonJson(o.reason)},"message":${ascii(JSON.stringify(o.message))}${o.error === undefined ? '' : `,"error":${errorJson(o.error)}`}}`;
+  }
+}
+
+/** A saved error back as a `RestoredError` with its name and message. */
+export function restoredError(value: unknown, name: string): RestoredError {
+  const e = record(value, name, ['name', 'message']);
+  return new RestoredError(string(e.name, `${name}.name`), string(e.message, `${name}.message`));
+}
+
+/** A retired batch's saved outcomes, read back. */
+export function retiredFromJson(value: unknown, name: string): { batch: bigint; outcomes: CallOutcome[] } {
+  const r = record(value, name, ['batch', 'outcomes']);
+  const batch = u64Text(r.batch, `${name}.batch`);
+  const outcomes = array(r.outcomes, `${name}.outcomes`).map((cv, i) => {
+    const cn = `${name}.outcomes[${i}]`;
+    const c = record(cv, cn, ['id', 'tool', 'entries']);
+    const entries = array(c.entries, `${cn}.entries`).map((ev, j): EntryOutcome => {
+      const en = `${cn}.entries[${j}]`;
+      const e = record(ev, en, ['entry', 'label', 'status', 'value', 'error', 'reason', 'message']);
+      const entry = u64Text(e.entry, `${en}.entry`);
+      const label = string(e.label, `${en}.label`);
+      const status = oneOf(e.status, `${en}.status`, ['ok', 'failed', 'cancelled', 'settled'] as const);
+      if (status === 'ok') return { entry, label, status, value: e.value };
+      if (status === 'failed') return { entry, label, status, error: restoredError(e.error, `${en}.error`) };
+      if (status === 'cancelled') return e.error !== undefined ? { entry, label, status, error: restoredError(e.error, `${en}.error`) } : { entry, label, status, value: e.value };
+      const settled: EntryOutcome = { entry, label, status, reason: reasonFromJson(e.reason, `${en}.reason`), message: string(e.message, `${en}.message`) };
+      if (e.error !== undefined) settled.error = restoredError(e.error, `${en}.error`);
+      return settled;
+    });
+    return { id: string(c.id, `${cn}.id`), tool: string(c.tool, `${cn}.tool`), entries };
+  });
+  return { batch, outcomes };
+}

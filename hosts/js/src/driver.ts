@@ -39,7 +39,7 @@
 // lease is lost aborts its execution. A `RateLimitedError` on a shared key also pauses the key
 // at the store, for every process. `dispose` gives back every permit and withdraws every
 // request at once.
-import { DisposedError, RateLimitedError, RefusedInputError, TurnstileError } from './errors.js';
+import { DisposedError, PersistError, RateLimitedError, RefusedInputError, RestoredError, TurnstileError } from './errors.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import * as convert from './convert.js';
 import { Scheduler, Submitted, type CallInput, type RawNotRun, type RawOutputs, type RawRetry, type ResumeOptions } from './scheduler.js';
@@ -47,7 +47,7 @@ import type { Policy } from './turnstile.js';
 import type { EntryStatus, InputKind, Reason, SavedCall, SavedState, Unrestored } from './types.js';
 import { DELAY_MS_MAX, LIMIT_MAX } from './shared/contract.js';
 import type { SharedKeys, SharedPermit } from './shared/keys.js';
-import { fail, func, millis, oneOf, record, signal as checkSignal, string as checkString } from './validate.js';
+import { array, clockOption, fail, func, millis, oneOf, record, signal as checkSignal, string as checkString, type Clock } from './validate.js';
 
 /** What `execute` gets: the entry to run and a signal that fires when it should stop. */
 export interface Execution<C extends CallInput = CallInput> {
@@ -141,10 +141,7 @@ const EMPTY = new BigUint64Array(0);
  * resource, which costs more than the step's own bookkeeping. */
 const RESOLVED = Promise.resolve();
 
-/** The driver's clock for the scheduler: whole milliseconds, monotonic (`performance.now()`). */
-const clock = (): number => Math.floor(performance.now());
 const NO_PAUSES: ws.KeyPause[] = [];
-const TIMER_MAX_MS = 0x7fff_ffff;
 
 /** A list of entry numbers, each with the batch it belongs to (for its errors), that grows in
  * place and is written as 32-bit halves (no bigint per item); `view` lends it to one `step`
@@ -202,17 +199,19 @@ class Pending {
   readonly pause: ws.KeyPause[] = [];
   /** Settles each `Driver.pause` once its step ran. */
   readonly pauseDone: ((error?: unknown) => void)[] = [];
+  readonly liftPause: string[] = [];
+  readonly liftDone: ((error?: unknown) => void)[] = [];
 
   /** The batch whose input this was; none for the driver's own `now` (and it sends no pause). */
   owner(kind: InputKind, index: number): Batch | undefined {
     if (kind === 'retry') return this.retryOwners[index];
-    if (kind === 'now' || kind === 'pause') return undefined;
+    if (kind === 'now' || kind === 'pause' || kind === 'liftPause') return undefined;
     return kind === 'settle' ? this.settleOwners[index] : this[kind].owners[index];
   }
 
   target(kind: InputKind, index: number): bigint {
     if (kind === 'retry') return this.retry[index].entry;
-    if (kind === 'now' || kind === 'pause') return 0n;
+    if (kind === 'now' || kind === 'pause' || kind === 'liftPause') return 0n;
     return kind === 'settle' ? this.settle[index].entry : BigInt(this[kind].at(index));
   }
 
@@ -228,6 +227,7 @@ class Pending {
     if (this.settle.length) this.settle.length = this.settleOwners.length = 0;
     if (this.retry.length) this.retry.length = this.retryOwners.length = 0;
     if (this.pause.length) this.pause.length = this.pauseDone.length = 0;
+    if (this.liftPause.length) this.liftPause.length = this.liftDone.length = 0;
   }
 }
 
@@ -287,6 +287,10 @@ class Run implements Execution {
   readonly #index: number;
   readonly operation: number | undefined;
   ended = false;
+  /** The rate limit it ended with (the component decides what becomes of the entry). */
+  limited: RateLimitedError | undefined;
+  /** Questions open (reported to the component as one wait while above 0). */
+  questions = 0;
   /** Made when the execution first reads `signal`. */
   #controller: AbortController | undefined;
   /** Set once its signal aborted: when, and why. */
@@ -326,12 +330,14 @@ class Run implements Execution {
   /** Aborts the signal (once). */
   abort(reason: unknown): void {
     if (this.aborted || this.ended) return;
-    this.aborted = { at: performance.now(), reason };
+    this.aborted = { at: this.batch.driver.now(), reason };
     this.#controller?.abort(reason);
   }
-  question<T>(answer: () => Promise<T>): Promise<T> {
-    return this.batch.driver.question(this, answer);
+  /** Bound to its execution, so `async ({ question }) => question(...)` works. */
+  get question(): <T>(answer: () => Promise<T>) => Promise<T> {
+    return (this.#question ??= <T>(answer: () => Promise<T>) => this.batch.driver.question(this, answer));
   }
+  #question: (<T>(answer: () => Promise<T>) => Promise<T>) | undefined;
   get permit(): SharedPermit | undefined {
     return this.hold?.permit;
   }
@@ -361,6 +367,31 @@ export interface DriverOptions {
    * `@turnstile/scheduler/shared`. Required when the policy declares one; the host closes it
    * (`keys.close()`, then `store.close()`) after disposing the driver. */
   sharedKeys?: SharedKeys;
+  /** The one clock the driver reads and sets its one timer on (default: `performance.now()` and
+   * `setTimeout`); tests give a virtual one. `SharedKeys` takes the same option. */
+  clock?: Clock;
+  /** Where the driver saves its state (DRIVERS.md, "Persistence"): called with the snapshot's
+   * JSON text after a step that starts an execution (before it starts) and after a step that
+   * took an end, a settlement or a retirement (before the outcome reaches `onOutcome` or a
+   * resolved `run`); one at a time, awaited when it returns a promise. What it throws or rejects
+   * with breaks the driver: every live batch rejects with `PersistError`, running executions
+   * are aborted, the driver is disposed. Resume with `Driver.resume(policy, text, ...)`. */
+  persist?: (snapshot: string) => unknown;
+}
+
+/** What `Driver.resume` gives back: the driver, every saved batch as a promise (retired ones
+ * first, resolving at once with their saved outcomes, then live ones, in the snapshot's order),
+ * and the calls the scheduler could not restore. */
+export interface Resumed {
+  driver: Driver;
+  batches: Promise<CallOutcome[]>[];
+  unrestored: Unrestored[];
+}
+
+/** A retired batch kept in the snapshot until `forget`. */
+interface Retired {
+  outcomes: CallOutcome[];
+  text: string;
 }
 
 const drivers = new WeakMap<Scheduler, Driver>();
@@ -381,18 +412,43 @@ export class Driver {
   /** The other buffer: the inputs of the step being dispatched, then reused. */
   #spare = new Pending();
   #scheduled = false;
-  /** The one timer that steps again when the scheduler asked to be woken (`wakeAt`). */
-  #wake: ReturnType<typeof setTimeout> | undefined;
+  /** The clock (`DriverOptions.clock`) and the latest `now` given to the scheduler. */
+  readonly #clock: Clock;
+  /** The driver's clock (`DriverOptions.clock`, or the system's). */
+  get clock(): Clock {
+    return this.#clock;
+  }
+  #lastNow = 0;
+  /** The latest `now` the scheduler was given. */
+  #given = 0;
+  /** The one timer that steps again when the scheduler asked to be woken (`wakeAt`), and when. */
+  #wake: { cancel(): void } | undefined;
+  #wakeAt = -1;
   #disposed = false;
   /** The batch `#find` found last. */
   #last: Batch | undefined;
+  /** `DriverOptions.persist`, and whether a call of it is under way (no step meanwhile). */
+  readonly #persist: DriverOptions['persist'];
+  #persisting = false;
+  /** A `forget` changed the snapshot: the next step persists. */
+  #dirty = false;
+  /** Retired batches the host has not forgotten (kept only with `persist`). */
+  #retired: Retired[] = [];
+  /** What the step under way hands to the host once its snapshot is persisted: outcomes for
+   * `onOutcome` (batch, offset), entries to start, and retired batches to resolve. */
+  #reports: (Batch | number)[] = [];
+  #starts: (Batch | number)[] = [];
+  #retiring: { batch: Batch; outcomes: CallOutcome[] }[] = [];
   readonly #step = () => this.#flush();
 
   /** A driver for `scheduler`; a scheduler has at most one (`Driver.of` finds it). A policy that
    * declares a shared key needs `options.sharedKeys` (a `TypeError` naming the keys otherwise). */
   constructor(scheduler: Scheduler, options: DriverOptions = {}) {
     if (!(scheduler instanceof Scheduler)) fail('scheduler', 'a Scheduler', scheduler);
-    const o = record(options, 'options', ['sharedKeys']);
+    const o = record(options, 'options', ['sharedKeys', 'clock', 'persist']);
+    this.#clock = clockOption(o.clock, 'options.clock');
+    if (o.persist !== undefined) func(o.persist, 'options.persist');
+    this.#persist = o.persist as DriverOptions['persist'];
     const keys = o.sharedKeys as SharedKeys | undefined;
     if (keys !== undefined && (typeof keys !== 'object' || keys === null || typeof keys.acquire !== 'function' || typeof keys.pause !== 'function')) {
       fail('options.sharedKeys', 'a SharedKeys (from @turnstile/scheduler/shared)', keys);
@@ -415,35 +471,83 @@ export class Driver {
     return drivers.get(scheduler) ?? new Driver(scheduler, options);
   }
 
-  /** Resumes a saved state (see `Scheduler.resume`) under a driver: each restored batch runs
-   * again next to new ones (`run`), its pending entries decided and executed with `execute`
-   * like a new batch's, and resolves like one. Entries that ended before the state was saved
-   * report `ok` / `failed` with no value or error (those were not saved). A call keeps the key
-   * its arguments made (the state saved it); its arguments themselves are not saved: `argsOf`
-   * gives each restored call's `args` back (from wherever the host kept them), so `decide` and
-   * `execute` see them as a new batch's would. It is called once per saved call, before anything
-   * is resumed: what it throws, `resume` throws. */
+  /** Resumes a snapshot under a new driver (DRIVERS.md, "Persistence"). `snapshot` is the text
+   * `persist` was given (or, without values, a `SavedState` from `Scheduler.unfinished()`).
+   * Retired batches not forgotten come back as batches that resolve at once with their saved
+   * outcomes (and stay saved until `forget`); each live batch runs again next to new ones, its
+   * ended entries keeping their saved values (errors as `RestoredError`), its pending entries
+   * decided and executed with `execute` like a new batch's; `started` says what becomes of an
+   * entry that was running (`'run-again'`, or `'interrupt'`: settled `interrupted`). A call keeps
+   * the key its arguments made; its arguments are not saved: `argsOf` gives each restored call's
+   * `args` back, called once per saved call before anything is resumed (what it throws, `resume`
+   * throws). A malformed snapshot is a `TypeError` naming the field. */
   static resume(
     policy: Policy,
-    state: SavedState,
+    snapshot: string | SavedState,
     options: ResumeOptions & RunOptions & DriverOptions & { execute: Execute; argsOf?: (call: SavedCall) => unknown },
-  ): { driver: Driver; batches: Promise<CallOutcome[]>[]; unrestored: Unrestored[] } {
-    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome', 'argsOf', 'sharedKeys']);
+  ): Resumed {
+    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome', 'argsOf', 'sharedKeys', 'clock', 'persist']);
     func(o.execute, 'options.execute');
     if (o.argsOf !== undefined) func(o.argsOf, 'options.argsOf');
-    const runOptions = checkRunOptions({ signal: options.signal, decide: options.decide, executionTimeoutMs: options.executionTimeoutMs, abortGraceMs: options.abortGraceMs, onOutcome: options.onOutcome });
+    const runOptions = checkRunOptions({ signal: o.signal, decide: o.decide, executionTimeoutMs: o.executionTimeoutMs, abortGraceMs: o.abortGraceMs, onOutcome: o.onOutcome });
+    const execute = o.execute as Execute;
+    const argsOf = o.argsOf as ((call: SavedCall) => unknown) | undefined;
+    let state: SavedState;
+    let ended = new Map<string, unknown>();
+    let retired: { batch: bigint; outcomes: CallOutcome[] }[] = [];
+    if (typeof snapshot === 'string') {
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(snapshot);
+      } catch (error) {
+        throw new TypeError(`snapshot must be the JSON text persist was given: ${(error as Error).message}`);
+      }
+      const top = record(parsed, 'snapshot', ['turnstile-snapshot', 'state', 'ended', 'retired']);
+      if (top['turnstile-snapshot'] !== 1) throw new TypeError(`snapshot["turnstile-snapshot"] must be 1, got ${JSON.stringify(top['turnstile-snapshot'])}`);
+      state = convert.stateFromJson(top.state);
+      const values = top.ended === undefined ? {} : record(top.ended, 'snapshot.ended', Object.keys(top.ended as object));
+      ended = new Map(Object.entries(values));
+      retired = array(top.retired ?? [], 'snapshot.retired').map((r, i) => convert.retiredFromJson(r, `snapshot.retired[${i}]`));
+    } else state = snapshot;
     // The state is checked in full (`Scheduler.resume`) before `argsOf` sees any of it.
-    const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: options.started });
+    const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: o.started as ResumeOptions['started'] });
     let args: unknown[][] | undefined;
     let driver: Driver;
     try {
-      if (options.argsOf) args = state.batches.map((b) => b.calls.map((c) => options.argsOf!(c)));
-      driver = new Driver(scheduler, o.sharedKeys === undefined ? {} : { sharedKeys: o.sharedKeys as SharedKeys });
+      if (argsOf) args = state.batches.map((b) => b.calls.map((c) => argsOf(c)));
+      const driverOptions: DriverOptions = {};
+      if (o.sharedKeys !== undefined) driverOptions.sharedKeys = o.sharedKeys as SharedKeys;
+      if (o.clock !== undefined) driverOptions.clock = o.clock as Clock;
+      if (o.persist !== undefined) driverOptions.persist = o.persist as DriverOptions['persist'];
+      driver = new Driver(scheduler, driverOptions);
     } catch (error) {
       scheduler.dispose();
       throw error;
     }
-    const batches = state.batches.map((saved, i) => driver.#restore(saved, options.execute, runOptions, args?.[i]));
+    const batches: Promise<CallOutcome[]>[] = [];
+    const hook = runOptions.onOutcome;
+    for (const r of retired) {
+      if (driver.#persist !== undefined) driver.#retired.push({ outcomes: r.outcomes, text: convert.retiredJson(r.batch, r.outcomes) });
+      // Its outcomes are reported again (the host cannot know which it saw before the crash),
+      // then it resolves.
+      batches.push(
+        RESOLVED.then(() => {
+          if (hook !== undefined && !driver.#disposed) {
+            for (const call of r.outcomes) {
+              for (const outcome of call.entries) {
+                try {
+                  hook(outcome, { id: call.id, tool: call.tool });
+                } catch {
+                  // A host's hook must not break the driver.
+                }
+              }
+            }
+          }
+          return r.outcomes;
+        }),
+      );
+    }
+    state.batches.forEach((saved, i) => batches.push(driver.#restore(saved, execute, runOptions, args?.[i], ended)));
     return { driver, batches, unrestored };
   }
 
@@ -468,6 +572,11 @@ export class Driver {
       return Promise.reject(error);
     }
     this.#insert(batch);
+    if (this.#persist !== undefined) {
+      // Saved from its first step on, even while `decide` is still out.
+      this.#dirty = true;
+      this.#schedule();
+    }
     this.#begin(batch, null);
     return batch.promise;
   }
@@ -475,7 +584,7 @@ export class Driver {
   /** Every live batch: the scheduler's view of its entries, and executions that ignore their
    * abort signal. */
   inspect(): LiveBatch[] {
-    const now = performance.now();
+    const now = this.now();
     return this.#live.map((b) => {
       const aborted: LiveBatch['aborted'] = [];
       for (const run of b.running) if (run && !run.ended && run.aborted) aborted.push({ entry: run.entry, label: run.label, sinceMs: now - run.aborted.at });
@@ -492,11 +601,25 @@ export class Driver {
     checkString(key, 'key');
     if (typeof forMs !== 'number') fail('forMs', 'a number of milliseconds', forMs);
     if (!Number.isFinite(forMs) || forMs < 0) throw new RangeError(`forMs must be a finite number of milliseconds >= 0, got ${forMs}`);
-    const until = BigInt(Math.min(clock() + Math.ceil(forMs), Number.MAX_SAFE_INTEGER));
+    const until = BigInt(Math.min(this.now() + Math.ceil(forMs), Number.MAX_SAFE_INTEGER));
     // A shared key's pause reaches its store when the scheduler says so (`pauseStore`).
     return new Promise<void>((resolve, reject) => {
       this.#pending.pause.push({ key, until });
       this.#pending.pauseDone.push((error) => (error === undefined ? resolve() : reject(error)));
+      this.#schedule();
+    });
+  }
+
+  /** Lifts a key's pause now (the local pause only: a shared key's store keeps its own, the
+   * host's to lift there). Resolves once the scheduler applied it; rejects with
+   * `RefusedInputError` (code `unknown-key`) for a key no configured tool declares, and with
+   * `DisposedError` after `dispose`. */
+  liftPause(key: string): Promise<void> {
+    if (this.#disposed) return Promise.reject(new DisposedError('the driver'));
+    checkString(key, 'key');
+    return new Promise<void>((resolve, reject) => {
+      this.#pending.liftPause.push(key);
+      this.#pending.liftDone.push((error) => (error === undefined ? resolve() : reject(error)));
       this.#schedule();
     });
   }
@@ -514,8 +637,9 @@ export class Driver {
     this.#byBatch.clear();
     this.#dropHolds(error);
     for (const done of this.#pending.pauseDone) done(error);
+    for (const done of this.#pending.liftDone) done(error);
     this.#pending.clear();
-    clearTimeout(this.#wake);
+    this.#wake?.cancel();
     this.#wake = undefined;
     drivers.delete(this.scheduler);
     this.scheduler.dispose();
@@ -598,18 +722,13 @@ export class Driver {
     return { entry, label, status: 'settled', reason, message: this.scheduler.held.instance.explainOrKind(label, wit) };
   }
 
-  /** The one place an entry's outcome is recorded; the first one recorded is reported to
-   * `onOutcome`. */
-  #record(batch: Batch, offset: number, outcome: EntryOutcome): void {
+  /** The one place an entry's outcome is recorded. The first one recorded goes to `onOutcome`
+   * after the step that takes it (and its snapshot, with `persist`): the input that reports it
+   * is queued with it, so the next step takes both. */
+  #record(batch: Batch, offset: number, outcome: EntryOutcome, report = true): void {
     const first = batch.outcomes[offset] === undefined;
     batch.outcomes[offset] = outcome;
-    const hook = batch.options.onOutcome;
-    if (hook === undefined || !first) return;
-    try {
-      hook(outcome, batch.submitted.calls[batch.submitted.at(offset).index]);
-    } catch {
-      // A host's hook must not break the driver's round.
-    }
+    if (first && report && batch.options.onOutcome !== undefined) this.#reports.push(batch, offset);
   }
 
   #cancel(batch: Batch, reason: unknown): void {
@@ -641,7 +760,7 @@ export class Driver {
     batch.reject(error);
   }
 
-  #restore(saved: SavedState['batches'][number], execute: Execute, options: RunOptions, args: unknown[] | undefined): Promise<CallOutcome[]> {
+  #restore(saved: SavedState['batches'][number], execute: Execute, options: RunOptions, args: unknown[] | undefined, ended: Map<string, unknown>): Promise<CallOutcome[]> {
     const calls: CallInput[] = saved.calls.map((c, i) => {
       const call: CallInput = c.operations === undefined ? { id: c.id, tool: c.tool } : { id: c.id, tool: c.tool, operations: c.operations };
       if (args !== undefined && args[i] !== undefined) call.args = args[i];
@@ -649,31 +768,45 @@ export class Driver {
     });
     const count = calls.reduce((n, c) => n + (c.operations ?? 1), 0);
     const batch = new Batch(this, new Submitted(saved.batch, saved.first, count, calls), execute, options);
+    batch.cancelled = saved.cancelled;
     const statuses = this.scheduler.inspect(saved.batch);
     const pending: number[] = [];
     for (let i = 0; i < count; i++) {
       const status = statuses?.[i];
       const entry = BigInt(batch.first + i);
       const label = batch.label(i);
-      if (!status || status.state.kind === 'settled') {
-        const fromSave = savedEntry(saved, batch.submitted, i);
-        const reason: Reason = status?.state.kind === 'settled' ? status.state.reason : fromSave?.kind === 'settled' ? fromSave.reason : { kind: 'interrupted' };
-        if (fromSave?.kind === 'ended') this.#record(batch, i, fromSave.outcome === 'ok' ? { entry, label, status: 'ok', value: undefined } : { entry, label, status: 'failed', error: undefined });
-        else this.#record(batch, i, this.#settled(entry, label, reason, convert.witReason(reason)));
-      } else if (status.state.kind === 'ended') {
-        this.#record(batch, i, status.state.outcome === 'ok' ? { entry, label, status: 'ok', value: undefined } : { entry, label, status: 'failed', error: undefined });
-      } else pending.push(i);
+      const fromSave = savedEntry(saved, batch.submitted, i);
+      if (fromSave?.kind === 'ended') {
+        // Ended before the crash: its saved value (or error) is its outcome, reported again
+        // (the host cannot know which outcomes it saw before the crash).
+        const kept = ended.get(String(entry));
+        const k = kept !== null && typeof kept === 'object' ? (kept as { value?: unknown; error?: unknown }) : {};
+        const error = k.error !== undefined ? convert.restoredError(k.error, `snapshot.ended["${entry}"].error`) : undefined;
+        const outcome: EntryOutcome = batch.cancelled
+          ? error !== undefined
+            ? { entry, label, status: 'cancelled', error }
+            : { entry, label, status: 'cancelled', value: k.value }
+          : fromSave.outcome === 'ok'
+            ? { entry, label, status: 'ok', value: k.value }
+            : { entry, label, status: 'failed', error: error ?? new RestoredError('Error', 'no error was saved') };
+        this.#record(batch, i, outcome);
+      } else if (fromSave?.kind === 'settled') {
+        this.#record(batch, i, this.#settled(entry, label, fromSave.reason, convert.witReason(fromSave.reason)));
+      } else if (!statuses) {
+        // Nothing of the batch is live (every call unrestored): what had started is interrupted.
+        this.#record(batch, i, this.#settled(entry, label, { kind: 'interrupted' }, { tag: 'interrupted' }), false);
+      } else if (status && status.state.kind !== 'settled' && status.state.kind !== 'ended') pending.push(i);
+      // Else settled by the resume itself (interrupted): the first step reports it.
     }
     if (!statuses) {
-      // Nothing of it is live (every call unrestored): it is done as saved.
       batch.done = true;
       batch.resolve(callOutcomes(batch) ?? []);
       return batch.promise;
     }
-    batch.cancelled = saved.cancelled;
     this.#insert(batch);
     if (pending.length) this.#begin(batch, pending);
-    else this.#schedule();
+    // The first step reports the resume's own settlements, and hands out the saved outcomes.
+    this.#schedule();
     return batch.promise;
   }
 
@@ -799,13 +932,14 @@ export class Driver {
       run.hold.detach = undefined;
     }
     const batch = run.batch;
-    if (!ok && value instanceof RateLimitedError && !batch.cancelled && !this.#disposed) {
-      // Not an end: the entry goes back in line and runs again after the pause (or is settled
-      // rate-limited past its key's retries, which the next step reports).
-      if (batch.running[run.offset] === run) batch.running[run.offset] = undefined;
+    if (!ok && value instanceof RateLimitedError && !this.#disposed) {
+      // Not an end: the component decides. The entry goes back in line and runs again after the
+      // pause, or is settled (rate-limited past its key's retries; cancelled in a cancelled
+      // batch, which the outcome reports as `cancelled` with this error), and its key pauses.
+      run.limited = value;
       const p = this.#pending;
       // A time past 2^53 - 1 ms (a Retry-After of centuries) is capped, never wrapped.
-      p.retry.push({ entry: BigInt(batch.first + run.offset), until: BigInt(Math.min(clock() + value.retryAfterMs, Number.MAX_SAFE_INTEGER)) });
+      p.retry.push({ entry: BigInt(batch.first + run.offset), until: BigInt(Math.min(this.now() + value.retryAfterMs, Number.MAX_SAFE_INTEGER)) });
       p.retryOwners.push(batch);
       this.#schedule();
       return;
@@ -829,13 +963,15 @@ export class Driver {
       if (run.ended) throw new TurnstileError('not-running', `${run.label} asked a question after its execution ended`);
       // An aborted execution asks nothing more as far as the component is concerned: its abort
       // closed any question (the question still runs for the tool, unreported).
+      // Overlapping questions are one wait for the component: asked at the first (0 -> 1),
+      // answered at the last (1 -> 0).
       const reported = !run.aborted;
-      if (reported) this.#push('ask', run.batch.first + run.offset, run.batch);
+      if (reported && run.questions++ === 0) this.#push('ask', run.batch.first + run.offset, run.batch);
       try {
         return await answer();
       } finally {
         // Closed when the execution ended or was aborted: the answer is not reported.
-        if (reported && !run.ended && !run.aborted) this.#push('answer', run.batch.first + run.offset, run.batch);
+        if (reported && --run.questions === 0 && !run.ended && !run.aborted) this.#push('answer', run.batch.first + run.offset, run.batch);
       }
     })();
     // The execution may have ended without awaiting its question: never an unhandled rejection.
@@ -845,7 +981,31 @@ export class Driver {
 
   // --- the step ---------------------------------------------------------------------------
 
-  #push(kind: Exclude<InputKind, 'settle' | 'now' | 'retry' | 'pause'>, value: number, batch: Batch): void {
+  /** @internal The clock in whole milliseconds, never below a `now` given before (clamped). */
+  now(): number {
+    const t = Math.floor(this.#clock.now());
+    if (t > this.#lastNow) this.#lastNow = t;
+    return this.#lastNow;
+  }
+
+  /** Keeps the one timer for the scheduler's latest `wakeAt` (none: no timer). */
+  #arm(wakeAt: bigint | undefined): void {
+    const at = wakeAt === undefined ? -1 : Number(wakeAt);
+    if (at === this.#wakeAt && this.#wake !== undefined) return;
+    this.#wake?.cancel();
+    this.#wake = undefined;
+    this.#wakeAt = at;
+    if (at < 0) return;
+    // A timer that fires early (a system timer caps its wait) steps with the same `wakeAt`
+    // still ahead: the scheduler says it again and the timer is armed again.
+    this.#wake = this.#clock.setTimer(at, () => {
+      this.#wake = undefined;
+      this.#wakeAt = -1;
+      this.#schedule();
+    });
+  }
+
+  #push(kind: Exclude<InputKind, 'settle' | 'now' | 'retry' | 'pause' | 'liftPause'>, value: number, batch: Batch): void {
     if (this.#disposed) return;
     this.#pending[kind].push(value, batch);
     this.#schedule();
@@ -854,25 +1014,103 @@ export class Driver {
   #schedule(): void {
     if (this.#scheduled || this.#disposed) return;
     this.#scheduled = true;
-    void RESOLVED.then(this.#step);
+    // While a snapshot is being persisted, inputs wait for the next step (queued when it is).
+    if (!this.#persisting) void RESOLVED.then(this.#step);
   }
 
-  /** Sends every input queued since the last step in one `step`, and dispatches the outputs. */
+  /** Sends every input queued since the last step in one `step`, dispatches the outputs, and
+   * hands the host what the step decided once its snapshot is persisted. */
   #flush(): void {
+    if (!this.#scheduled || this.#persisting) return;
     this.#scheduled = false;
     if (this.#disposed) return;
     const p = this.#pending;
     this.#pending = this.#spare;
     this.#spare = p;
+    // The saved state changes with every input but a question's and a pause: such a step is
+    // persisted even when it starts and ends nothing (a 429 puts a started entry back in line).
+    const changed = p.approve.length + p.settle.length + p.ok.length + p.failed.length + p.retry.length + p.cancel.length + p.granted.length + p.denied.length > 0;
     try {
       this.#dispatch(p);
     } finally {
       p.clear();
     }
+    if (this.#disposed) return;
+    const reports = this.#reports;
+    const starts = this.#starts;
+    const retiring = this.#retiring;
+    if (reports.length === 0 && starts.length === 0 && retiring.length === 0 && !this.#dirty && !(changed && this.#persist !== undefined)) return;
+    this.#reports = [];
+    this.#starts = [];
+    this.#retiring = [];
+    if (this.#persist === undefined) {
+      this.#handOut(reports, starts, retiring);
+      return;
+    }
+    this.#dirty = false;
+    this.#persisting = true;
+    let saved: unknown;
+    try {
+      saved = this.#persist(this.snapshot());
+    } catch (error) {
+      this.#persistFailed(error, retiring);
+      return;
+    }
+    if (saved !== null && (typeof saved === 'object' || typeof saved === 'function') && typeof (saved as PromiseLike<unknown>).then === 'function') {
+      Promise.resolve(saved).then(
+        () => this.#persisted(reports, starts, retiring),
+        (error) => this.#persistFailed(error, retiring),
+      );
+    } else this.#persisted(reports, starts, retiring);
+  }
+
+  #persisted(reports: (Batch | number)[], starts: (Batch | number)[], retiring: { batch: Batch; outcomes: CallOutcome[] }[]): void {
+    this.#persisting = false;
+    if (this.#disposed) {
+      // Disposed meanwhile: nothing starts, but retired batches are done and saved.
+      for (const r of retiring) r.batch.resolve(r.outcomes);
+      return;
+    }
+    this.#handOut(reports, starts, retiring);
+    if (this.#scheduled) void RESOLVED.then(this.#step);
+  }
+
+  /** A failed `persist` breaks the driver loudly: every batch rejects with `PersistError`,
+   * running executions are aborted, nothing starts, the driver is disposed. */
+  #persistFailed(cause: unknown, retiring: { batch: Batch; outcomes: CallOutcome[] }[]): void {
+    this.#persisting = false;
+    const error = new PersistError(cause);
+    for (const r of retiring) r.batch.reject(error);
+    for (const batch of this.#live) {
+      this.#reject(batch, error);
+      this.#abortRunning(batch, error);
+    }
+    this.dispose();
+  }
+
+  /** What a step decided, to the host: outcomes to `onOutcome`, executions started, retired
+   * batches resolved. */
+  #handOut(reports: (Batch | number)[], starts: (Batch | number)[], retiring: { batch: Batch; outcomes: CallOutcome[] }[]): void {
+    for (let i = 0; i < reports.length; i += 2) {
+      const batch = reports[i] as Batch;
+      const offset = reports[i + 1] as number;
+      try {
+        batch.options.onOutcome!(batch.outcomes[offset]!, batch.submitted.calls[batch.plain ? offset : batch.submitted.at(offset).index]);
+      } catch {
+        // A host's hook must not break the driver's round.
+      }
+    }
+    for (let i = 0; i < starts.length; i += 2) this.#start(starts[i] as Batch, starts[i + 1] as number);
+    for (const r of retiring) r.batch.resolve(r.outcomes);
   }
 
   #dispatch(p: Pending): void {
     let out: RawOutputs;
+    // Time moved since the last step: the clock moves first, so that every input is judged at
+    // the time it happened (a 429's wait from the 429, an abort's grace from the cancel).
+    const now = this.now();
+    const moved = now > this.#given && p.approve.length + p.settle.length + p.ask.length + p.answer.length + p.ok.length + p.failed.length + p.cancel.length + p.retry.length + p.pause.length + p.liftPause.length + p.granted.length + p.denied.length > 0;
+    this.#given = now;
     try {
       out = this.scheduler.stepRaw({
         approve: p.approve.view(),
@@ -882,9 +1120,11 @@ export class Driver {
         ok: p.ok.view(),
         failed: p.failed.view(),
         cancel: p.cancel.view(),
-        now: BigInt(clock()),
+        now: BigInt(now),
+        nowFirst: moved,
         retry: p.retry,
         pause: p.pause.length ? p.pause : NO_PAUSES,
+        liftPause: p.liftPause.length ? p.liftPause : undefined,
         granted: p.granted.view(),
         denied: p.denied.view(),
       });
@@ -900,18 +1140,7 @@ export class Driver {
       return;
     }
     // Something waits on time (a key's delay or pause): step again then, with a later `now`.
-    if (this.#wake !== undefined) {
-      clearTimeout(this.#wake);
-      this.#wake = undefined;
-    }
-    if (out.wakeAt !== undefined) {
-      // Timers take at most 2^31 - 1 ms (about 24.8 days; more fires at once): a longer wait is
-      // re-armed when this one fires, since the scheduler says the same `wakeAt` again.
-      this.#wake = setTimeout(() => {
-        this.#wake = undefined;
-        this.#schedule();
-      }, Math.min(TIMER_MAX_MS, Math.max(0, Number(out.wakeAt) - clock())));
-    }
+    this.#arm(out.wakeAt);
     for (const a of out.abort) {
       const entry = Number(a.entry);
       const batch = this.#find(entry);
@@ -924,13 +1153,20 @@ export class Driver {
       const batch = this.#find(offset);
       // Given up after its abort grace: whatever the execution does later is ignored.
       if (batch && s.reason.tag === 'timed-out') this.#giveUp(batch, offset - batch.first);
+      const run = batch?.running[offset - batch.first];
+      // A cancelled batch's execution that ended with a 429 (this step's): it ran, its error is
+      // its outcome.
+      if (batch && run?.limited !== undefined && s.reason.tag === 'cancelled' && p.retry.some((r) => r.entry === s.entry)) {
+        this.#record(batch, offset - batch.first, { entry: s.entry, label: run.label, status: 'cancelled', error: run.limited });
+        continue;
+      }
       // The scheduler's settlement carries its sentence: no `explain` crossing.
       if (batch) this.#record(batch, offset - batch.first, { entry: s.entry, label: batch.label(offset - batch.first), status: 'settled', reason: convert.reason(s.reason), message: s.message });
     }
     // A shared key's pause goes to its store, for every process, before any permit goes back
     // (the pause only extends; a store error changes nothing here).
     if (this.sharedKeys) {
-      for (const p of out.pauseStore) this.sharedKeys.pause(p.key, storeMs(Math.max(0, Number(p.until) - clock()))).catch(() => {});
+      for (const p of out.pauseStore) this.sharedKeys.pause(p.key, storeMs(Math.max(0, Number(p.until) - this.now()))).catch(() => {});
     }
     const release = out.release;
     if (release.length) {
@@ -944,9 +1180,10 @@ export class Driver {
         if (e.input === 'granted') this.#release(Number(p.target(e.input, e.index)));
         continue;
       }
-      if (e.input === 'pause') {
-        p.pauseDone[e.index]?.(new RefusedInputError(e, 0n));
-        p.pauseDone[e.index] = () => {};
+      if (e.input === 'pause' || e.input === 'liftPause') {
+        const done = e.input === 'pause' ? p.pauseDone : p.liftDone;
+        done[e.index]?.(new RefusedInputError(e, 0n));
+        done[e.index] = () => {};
         continue;
       }
       const batch = p.owner(e.input, e.index);
@@ -955,6 +1192,7 @@ export class Driver {
       this.#fail(batch, new RefusedInputError(e, p.target(e.input, e.index)));
     }
     for (const done of p.pauseDone) done();
+    for (const done of p.liftDone) done();
     const requests = out.requests;
     for (let i = 0; i < requests.length; i++) {
       const entry = Number(requests[i].entry);
@@ -967,7 +1205,7 @@ export class Driver {
       for (let i = 0; i < start.length; i++) {
         const entry = w[i << 1] + w[(i << 1) + 1] * TWO_32;
         const batch = this.#find(entry);
-        if (batch) this.#start(batch, entry - batch.first);
+        if (batch) this.#starts.push(batch, entry - batch.first);
       }
     }
     for (const batch of out.retired) this.#retire(batch);
@@ -985,6 +1223,8 @@ export class Driver {
     }
   }
 
+  /** A batch left the scheduler: it resolves once the step's snapshot (which keeps it under
+   * `retired` until `forget`) is persisted. */
   #retire(number: bigint): void {
     const batch = this.#byBatch.get(number);
     if (!batch) return;
@@ -996,8 +1236,47 @@ export class Driver {
     if (batch.done) return;
     batch.done = true;
     const outcomes = callOutcomes(batch);
-    if (outcomes) batch.resolve(outcomes);
-    else batch.reject(new Error(`turnstile driver: batch ${number} retired with an entry unanswered (a bug)`));
+    if (!outcomes) {
+      batch.reject(new Error(`turnstile driver: batch ${number} retired with an entry unanswered (a bug)`));
+      return;
+    }
+    if (this.#persist !== undefined) this.#retired.push({ outcomes, text: convert.retiredJson(number, outcomes) });
+    this.#retiring.push({ batch, outcomes });
+  }
+
+  /** The snapshot's JSON text (DRIVERS.md, "Persistence"): the scheduler's `unfinished()`, the
+   * values of ended entries of live batches, and retired batches not forgotten. */
+  snapshot(): string {
+    const state = this.scheduler.unfinished();
+    const ended: string[] = [];
+    for (const saved of state.batches) {
+      const batch = this.#byBatch.get(saved.batch);
+      if (!batch) continue;
+      const starts = batch.submitted.callStarts();
+      for (let c = 0; c < saved.calls.length; c++) {
+        for (const e of saved.calls[c].entries) {
+          if (e.state.kind !== 'ended') continue;
+          const offset = (starts === null ? c : starts[c]) + e.operation;
+          const o = batch.outcomes[offset];
+          if (o === undefined) continue;
+          const kept = o.status === 'settled' ? `{"error":${convert.errorJson({ name: 'Error', message: o.message })}}` : 'error' in o ? `{"error":${convert.errorJson(o.error)}}` : `{"value":${convert.valueJson(o.value)}}`;
+          ended.push(`"${batch.first + offset}":${kept}`);
+        }
+      }
+    }
+    return `{"turnstile-snapshot":1,"state":${convert.stateJson(state)},"ended":{${ended.join(',')}},"retired":[${this.#retired.map((r) => r.text).join(',')}]}`;
+  }
+
+  /** Drops a retired batch from the snapshot (the next step persists without it): `outcomes` is
+   * the array its `run` resolved with, once the host kept them itself. An array of no retired
+   * batch (forgotten already, or never retired here) changes nothing. */
+  forget(outcomes: CallOutcome[]): void {
+    if (!Array.isArray(outcomes)) fail('outcomes', 'the array a run resolved with', outcomes);
+    const i = this.#retired.findIndex((r) => r.outcomes === outcomes);
+    if (i < 0 || this.#disposed) return;
+    this.#retired.splice(i, 1);
+    this.#dirty = true;
+    this.#schedule();
   }
 
   #insert(batch: Batch): void {
@@ -1104,4 +1383,3 @@ export function runBatch<C extends CallInput>(scheduler: Scheduler, calls: reado
     return Promise.reject(error);
   }
 }
-

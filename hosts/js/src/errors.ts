@@ -140,6 +140,26 @@ export class CallSettledError extends TurnstileError {
   }
 }
 
+/** The host's `persist` threw or rejected (`cause` is what it threw): the driver broke loudly.
+ * Every live batch rejects with this, its running executions are aborted, the driver is
+ * disposed, and nothing starts after it (`code` `'persist-failed'`). */
+export class PersistError extends TurnstileError {
+  declare readonly code: 'persist-failed';
+  constructor(cause: unknown) {
+    super('persist-failed', `persist failed, the driver is disposed: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.cause = cause;
+  }
+}
+
+/** An error an execution threw before a restart, as the snapshot saved it: `name` and `message`
+ * are the original's (its class and stack are not saved). */
+export class RestoredError extends Error {
+  constructor(name: string, message: string) {
+    super(message);
+    this.name = name;
+  }
+}
+
 /** A request was not admitted within its time (`Admission.acquire`'s `timeoutMs`, or an MCP
  * request's `timeout` spent queued): it was given up while queued, consumed nothing and was
  * never sent (code `'timed-out'`). `name` is `'TimeoutError'`, as for a `DOMException` of

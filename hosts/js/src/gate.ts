@@ -59,6 +59,9 @@ export interface GateOptions {
   /** The store client for the policy's shared keys, when the gate makes its driver (a `Policy`
    * target, or a `Scheduler` that has no driver yet); see `DriverOptions.sharedKeys`. */
   sharedKeys?: DriverOptions['sharedKeys'];
+  /** The clock, when the gate makes its driver (see `DriverOptions.clock`); the gate's own
+   * `abortGraceMs` wait runs on its driver's clock. */
+  clock?: DriverOptions['clock'];
 }
 
 export interface GateCallOptions {
@@ -127,8 +130,10 @@ export class Gate {
   /** A gate over a driver, a scheduler (its driver, `Driver.of`) or a policy (a new scheduler:
    * one gate per conversation). */
   constructor(target: Driver | Scheduler | Policy, options: GateOptions = {}) {
-    const o = record(options, 'options', ['decide', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys']);
-    const driverOptions: DriverOptions = o.sharedKeys === undefined ? {} : { sharedKeys: o.sharedKeys as DriverOptions['sharedKeys'] };
+    const o = record(options, 'options', ['decide', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys', 'clock']);
+    const driverOptions: DriverOptions = {};
+    if (o.sharedKeys !== undefined) driverOptions.sharedKeys = o.sharedKeys as DriverOptions['sharedKeys'];
+    if (o.clock !== undefined) driverOptions.clock = o.clock as DriverOptions['clock'];
     if (target instanceof Driver) this.driver = target;
     else if (target instanceof Scheduler) this.driver = Driver.of(target, driverOptions);
     else if (target instanceof Policy) {
@@ -143,7 +148,7 @@ export class Gate {
     if (o.decide !== undefined) func(o.decide, 'options.decide');
     if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
     if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
-    this.#options = options;
+    this.#options = o as GateOptions;
   }
 
   /** Runs `run(args, signal)` when the scheduler releases call `callId` of `tool`; resolves or
@@ -243,14 +248,15 @@ export class Gate {
     if (grace === undefined || !pending.signal) return result;
     // Its own signal aborts: it keeps its slot for at most `abortGraceMs` more.
     return new Promise((resolve, reject) => {
-      let timer: ReturnType<typeof setTimeout> | undefined;
+      let timer: { cancel(): void } | undefined;
+      const clock = this.driver.clock;
       const onAbort = () => {
-        timer = setTimeout(() => reject(new DOMException(`${pending.id} ignored its abort signal for ${grace} ms; its slot was freed`, 'TimeoutError')), grace);
+        timer = clock.setTimer(clock.now() + grace, () => reject(new DOMException(`${pending.id} ignored its abort signal for ${grace} ms; its slot was freed`, 'TimeoutError')));
       };
       if (pending.signal!.aborted) onAbort();
       else pending.signal!.addEventListener('abort', onAbort, { once: true });
       const finish = () => {
-        if (timer !== undefined) clearTimeout(timer);
+        timer?.cancel();
         pending.signal!.removeEventListener('abort', onAbort);
       };
       result.then(

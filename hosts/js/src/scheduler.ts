@@ -225,7 +225,7 @@ export class Submitted {
 }
 
 const HOW = ['rejected', 'skipped', 'failed'] as const;
-const STEP_FIELDS = ['approve', 'settle', 'ask', 'answer', 'ok', 'failed', 'cancel', 'now', 'retry', 'pause', 'granted', 'denied'] as const;
+const STEP_FIELDS = ['approve', 'settle', 'ask', 'answer', 'ok', 'failed', 'cancel', 'now', 'retry', 'pause', 'liftPause', 'granted', 'denied'] as const;
 
 function retries(value: unknown): RawRetry[] {
   if (value === undefined) return [];
@@ -277,6 +277,11 @@ export interface RawInputs {
   now: bigint | undefined;
   retry: readonly RawRetry[];
   pause: readonly ws.KeyPause[];
+  liftPause?: readonly string[];
+  /** Move the clock to `now` before the inputs apply (a `next-releases(now)` first), so each
+   * input is judged at the time it happened: the driver's path when time moved since its last
+   * step. */
+  nowFirst?: boolean;
   granted: BigUint64Array;
   denied: BigUint64Array;
 }
@@ -445,6 +450,11 @@ function ends(round: Round, kind: 'ok' | 'failed', list: BigUint64Array): void {
 /** One package `step` over the component's verbs (see `Round`); `crossings` counts the calls
  * into the component, `next-releases` included. @internal */
 export function stepOn(raw: ws.Scheduler, inputs: RawInputs): RawOutputs & { crossings: number } {
+  if (inputs.nowFirst && inputs.now !== undefined) {
+    const early = releasesOut(raw.nextReleases(inputs.now), []);
+    const rest = stepOn(raw, { ...inputs, nowFirst: false, now: undefined });
+    return { ...mergeOut(early, rest), crossings: rest.crossings + 1 };
+  }
   const round = new Round(raw);
   entryEvents(round, 'approve', inputs.approve);
   const settle = inputs.settle;
@@ -470,9 +480,36 @@ export function stepOn(raw: ws.Scheduler, inputs: RawInputs): RawOutputs & { cro
     const p = pause[i];
     round.add(false, 'pause', i, { tag: 'pause', val: { key: p.key, until: p.until } }, KEY, p.key, p.until);
   }
+  const lift = inputs.liftPause;
+  if (lift) for (let i = 0; i < lift.length; i++) round.add(false, 'liftPause', i, { tag: 'lift-pause', val: lift[i] }, KEY, lift[i]);
   round.flush();
   const releases = raw.nextReleases(inputs.now);
   return { ...releasesOut(releases, round.errors), crossings: round.crossings + 1 };
+}
+
+function cat(a: BigUint64Array, b: BigUint64Array): BigUint64Array {
+  if (a.length === 0) return b;
+  if (b.length === 0) return a;
+  const out = new BigUint64Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
+/** Two `next-releases` of one step, in order (the later one's `wakeAt`). */
+function mergeOut(a: RawOutputs, b: RawOutputs): RawOutputs {
+  return {
+    abort: a.abort.length ? [...a.abort, ...b.abort] : b.abort,
+    start: cat(a.start, b.start),
+    settle: a.settle.length ? [...a.settle, ...b.settle] : b.settle,
+    errors: a.errors.length ? [...a.errors, ...b.errors] : b.errors,
+    retired: cat(a.retired, b.retired),
+    wakeAt: b.wakeAt,
+    acquire: cat(a.acquire, b.acquire),
+    requests: a.requests.length ? [...a.requests, ...b.requests] : b.requests,
+    release: cat(a.release, b.release),
+    pauseStore: a.pauseStore.length ? [...a.pauseStore, ...b.pauseStore] : b.pauseStore,
+  };
 }
 
 /** The actions of `next-releases` sorted into lists by kind. */
@@ -656,6 +693,7 @@ export class Scheduler {
         now: i.now === undefined ? undefined : time(i.now, 'inputs.now'),
         retry: retries(i.retry),
         pause: pauses(i.pause),
+        liftPause: i.liftPause === undefined ? undefined : array(i.liftPause, 'inputs.liftPause').map((k, n) => string(k, `inputs.liftPause[${n}]`)),
         granted: numbers(i.granted, 'inputs.granted'),
         denied: numbers(i.denied, 'inputs.denied'),
       }),

@@ -131,7 +131,7 @@ export interface HostSettlement {
 export type Outcome = 'ok' | 'failed';
 
 /** Which list of step inputs an input was in. */
-export type InputKind = 'approve' | 'settle' | 'ask' | 'answer' | 'ok' | 'failed' | 'cancel' | 'now' | 'retry' | 'pause' | 'granted' | 'denied';
+export type InputKind = 'approve' | 'settle' | 'ask' | 'answer' | 'ok' | 'failed' | 'cancel' | 'now' | 'retry' | 'pause' | 'liftPause' | 'granted' | 'denied';
 
 export type InputErrorCode =
   | 'unknown-entry'
@@ -191,6 +191,9 @@ export interface StepInputs {
   retry?: readonly { entry: bigint; until: number | bigint }[];
   /** Keys to pause until a time (a pause only ever extends), by name. */
   pause?: readonly { key: string; until: number | bigint }[];
+  /** Keys whose pause to lift now, by name (the local pause only: a shared key's store keeps
+   * its own). Applied after `pause`. */
+  liftPause?: readonly string[];
   /** Entries of shared keys whose permit the store granted (each was in `acquire`); they start
    * in written order. Applied after `settle`. */
   granted?: Numbers;

@@ -72,11 +72,16 @@ export function func(value: unknown, name: string): void {
   if (typeof value !== 'function') fail(name, 'a function', value);
 }
 
-/** A plain object (not null, not an array) whose keys are all in `known`. */
+/** A plain object (not null, not an array) whose keys are all in `known`: its own enumerable
+ * fields, copied (an inherited field is never read: `Object.create({ cancel: [b] })` has none). */
 export function record(value: unknown, name: string, known: readonly string[]): Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) fail(name, 'an object', value);
-  for (const key of Object.keys(value)) if (!known.includes(key)) throw new TypeError(`${name} has an unknown field ${JSON.stringify(key)} (known: ${known.join(', ')})`);
-  return value as Record<string, unknown>;
+  const own: Record<string, unknown> = {};
+  for (const key of Object.keys(value)) {
+    if (!known.includes(key)) throw new TypeError(`${name} has an unknown field ${JSON.stringify(key)} (known: ${known.join(', ')})`);
+    own[key] = (value as Record<string, unknown>)[key];
+  }
+  return own;
 }
 
 export function array(value: unknown, name: string): readonly unknown[] {
@@ -104,4 +109,34 @@ export function numbers(value: unknown, name: string): BigUint64Array {
     out[i] = typeof item === 'bigint' && item >= 0n && item <= U64_MAX ? item : u64(item, `${name}[${i}]`);
   }
   return out;
+}
+
+/** The one clock a driver (and `SharedKeys`) reads: monotonic whole-or-fractional
+ * milliseconds, and one-shot timers at a time on that clock. */
+export interface Clock {
+  /** Milliseconds, monotonic (the driver floors them and never goes back). */
+  now(): number;
+  /** Calls `fire` once the clock reaches `atMs` (or later); `cancel` withdraws it. */
+  setTimer(atMs: number, fire: () => void): { cancel(): void };
+}
+
+/** Timers take at most 2^31 - 1 ms: a longer wait fires early, and the caller re-arms it. */
+const TIMER_MAX_MS = 0x7fff_ffff;
+
+/** `performance.now()` and `setTimeout`. */
+export const SYSTEM_CLOCK: Clock = {
+  now: () => performance.now(),
+  setTimer(atMs, fire) {
+    const timer = setTimeout(fire, Math.min(TIMER_MAX_MS, Math.max(0, atMs - performance.now())));
+    return { cancel: () => clearTimeout(timer) };
+  },
+};
+
+/** A `Clock` option: absent is the system clock. */
+export function clockOption(value: unknown, name: string): Clock {
+  if (value === undefined) return SYSTEM_CLOCK;
+  if (typeof value !== 'object' || value === null || typeof (value as Clock).now !== 'function' || typeof (value as Clock).setTimer !== 'function') {
+    fail(name, 'a clock ({ now(): number, setTimer(atMs, fire): { cancel() } })', value);
+  }
+  return value as Clock;
 }

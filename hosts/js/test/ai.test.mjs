@@ -4,7 +4,7 @@
 // wrapper shows the race, and the SDK behaviour the adapter relies on is tested directly.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { VirtualClock } from './fixtures/virtual-clock.mjs';
 import { generateText, isStepCount, streamText, tool } from 'ai';
 import { MockLanguageModelV4, convertArrayToReadableStream } from 'ai/test';
 import { z } from 'zod';
@@ -132,6 +132,18 @@ function tools(record) {
   return { state, set };
 }
 
+/** The test's virtual clock, moving on its own whenever nothing else can run (no real sleep):
+ * every gate's driver's clock and the tools' `sleep`. */
+let clock = new VirtualClock();
+let stopClock = clock.auto();
+const sleep = (ms, _value, options) => clock.sleep(ms, options?.signal);
+function freshClock() {
+  stopClock();
+  clock = new VirtualClock();
+  stopClock = clock.auto();
+  return clock;
+}
+
 async function policy() {
   const t = await Turnstile.load();
   return t.resolve([{ name: 'test', text: CONFIG }]);
@@ -175,7 +187,7 @@ for (const mode of ['generateText', 'streamText']) {
   });
 
   test(`${mode} with limitTools: no key over its limit, written order per key, every result delivered to the model`, { timeout: 20_000 }, async () => {
-    const gate = new Gate(await policy());
+    const gate = new Gate(await policy(), { clock: freshClock() });
     const batches = [];
     // Each tool records the batch it runs in: the calls of one step are one batch, in written order.
     const { state, set } = tools(() => batches.push(gate.driver.inspect().map((b) => b.entries.map((e) => e.label))));
@@ -210,7 +222,7 @@ for (const mode of ['generateText', 'streamText']) {
 
   test(`${mode}: a call Turnstile settles reaches the model as its truthful text`, { timeout: 20_000 }, async () => {
     const { set } = tools();
-    const limited = limitTools(set, await policy(), { decide: (label) => (label === 'd2' ? 'reject' : 'approve') });
+    const limited = limitTools(set, await policy(), { decide: (label) => (label === 'd2' ? 'reject' : 'approve'), clock: freshClock() });
     const { m } = await run(mode, limited);
     const sent = resultsSent(m, 1, mode === 'streamText');
     assert.deepEqual(sent.d2, { type: 'error-text', value: 'not run: the user rejected this call' });
@@ -263,7 +275,7 @@ test('streamText starts a step\'s tools only after the model stream of that step
 });
 
 test('limitTools keeps tools without execute and refuses what is not a tool set', async () => {
-  const gate = new Gate(await policy());
+  const gate = new Gate(await policy(), { clock: freshClock() });
   const noExecute = { description: 'client-side tool' };
   const limited = limitTools({ ask: noExecute }, gate);
   assert.equal(limited.ask, noExecute);
@@ -272,7 +284,7 @@ test('limitTools keeps tools without execute and refuses what is not a tool set'
 });
 
 test('the abort signal the SDK passes cancels a queued call and never hangs its key', { timeout: 20_000 }, async () => {
-  const gate = new Gate(await policy());
+  const gate = new Gate(await policy(), { clock: freshClock() });
   const ran = [];
   const limited = limitTools(
     {
@@ -330,7 +342,7 @@ test('limitTools makes a templated key from each call\'s input: writes to one fi
     }),
   };
   const decide = (label) => (label === 'w6' ? 'reject' : 'approve');
-  const result = await generateText({ model: m, tools: limitTools(set, policy, { decide }), prompt: 'go', stopWhen: isStepCount(3) });
+  const result = await generateText({ model: m, tools: limitTools(set, policy, { decide, clock: freshClock() }), prompt: 'go', stopWhen: isStepCount(3) });
   assert.equal(result.text, 'done');
   assert.deepEqual(overlaps, []);
   assert.deepEqual(Object.fromEntries(starts), { 'a.txt': ['w1', 'w3', 'w5'], 'b.txt': ['w2'], 'c.txt': ['w4'] });

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { getEventListeners } from 'node:events';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { VirtualClock } from './fixtures/virtual-clock.mjs';
 import { DisposedError, Driver, Scheduler, Turnstile, runBatch } from '../dist/index.js';
 
 const CONFIG = `
@@ -18,11 +18,20 @@ fan_out = true
 [conversation.tools.free]
 `;
 
+/** The test's virtual clock, moving on its own whenever nothing else can run (no real sleep):
+ * the driver's clock and `sleep`'s. */
+let clock = new VirtualClock();
+let stopClock = clock.auto();
+const sleep = (ms, _value, options) => clock.sleep(ms, options?.signal);
+
 async function setup() {
   const t = await Turnstile.load();
   const policy = t.resolve([{ name: 'test', text: CONFIG }]);
+  stopClock();
+  clock = new VirtualClock();
+  stopClock = clock.auto();
   const sched = new Scheduler(policy);
-  return { t, policy, sched, driver: new Driver(sched) };
+  return { t, policy, sched, driver: new Driver(sched, { clock }) };
 }
 
 /** Nothing left: no live batch in the driver, no batch in the scheduler. */

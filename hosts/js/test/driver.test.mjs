@@ -1,9 +1,9 @@
-// The async driver with real timers: concurrency, order within a key, a key shared across
+// The async driver on a virtual clock (no real sleeps): concurrency, order within a key, a key shared across
 // tools, cancellation mid-batch, executions that throw, questions, decisions, batches sharing a
 // scheduler, a refused input that fails only its own batch, and bounded state over many batches.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { VirtualClock } from './fixtures/virtual-clock.mjs';
 import { runInNewContext } from 'node:vm';
 import { setFlagsFromString } from 'node:v8';
 import { RefusedInputError, Scheduler, SubmitError, Turnstile, runBatch } from '../dist/index.js';
@@ -32,10 +32,22 @@ fan_out = { on_error = "stop" }
 fan_out = true
 `;
 
+/** The test's virtual clock: its scheduler's driver (`runBatch` finds it) and `sleep` use it. */
+let clock = new VirtualClock();
+const sleep = (ms, signal) => clock.sleep(ms, signal);
+/** Runs the clock until nothing is left to do, then gives what `promise` settled with. */
+async function settle(promise) {
+  await clock.runAll();
+  return promise;
+}
+
 async function setup() {
   const t = await Turnstile.load();
   const policy = t.resolve([{ name: 'test', text: CONFIG }]);
-  return { t, policy, sched: new Scheduler(policy) };
+  clock = new VirtualClock();
+  const sched = new Scheduler(policy);
+  new Driver(sched, { clock });
+  return { t, policy, sched };
 }
 
 /** An execute that records start order and peak concurrency per key, sleeping `ms(label)`. */
@@ -57,7 +69,7 @@ test('unkeyed calls run concurrently', async () => {
   const { sched } = await setup();
   const { log, execute } = recorder(() => 30);
   const calls = [1, 2, 3, 4].map((i) => ({ id: `r${i}`, tool: 'read' }));
-  const outcomes = await runBatch(sched, calls, execute);
+  const outcomes = await settle(runBatch(sched, calls, execute));
   assert.equal(log.peak.all, 4);
   assert.deepEqual(outcomes.map((o) => o.entries[0].status), ['ok', 'ok', 'ok', 'ok']);
   assert.equal(outcomes[2].entries[0].value, 'r3 done');
@@ -74,7 +86,7 @@ test('a key runs one at a time in written order, whatever the durations', async 
     { id: 'd1', tool: 'rfd_draft' },
     { id: 'd2', tool: 'rfd_draft' },
   ];
-  const outcomes = await runBatch(sched, calls, execute);
+  const outcomes = await settle(runBatch(sched, calls, execute));
   assert.deepEqual(log.starts, ['n1', 'n2', 'n3', 'd1', 'd2']);
   assert.equal(log.peak.all, 1);
   assert.deepEqual(outcomes.map((o) => o.id), ['n1', 'n2', 'n3', 'd1', 'd2']);
@@ -84,7 +96,7 @@ test('a key shared by two tools caps them together and keeps their order', async
   const { sched } = await setup();
   const { log, execute } = recorder((e) => (e.endsWith('1') ? 20 : 5));
   const calls = ['i1', 'p1', 'i2', 'p2', 'i3', 'p3'].map((id) => ({ id, tool: id.startsWith('i') ? 'github_issues' : 'github_pulls' }));
-  await runBatch(sched, calls, execute);
+  await settle(runBatch(sched, calls, execute));
   assert.equal(log.peak.all, 2);
   // Written order within the key: each starts after every earlier one started.
   assert.deepEqual(log.starts, ['i1', 'p1', 'i2', 'p2', 'i3', 'p3']);
@@ -96,12 +108,12 @@ test('cancelling mid-batch settles parked calls; the running one finishes and is
   const seen = [];
   const execute = async ({ label, signal }) => {
     seen.push(label);
-    setTimeout(() => controller.abort(), 5);
+    clock.setTimer(clock.now() + 5, () => controller.abort());
     await sleep(20);
     return signal.aborted ? 'stopped early' : 'done';
   };
   const calls = ['n1', 'n2', 'n3'].map((id) => ({ id, tool: 'rfd_renumber' }));
-  const outcomes = await runBatch(sched, calls, execute, { signal: controller.signal });
+  const outcomes = await settle(runBatch(sched, calls, execute, { signal: controller.signal }));
   assert.deepEqual(seen, ['n1']);
   assert.deepEqual(strip(outcomes[0].entries[0]), { label: 'n1', status: 'cancelled', value: 'stopped early' });
   assert.deepEqual(outcomes.slice(1).map((o) => strip(o.entries[0])), [
@@ -139,7 +151,7 @@ test('an execute that throws is a failure: the slot frees, and stop stops the op
 test('rejected calls settle and do not block; questions keep the slot, one after another', async () => {
   const { sched } = await setup();
   const order = [];
-  const outcomes = await runBatch(
+  const outcomes = await settle(runBatch(
     sched,
     ['n1', 'n2', 'n3'].map((id) => ({ id, tool: 'rfd_renumber' })),
     async (x) => {
@@ -156,7 +168,7 @@ test('rejected calls settle and do not block; questions keep the slot, one after
       order.push(`end ${x.label}`);
     },
     { decide: async (label) => (label === 'n1' ? 'reject' : 'approve') },
-  );
+  ));
   assert.deepEqual(strip(outcomes[0].entries[0]), { label: 'n1', status: 'settled', reason: { kind: 'rejected' }, message: 'not run: the user rejected this call' });
   assert.deepEqual(order, ['start n2', 'answers 42 43', 'end n2', 'start n3', 'end n3']);
 });
@@ -164,10 +176,10 @@ test('rejected calls settle and do not block; questions keep the slot, one after
 test('two batches on one scheduler share their keys, in submission order', async () => {
   const { sched } = await setup();
   const { log, execute } = recorder(() => 5);
-  const [a, b] = await Promise.all([
+  const [a, b] = await settle(Promise.all([
     runBatch(sched, [{ id: 'a1', tool: 'rfd_draft' }, { id: 'a2', tool: 'rfd_draft' }], execute),
     runBatch(sched, [{ id: 'b1', tool: 'rfd_renumber' }], execute),
-  ]);
+  ]));
   assert.equal(log.peak.all, 1);
   assert.deepEqual(log.starts, ['a1', 'a2', 'b1']);
   assert.equal(a.length + b.length, 3);
@@ -255,7 +267,7 @@ test('a question asked after its execution ended is refused to the asker; other 
     return x.label;
   });
   // The question is closed: asking rejects in the caller (here a2, which fails with it).
-  const outcomesA = await runA;
+  const outcomesA = await settle(runA);
   assert.equal(outcomesA[1].entries[0].status, 'failed');
   assert.equal(outcomesA[1].entries[0].error.code, 'not-running');
   assert.deepEqual(outcomesA.map((o) => o.entries[0].status), ['ok', 'failed', 'ok']);
@@ -295,7 +307,7 @@ test('20,000 sequential batches reusing the same call ids: state is dropped as b
   }
   assert.equal(memories.length, 1);
   const wasmBytes = () => memories[0].buffer.byteLength;
-  const driver = new Driver(sched);
+  const driver = Driver.of(sched);
   const calls = [
     { id: 'call_0', tool: 'rfd_draft' },
     { id: 'call_1', tool: 'rfd_renumber' },
@@ -325,4 +337,21 @@ test('20,000 sequential batches reusing the same call ids: state is dropped as b
   assert.ok(growth < 1_000_000, `JS heap grew ${growth} bytes over 18,000 batches`);
   // A wasm memory never shrinks, so any growth would stay: there must be none.
   assert.equal(wasmBytes(), wasmAt2000, 'the component\'s memory grew');
+});
+
+test('the README example: execute destructures question (bound to its execution), a question keeps the slot', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'readme', text: CONFIG }]);
+  const driver = new Driver(new Scheduler(policy));
+  const outcomes = await driver.run(
+    [{ id: 'a', tool: 'rfd_draft' }],
+    async ({ label, signal, question }) => {
+      const ok = await question(async () => true);
+      return ok ? `${label} done ${signal.aborted}` : 'declined';
+    },
+    { decide: async () => 'approve' },
+  );
+  assert.equal(outcomes[0].entries[0].status, 'ok');
+  assert.equal(outcomes[0].entries[0].value, 'a done false');
+  driver.dispose();
 });

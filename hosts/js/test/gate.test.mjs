@@ -3,7 +3,7 @@
 // abort never hangs a key, a `run` that throws fails only its call. Failure paths first.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { VirtualClock } from './fixtures/virtual-clock.mjs';
 import { CallSettledError, Driver, Gate, Scheduler, SubmitError, Turnstile, TurnstileError } from '../dist/index.js';
 
 const CONFIG = `
@@ -15,10 +15,22 @@ concurrency = { key = "rfd" }
 concurrency = { key = "github", limit = 2 }
 `;
 
+/** The test's virtual clock, moving on its own whenever nothing else can run (no real sleep):
+ * its gate's driver's clock and `sleep`'s. */
+let clock = new VirtualClock();
+let stopClock = clock.auto();
+const sleep = (ms, _value, options) => clock.sleep(ms, options?.signal);
+function freshClock() {
+  stopClock();
+  clock = new VirtualClock();
+  stopClock = clock.auto();
+  return clock;
+}
+
 async function gate(options) {
   const t = await Turnstile.load();
   const policy = t.resolve([{ name: 'test', text: CONFIG }]);
-  return new Gate(policy, options);
+  return new Gate(policy, { ...options, clock: freshClock() });
 }
 
 /** Resolves when `log` gets `line` (no timed waits in assertions). */
@@ -233,7 +245,7 @@ test('each call settles when its own entry ends, not when its batch ends', { tim
 
 test('limits and written order hold per key; unkeyed tools run together', { timeout: 10_000 }, async () => {
   const t = await Turnstile.load();
-  const driver = new Driver(new Scheduler(t.resolve([{ name: 'test', text: CONFIG }])));
+  const driver = new Driver(new Scheduler(t.resolve([{ name: 'test', text: CONFIG }])), { clock: freshClock() });
   const g = new Gate(driver);
   assert.equal(new Gate(driver.scheduler).driver, driver);
   const running = new Map();

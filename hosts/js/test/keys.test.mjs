@@ -7,7 +7,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { setTimeout as realSleep } from 'node:timers/promises';
+import { quiet, VirtualClock } from './fixtures/virtual-clock.mjs';
 import { Driver, Gate, RateLimitedError, Scheduler, SubmitError, Turnstile, runBatch } from '../dist/index.js';
 
 const CONFIG = `
@@ -24,10 +25,24 @@ fan_out = true
 /** The key a call of `fs_write` takes when its arguments make none. */
 const OWN = 'fs:{path}';
 
-async function setup(text = CONFIG) {
+/** The test's virtual clock, moving on its own whenever nothing else can run (no real sleep):
+ * the scheduler's driver's clock and `sleep`'s. The fake HTTP API's test keeps real time. */
+let clock = new VirtualClock();
+let stopClock = clock.auto();
+const sleep = (ms) => clock.sleep(ms);
+function freshClock() {
+  stopClock();
+  clock = new VirtualClock();
+  stopClock = clock.auto();
+  return clock;
+}
+
+async function setup(text = CONFIG, { virtual = true } = {}) {
   const t = await Turnstile.load();
   const policy = t.resolve([{ name: 'keys', text }]);
-  return { t, policy, sched: new Scheduler(policy) };
+  const sched = new Scheduler(policy);
+  if (virtual) new Driver(sched, { clock: freshClock() });
+  return { t, policy, sched };
 }
 
 /** The key of each entry of a batch, by label. */
@@ -230,7 +245,7 @@ test('a burst of 30 writes over 4 files through the driver: one at a time per fi
 
 test('the same burst through the gate (calls arriving together, each with its args)', { timeout: 20_000 }, async () => {
   const { policy } = await setup();
-  const gate = new Gate(policy);
+  const gate = new Gate(policy, { clock });
   const paths = ['a.txt', 'b.txt', 'c.txt', 'd.txt'];
   const writes = Array.from({ length: 16 }, (_, i) => [`w${i + 1}`, paths[i % 4]]);
   const outcome = await burst(writes, (writes, write) => Promise.all(writes.map(([id, path]) => gate.call('fs_write', id, { path }, (args) => write({ id, path: args.path }, 2)))));
@@ -267,7 +282,7 @@ async function fakeApi(allowance) {
 }
 
 test('a fanned-out batch against an API that answers 429 with Retry-After: the host\'s key pauses, the other host runs on, all pages arrive', { timeout: 20_000 }, async () => {
-  const { sched } = await setup();
+  const { sched } = await setup(CONFIG, { virtual: false });
   const api = await fakeApi({ 'a.example': 3 });
   const driver = Driver.of(sched);
   const running = {};
@@ -283,7 +298,7 @@ test('a fanned-out batch against an API that answers 429 with Retry-After: the h
     const watching = (async () => {
       while (!done && whys.size === 0) {
         for (const b of driver.inspect()) for (const e of b.entries) if (e.wait?.kind === 'key-paused') whys.add(e.why);
-        await sleep(5);
+        await realSleep(5);
       }
     })();
     const out = await driver.run(calls, async ({ call, operation, signal }) => {
@@ -351,7 +366,7 @@ concurrency = { key = "quota", retries = 0 }
   assert.equal(cancelled[0].entries[0].message, t.explain('c', { kind: 'cancelled' }));
   const hanging = driver.run([{ id: 'h', tool: 'rfd_draft' }], () => new Promise(() => {}));
   hanging.catch(() => {});
-  await sleep(5);
+  await quiet();
   const state = driver.scheduler.unfinished();
   const resumed = Driver.resume(policy, state, { started: 'interrupt', execute: async () => 'again' });
   const [restored] = await Promise.all(resumed.batches);
@@ -429,7 +444,7 @@ test('Driver.resume gives restored calls their args back with argsOf, and checks
   const driver = Driver.of(sched);
   const first = driver.run(Object.entries(args).map(([id, a]) => ({ id, tool: 'fs_write', args: a })), () => new Promise(() => {}));
   first.catch(() => {});
-  await sleep(5);
+  await quiet();
   const state = sched.unfinished();
   driver.dispose();
   const execute = async ({ call }) => `${call.id}: ${call.args?.content}`;

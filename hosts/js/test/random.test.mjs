@@ -6,7 +6,7 @@
 // `TURNSTILE_SEED=N` replays one seed; `TURNSTILE_SEEDS=N` sets how many (default 30).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { VirtualClock } from './fixtures/virtual-clock.mjs';
 import { Driver, Scheduler, Turnstile } from '../dist/index.js';
 
 /** mulberry32: small, fast, good enough to pick behaviours. */
@@ -53,7 +53,11 @@ const BEHAVIOURS = ['ok', 'throw', 'reject', 'sync-throw', 'sync-value', 'slow',
 async function runSeed(policy, seed) {
   const r = rng(seed);
   const sched = new Scheduler(policy);
-  const driver = new Driver(sched);
+  // Virtual time, moving on its own whenever nothing else can run: every wait below is on it.
+  const clock = new VirtualClock();
+  const stopClock = clock.auto();
+  const sleep = (ms) => clock.sleep(ms);
+  const driver = new Driver(sched, { clock });
   const running = new Map();
   const peak = new Map();
   const startsPerKey = new Map();
@@ -137,12 +141,12 @@ async function runSeed(policy, seed) {
         });
       case 'honour-abort':
         return new Promise((resolve, reject) => {
-          const timer = setTimeout(() => {
+          const timer = clock.setTimer(clock.now() + 2 + r.int(8), () => {
             done();
             resolve('finished');
-          }, 2 + r.int(8));
+          });
           x.signal.addEventListener('abort', () => {
-            clearTimeout(timer);
+            timer.cancel();
             done();
               reject(x.signal.reason);
           }, { once: true });
@@ -186,7 +190,7 @@ async function runSeed(policy, seed) {
       // Handled now (it is inspected at the end): a rejection is expected for failing decides.
       promise.catch(() => {});
       batches.push({ calls, promise, decideMode });
-      if (r.chance(0.25)) setTimeout(() => controller.abort(), r.int(10));
+      if (r.chance(0.25)) clock.setTimer(clock.now() + r.int(10), () => controller.abort());
       if (r.chance(0.1)) controller.abort();
     }
     await sleep(r.int(4));
@@ -201,6 +205,7 @@ async function runSeed(policy, seed) {
   clearTimeout(watchdog);
   // Executions that ignored their abort may still be running: let them end.
   await sleep(20);
+  stopClock();
 
   settled.forEach((s, i) => {
     const { calls, decideMode } = batches[i];

@@ -5,6 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Driver, InstanceBrokenError, Scheduler, SubmitError, Turnstile, TurnstileError } from '../dist/index.js';
+import { quiet } from './fixtures/virtual-clock.mjs';
 
 const CONFIG = '[conversation.tools.k]\nconcurrency = 1\n[conversation.tools.f]\nfan_out = true\n';
 const MAX = 2n ** 64n - 1n;
@@ -230,7 +231,7 @@ test('a trap breaks the instance: InstanceBrokenError now and for every later us
   const driver = new Driver(new Scheduler(policy));
   let release;
   const running = driver.run([{ id: 'x', tool: 'k' }, { id: 'y', tool: 'k' }], () => new Promise((r) => (release = r)));
-  await new Promise((r) => setTimeout(r, 5));
+  await quiet();
   const b = sched.submit([{ id: 'a', tool: 'k' }]);
   let broken;
   assert.throws(
@@ -274,4 +275,22 @@ test('disposed objects refuse use with DisposedError; disposal is idempotent', a
   assert.throws(() => adm.begin('x', 'call'), (e) => e.code === 'disposed');
   policy.dispose();
   assert.throws(() => policy.tools(), (e) => e.code === 'disposed');
+});
+
+test('step and the driver read own fields only: an inherited cancel cancels nothing, an inherited option is not an option', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'v', text: CONFIG }]);
+  const sched = new Scheduler(policy);
+  const b = sched.submit([{ id: 'a', tool: 'k' }]);
+  sched.step(Object.create({ cancel: [b.batch] }));
+  assert.equal(sched.unfinished().batches[0].cancelled, false);
+  // Given as its own field, the same cancel retires the batch at once (nothing of it ran).
+  const out0 = sched.step({ cancel: [b.batch] });
+  assert.deepEqual([...out0.retired], [b.batch]);
+  sched.dispose();
+  // An inherited `decide` that rejects everything is no decide.
+  const driver = new Driver(new Scheduler(policy));
+  const out = await driver.run([{ id: 'x', tool: 'k' }], async () => 'ran', Object.create({ decide: () => 'reject' }));
+  assert.equal(out[0].entries[0].status, 'ok');
+  driver.dispose();
 });

@@ -21,7 +21,7 @@ import type * as wsh from '../component/interfaces/turnstile-scheduler-shared.js
 import { DisposedError } from '../errors.js';
 import { Held } from '../instance.js';
 import { sharedInstance } from './component.js';
-import { millis, record, signal as checkSignal, string as checkString, u32 } from '../validate.js';
+import { clockOption, millis, record, signal as checkSignal, string as checkString, u32, type Clock } from '../validate.js';
 import {
   DELAY_MS_MAX, KEY_LENGTH_MAX, LEASE_MS_MAX, LEASE_MS_MIN, LeaseLostError, LIMIT_MAX, RENEW_TICKETS_MAX, StoreUnavailableError,
   type Removal, type SharedStore, type TicketState, type Wake, type Watch,
@@ -34,6 +34,9 @@ export interface SharedKeysOptions {
   /** Starts every ticket id (default: the pid and random hex), so a store's tickets show which
    * process holds them. */
   owner?: string;
+  /** The clock for leases and retries (default: `performance.now()` and `setTimeout`): the
+   * driver's `clock` option, the same object. */
+  clock?: Clock;
 }
 
 export interface AcquireTerms {
@@ -63,7 +66,7 @@ interface KeyTickets {
    * arrives (it comes on another connection), and `early` keeps it until then. */
   readonly pending: Set<string>;
   readonly early: Map<string, Granted>;
-  retry: ReturnType<typeof setTimeout> | undefined;
+  retry: { cancel(): void } | undefined;
   checking: boolean;
 }
 
@@ -138,14 +141,17 @@ export class SharedKeys {
   #lease: Held<wsh.LeaseSchedule> | undefined;
   #leaseLoading: Promise<Held<wsh.LeaseSchedule>> | undefined;
   /** The timer for the schedule's `wake-at`. */
-  #timer: ReturnType<typeof setTimeout> | undefined;
+  #timer: { cancel(): void } | undefined;
+  readonly #clock: Clock;
+  #lastNow = 0;
   /** The store's error from the latest failed renewal, for the message of a ticket given up. */
   #lastError: unknown;
   #count = 0;
   #closed = false;
 
   constructor(store: SharedStore, options: SharedKeysOptions = {}) {
-    record(options, 'options', ['leaseMs', 'owner']);
+    record(options, 'options', ['leaseMs', 'owner', 'clock']);
+    this.#clock = clockOption(options.clock, 'options.clock');
     this.store = store;
     this.leaseMs = options.leaseMs === undefined ? 10_000 : u32(options.leaseMs, 'options.leaseMs', LEASE_MS_MIN, LEASE_MS_MAX);
     this.owner = options.owner === undefined ? `${process.pid}-${Math.random().toString(16).slice(2, 10)}` : checkString(options.owner, 'options.owner');
@@ -170,7 +176,7 @@ export class SharedKeys {
     const n = ++this.#count;
     const ticket = this.#ticketId(BigInt(n));
     const k = this.#tickets(key);
-    this.#report((l) => l.requested(key, BigInt(n), now()));
+    this.#report((l) => l.requested(key, BigInt(n), this.#now()));
     this.#pump();
     k.pending.add(ticket);
     let state: TicketState;
@@ -230,7 +236,7 @@ export class SharedKeys {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer?.cancel();
     this.#timer = undefined;
     const returns: Promise<unknown>[] = [];
     for (const [key, k] of this.#keys) {
@@ -318,16 +324,16 @@ export class SharedKeys {
    * and sets the timer for its next poll. */
   #pump(): void {
     if (this.#closed || !this.#lease) return;
-    const poll = this.#report((l) => l.poll(now()));
+    const poll = this.#report((l) => l.poll(this.#now()));
     for (const g of poll.givenUp) this.#givenUp(g);
     for (const r of poll.renewals) void this.#renew(r);
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer?.cancel();
     this.#timer = undefined;
     if (poll.wakeAt !== undefined) {
-      this.#timer = setTimeout(() => {
+      this.#timer = this.#clock.setTimer(Number(poll.wakeAt), () => {
         this.#timer = undefined;
         this.#pump();
-      }, Math.max(0, Number(poll.wakeAt) - performance.now()));
+      });
     }
   }
 
@@ -434,11 +440,11 @@ export class SharedKeys {
   }
 
   #retryAfter(key: string, k: KeyTickets, ms: number): void {
-    if (k.retry !== undefined) clearTimeout(k.retry);
-    k.retry = setTimeout(() => {
+    k.retry?.cancel();
+    k.retry = this.#clock.setTimer(this.#clock.now() + ms + 1, () => {
       k.retry = undefined;
       void this.#check(key);
-    }, ms + 1);
+    });
   }
 
   /** Asks the store for the states of every local ticket of `key` (a retry, a resync, a watch
@@ -495,10 +501,17 @@ export class SharedKeys {
    * ticket. */
   #idle(key: string, k: KeyTickets): void {
     if (k.waiting.size === 0) {
-      if (k.retry !== undefined) clearTimeout(k.retry);
+      k.retry?.cancel();
       k.retry = undefined;
     }
     if (k.waiting.size === 0 && k.held.size === 0 && k.pending.size === 0 && !k.checking && this.#keys.get(key) === k) this.#keys.delete(key);
+  }
+
+  /** The lease schedule's clock: whole ms, never below a reading given before. */
+  #now(): bigint {
+    const t = Math.floor(this.#clock.now());
+    if (t > this.#lastNow) this.#lastNow = t;
+    return BigInt(this.#lastNow);
   }
 
   #giveBack(key: string, ticket: string): void {
@@ -514,10 +527,6 @@ const GIVE_UP_REASONS: Record<wsh.GiveUpReason, string> = {
   'not-renewed': 'it was not renewed in time (the event loop was blocked)',
 };
 
-/** The lease schedule's clock: monotonic ms (`performance.now()`), so it never goes back. */
-function now(): bigint {
-  return BigInt(Math.floor(performance.now()));
-}
 
 function checkKey(key: unknown): void {
   checkString(key, 'key');

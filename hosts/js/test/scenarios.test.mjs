@@ -1,0 +1,298 @@
+// The scenario corpus (tests/scenarios/*.toml, format in tests/scenarios/README.md): every file
+// is one test, run by the Driver on a virtual clock with an in-memory `persist`, and must print
+// exactly its `expect` lines. Nothing sleeps: timers wait in the clock's heap and time moves to
+// the next one only when nothing else can run. `restart` drops the driver without disposing it
+// (everything its executions and timers still do is ignored) and resumes the last persisted
+// snapshot with `Driver.resume`. On a mismatch the test prints both lists, line by line.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse } from 'smol-toml';
+import { Driver, RateLimitedError, Scheduler, Turnstile } from '../dist/index.js';
+import { SharedKeys, SqliteStore } from '../dist/shared/index.js';
+import { VirtualClock } from './fixtures/virtual-clock.mjs';
+
+const DIR = new URL('../../../tests/scenarios/', import.meta.url).pathname;
+const FILES = readdirSync(DIR).filter((f) => f.endsWith('.toml')).sort();
+
+const KNOWN = new Set(['about', 'config', 'started', 'batch', 'script', 'at', 'expect']);
+const BATCH_KNOWN = new Set(['at', 'calls', 'operations', 'execution_ms', 'abort_grace_ms', 'decide', 'cancel_at', 'forget']);
+
+/** The runner's own error: `fail 'message'`, `throw-sync`, a `decide` that raises. */
+class ScenarioError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'ScenarioError';
+  }
+}
+
+/** An error as a line writes it: a ScenarioError's message quoted, else its name. */
+const errorText = (e) => (e?.name === 'ScenarioError' ? JSON.stringify(String(e.message)) : String(e?.name ?? typeof e));
+
+/** One outcome as an expected line's text (after `outcome LABEL`). */
+function outcomeText(o) {
+  switch (o.status) {
+    case 'ok':
+      return `ok ${JSON.stringify(o.value ?? null)}`;
+    case 'failed':
+      return `failed ${errorText(o.error)}`;
+    case 'cancelled':
+      return 'cancelled';
+    default:
+      return `settled ${o.reason.kind} ${JSON.stringify(o.message)}`;
+  }
+}
+
+/** Splits lines into parts at `restart`, and sorts each part by time, then as text within one
+ * time (what happens in one instant has no order a host can rely on). */
+export function normalize(lines) {
+  const parts = [[]];
+  for (const line of lines) {
+    const text = line.trim();
+    if (!text) continue;
+    if (/^\d+ restart$/.test(text)) parts.push([text], []);
+    else parts[parts.length - 1].push(text);
+  }
+  const out = [];
+  for (const part of parts) {
+    part.sort((a, b) => {
+      const ta = Number(a.split(' ', 1)[0]);
+      const tb = Number(b.split(' ', 1)[0]);
+      return ta - tb || (a < b ? -1 : a > b ? 1 : 0);
+    });
+    out.push(...part);
+  }
+  return out;
+}
+
+/** Both lists side by side, marking where they differ. */
+function diff(expected, actual) {
+  const n = Math.max(expected.length, actual.length);
+  const rows = [];
+  for (let i = 0; i < n; i++) {
+    const e = expected[i] ?? '';
+    const a = actual[i] ?? '';
+    rows.push(`${e === a ? '  ' : '!!'} ${e.padEnd(60)} | ${a}`);
+  }
+  return `expected (left) and got (right):\n${rows.join('\n')}`;
+}
+
+/** A TOML literal as a script writes it (`'text'`, `3`, `true`). */
+const literal = (text) => parse(`v = ${text}`).v;
+
+function checkKeys(value, known, where) {
+  for (const key of Object.keys(value)) if (!known.has(key)) throw new Error(`${where}: unknown field ${JSON.stringify(key)}`);
+}
+
+export async function runScenario(file) {
+  const spec = parse(readFileSync(join(DIR, file), 'utf8'));
+  checkKeys(spec, KNOWN, file);
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: file, text: spec.config ?? '' }]);
+  const shared = policy.tools().some((tool) => tool.concurrency?.shared);
+  const clock = new VirtualClock(0);
+  const lines = [];
+  const batches = spec.batch ?? [];
+  const scripts = spec.script ?? {};
+  batches.forEach((b, i) => checkKeys(b, BATCH_KNOWN, `${file}: batch ${i}`));
+
+  // One life of the process: its driver, its clock (dead once restarted: its timers never
+  // fire), and everything its executions report (ignored once dead).
+  let life;
+  let snapshot;
+  let failPersist = false;
+  const store = shared ? await SqliteStore.open({ path: ':memory:' }) : undefined;
+
+  const newLife = () => {
+    const me = { alive: true, resumeAt: new Map() };
+    me.clock = { now: () => clock.now(), setTimer: (at, fire) => clock.setTimer(at, () => me.alive && fire()) };
+    me.log = (text) => {
+      if (me.alive) lines.push(`${clock.now()} ${text}`);
+    };
+    me.persist = (text) => {
+      if (failPersist) throw new ScenarioError('disk full');
+      if (me.alive) snapshot = text;
+    };
+    me.sleep = (ms, signal) =>
+      new Promise((resolve, reject) => {
+        if (signal?.aborted) return reject(signal.reason);
+        const onAbort = () => {
+          timer.cancel();
+          reject(signal.reason);
+        };
+        const timer = me.clock.setTimer(clock.now() + ms, () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        });
+        signal?.addEventListener('abort', onAbort, { once: true });
+      });
+    me.keys = shared ? new SharedKeys(store, { clock: me.clock }) : undefined;
+    me.execute = (x) => {
+      me.log(`start ${x.label}`);
+      x.signal.addEventListener('abort', () => me.log(`abort ${x.label}`), { once: true });
+      const steps = scripts[x.label] ?? [];
+      if (steps[0] === 'throw-sync') throw new ScenarioError('sync');
+      return runSteps(me, x, steps);
+    };
+    me.decide = (label) => {
+      for (const b of batches) if (b.decide?.[label] !== undefined) return decision(me, b.decide[label]);
+      return 'approve';
+    };
+    me.onOutcome = (o) => me.log(`outcome ${o.label} ${outcomeText(o)}`);
+    return me;
+  };
+
+  async function runSteps(me, x, steps) {
+    // After a rate limit a label runs again from the step after it (per life: a restart runs
+    // the script from its first step).
+    const from = me.resumeAt.get(x.label) ?? 0;
+    for (let at = from; at < steps.length; at++) {
+      const step = steps[at];
+      const [word, ...rest] = step.split(' ');
+      const arg = rest.join(' ');
+      switch (word) {
+        case 'sleep':
+          if (rest[1] === 'ignore-abort') await me.sleep(Number(rest[0]));
+          else await me.sleep(Number(rest[0]), x.signal);
+          break;
+        case 'hang':
+          await new Promise(() => {});
+          break;
+        case 'ask':
+          await x.question(() => me.sleep(Number(arg), x.signal));
+          break;
+        case 'ask-twice':
+          await Promise.all([x.question(() => me.sleep(Number(arg), x.signal)), x.question(() => me.sleep(Number(arg), x.signal))]);
+          break;
+        case 'ok':
+          return literal(arg);
+        case 'fail':
+          throw new ScenarioError(literal(arg));
+        case 'rate-limited':
+          me.resumeAt.set(x.label, at + 1);
+          throw RateLimitedError.fromHeader(literal(arg));
+        default:
+          throw new Error(`unknown script step ${JSON.stringify(step)}`);
+      }
+    }
+    return `v:${x.label}`;
+  }
+
+  function decision(me, d) {
+    if (d === 'raise') throw new ScenarioError('decide raised');
+    if (typeof d === 'string') return d;
+    return me.sleep(d.after).then(() => {
+      if (d.then === 'raise') throw new ScenarioError('decide raised');
+      return d.then;
+    });
+  }
+
+  // Batch index -> batch number, and the index's AbortController.
+  const numbers = new Map();
+  const controllers = new Map();
+  const watch = (me, index, promise, forget) => {
+    const signal = controllers.get(index)?.signal;
+    promise.then(
+      (outcomes) => {
+        if (!me.alive) return;
+        me.log(`batch ${index} ${signal?.aborted ? 'cancelled' : 'resolved'}`);
+        if (forget) me.driver.forget(outcomes);
+      },
+      (error) => me.log(`batch ${index} ${signal?.aborted && error === signal.reason ? 'cancelled' : `rejected ${error?.name ?? typeof error}`}`),
+    );
+  };
+
+  life = newLife();
+  life.driver = new Driver(new Scheduler(policy), { clock: life.clock, persist: life.persist, ...(life.keys ? { sharedKeys: life.keys } : {}) });
+
+  const submit = (index) => {
+    const b = batches[index];
+    const me = life;
+    const controller = new AbortController();
+    controllers.set(index, controller);
+    const calls = b.calls.map((c) => {
+      const call = { id: c.id, tool: c.tool };
+      if (c.arguments !== undefined) call.args = c.arguments;
+      if (b.operations?.[c.id] !== undefined) call.operations = b.operations[c.id];
+      return call;
+    });
+    const options = { signal: controller.signal, onOutcome: me.onOutcome };
+    if (b.decide) options.decide = me.decide;
+    if (b.execution_ms !== undefined) options.executionTimeoutMs = b.execution_ms;
+    if (b.abort_grace_ms !== undefined) options.abortGraceMs = b.abort_grace_ms;
+    const before = me.driver.inspect().length;
+    const promise = me.driver.run(calls, me.execute, options);
+    const live = me.driver.inspect();
+    if (live.length > before) numbers.set(live[live.length - 1].batch, index);
+    watch(me, index, promise, b.forget ?? true);
+  };
+
+  const restart = () => {
+    const old = life;
+    old.alive = false;
+    lines.push(`${clock.now()} restart`);
+    life = newLife();
+    if (snapshot === undefined) {
+      life.driver = new Driver(new Scheduler(policy), { clock: life.clock, persist: life.persist, ...(life.keys ? { sharedKeys: life.keys } : {}) });
+      return;
+    }
+    const saved = JSON.parse(snapshot);
+    const order = [...saved.retired.map((r) => BigInt(r.batch)), ...saved.state.batches.map((b) => BigInt(b.batch))];
+    const resumed = Driver.resume(policy, snapshot, {
+      execute: life.execute,
+      started: spec.started ?? 'interrupt',
+      decide: life.decide,
+      onOutcome: life.onOutcome,
+      clock: life.clock,
+      persist: life.persist,
+      ...(life.keys ? { sharedKeys: life.keys } : {}),
+    });
+    life.driver = resumed.driver;
+    resumed.batches.forEach((promise, i) => {
+      const index = numbers.get(order[i]);
+      watch(life, index, promise, batches[index]?.forget ?? true);
+    });
+  };
+
+  const actions = {
+    restart,
+    dispose: () => life.driver.dispose(),
+    'fail-persist': () => {
+      failPersist = true;
+    },
+    cancel: (i) => controllers.get(Number(i))?.abort(),
+    pause: (key, ms) => life.driver.pause(key, Number(ms)).catch((e) => life.log(`pause ${key} rejected ${e.name}`)),
+    'lift-pause': (key) => life.driver.liftPause(key).catch((e) => life.log(`lift-pause ${key} rejected ${e.name}`)),
+  };
+
+  // The host's doings by time: at each time, first everything else due then happens, then the
+  // batches are submitted (file order), then the cancellations and actions (file order).
+  const host = [];
+  batches.forEach((b, i) => host.push({ t: b.at ?? 0, rank: 0, seq: host.length, act: () => submit(i) }));
+  batches.forEach((b, i) => {
+    if (b.cancel_at !== undefined) host.push({ t: b.cancel_at, rank: 1, seq: host.length, act: () => controllers.get(i)?.abort() });
+  });
+  for (const [i, a] of (spec.at ?? []).entries()) {
+    checkKeys(a, new Set(['t', 'do']), `${file}: at ${i} (a key after [[at]] belongs to it: put expect before the tables)`);
+    const [word, ...args] = a.do.split(' ');
+    if (!actions[word]) throw new Error(`${file}: unknown action ${JSON.stringify(a.do)}`);
+    host.push({ t: a.t, rank: 1, seq: host.length, act: () => actions[word](...args) });
+  }
+  host.sort((a, b) => a.t - b.t || a.rank - b.rank || a.seq - b.seq);
+  for (const h of host) {
+    await clock.runUntil(h.t);
+    h.act();
+    await clock.runUntil(h.t);
+  }
+  await clock.runAll(10_000);
+  life.alive = false;
+  await life.keys?.close();
+  await store?.close();
+
+  const expected = normalize((spec.expect ?? '').split('\n'));
+  const actual = normalize(lines);
+  assert.deepEqual(actual, expected, `${file}: ${spec.about ?? ''}\n${diff(expected, actual)}`);
+}
+
+for (const file of FILES) test(file, () => runScenario(file));
