@@ -129,9 +129,10 @@ impl Subject for Native {
             .map_err(|e| e.code.as_str().to_owned())
     }
 
-    fn on_events(&mut self, events: &[EventSpec]) -> Vec<RefusalView> {
+    fn on_events(&mut self, events: &[EventSpec], now: Option<u64>) -> Vec<RefusalView> {
         let sched = self.sched();
-        events
+        let clock = now.and_then(|now| sched.observe_clock(now).err().map(refusal));
+        let refused: Vec<RefusalView> = events
             .iter()
             .filter_map(|event| {
                 let input = match event {
@@ -153,12 +154,15 @@ impl Subject for Native {
                 };
                 sched.on_event(input).err().map(refusal)
             })
-            .collect()
+            .collect();
+        clock.into_iter().chain(refused).collect()
     }
 
-    fn on_ended(&mut self, ends: &[(u64, EndSpec)]) -> Vec<RefusalView> {
+    fn on_ended(&mut self, ends: &[(u64, EndSpec)], now: Option<u64>) -> Vec<RefusalView> {
         let sched = self.sched();
-        ends.iter()
+        let clock = now.and_then(|now| sched.observe_clock(now).err().map(refusal));
+        let refused: Vec<RefusalView> = ends
+            .iter()
             .filter_map(|&(e, how)| {
                 let end = match how {
                     EndSpec::Ok => End::Ok,
@@ -167,7 +171,8 @@ impl Subject for Native {
                 };
                 sched.on_ended(EntryId(e), end).err().map(refusal)
             })
-            .collect()
+            .collect();
+        clock.into_iter().chain(refused).collect()
     }
 
     fn next_releases(&mut self, now: Option<u64>) -> ReleasesView {

@@ -159,7 +159,7 @@ impl Subject for ComponentSubject {
             .map_err(|e| submit_code(e.code).to_owned())
     }
 
-    fn on_events(&mut self, events: &[EventSpec]) -> Vec<RefusalView> {
+    fn on_events(&mut self, events: &[EventSpec], now: Option<u64>) -> Vec<RefusalView> {
         let s = match self.scheduler() {
             Ok(s) => s,
             Err(e) => return trapped(e),
@@ -192,13 +192,13 @@ impl Subject for ComponentSubject {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        match iface.call_on_events(&mut self.instance.store, s, &events, None) {
+        match iface.call_on_events(&mut self.instance.store, s, &events, now) {
             Ok(refused) => refused.iter().map(refusal).collect(),
             Err(e) => trapped(trap(e)),
         }
     }
 
-    fn on_ended(&mut self, ends: &[(u64, EndSpec)]) -> Vec<RefusalView> {
+    fn on_ended(&mut self, ends: &[(u64, EndSpec)], now: Option<u64>) -> Vec<RefusalView> {
         let s = match self.scheduler() {
             Ok(s) => s,
             Err(e) => return trapped(e),
@@ -219,7 +219,7 @@ impl Subject for ComponentSubject {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        match iface.call_on_ended(&mut self.instance.store, s, &ends, None) {
+        match iface.call_on_ended(&mut self.instance.store, s, &ends, now) {
             Ok(refused) => refused.iter().map(refusal).collect(),
             Err(e) => trapped(trap(e)),
         }

@@ -419,8 +419,6 @@ export class Driver {
     return this.#clock;
   }
   #lastNow = 0;
-  /** The latest `now` the scheduler was given. */
-  #given = 0;
   /** The one timer that steps again when the scheduler asked to be woken (`wakeAt`), and when. */
   #wake: { cancel(): void } | undefined;
   #wakeAt = -1;
@@ -1106,11 +1104,9 @@ export class Driver {
 
   #dispatch(p: Pending): void {
     let out: RawOutputs;
-    // Time moved since the last step: the clock moves first, so that every input is judged at
-    // the time it happened (a 429's wait from the 429, an abort's grace from the cancel).
+    // The inputs cross with the clock: the component judges each at the time it happened (a
+    // 429's wait from the 429, an abort's grace from the cancel).
     const now = this.now();
-    const moved = now > this.#given && p.approve.length + p.settle.length + p.ask.length + p.answer.length + p.ok.length + p.failed.length + p.cancel.length + p.retry.length + p.pause.length + p.liftPause.length + p.granted.length + p.denied.length > 0;
-    this.#given = now;
     try {
       out = this.scheduler.stepRaw({
         approve: p.approve.view(),
@@ -1121,7 +1117,6 @@ export class Driver {
         failed: p.failed.view(),
         cancel: p.cancel.view(),
         now: BigInt(now),
-        nowFirst: moved,
         retry: p.retry,
         pause: p.pause.length ? p.pause : NO_PAUSES,
         liftPause: p.liftPause.length ? p.liftPause : undefined,

@@ -278,10 +278,6 @@ export interface RawInputs {
   retry: readonly RawRetry[];
   pause: readonly ws.KeyPause[];
   liftPause?: readonly string[];
-  /** Move the clock to `now` before the inputs apply (a `next-releases(now)` first), so each
-   * input is judged at the time it happened: the driver's path when time moved since its last
-   * step. */
-  nowFirst?: boolean;
   granted: BigUint64Array;
   denied: BigUint64Array;
 }
@@ -345,9 +341,13 @@ class Round {
   readonly #keys = new Set<string>();
   /** Crossings made (`on-events` and `on-ended`). */
   crossings = 0;
+  /** The step's `now`, given with its first crossing: the component judges every input at the
+   * clock it comes with (a 429's wait from the 429, a cancel's grace from the cancel). */
+  #now: bigint | undefined;
 
-  constructor(raw: ws.Scheduler) {
+  constructor(raw: ws.Scheduler, now: bigint | undefined) {
     this.#raw = raw;
+    this.#now = now;
   }
 
   add(ended: boolean, kind: InputKind, index: number, item: ws.Event | ws.Ended, subject: Subject, value: bigint | string, payload?: bigint | string): void {
@@ -384,7 +384,11 @@ class Round {
     const raw = this.#raw;
     const items = this.#items;
     this.crossings++;
-    const refusals = this.#ended ? raw.onEnded(items as ws.Ended[]) : raw.onEvents(items as ws.Event[]);
+    const now = this.#now;
+    this.#now = undefined;
+    const refusals = this.#ended ? raw.onEnded(items as ws.Ended[], now) : raw.onEvents(items as ws.Event[], now);
+    // A clock that went back is refused first, and again by `next-releases`, which reports it.
+    if (refusals.length && refusals[0].about.tag === 'clock') refusals.shift();
     if (refusals.length) this.#map(refusals);
     this.#items = [];
     this.#kinds.length = this.#indexes.length = this.#subjects.length = this.#values.length = this.#payloads.length = this.#continues.length = 0;
@@ -450,12 +454,7 @@ function ends(round: Round, kind: 'ok' | 'failed', list: BigUint64Array): void {
 /** One package `step` over the component's verbs (see `Round`); `crossings` counts the calls
  * into the component, `next-releases` included. @internal */
 export function stepOn(raw: ws.Scheduler, inputs: RawInputs): RawOutputs & { crossings: number } {
-  if (inputs.nowFirst && inputs.now !== undefined) {
-    const early = releasesOut(raw.nextReleases(inputs.now), []);
-    const rest = stepOn(raw, { ...inputs, nowFirst: false, now: undefined });
-    return { ...mergeOut(early, rest), crossings: rest.crossings + 1 };
-  }
-  const round = new Round(raw);
+  const round = new Round(raw, inputs.now);
   entryEvents(round, 'approve', inputs.approve);
   const settle = inputs.settle;
   for (let i = 0; i < settle.length; i++) {
@@ -485,31 +484,6 @@ export function stepOn(raw: ws.Scheduler, inputs: RawInputs): RawOutputs & { cro
   round.flush();
   const releases = raw.nextReleases(inputs.now);
   return { ...releasesOut(releases, round.errors), crossings: round.crossings + 1 };
-}
-
-function cat(a: BigUint64Array, b: BigUint64Array): BigUint64Array {
-  if (a.length === 0) return b;
-  if (b.length === 0) return a;
-  const out = new BigUint64Array(a.length + b.length);
-  out.set(a);
-  out.set(b, a.length);
-  return out;
-}
-
-/** Two `next-releases` of one step, in order (the later one's `wakeAt`). */
-function mergeOut(a: RawOutputs, b: RawOutputs): RawOutputs {
-  return {
-    abort: a.abort.length ? [...a.abort, ...b.abort] : b.abort,
-    start: cat(a.start, b.start),
-    settle: a.settle.length ? [...a.settle, ...b.settle] : b.settle,
-    errors: a.errors.length ? [...a.errors, ...b.errors] : b.errors,
-    retired: cat(a.retired, b.retired),
-    wakeAt: b.wakeAt,
-    acquire: cat(a.acquire, b.acquire),
-    requests: a.requests.length ? [...a.requests, ...b.requests] : b.requests,
-    release: cat(a.release, b.release),
-    pauseStore: a.pauseStore.length ? [...a.pauseStore, ...b.pauseStore] : b.pauseStore,
-  };
 }
 
 /** The actions of `next-releases` sorted into lists by kind. */

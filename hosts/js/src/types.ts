@@ -180,9 +180,9 @@ export interface StepInputs {
   /** Batches to cancel: their pending and approved entries are settled as cancelled, their
    * running ones are listed in `abort` (cause `cancel`). */
   cancel?: Numbers;
-  /** The host's clock in milliseconds, monotonic (the scheduler never reads a clock). It moves
-   * after the step's inputs applied, as the step releases work: an input is judged by the clock
-   * as last given. A refused one is reported first in `errors`, as `now`. Give it on every step when keys have a `delay` or may
+  /** The host's clock in milliseconds, monotonic (the scheduler never reads a clock). The step's
+   * inputs cross with it, so each is judged at this time (a 429's wait from it, a cancel's
+   * grace from it). A refused one is reported first in `errors`, as `now`. Give it on every step when keys have a `delay` or may
    * pause. A bigint reaches past 2^53 (any `u64`). */
   now?: number | bigint;
   /** Executions that hit a rate limit, with the time (ms, the same clock) they may run again:

@@ -191,8 +191,10 @@ export async function runScenario(file) {
   // Batch index -> batch number, and the index's AbortController.
   const numbers = new Map();
   const controllers = new Map();
-  const watch = (me, index, promise, forget) => {
-    const signal = controllers.get(index)?.signal;
+  // A restored batch has no signal of its own (`restored`): it prints `resolved` or `rejected`
+  // even when its batch was cancelled before the crash.
+  const watch = (me, index, promise, forget, restored = false) => {
+    const signal = restored ? undefined : controllers.get(index)?.signal;
     promise.then(
       (outcomes) => {
         if (!me.alive) return;
@@ -251,7 +253,7 @@ export async function runScenario(file) {
     life.driver = resumed.driver;
     resumed.batches.forEach((promise, i) => {
       const index = numbers.get(order[i]);
-      watch(life, index, promise, batches[index]?.forget ?? true);
+      watch(life, index, promise, batches[index]?.forget ?? true, true);
     });
   };
 
