@@ -320,10 +320,13 @@ class _Round:
     """The inputs of one package `step` on their way across, a crossing at a time, and their
     refusals mapped back to (list, position) (see above)."""
 
-    __slots__ = ("on_events", "on_ended", "resource", "errors", "crossings", "ended", "items", "meta", "seen")
+    __slots__ = ("on_events", "on_ended", "resource", "now", "errors", "crossings", "ended", "items", "meta", "seen")
 
-    def __init__(self, on_events: Any, on_ended: Any, resource: Any) -> None:
+    def __init__(self, on_events: Any, on_ended: Any, resource: Any, now: Optional[int]) -> None:
         self.on_events, self.on_ended, self.resource = on_events, on_ended, resource
+        # The step's clock, given with its first crossing: the component judges each input at
+        # the clock it comes with (a 429's wait from the 429, a cancel's grace from the cancel).
+        self.now = now
         self.errors: list[_Refused] = []
         self.crossings = 0
         self.ended = False
@@ -354,7 +357,11 @@ class _Round:
         if not items:
             return
         self.crossings += 1
-        refusals = (self.on_ended if self.ended else self.on_events)(self.resource, items)
+        now, self.now = self.now, None
+        refusals = (self.on_ended if self.ended else self.on_events)(self.resource, items, now)
+        # A clock that went back is refused first, and again by `next-releases`, which reports it.
+        if refusals and refusals[0].about.tag == "clock":
+            refusals = refusals[1:]
         if refusals:
             self._map(refusals)
         self.items = []
@@ -400,7 +407,7 @@ def step_on(
     cancel, pause = inputs.cancel, inputs.pause
     errors: list[Any] = []
     if approve or settle or granted or denied or ask or answer or ok or failed or retry or cancel or pause:
-        round = _Round(on_events, on_ended, resource)
+        round = _Round(on_events, on_ended, resource, inputs.now)
         add = round.add
         for i, e in enumerate(approve):
             add(False, "approve", i, Variant("approve", e), _ENTRY, e)
