@@ -354,7 +354,8 @@ export type AdmissionErrorCode =
   | 'would-deadlock'
   | 'not-admitted'
   | 'not-queued'
-  | 'too-many';
+  | 'too-many'
+  | 'timed-out';
 
 /** What `shutdown` reports: in-flight requests to cancel (each still needs its `end`) and the
  * requests it refused (their tickets are retired). */

@@ -198,6 +198,8 @@ class AdmissionTimeoutError(AdmissionError, TimeoutError):
     timeout alike. `id` names the request; `timeout` is in seconds."""
 
     def __init__(self, id: str, timeout: float) -> None:
-        super().__init__("timed-out", f"{id} was not admitted within {timeout} s")
+        from .types import AdmissionErrorCode
+
+        super().__init__(AdmissionErrorCode.TIMED_OUT, f"{id} was not admitted within {timeout} s")
         self.id = id
         self.timeout = timeout

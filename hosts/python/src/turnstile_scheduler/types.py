@@ -245,6 +245,7 @@ class AdmissionErrorCode(str, Enum):
     NOT_ADMITTED = "not-admitted"
     NOT_QUEUED = "not-queued"
     TOO_MANY = "too-many"
+    TIMED_OUT = "timed-out"
 
 
 # ---------------------------------------------------------------------------------------------
