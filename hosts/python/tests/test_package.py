@@ -51,7 +51,7 @@ def test_the_wheel_carries_the_component_store_texts_licenses_and_urls(wheel: Pa
         [meta] = [n for n in names if n.endswith("METADATA")]
         metadata = z.read(meta).decode()
     assert "Name: turnstile-scheduler" in metadata
-    assert "Requires-Dist: wasmtime<51,>=48.0.0" in metadata or "Requires-Dist: wasmtime>=48.0.0,<51" in metadata
+    assert "Requires-Dist: wasmtime<52,>=48.0.0" in metadata or "Requires-Dist: wasmtime>=48.0.0,<52" in metadata
     assert "Project-URL: Repository, https://github.com/" in metadata
     assert "Description-Content-Type: text/markdown" in metadata
 

@@ -7,20 +7,26 @@ own instance, so it depends on the shared one for nothing. When an instance trap
 bound to it raises `InstanceBrokenError` from then on, and the shared instance is replaced at the
 next `Policy.resolve`. Pass `instance=` to put several objects in one instance on purpose (they
 then share its fate).
+
+Every call goes through `_fastcall` (types read once, values lifted without wasmtime-py's
+leak). When this wasmtime-py's internals moved and it cannot, the call goes through
+wasmtime-py's own `Func.__call__` and a `FastPathWarning` says so (once per function and
+instance): slower, and leaking per value lifted, never silently.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from importlib import resources
+import warnings
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from wasmtime import Engine, Store, Trap, WasmtimeError
 from wasmtime.component import Component, Linker
 
-from ._fastcall import _BULK, bound_call, lift_submitted
+from ._fastcall import _BULK, FastPathWarning, bound_call, lift_submitted, unavailable
 from .errors import InstanceBrokenError
 
 PACKAGE = "turnstile:scheduler"
@@ -101,6 +107,7 @@ class Instance:
             f = self._export(interface, name)
             bound = bound_call(f, self.store, self, f"{interface}.{name}")
             if bound is None:
+                _warn_fallback(f"{interface}.{name}")
                 bound = self._plain(f, f"{interface}.{name}")
             self._funcs[key] = bound
         return bound
@@ -155,6 +162,21 @@ class Instance:
             resource.drop(self.store)
         except (WasmtimeError, Trap) as e:
             raise self.trapped("drop", e) from e
+
+
+def _warn_fallback(what: str) -> None:
+    try:
+        version = metadata.version("wasmtime")
+    except metadata.PackageNotFoundError:  # pragma: no cover
+        version = "?"
+    warnings.warn(
+        f"turnstile_scheduler: {what} goes through wasmtime-py {version}'s generic path, not the "
+        f"package's fast path ({unavailable()}): slower, and leaking 48 bytes per option, result "
+        "or variant payload it returns (see UPSTREAM-wasmtime-py.md); use a wasmtime version "
+        "pyproject.toml allows",
+        FastPathWarning,
+        stacklevel=4,
+    )
 
 
 _shared: Optional[Instance] = None

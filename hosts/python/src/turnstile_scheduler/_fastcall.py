@@ -1,4 +1,5 @@
-"""Calls into the component with the function's types read once.
+"""Calls into the component with the function's types read once, and values lifted without
+wasmtime-py's leak.
 
 wasmtime-py 50's `Func.__call__` asks wasmtime for the function's type on every call, and each
 record, list and variant type asks again for its fields, element or cases on every value it
@@ -9,9 +10,19 @@ are answered from the cache. The call itself is `Func.__call__`'s, with the type
 re-read passed in. Lists of numbers (`next-admissions`) are copied in bulk, and
 `submit-batch`'s ok result is read directly (`lift_submitted`).
 
-This leans on wasmtime-py internals (`_ffi`, `_enter`, the type classes' properties), which is
-why `pyproject.toml` pins wasmtime exactly. `bound_call` returns None when they are not as
-expected, and the caller falls back to the plain `Func.__call__`.
+The leak. wasmtime-py (every version from 39 to 50.0.1) lifts the payload of an option, a
+result or a variant (`VariantLikeType._lift`) and then calls `wasmtime_component_val_delete`
+on the payload's box: that drops what the box holds but never frees the box itself (48 bytes
+from malloc), which only `wasmtime_component_val_free` does. So every `some(x)`, `ok(x)`,
+`err(x)` and variant case with a payload that crosses out of the component leaked 48 bytes:
+`label` one, `inspect` several per entry. `_Option`, `_Result` and `_Variant` below lift the
+same way and free the box (see UPSTREAM-wasmtime-py.md, the report for wasmtime-py).
+
+This leans on wasmtime-py internals (`_ffi`, `_enter`, the type classes' properties), which
+`tests/test_wasmtime_versions.py` runs against every wasmtime-py version `pyproject.toml`
+allows. When they are not as expected, `bound_call` returns None, `unavailable()` says why, and
+the caller falls back to the plain `Func.__call__` with a `FastPathWarning` (slower, and
+leaking as above).
 """
 
 from __future__ import annotations
@@ -22,13 +33,41 @@ from typing import Any, Callable, Optional
 
 from array import array
 
+_MISSING: Optional[str] = None  # why the fast path is off, if it is
 try:
     from wasmtime import Trap, WasmtimeError
     from wasmtime import _ffi as ffi
-    from wasmtime.component import U32, U64, ListType, OptionType, RecordType, ResultType, TupleType, ValType, Variant, VariantType
+    from wasmtime.component import U32, U64, ListType, OptionType, Record, RecordType, ResultType, TupleType, ValType, Variant, VariantType
     from wasmtime.component._enter import enter_wasm
-except ImportError:  # pragma: no cover - another wasmtime-py layout
+except ImportError as e:  # pragma: no cover - another wasmtime-py layout
     ffi = None  # type: ignore[assignment]
+    _MISSING = f"wasmtime-py's internals moved ({e})"
+
+    class ListType:  # type: ignore[no-redef]  # stand-ins so the classes below still define
+        pass
+
+    OptionType = RecordType = ResultType = TupleType = VariantType = ListType  # type: ignore[misc]
+    ValType = Any  # type: ignore[misc]
+
+
+class FastPathWarning(RuntimeWarning):
+    """The package's fast path into the component is off with this wasmtime-py (its internals
+    moved): calls go through wasmtime-py's generic path, slower and leaking 48 bytes per
+    option, result or variant payload lifted."""
+
+
+def unavailable() -> Optional[str]:
+    """Why the fast path is off with this wasmtime-py, or None when it is on."""
+    return _MISSING
+
+
+# The free that `VariantLikeType._lift` should call (see the module doc), and the kind that
+# marks a value whose contents were taken (as wasmtime-py does before its delete).
+if ffi is not None:
+    _val_free = getattr(ffi, "wasmtime_component_val_free", None)
+    if _val_free is None:
+        _MISSING = "wasmtime-py has no wasmtime_component_val_free"
+    _EMPTY = getattr(ffi, "WASMTIME_COMPONENT_BOOL", None)
 
 # Lists of u64 and u32 (entry, batch and ticket numbers) are copied in bulk: a value is a
 # 32-byte `wasmtime_component_val_t` (kind byte at 0, payload at 8), so a list is written and
@@ -49,9 +88,11 @@ if ffi is not None:
         _BULK = False
 
 
-# Names of record fields and variant cases are copied from vectors made once (`_vec_copy`),
-# when this wasmtime-py has what that needs.
+# Names of record fields and variant cases are copied from vectors made once per process
+# (`_name`), when this wasmtime-py has what that needs. They are never freed: one per distinct
+# name in the WIT, a few kilobytes in all, however many instances the process makes.
 _NAMES = False
+_name_vecs: dict[str, Any] = {}
 if ffi is not None:
     try:
         _vec_copy = ffi.wasm_byte_vec_copy
@@ -60,6 +101,25 @@ if ffi is not None:
         _NAMES = all(hasattr(ffi, n) for n in ("str_to_capi", "wasmtime_component_valrecord_new_uninit", "wasmtime_component_val_new"))
     except Exception:  # pragma: no cover
         _NAMES = False
+
+
+def _name(name: str) -> Any:
+    """`name` as a C byte vector, made the first time this process needs it."""
+    vec = _name_vecs.get(name)
+    if vec is None:
+        vec = _name_vecs[name] = ffi.str_to_capi(name)
+    return vec
+
+
+def _take(ty: Any, box: Any) -> Any:
+    """The value in `box` (a `wasmtime_component_val_t *` the payload of an option, result or
+    variant), lifted by `ty`; the box is freed (what wasmtime-py's `_lift` leaks)."""
+    try:
+        return ty.convert_from_c(box.contents)
+    finally:
+        box.contents.kind = _EMPTY  # its contents were taken (or are lost with an error)
+        box.contents.of.boolean = False
+        _val_free(box)
 
 
 # Subclasses whose plain class attributes shadow the base classes' type-query properties, so
@@ -143,6 +203,24 @@ class _Record(RecordType):  # type: ignore[misc]
                 ffi.wasmtime_component_valrecord_delete(byref(raw))
 
 
+    def convert_from_c(self, c: Any) -> Any:
+        """wasmtime-py's without decoding each field's name only to compare it with the type's
+        (fields come in the type's order): a refusal or an action is a record, a million of
+        them crossed back decoded three million names."""
+        record = c.of.record
+        try:
+            ret = Record()
+            data = record.data
+            for i, (name, ty) in zip(range(record.size), self.fields):
+                field = data[i].val
+                setattr(ret, name, ty.convert_from_c(field))
+                field.kind = _EMPTY
+                field.of.boolean = False
+            return ret
+        finally:
+            ffi.wasmtime_component_valrecord_delete(byref(record))
+
+
 class _Tuple(TupleType):  # type: ignore[misc]
     elements = None  # type: ignore[assignment]
 
@@ -177,12 +255,35 @@ class _Variant(VariantType):  # type: ignore[misc]
         _vec_copy(byref(c.of.variant.discriminant), byref(vec))
         c.of.variant.val = raw
 
+    def convert_from_c(self, c: Any) -> Any:
+        """wasmtime-py's, with the payload's box freed (see `_take`)."""
+        variant = c.of.variant
+        vec = variant.discriminant
+        raw = ctypes.string_at(vec.data, vec.size)
+        ffi.wasm_byte_vec_delete(byref(vec))
+        case = self._by_name.get(raw)  # type: ignore[attr-defined]
+        if case is None:
+            raise ValueError(f"tag {raw.decode('utf-8', 'replace')} not found in variant cases")
+        tag, ty = case
+        payload = None if ty is None or not variant.val else _take(ty, variant.val)
+        if self._tagged_cached:
+            return Variant(tag) if ty is None else Variant(tag, payload)
+        return payload
+
 
 class _Option(OptionType):  # type: ignore[misc]
     payload = None  # type: ignore[assignment]
 
     def _tagged(self) -> bool:
         return self._tagged_cached  # type: ignore[attr-defined,no-any-return]
+
+    def convert_from_c(self, c: Any) -> Any:
+        """wasmtime-py's, with the payload's box freed (see `_take`)."""
+        box = c.of.option
+        if not box:
+            return Variant("none") if self._tagged_cached else None  # type: ignore[attr-defined]
+        payload = _take(self.payload, box)
+        return Variant("some", payload) if self._tagged_cached else payload  # type: ignore[attr-defined]
 
 
 class _Result(ResultType):  # type: ignore[misc]
@@ -191,6 +292,15 @@ class _Result(ResultType):  # type: ignore[misc]
 
     def _tagged(self) -> bool:
         return self._tagged_cached  # type: ignore[attr-defined,no-any-return]
+
+    def convert_from_c(self, c: Any) -> Any:
+        """wasmtime-py's, with the payload's box freed (see `_take`)."""
+        result = c.of.result
+        tag, ty = ("ok", self.ok) if result.is_ok else ("err", self.err)
+        payload = None if ty is None or not result.val else _take(ty, result.val)
+        if self._tagged_cached:  # type: ignore[attr-defined]
+            return Variant(tag) if ty is None else Variant(tag, payload)
+        return payload
 
 
 def _cached(type_: ValType) -> Any:
@@ -209,8 +319,8 @@ def _cached(type_: ValType) -> Any:
         fields = [(name, _cached(t)) for name, t in ty.fields]
         ty.__class__ = _Record
         ty.fields = fields
-        if _NAMES:  # kept for the life of the process: a few bytes per record type
-            ty._names = [ffi.str_to_capi(name) for name, _ in fields]
+        if _NAMES:
+            ty._names = [_name(name) for name, _ in fields]
     elif isinstance(type_, TupleType):
         elements = [_cached(t) for t in ty.elements]
         ty.__class__ = _Tuple
@@ -220,8 +330,9 @@ def _cached(type_: ValType) -> Any:
         ty.__class__ = _Variant
         ty.cases = cases
         ty._tagged_cached = VariantType._tagged(ty)
+        ty._by_name = {name.encode("utf-8"): (name, t) for name, t in cases}  # lifting: tag bytes -> case
         if _NAMES and ty._tagged_cached:
-            ty._by_tag = {name: (ffi.str_to_capi(name), t) for name, t in cases}
+            ty._by_tag = {name: (_name(name), t) for name, t in cases}
     elif isinstance(type_, OptionType):
         payload = _cached(ty.payload)
         ty.__class__ = _Option
@@ -240,8 +351,13 @@ def bound_call(func: Any, store: Any, instance: Any, what: str, lift: Optional[C
     """`func(store, *args)` with its types read once; None when this wasmtime-py differs. A
     trap marks `instance` broken (`instance.trapped`) and raises its `InstanceBrokenError`;
     once broken, every call raises it before entering. `lift(result_type, value)` replaces
-    the generic conversion of the result (it must free the value)."""
-    if ffi is None or not hasattr(func, "_func"):
+    the generic conversion of the result (it must free the value). When it returns None,
+    `unavailable()` says why."""
+    global _MISSING
+    if _MISSING is not None:
+        return None
+    if not hasattr(func, "_func"):
+        _MISSING = "wasmtime-py's Func has no _func"
         return None
     try:
         fty = func.type(store)
@@ -251,7 +367,8 @@ def bound_call(func: Any, store: Any, instance: Any, what: str, lift: Optional[C
         val_t = ffi.wasmtime_component_val_t
         func_call = ffi.wasmtime_component_func_call
         val_delete = ffi.wasmtime_component_val_delete
-    except Exception:  # pragma: no cover - another wasmtime-py layout
+    except Exception as e:  # pragma: no cover - another wasmtime-py layout
+        _MISSING = f"wasmtime-py's types or ffi moved ({type(e).__name__}: {e})"
         return None
     count = len(params)
 

@@ -8,6 +8,7 @@ the same key paths and tools. Layers are a list, lowest precedence first; each i
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -75,6 +76,9 @@ class Policy:
         """The layers as resolved: `(name, TOML text)`, plain data already written as TOML."""
         self._templates: Optional[dict[str, tuple[str, ...]]] = None
         self._shared: Optional[dict[str, ToolPolicy]] = None
+        # A policy nobody closes is freed in the component when it is collected (each
+        # `Policy.resolve` would otherwise keep one more policy in the shared instance).
+        self._finalizer = weakref.finalize(self, _free, instance, resource)
 
     @classmethod
     def resolve(cls, layers: Sequence[Any], instance: Optional[Instance] = None) -> "Policy":
@@ -98,6 +102,12 @@ class Policy:
             self.instance.check()
             return self._live()
         return resolve_in(instance, list(self.layers))
+
+    def release_in(self, instance: Instance, resource: Any) -> None:
+        """Frees what `resource_in(instance)` resolved anew (a scheduler borrows its policy only
+        while it is built); the policy's own resource stays."""
+        if resource is not self._resource:
+            _free(instance, resource)
 
     def tool(self, name: str) -> ToolPolicy:
         """A tool's policy; an unconfigured tool is unbounded without fan-out."""
@@ -136,15 +146,23 @@ class Policy:
 
     def close(self) -> None:
         """Frees the policy in the component; schedulers built from it keep working."""
-        resource, self._resource = self._resource, None
-        if resource is not None:
-            self.instance.drop(resource)
+        if self._resource is not None:
+            self._resource = None
+            self._finalizer()
 
     def __enter__(self) -> "Policy":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _free(instance: Instance, resource: Any) -> None:
+    """Drops a policy's resource in its instance (nothing to do in a broken one)."""
+    try:
+        instance.drop(resource)
+    except Exception:  # the instance broke: its memory went with it
+        pass
 
 
 def resolve_in(instance: Instance, texts: list[tuple[str, str]]) -> Any:

@@ -294,6 +294,15 @@ def _outputs(
 
 _ENTRY, _BATCH, _KEY = "entry", "batch", "key"  # the `about` cases
 
+CROSSING_INPUTS_MAX = 50_000
+"""Inputs in one `on-events` or `on-ended` crossing; more are sliced into several crossings.
+wasmtime caps the data one call lifts and lowers at 128 MiB ("fuel allocated for hostcalls
+has been exhausted", a trap that breaks the instance), wasmtime-py gives no way to raise the
+cap, and a refused input comes back with its sentence: a step refusing 1,000,000 inputs in
+one crossing trapped. Slicing changes nothing the component decides (each input is judged on
+its own, in order); the step's `now` crosses with the first slice, and the refusals of every
+slice are mapped back to (list, position) as one list."""
+
 
 class _Refused:
     """A refused input with its package list and position (the old WIT `input-error`)."""
@@ -336,7 +345,7 @@ class _Round:
         self.seen: set[tuple[str, Any]] = set()
 
     def add(self, ended: bool, kind: str, index: int, item: Any, subject: str, value: Any, payload: Any = None) -> None:
-        if self.items and ended is not self.ended:
+        if self.items and (ended is not self.ended or len(self.items) >= CROSSING_INPUTS_MAX):
             self.flush()
         self.ended = ended
         continues = False
@@ -538,9 +547,13 @@ class Scheduler:
             raise TypeError(f"policy must be a Policy, not {type(policy).__name__}")
         inst = _instance(instance)
         resource = policy.resource_in(inst)
-        templates = policy.templates_in(inst, resource)
-        self._shared_tools = policy.shared_in(inst, resource)
-        self._attach(inst, inst.func("scheduler", "[constructor]scheduler")(resource), instance is None, templates)
+        try:
+            templates = policy.templates_in(inst, resource)
+            self._shared_tools = policy.shared_in(inst, resource)
+            made = inst.func("scheduler", "[constructor]scheduler")(resource)
+        finally:
+            policy.release_in(inst, resource)  # borrowed only to build the scheduler
+        self._attach(inst, made, instance is None, templates)
 
     def _attach(self, instance: Instance, resource: Any, owned: bool, templates: dict[str, tuple[str, ...]]) -> None:
         self._driver: Any = None  # the `Driver` that owns its steps, if any
@@ -577,9 +590,12 @@ class Scheduler:
         wit = _lower_state(state)
         inst = _instance(instance)
         resource = policy.resource_in(inst)
-        templates = policy.templates_in(inst, resource)
-        shared_tools = policy.shared_in(inst, resource)
-        result = inst.func("scheduler", "[static]scheduler.resume")(resource, wit, how.value)
+        try:
+            templates = policy.templates_in(inst, resource)
+            shared_tools = policy.shared_in(inst, resource)
+            result = inst.func("scheduler", "[static]scheduler.resume")(resource, wit, how.value)
+        finally:
+            policy.release_in(inst, resource)  # borrowed only to resume
         # result<tuple<scheduler, list<unrestored>>, resume-error> lifts untagged: a tuple or a Record.
         if not isinstance(result, tuple):
             raise ResumeError(ResumeErrorCode(result.code), result.message)
@@ -664,7 +680,8 @@ class Scheduler:
         `on-ended` (ok, failed, retry) and `on-events` again (cancel, pause), each only when it
         has inputs, then `next-releases(now)`: one to four calls into the component (more only
         when one entry, batch or key is named twice among the inputs of one such call, as by
-        `ask` and `answer` of one entry: see `step_on`)."""
+        `ask` and `answer` of one entry, see `step_on`, or when one call would carry more than
+        `CROSSING_INPUTS_MAX` inputs: a step of 1,000,000 inputs is twenty calls)."""
         resource = self._live()
         now = _check.opt_u64(now, "now")
         settlements = []
