@@ -13,8 +13,18 @@ with the component's sentence for the model, `EntryOutcome.message`), and return
 outcome in written order once the batch retired. A call's `arguments` (`Call.arguments`) make
 its key when its tool's key is a template (`"fs:{path}"`), and reach `decide` and `execute`
 (`execution.call.arguments`) unchanged. Any number of `run`s may
-be in flight at once on one driver; a `Driver.resume`d driver runs the restored batches with
-`run_restored` next to new ones.
+be in flight at once on one driver. This page is hosts/DRIVERS.md for Python: the same
+contract, names and outcomes as the JS driver.
+
+Persistence. `Driver(scheduler, persist=save)`: `save(text)` (sync or async) gets the
+snapshot's JSON text (`_snapshot.py`, byte for byte the JS package's) after a batch's
+submission, after a step that starts executions (before they start), and after a step that
+took an end, a settlement, a retirement, a 429 or a cancellation (before `on_outcome` or a
+returned `run` hands the outcome out); one at a time, inputs meanwhile wait for the next step.
+A retired batch stays in the snapshot until `forget(outcomes)`. `Driver.resume(policy, text,
+execute=..., started=...)` gives back `Resumed(driver, batches, unrestored)`: the retired
+batches first (their saved outcomes reported again), then the live ones, as tasks. A persist
+that raises closes the driver: every live batch raises `PersistError` at once.
 
 One driver per scheduler owns its `step` calls: everything the batches report within one loop
 turn goes out in ONE `step`, and the outputs are dispatched to the batches they belong to. Each
@@ -25,7 +35,10 @@ How a batch ends badly, and what that costs (never another batch, never a slot):
 
 - `decide` raises or returns something other than "approve", "reject", "skip" or "fail": every
   undecided entry is settled as failed, the batch is cancelled (nothing of it runs), and `run`
-  raises that error once the batch retired.
+  raises that error once its running executions ended.
+- `close()`, or a `persist` that raised: every live `run` raises `DisposedError` (or
+  `PersistError`) at once, running executions' tasks are cancelled, and nothing more is
+  reported.
 - `execute` raises instead of returning an awaitable, or returns something not awaitable: that
   entry failed (`error` says why); its slot is freed at once.
 - One of the batch's inputs is refused (a driver bug): the batch is cancelled and `run` raises
@@ -41,7 +54,7 @@ visible in `Driver.running()` (`cancel_requested`) and in `Scheduler.inspect` (r
 named in `KeyFull.running` of the entries waiting for its key).
 
 Deadlines are the component's, not the driver's: the driver keeps no timer of its own for them.
-`execution_timeout` and `abort_grace` (seconds) go to the component with every batch (its
+`run`'s `execution_timeout` and `abort_grace` (seconds) go to the component with its batch (its
 `limits`, in milliseconds), and the component says when (on the `now` of each step, waking the
 driver through `wake_at`). An `abort` action cancels the execution's task: for its deadline
 (an execution that ends by that cancellation failed with TimeoutError), or because its batch
