@@ -1,11 +1,11 @@
 """What a Python agent host copies: resolve the config layers once, give each conversation a
 driver over its own scheduler, run each model response's tool calls through `driver.run`, gate
 requests on a shared MCP connection with `admission.slot`, and persist `unfinished()` to survive
-a crash (`Driver.resume` runs the restored calls next to new ones).
+a crash (`persist` saves the driver's snapshot; `Driver.resume` runs the restored calls next to
+new ones).
 `python examples/agent_host.py`."""
 
 import asyncio
-import json
 import sys
 
 from turnstile_scheduler import (
@@ -15,7 +15,6 @@ from turnstile_scheduler import (
     Driver,
     Layer,
     Policy,
-    SavedState,
     Scheduler,
     Started,
 )
@@ -75,20 +74,23 @@ async def main() -> None:
         ],
         [Call("toolu_01", "rfd_draft")],
     ]
-    with Driver(Scheduler(policy), execution_timeout=600) as driver:
+    # The driver saves its snapshot where the host says (a file, a row), at the points that make
+    # a crash safe: an ended call is in it before its outcome reaches the host.
+    saved: list[str] = []
+    with Driver(Scheduler(policy), persist=saved.append) as driver:
         for calls in responses:
-            for call in await driver.run(calls, execute, decide=decide):
+            outcomes = await driver.run(calls, execute, decide=decide, execution_timeout=600)
+            for call in outcomes:
                 # A settled entry's `message` is what the model should read ("not run: ...").
                 print(call.id, call.tool, ",".join(e.message or e.status.value for e in call.entries))
-        # On a restart: store this JSON (after every round, or on shutdown), then resume from
-        # it. Nothing is live here, so it is empty; an execution that had started when the
-        # state was saved is settled as interrupted rather than run twice.
-        saved = json.dumps(driver.scheduler.unfinished().to_dict())
+            driver.forget(outcomes)  # the host kept them: the snapshot may drop them
 
-    restored, unrestored = Driver.resume(policy, SavedState.from_dict(json.loads(saved)), started=Started.INTERRUPT)
-    with restored:
-        outcomes = await asyncio.gather(*(restored.run_restored(b, execute) for b in restored.restored()))
-        print("resumed;", len(outcomes), "batches restored,", len(unrestored), "calls left out")
+    # On a restart: resume the last snapshot. Nothing is live here, so nothing comes back; an
+    # execution that had started is settled as interrupted rather than run twice.
+    resumed = Driver.resume(policy, saved[-1], execute=execute, started=Started.INTERRUPT, persist=saved.append)
+    with resumed.driver:
+        outcomes = await asyncio.gather(*resumed.batches)
+        print("resumed;", len(outcomes), "batches restored,", len(resumed.unrestored), "calls left out")
     connection.close()
 
 

@@ -17,6 +17,7 @@ from typing import Any, Iterator, Mapping, Optional
 
 import pytest
 
+import vloop
 from turnstile_scheduler import (
     Call,
     CallSettledError,
@@ -140,12 +141,12 @@ def test_arguments_no_call_can_have_are_a_type_error_at_every_entry_point(bad: A
         # The gate: raised by the call itself, before it joins a batch; a call of the same turn
         # still runs.
         async with Gate(p) as gate:
-            good = asyncio.ensure_future(gate.call_with("fs_write", "good", {"path": "a"}, execute, x_label("good")))
+            good = asyncio.ensure_future(gate.call("fs_write", "good", {"path": "a"}, lambda _: execute(x_label("good"))))
             with pytest.raises(TypeError, match="arguments must be a mapping"):
-                await gate.call_with("fs_write", "bad", bad, execute, x_label("bad"))
+                await gate.call("fs_write", "bad", bad, lambda _: execute(x_label("bad")))
             assert await good == "good"
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def x_label(label: str) -> Any:
@@ -171,7 +172,7 @@ def test_a_saved_key_of_the_wrong_type_is_refused_and_an_old_state_without_keys_
         with pytest.raises(error, match=r"calls\[0\]\.key"):
             Scheduler.resume(p, bad, started=Started.RUN_AGAIN)
         with pytest.raises(error):
-            Driver.resume(p, bad, started=Started.RUN_AGAIN)
+            vloop.run(_resume(p, bad))
     # A state saved before key templates has no "key": it reads as None (no key).
     old = state.to_dict()
     del old["batches"][0]["calls"][0]["key"]
@@ -229,7 +230,7 @@ def test_arguments_that_make_no_key_never_raise_and_take_the_templates_own_key(a
         async with Driver(Scheduler(policy())) as d:
             return await d.run([Call("w", "fs_write", arguments=arguments), Call("ok", "fs_write", arguments={"path": "a"})], execute)
 
-    outcomes = asyncio.run(main())
+    outcomes = vloop.run(main())
     assert [(c.entries[0].status, c.entries[0].value) for c in outcomes] == [(OutcomeStatus.OK, "w"), (OutcomeStatus.OK, "ok")]
 
 
@@ -416,7 +417,7 @@ def test_a_burst_of_writes_to_a_few_files_runs_one_at_a_time_per_file_in_written
         async with Driver(Scheduler(policy())) as d:
             return await asyncio.wait_for(asyncio.gather(*(d.run(b, files.execute) for b in batches)), 20)
 
-    outcomes = asyncio.run(main())
+    outcomes = vloop.run(main())
     flat = [c for batch in outcomes for c in batch]
     assert [c.id for c in flat] == [c.id for c in writes]
     assert all(c.entries[0].status is OutcomeStatus.OK for c in flat)
@@ -449,7 +450,7 @@ def test_a_429_on_one_host_pauses_that_hosts_key_only() -> None:
             calls = [Call("a", "api", operations=3, arguments={"host": "x"}), Call("b", "api", operations=3, arguments={"host": "y"})]
             return await asyncio.wait_for(d.run(calls, execute), 10)
 
-    outcomes = asyncio.run(main())
+    outcomes = vloop.run(main())
     flat = [e for c in outcomes for e in c.entries]
     assert [(e.label, e.status, e.value) for e in flat] == [(l, OutcomeStatus.OK, f"200 {l}") for l in ("a#0", "a#1", "a#2", "b#0", "b#1", "b#2")]
     limited_at = next(t for ev, l, t in seen if ev == "end" and l == "a#0")
@@ -479,24 +480,22 @@ def test_a_restart_keeps_each_calls_key_without_its_arguments() -> None:
         s.step(approve=list(sub.entries))  # w1 and w2 start, then the host stops
         state = SavedState.from_dict(json.loads(json.dumps(s.unfinished().to_dict())))
         assert [c.key for c in state.batches[0].calls] == ["fs:a", "fs:b", "fs:a"]
-        d, unrestored = Driver.resume(p, state, started=Started.RUN_AGAIN)
+        async def execute(x: Any) -> str:
+            # A restored call has no arguments: the key is the saved one.
+            if x.call.arguments is None:
+                x.call = Call(x.call.id, x.call.tool, arguments={"path": {"w1": "a", "w2": "b", "w3": "a"}[x.call.id]})
+            return await files.execute(x)
+
+        d, [restored], unrestored = Driver.resume(p, state, execute=execute, started=Started.RUN_AGAIN)
         assert unrestored == []
         async with d:
             statuses = d.scheduler.inspect(sub.batch)
             assert statuses is not None and [st.key for st in statuses] == ["fs:a", "fs:b", "fs:a"]
-
-            async def execute(x: Any) -> str:
-                # A restored call has no arguments: the key is the saved one.
-                if x.call.arguments is None:
-                    x.call = Call(x.call.id, x.call.tool, arguments={"path": {"w1": "a", "w2": "b", "w3": "a"}[x.call.id]})
-                return await files.execute(x)
-
-            restored = asyncio.ensure_future(d.run_restored(sub.batch, execute))
             await asyncio.sleep(0)
             new = await d.run([Call("w4", "fs_write", arguments={"path": "a"})], files.execute)
             return await restored, new, files.order["a"]
 
-    restored, new, order_a = asyncio.run(main())
+    restored, new, order_a = vloop.run(main())
     assert [c.entries[0].status for c in restored + new] == [OutcomeStatus.OK] * 4
     assert order_a == ["w1", "w3", "w4"], "the restored calls keep their file's order; the new one comes after"
     assert files.overlap == []
@@ -519,13 +518,13 @@ def test_the_gate_and_decide_see_the_arguments_and_keys_follow_them() -> None:
                 return await files.execute(x)
 
             return await asyncio.gather(
-                gate.call_with("fs_write", "g1", {"path": "a"}, write, "g1", "a"),
-                gate.call_with("fs_write", "g2", '{"path": "b"}', write, "g2", "b"),
-                gate.call_with("fs_write", "g3", {"path": "a"}, write, "g3", "a"),
-                gate.call("fs_write", "g4", write, "g4", "c"),  # no arguments: the template's own key
+                gate.call("fs_write", "g1", {"path": "a"}, lambda _: write("g1", "a")),
+                gate.call("fs_write", "g2", '{"path": "b"}', lambda _: write("g2", "b")),
+                gate.call("fs_write", "g3", {"path": "a"}, lambda _: write("g3", "a")),
+                gate.call("fs_write", "g4", None, lambda _: write("g4", "c")),  # no arguments: the template's own key
             )
 
-    assert asyncio.run(main()) == ["wrote a", "wrote b", "wrote a", "wrote c"]
+    assert vloop.run(main()) == ["wrote a", "wrote b", "wrote a", "wrote c"]
     assert decided == [("g1", {"path": "a"}), ("g2", '{"path": "b"}'), ("g3", {"path": "a"}), ("g4", None)]
     assert files.order == {"a": ["g1", "g3"], "b": ["g2"], "c": ["g4"]}
     assert files.overlap == [] and files.most > 1
@@ -588,7 +587,7 @@ def test_every_settled_outcome_carries_the_components_sentence() -> None:
             ]
             return await d.run(calls, execute, decide=lambda label, call: decisions.get(label, "approve"))
 
-    first = asyncio.run(main())
+    first = vloop.run(main())
     flat = {e.label: e for c in first for e in c.entries}
     settled = {label: e for label, e in flat.items() if e.status is OutcomeStatus.SETTLED}
     assert {label: e.reason.kind for label, e in settled.items()} == {  # type: ignore[union-attr]
@@ -624,16 +623,16 @@ def test_cancelled_restored_and_gate_settled_calls_carry_it_too() -> None:
 
             # h2 waits behind h1 on `plain`; cancelling the run settles it (`run` raises, so
             # the outcome is read where the gate reads it).
-            task = asyncio.ensure_future(d.run([Call("h1", "plain"), Call("h2", "plain")], held))
+            task = asyncio.ensure_future(
+                d.run([Call("h1", "plain"), Call("h2", "plain")], held, on_outcome=lambda outcome, call: got.append(outcome))
+            )
             await asyncio.sleep(0.01)
-            b = next(iter(d._batches.values()))
-            b.on_settled = lambda i, outcome: got.append(outcome)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
         return got
 
-    [h2] = asyncio.run(cancelled())
+    [h2] = [o for o in vloop.run(cancelled()) if o.label == "h2"]
     assert (h2.label, h2.reason, h2.message) == ("h2", Reason(ReasonKind.CANCELLED), "not run: the batch was cancelled")
 
     # Restored: what had started is interrupted, and says so.
@@ -642,21 +641,28 @@ def test_cancelled_restored_and_gate_settled_calls_carry_it_too() -> None:
     s.step(approve=list(sub.entries))
 
     async def restored() -> list[Any]:
-        d, _ = Driver.resume(p, s.unfinished(), started=Started.INTERRUPT)
+        d, [batch], _ = Driver.resume(p, s.unfinished(), execute=lambda x: asyncio.sleep(0), started=Started.INTERRUPT)
         async with d:
-            return await d.run_restored(sub.batch, lambda x: asyncio.sleep(0))
+            return await batch
 
-    [[w]] = [c.entries for c in asyncio.run(restored())]
+    [[w]] = [c.entries for c in vloop.run(restored())]
     assert w.reason == Reason(ReasonKind.INTERRUPTED) and w.message == explain("w", Reason(ReasonKind.INTERRUPTED))
 
     # The gate: CallSettledError's text is the outcome's sentence.
     async def gated() -> BaseException:
         async with Gate(p, decide=lambda label, call: "skip") as gate:
             try:
-                await gate.call_with("fs_write", "g", {"path": "a"}, asyncio.sleep, 0)
+                await gate.call("fs_write", "g", {"path": "a"}, lambda _: asyncio.sleep(0))
             except CallSettledError as e:
                 return e
         raise AssertionError("not settled")
 
-    e = asyncio.run(gated())
+    e = vloop.run(gated())
     assert str(e) == e.message == explain("g", Reason(ReasonKind.SKIPPED)) == "not run: this call was skipped"
+
+
+async def _resume(p: Any, state: Any) -> None:
+    async def execute(x: Any) -> None:
+        return None
+
+    Driver.resume(p, state, execute=execute, started=Started.RUN_AGAIN)

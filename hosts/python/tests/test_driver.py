@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+import vloop
 from turnstile_scheduler import (
     Call,
     ConfigError,
@@ -80,7 +81,7 @@ class Recorder:
 def test_unkeyed_calls_run_concurrently() -> None:
     rec = Recorder({f"r{i}": 0.03 for i in range(4)})
     calls = [Call(f"r{i}", "read") for i in range(4)]
-    outcomes = asyncio.run(run_batch(scheduler(), calls, rec))
+    outcomes = vloop.run(run_batch(scheduler(), calls, rec))
     assert rec.peak == 4
     assert [o.entries[0].value for o in outcomes] == [f"r{i} done" for i in range(4)]
 
@@ -88,7 +89,7 @@ def test_unkeyed_calls_run_concurrently() -> None:
 def test_written_order_within_a_key() -> None:
     rec = Recorder({"n1": 0.03, "n2": 0.001, "n3": 0.02, "d1": 0.001, "d2": 0.01})
     calls = [Call("n1", "rfd_renumber"), Call("n2", "rfd_renumber"), Call("n3", "rfd_renumber"), Call("d1", "rfd_draft"), Call("d2", "rfd_draft")]
-    outcomes = asyncio.run(run_batch(scheduler(), calls, rec))
+    outcomes = vloop.run(run_batch(scheduler(), calls, rec))
     assert rec.starts == ["n1", "n2", "n3", "d1", "d2"]
     assert rec.peak == 1
     assert [o.id for o in outcomes] == ["n1", "n2", "n3", "d1", "d2"]
@@ -98,7 +99,7 @@ def test_a_key_shared_by_two_tools() -> None:
     rec = Recorder({"i1": 0.03, "p1": 0.03})
     ids = ["i1", "p1", "i2", "p2", "i3", "p3"]
     calls = [Call(i, "github_issues" if i[0] == "i" else "github_pulls") for i in ids]
-    asyncio.run(run_batch(scheduler(), calls, rec))
+    vloop.run(run_batch(scheduler(), calls, rec))
     assert rec.peak == 2
     assert rec.starts == ids
 
@@ -129,7 +130,7 @@ def test_cancelling_mid_batch() -> None:
         await run_batch(sched, [Call("n1", "rfd_draft")], quick)
         return live, started
 
-    live, started = asyncio.run(main())
+    live, started = vloop.run(main())
     assert seen == ["n1"]
     assert live == []
     assert started == ["n1"]
@@ -142,7 +143,7 @@ def test_an_execute_that_raises_is_a_failure() -> None:
         return "ok"
 
     calls = [Call("d", "fs_delete_file", 3), Call("e", "fs_delete_file")]
-    d, e = asyncio.run(run_batch(scheduler(), calls, execute))
+    d, e = vloop.run(run_batch(scheduler(), calls, execute))
     assert d.entries[0].status is OutcomeStatus.FAILED and str(d.entries[0].error) == "disk full"
     assert [x.reason for x in d.entries[1:]] == [Reason(ReasonKind.STOPPED, 1), Reason(ReasonKind.STOPPED, 1)]
     assert [x.label for x in d.entries] == ["d#0", "d#1", "d#2"]
@@ -164,7 +165,7 @@ def test_rejections_and_questions() -> None:
         return "reject" if label == "n1" else "approve"
 
     calls = [Call(f"n{i}", "rfd_renumber") for i in (1, 2, 3)]
-    outcomes = asyncio.run(run_batch(scheduler(), calls, execute, decide=decide))
+    outcomes = vloop.run(run_batch(scheduler(), calls, execute, decide=decide))
     assert outcomes[0].entries[0].status is OutcomeStatus.SETTLED
     assert outcomes[0].entries[0].reason == Reason(ReasonKind.REJECTED)
     assert order == ["start n2", "answered", "end n2", "start n3", "end n3"]
@@ -182,7 +183,7 @@ def test_two_batches_share_a_scheduler_and_a_step() -> None:
         )
         return steps
 
-    steps = asyncio.run(main())
+    steps = vloop.run(main())
     assert rec.peak == 1
     assert rec.starts == ["a1", "a2", "b1"]
     # Both batches' approvals went out in one step.
@@ -221,7 +222,7 @@ def test_a_refused_input_fails_only_its_own_batch() -> None:
             await asyncio.wait_for(a, 5)
         return steps, b_outcomes, refused.value, sched, a1_entry[0]
 
-    steps, b_outcomes, refused, sched, a1 = asyncio.run(main())
+    steps, b_outcomes, refused, sched, a1 = vloop.run(main())
     assert [o.entries[0].status for o in b_outcomes] == [OutcomeStatus.OK, OutcomeStatus.OK]
     assert refused.code is InputErrorCode.NOT_ASKING
     assert (refused.refused.input, refused.refused.index) == (InputKind.ANSWER, 0)
@@ -248,7 +249,7 @@ def test_five_thousand_batches_reuse_call_ids() -> None:
             firsts.append(outcomes[0].entries[0].entry)
         return sched, firsts
 
-    sched, firsts = asyncio.run(main())
+    sched, firsts = vloop.run(main())
     # Numbers are never handed out twice.
     assert len(set(firsts)) == 5000 and firsts == sorted(firsts)
     assert sched.unfinished().batches == []
@@ -275,4 +276,4 @@ def test_a_refused_submit_raises_from_run_batch() -> None:
             await run_batch(sched, [Call("x", "t"), Call("x", "t")], Recorder())
         return e.value.code
 
-    assert asyncio.run(main()) is SubmitErrorCode.DUPLICATE_ID
+    assert vloop.run(main()) is SubmitErrorCode.DUPLICATE_ID

@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+import vloop
 from turnstile_scheduler import (
     AbortCause,
     Call,
@@ -74,7 +75,7 @@ def test_a_bad_decide_settles_the_undecided_as_failed_and_raises(bad) -> None:
         assert [o.entries[0].status for o in await other] == [OutcomeStatus.OK, OutcomeStatus.OK]
         await after(d)
 
-    asyncio.run(main())
+    vloop.run(main())
     assert "a" not in started and "b" not in started and "c" not in started
 
 
@@ -93,7 +94,7 @@ def test_a_non_async_execute_is_that_entrys_failure_and_frees_its_slot(kind) -> 
         await after(d)
         return a.entries[0], b.entries[0]
 
-    a, b = asyncio.run(main())
+    a, b = vloop.run(main())
     assert a.status is OutcomeStatus.FAILED
     assert isinstance(a.error, OSError if kind == "sync-raise" else TypeError)
     assert b.status is OutcomeStatus.OK and b.value == "b"
@@ -112,7 +113,7 @@ def test_a_question_left_open_is_closed_with_its_execution() -> None:
         await after(d)
         return a.entries[0].status, b.entries[0].status
 
-    assert asyncio.run(main()) == (OutcomeStatus.OK, OutcomeStatus.OK)
+    assert vloop.run(main()) == (OutcomeStatus.OK, OutcomeStatus.OK)
 
 
 @pytest.mark.parametrize("when", ["before-submit-turn", "while-deciding", "while-parked", "while-running", "while-asking"])
@@ -150,7 +151,7 @@ def test_cancelling_run_at_every_point_frees_everything(when) -> None:
             await task
         await after(d)
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_outcomes_of_a_cancelled_batch_keep_what_executions_did() -> None:
@@ -187,7 +188,7 @@ def test_outcomes_of_a_cancelled_batch_keep_what_executions_did() -> None:
         await task
         return result["out"]
 
-    f, a, b = asyncio.run(main())
+    f, a, b = vloop.run(main())
     f0, f1, f2 = f.entries
     assert (f0.status, f0.value) == (OutcomeStatus.CANCELLED, "partial")
     assert f1.status is OutcomeStatus.CANCELLED and isinstance(f1.error, OSError)
@@ -215,8 +216,8 @@ def test_an_execution_ignoring_cancellation_is_visible_and_bounded_by_the_timeou
     async def main():
         nonlocal release
         release = asyncio.Event()
-        d = driver(execution_timeout=0.05)
-        task = asyncio.ensure_future(d.run([Call("s", "k"), Call("t", "k")], stubborn))
+        d = driver()
+        task = asyncio.ensure_future(d.run([Call("s", "k"), Call("t", "k")], stubborn, execution_timeout=0.05))
         await asyncio.sleep(0.15)
         # Past the timeout: its task was cancelled, it ignored that and still holds the key.
         [r] = d.running()
@@ -228,7 +229,7 @@ def test_an_execution_ignoring_cancellation_is_visible_and_bounded_by_the_timeou
         await after(d)
         return s.entries[0], t.entries[0]
 
-    s, t = asyncio.run(main())
+    s, t = vloop.run(main())
     assert (s.status, s.value) == (OutcomeStatus.OK, "finally")  # it did end by returning
 
 
@@ -248,14 +249,14 @@ def test_the_abort_grace_gives_up_on_an_execution_that_ignores_its_timeout() -> 
     async def main():
         nonlocal release
         release = asyncio.Event()
-        d = driver(execution_timeout=0.03, abort_grace=0.03)
-        s, t = await asyncio.wait_for(d.run([Call("s", "k"), Call("t", "k")], stubborn), 5)
+        d = driver()
+        s, t = await asyncio.wait_for(d.run([Call("s", "k"), Call("t", "k")], stubborn, execution_timeout=0.03, abort_grace=0.03), 5)
         release.set()
         await asyncio.sleep(0.01)
         await after(d)
         return s.entries[0], t.entries[0]
 
-    s, t = asyncio.run(main())
+    s, t = vloop.run(main())
     assert s.status is OutcomeStatus.SETTLED and s.reason == Reason(ReasonKind.TIMED_OUT, cause=AbortCause.DEADLINE)
     assert "time limit" in s.message
     assert (t.status, t.value) == (OutcomeStatus.OK, "t ran")
@@ -267,12 +268,12 @@ def test_the_execution_timeout_fails_an_execution_that_honours_it() -> None:
         await asyncio.sleep(10)
 
     async def main():
-        d = driver(execution_timeout=0.02)
-        [o] = await asyncio.wait_for(d.run([Call("s", "k")], slow), 5)
+        d = driver()
+        [o] = await asyncio.wait_for(d.run([Call("s", "k")], slow, execution_timeout=0.02), 5)
         await after(d)
         return o.entries[0]
 
-    e = asyncio.run(main())
+    e = vloop.run(main())
     assert e.status is OutcomeStatus.FAILED and isinstance(e.error, TimeoutError)
 
 
@@ -281,7 +282,9 @@ def test_close_cancels_batches_in_flight_and_refuses_new_runs() -> None:
         async def forever(x):
             await asyncio.sleep(10)
 
-        d = Driver.resume(Policy.resolve([("t", CONFIG)]), Scheduler(Policy.resolve([("t", CONFIG)])).unfinished(), started=Started.INTERRUPT)[0]
+        d = Driver.resume(
+            Policy.resolve([("t", CONFIG)]), Scheduler(Policy.resolve([("t", CONFIG)])).unfinished(), execute=ok, started=Started.INTERRUPT
+        ).driver
         scheduler = d.scheduler
         task = asyncio.ensure_future(d.run([Call("a", "k")], forever))
         await asyncio.sleep(0.01)
@@ -293,7 +296,7 @@ def test_close_cancels_batches_in_flight_and_refuses_new_runs() -> None:
         await asyncio.sleep(0.01)
         assert scheduler.closed  # an owned scheduler is closed once its batches are gone
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_resume_through_the_driver_next_to_new_batches() -> None:
@@ -306,25 +309,22 @@ def test_resume_through_the_driver_next_to_new_batches() -> None:
     state = s.unfinished()
 
     async def main():
-        d, unrestored = Driver.resume(policy, state, started=Started.RUN_AGAIN)
-        assert unrestored == []
-        assert d.restored() == [sub.batch]
         ran = []
 
         async def execute(x):
             ran.append(x.label)
             return x.label
 
-        restored, new = await asyncio.wait_for(
-            asyncio.gather(d.run_restored(sub.batch, execute), d.run([Call("n", "k")], execute)), 5
-        )
+        d, batches, unrestored = Driver.resume(policy, state, execute=execute, started=Started.RUN_AGAIN)
+        assert unrestored == [] and len(batches) == 1
+        restored, new = await asyncio.wait_for(asyncio.gather(batches[0], d.run([Call("n", "k")], execute)), 5)
         await after(d)
         return restored, new, ran
 
-    restored, new, ran = asyncio.run(main())
+    restored, new, ran = vloop.run(main())
     assert [o.id for o in restored] == ["a", "d", "b"]
     a_out = restored[0].entries[0]
-    assert a_out.status is OutcomeStatus.OK and a_out.value is None  # ended before the restart
+    assert a_out.status is OutcomeStatus.OK and a_out.value is None  # ended before the restart (no value in a SavedState)
     assert [e.value for e in restored[1].entries] == ["d#0", "d#1"]
     assert ran.index("b") < ran.index("n")  # the restored batch's key order holds
     assert new[0].entries[0].value == "n"
@@ -352,7 +352,7 @@ def test_dropped_schedulers_and_drivers_are_freed() -> None:
             del s
         return refs
 
-    refs = asyncio.run(main())
+    refs = vloop.run(main())
     gc.collect()
     gc.collect()  # the first pass runs the schedulers' finalizers; the second frees what they held
     assert [r for trio in refs for r in trio if r() is not None] == []
@@ -378,4 +378,4 @@ def test_async_with_waits_for_the_ends_to_reach_the_scheduler() -> None:
         assert d.scheduler.closed is False  # not owned: the host closes it
         d.scheduler.close()
 
-    asyncio.run(main())
+    vloop.run(main())

@@ -13,6 +13,7 @@ import random
 
 import pytest
 
+import vloop
 from turnstile_scheduler import Call, Driver, OutcomeStatus, Policy, Scheduler, SubmitError
 
 TOOLS = {  # tool -> (key, limit, fan-out)
@@ -52,7 +53,7 @@ def seeds() -> list[int]:
 @pytest.mark.parametrize("seed", seeds())
 def test_random_batches_hold_every_invariant(seed: int) -> None:
     rng = random.Random(seed)
-    asyncio.run(asyncio.wait_for(run(rng), 60))
+    vloop.run(asyncio.wait_for(run(rng), 60))
 
 
 async def yields(n: int) -> None:
@@ -61,7 +62,8 @@ async def yields(n: int) -> None:
 
 
 async def run(rng: random.Random) -> None:
-    d = Driver(Scheduler(Policy.resolve([("random", CONFIG)])), execution_timeout=rng.choice([None, 5.0]))
+    d = Driver(Scheduler(Policy.resolve([("random", CONFIG)])))
+    timeout = rng.choice([None, 5.0])
     running: dict[str, int] = {}
     starts: dict[str, list[int]] = {}
     behaviour: dict[int, str] = {}
@@ -125,7 +127,7 @@ async def run(rng: random.Random) -> None:
 
     async def one(batch: list[Call]):
         try:
-            return batch, await d.run(batch, execute, decide=decide if rng.random() < 0.7 else None)
+            return batch, await d.run(batch, execute, decide=decide if rng.random() < 0.7 else None, execution_timeout=timeout)
         except (LookupError, ValueError) as e:
             return batch, e
 

@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+import vloop
 from turnstile_scheduler import (
     CallSettledError,
     DisposedError,
@@ -95,8 +96,8 @@ def test_a_rejected_call_raises_at_once_and_the_others_run() -> None:
         decide = lambda label, call: "reject" if label == "b" else "approve"  # noqa: E731
         async with Gate(policy(), decide=decide) as gate:
             slow = log.tool("rfd_draft", "rfd", 0.05)
-            a = asyncio.ensure_future(gate.call("rfd_draft", "a", slow, "1"))
-            b = asyncio.ensure_future(gate.call("rfd_draft", "b", slow, "2"))
+            a = asyncio.ensure_future(gate.call("rfd_draft", "a", "1", slow))
+            b = asyncio.ensure_future(gate.call("rfd_draft", "b", "2", slow))
             with pytest.raises(CallSettledError) as e:
                 await b
             assert not a.done(), "the rejection is known before the batch ends"
@@ -105,7 +106,7 @@ def test_a_rejected_call_raises_at_once_and_the_others_run() -> None:
             assert await a == "rfd_draft(1)"
         assert log.events == ["start rfd_draft 1", "end rfd_draft 1"]
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_a_run_that_raises_fails_only_its_call_and_frees_the_key() -> None:
@@ -118,14 +119,14 @@ def test_a_run_that_raises_fails_only_its_call_and_frees_the_key() -> None:
         async with Gate(policy()) as gate:
             ok = log.tool("rfd_draft", "rfd")
             results = await asyncio.gather(
-                gate.call("rfd_draft", "a", broken, "1"),
-                gate.call("rfd_renumber", "b", ok, "2"),
+                gate.call("rfd_draft", "a", "1", broken),
+                gate.call("rfd_renumber", "b", "2", ok),
                 return_exceptions=True,
             )
         assert isinstance(results[0], ValueError) and str(results[0]) == "boom"
         assert results[1] == "rfd_draft(2)"
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_cancelling_a_queued_call_withdraws_it_and_never_hangs_the_key() -> None:
@@ -133,29 +134,29 @@ def test_cancelling_a_queued_call_withdraws_it_and_never_hangs_the_key() -> None
         log = Log()
         async with Gate(policy()) as gate:
             run = log.tool("rfd_draft", "rfd", 0.03)
-            a = asyncio.ensure_future(gate.call("rfd_draft", "a", run, "1"))
-            b = asyncio.ensure_future(gate.call("rfd_draft", "b", run, "2"))
-            c = asyncio.ensure_future(gate.call("rfd_draft", "c", run, "3"))
+            a = asyncio.ensure_future(gate.call("rfd_draft", "a", "1", run))
+            b = asyncio.ensure_future(gate.call("rfd_draft", "b", "2", run))
+            c = asyncio.ensure_future(gate.call("rfd_draft", "c", "3", run))
             await asyncio.sleep(0.01)  # a runs; b and c are parked behind it
             b.cancel()
             assert await a == "rfd_draft(1)"
             assert await c == "rfd_draft(3)"
             assert b.cancelled()
             # A later batch on the same key still runs.
-            assert await gate.call("rfd_draft", "d", run, "4") == "rfd_draft(4)"
+            assert await gate.call("rfd_draft", "d", "4", run) == "rfd_draft(4)"
         assert log.events == ["start rfd_draft 1", "end rfd_draft 1", "start rfd_draft 3", "end rfd_draft 3", "start rfd_draft 4", "end rfd_draft 4"]
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_cancelling_every_waiter_cancels_the_batch() -> None:
     async def main():
         gate = Gate(policy())
         run = Log().tool("rfd_draft", "rfd", 10)
-        holder = asyncio.ensure_future(gate.call("rfd_draft", "x", run, "0"))
+        holder = asyncio.ensure_future(gate.call("rfd_draft", "x", "0", run))
         await asyncio.sleep(0.01)  # x holds the key for 10 s
-        a = asyncio.ensure_future(gate.call("rfd_draft", "a", run, "1"))
-        b = asyncio.ensure_future(gate.call("rfd_draft", "b", run, "2"))
+        a = asyncio.ensure_future(gate.call("rfd_draft", "a", "1", run))
+        b = asyncio.ensure_future(gate.call("rfd_draft", "b", "2", run))
         await asyncio.sleep(0.01)  # a and b are parked behind x, in a batch of their own
         assert len(gate._batches) == 2
         a.cancel()
@@ -167,7 +168,7 @@ def test_cancelling_every_waiter_cancels_the_batch() -> None:
         holder.cancel()
         await gate.aclose()
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_cancelling_a_running_call_cancels_its_run() -> None:
@@ -176,32 +177,32 @@ def test_cancelling_a_running_call_cancels_its_run() -> None:
         async with Gate(policy()) as gate:
             slow = log.tool("rfd_draft", "rfd", 10)
             fast = log.tool("rfd_draft", "rfd", 0.01)
-            a = asyncio.ensure_future(gate.call("rfd_draft", "a", slow, "1"))
-            b = asyncio.ensure_future(gate.call("rfd_draft", "b", fast, "2"))
+            a = asyncio.ensure_future(gate.call("rfd_draft", "a", "1", slow))
+            b = asyncio.ensure_future(gate.call("rfd_draft", "b", "2", fast))
             await asyncio.sleep(0.02)
             a.cancel()
             assert await b == "rfd_draft(2)"
             assert a.cancelled()
         assert log.events == ["start rfd_draft 1", "end rfd_draft 1", "start rfd_draft 2", "end rfd_draft 2"]
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_close_cancels_queued_and_running_calls_and_refuses_new_ones() -> None:
     async def main():
         gate = Gate(policy())
         run = Log().tool("rfd_draft", "rfd", 10)
-        a = asyncio.ensure_future(gate.call("rfd_draft", "a", run, "1"))
-        b = asyncio.ensure_future(gate.call("rfd_draft", "b", run, "2"))
+        a = asyncio.ensure_future(gate.call("rfd_draft", "a", "1", run))
+        b = asyncio.ensure_future(gate.call("rfd_draft", "b", "2", run))
         await asyncio.sleep(0.01)
         await gate.aclose()
         ra, rb = await asyncio.gather(a, b, return_exceptions=True)
         assert isinstance(ra, DisposedError)  # it was running
         assert isinstance(rb, CallSettledError) and str(rb) == explain("b", Reason(ReasonKind.CANCELLED))
         with pytest.raises(DisposedError):
-            await gate.call("rfd_draft", "c", run, "3")
+            await gate.call("rfd_draft", "c", "3", run)
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_a_run_past_the_execution_timeout_raises_timeout_error() -> None:
@@ -211,12 +212,12 @@ def test_a_run_past_the_execution_timeout_raises_timeout_error() -> None:
             slow = log.tool("rfd_draft", "rfd", 10)
             fast = log.tool("rfd_draft", "rfd", 0.001)
             ra, rb = await asyncio.gather(
-                gate.call("rfd_draft", "a", slow, "1"), gate.call("rfd_draft", "b", fast, "2"), return_exceptions=True
+                gate.call("rfd_draft", "a", "1", slow), gate.call("rfd_draft", "b", "2", fast), return_exceptions=True
             )
         assert isinstance(ra, TimeoutError)
         assert rb == "rfd_draft(2)"
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_a_refused_batch_raises_submit_error_in_each_call() -> None:
@@ -224,25 +225,25 @@ def test_a_refused_batch_raises_submit_error_in_each_call() -> None:
         async with Gate(policy()) as gate:
             run = Log().tool("rfd_draft", "rfd")
             results = await asyncio.gather(
-                gate.call("rfd_draft", "same", run, "1"), gate.call("rfd_draft", "same", run, "2"), return_exceptions=True
+                gate.call("rfd_draft", "same", "1", run), gate.call("rfd_draft", "same", "2", run), return_exceptions=True
             )
         assert all(isinstance(r, SubmitError) for r in results)
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_wrong_arguments_raise_before_anything_is_queued() -> None:
     async def main():
         async with Gate(policy()) as gate:
             with pytest.raises(TypeError):
-                await gate.call("rfd_draft", 1, Log().tool("x", "x"), "1")  # type: ignore[arg-type]
+                await gate.call("rfd_draft", 1, "1", Log().tool("x", "x"))  # type: ignore[arg-type]
             with pytest.raises(TypeError):
-                await gate.call("rfd_draft", "a", "not callable")  # type: ignore[arg-type]
+                await gate.call("rfd_draft", "a", None, "not callable")  # type: ignore[arg-type]
             assert gate._arriving == []
 
     with pytest.raises(TypeError):
         Gate("not a policy")  # type: ignore[arg-type]
-    asyncio.run(main())
+    vloop.run(main())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,19 +258,19 @@ def test_calls_of_one_turn_form_one_batch_in_arrival_order() -> None:
         driver = Driver(sched)
         submit = driver._submit
 
-        def recording(calls, execute, on_settled):
+        def recording(calls, execute, *rest):
             submitted.append([c.id for c in calls])
-            return submit(calls, execute, on_settled)
+            return submit(calls, execute, *rest)
 
         driver._submit = recording  # type: ignore[method-assign]
         gate = Gate(driver)
         draft, renumber = log.tool("rfd_draft", "rfd"), log.tool("rfd_renumber", "rfd")
         await asyncio.gather(
-            gate.call("rfd_renumber", "r1", renumber, "1"),
-            gate.call("rfd_draft", "d1", draft, "1"),
-            gate.call("rfd_renumber", "r2", renumber, "2"),
+            gate.call("rfd_renumber", "r1", "1", renumber),
+            gate.call("rfd_draft", "d1", "1", draft),
+            gate.call("rfd_renumber", "r2", "2", renumber),
         )
-        await gate.call("rfd_draft", "d2", draft, "2")  # a later turn: a batch of its own
+        await gate.call("rfd_draft", "d2", "2", draft)  # a later turn: a batch of its own
         assert submitted == [["r1", "d1", "r2"], ["d2"]]
         assert [e for e in log.events if e.startswith("start")] == [
             "start rfd_renumber 1",
@@ -281,7 +282,7 @@ def test_calls_of_one_turn_form_one_batch_in_arrival_order() -> None:
         await gate.aclose()
         driver.close()
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_each_call_resolves_when_its_own_entry_ends() -> None:
@@ -292,14 +293,14 @@ def test_each_call_resolves_when_its_own_entry_ends() -> None:
             slow = log.tool("github_issues", "github", 0.2)
             loop = asyncio.get_running_loop()
             start = loop.time()
-            a = asyncio.ensure_future(gate.call("github_issues", "a", slow, "1"))
-            b = asyncio.ensure_future(gate.call("github_issues", "b", quick, "2"))
+            a = asyncio.ensure_future(gate.call("github_issues", "a", "1", slow))
+            b = asyncio.ensure_future(gate.call("github_issues", "b", "2", quick))
             assert await b == "github_issues(2)"
             assert not a.done(), "b resolved before its batch ended"
             await a
         assert log.peak == {"github": 2}
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_a_key_shared_across_tools_keeps_its_limit_and_written_order() -> None:
@@ -308,9 +309,9 @@ def test_a_key_shared_across_tools_keeps_its_limit_and_written_order() -> None:
         async with Gate(policy()) as gate:
             issues = log.tool("github_issues", "github", 0.005)
             draft = log.tool("rfd_draft", "rfd", 0.005)
-            await asyncio.gather(*(gate.call("github_issues", f"g{i}", issues, str(i)) for i in range(6)),
-                                 *(gate.call("rfd_draft", f"r{i}", draft, str(i)) for i in range(3)))
+            await asyncio.gather(*(gate.call("github_issues", f"g{i}", str(i), issues) for i in range(6)),
+                                 *(gate.call("rfd_draft", f"r{i}", str(i), draft) for i in range(3)))
         assert log.peak == {"github": 2, "rfd": 1}
         assert [e for e in log.events if e.startswith("start rfd")] == [f"start rfd_draft {i}" for i in range(3)]
 
-    asyncio.run(main())
+    vloop.run(main())

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+import vloop
 from turnstile_scheduler import (
     Call,
     CallSettledError,
@@ -261,7 +262,7 @@ def test_a_huge_retry_after_is_settled_by_the_scheduler_at_once() -> None:
         async with Driver(Scheduler(Policy.resolve([("t", text)])), owns_scheduler=True) as driver:
             return await asyncio.wait_for(driver.run([Call("a", "api"), Call("b", "api")], execute), 10)
 
-    out = asyncio.run(main())
+    out = vloop.run(main())
     assert calls == 2  # settled at once, and the key was not paused: b ran right after
     for c in out:
         e = c.entries[0]
@@ -350,7 +351,7 @@ def test_a_429_storm_backs_off_every_call_on_the_key_keeps_order_and_gives_one_o
             calls = [Call("s", "search", operations=5), Call("i", "issue"), Call("w", "write")]
             return await asyncio.wait_for(d.run(calls, watched), 10), d
 
-    outcomes, d = asyncio.run(main())
+    outcomes, d = vloop.run(main())
     labels = ["s#0", "s#1", "s#2", "s#3", "s#4", "i", "w"]
     flat = [e for c in outcomes for e in c.entries]
     assert [e.label for e in flat] == labels
@@ -378,7 +379,7 @@ def test_a_retry_cap_that_runs_out_settles_rate_limited_and_stops_the_rest() -> 
         async with Driver(Scheduler(policy())) as d:
             return await asyncio.wait_for(d.run([Call("w", "write", operations=3), Call("i", "issue")], executor(api)), 10)
 
-    w, i = asyncio.run(main())
+    w, i = vloop.run(main())
     assert [(e.status, e.reason) for e in w.entries] == [
         (OutcomeStatus.SETTLED, Reason(ReasonKind.RATE_LIMITED, retries=1)),
         (OutcomeStatus.SETTLED, Reason(ReasonKind.STOPPED, 1)),
@@ -411,7 +412,7 @@ def test_cancelling_a_batch_while_an_entry_waits_on_a_retry_never_runs_it_again(
         d.close()
         return d
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_a_driver_closed_with_its_timer_armed_leaks_no_timer_and_steps_no_more() -> None:
@@ -441,7 +442,7 @@ def test_a_driver_closed_with_its_timer_armed_leaks_no_timer_and_steps_no_more()
         with pytest.raises(Exception):
             await d.pause("disk", 1)
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_one_timer_follows_the_latest_wake_at() -> None:
@@ -469,7 +470,7 @@ def test_one_timer_follows_the_latest_wake_at() -> None:
                 await t1
             await asyncio.sleep(0.01)
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_host_pause_holds_a_key_and_an_unknown_key_is_refused() -> None:
@@ -494,7 +495,7 @@ def test_host_pause_holds_a_key_and_an_unknown_key_is_refused() -> None:
             [o] = await asyncio.wait_for(d.run([Call("w", "write")], execute), 5)
             assert o.entries[0].status is OutcomeStatus.OK and began[0] - t0 >= 0.078
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_delay_spaces_starts_through_the_driver() -> None:
@@ -518,7 +519,7 @@ def test_delay_spaces_starts_through_the_driver() -> None:
             assert min(gaps) >= 0.030, gaps
             assert began[-1] - began[0] >= 0.100, began
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_a_sync_execute_may_raise_rate_limited_and_a_cancelled_batch_ends_it() -> None:
@@ -554,7 +555,7 @@ def test_a_sync_execute_may_raise_rate_limited_and_a_cancelled_batch_ends_it() -
             await asyncio.sleep(0.05)
             assert seen.count("v") == 1
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -573,20 +574,20 @@ def test_the_gate_retries_in_place_and_settles_past_the_cap() -> None:
     async def main():
         async with Gate(policy()) as gate:
             a, b = await asyncio.gather(
-                gate.call("issue", "a", call, "a", "api"),
-                gate.call("issue", "b", call, "b", "api"),
+                gate.call("issue", "a", None, lambda _: call("a", "api")),
+                gate.call("issue", "b", None, lambda _: call("b", "api")),
             )
             assert (a, b) == ("200 a", "200 b")
             assert api.calls == {"a": 2, "b": 2}
             # Past the cap (write: retries = 1): a CallSettledError the model can read.
             api.k, api.in_window = 10, 0
             with pytest.raises(CallSettledError) as e:
-                await gate.call("write", "w", call, "w", "disk")
+                await gate.call("write", "w", None, lambda _: call("w", "disk"))
             assert e.value.reason == Reason(ReasonKind.RATE_LIMITED, retries=1)
             assert str(e.value) == "not run again: rate limited 2 times (1 retry allowed); the endpoint asked to wait"
             assert api.calls["w"] == 2
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_a_gate_call_cancelled_while_it_waits_on_a_retry_never_runs_again() -> None:
@@ -599,7 +600,7 @@ def test_a_gate_call_cancelled_while_it_waits_on_a_retry_never_runs_again() -> N
 
     async def main():
         async with Gate(policy()) as gate:
-            task = asyncio.ensure_future(gate.call("write", "w", call, "w"))
+            task = asyncio.ensure_future(gate.call("write", "w", "w", call))
             while api.calls.get("w") != 1 or gate.driver.running():
                 await asyncio.sleep(0.002)
             task.cancel()
@@ -607,9 +608,9 @@ def test_a_gate_call_cancelled_while_it_waits_on_a_retry_never_runs_again() -> N
                 await task
             await asyncio.sleep(0.2)
             assert api.calls == {"w": 1}
-            assert await gate.call("write", "w2", call, "w2") == "done"
+            assert await gate.call("write", "w2", "w2", call) == "done"
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_a_batch_cancelled_as_a_retry_is_released_ends_without_hanging() -> None:
@@ -637,4 +638,4 @@ def test_a_batch_cancelled_as_a_retry_is_released_ends_without_hanging() -> None
             assert o.entries[0].status in (OutcomeStatus.SETTLED, OutcomeStatus.CANCELLED)
             assert seen == ["w"]
 
-    asyncio.run(main())
+    vloop.run(main())

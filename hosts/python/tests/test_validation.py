@@ -254,8 +254,8 @@ def test_driver_arguments_are_checked_and_the_driver_keeps_working() -> None:
             lambda: d.run([Call("a", "rfd")], ok, decide=1),
             lambda: d.run([Call("a", True)], ok),
             lambda: d.run([Call("a", "del", -1)], ok),
-            lambda: d.run_restored(-1, ok),
-            lambda: d.run_restored(True, ok),
+            lambda: d.run([Call("a", "rfd")], ok, execution_timeout=0),
+            lambda: d.run([Call("a", "rfd")], ok, on_outcome=1),
         ]:
             with pytest.raises((TypeError, ValueError)):
                 await bad()
@@ -264,8 +264,12 @@ def test_driver_arguments_are_checked_and_the_driver_keeps_working() -> None:
 
     assert asyncio.run(main()) == ("a", [])
     for v in [-1, "1", math.nan, True, 0]:
-        with pytest.raises((TypeError, ValueError)):
-            Driver(Scheduler(policy()), execution_timeout=v)
+
+        async def bad(v=v):
+            with pytest.raises((TypeError, ValueError)):
+                await Driver(Scheduler(policy())).run([Call("a", "rfd")], ok, execution_timeout=v)
+
+        asyncio.run(bad())
     with pytest.raises(TypeError):
         Driver("scheduler")  # type: ignore[arg-type]
 

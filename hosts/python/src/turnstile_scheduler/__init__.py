@@ -4,9 +4,9 @@
 (or raises `ConfigError` with every diagnostic); `Driver(Scheduler(policy))` runs batches of
 tool calls under it with asyncio (`await driver.run(calls, execute)`); `Scheduler` is the
 sans-IO scheduler underneath (`submit`, then one `step` per round); `Gate` batches the calls of
-frameworks that run tools themselves (`await gate.call(tool, call_id, run, *args)`, or
-`gate.call_with(tool, call_id, arguments, run, *args)` for a key made from the call's
-arguments); `Admission` admits requests on one shared MCP connection
+frameworks that run tools themselves (`await gate.call(tool, call_id, arguments, run)`:
+`run(arguments)` runs once the call is released; the arguments make its key when its tool's
+key is a template); `Admission` admits requests on one shared MCP connection
 (`async with admission.slot("call") as permit:`). `explain(label, reason)` is the component's
 sentence for a settled entry (`EntryOutcome.message` and `Settled.message` carry it).
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from ._component import Instance
 from .admission import Admission, Permit, Slot
 from .config import Layer, Policy
-from .driver import Driver, Execution, run_batch
+from .driver import Driver, Execution, Resumed, run_batch
 from .gate import CallSettledError, Gate
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
 from .errors import (
@@ -31,9 +31,11 @@ from .errors import (
     ConfigError,
     DisposedError,
     InstanceBrokenError,
+    PersistError,
     RateLimited,
     RefusedInputError,
     ResumeError,
+    RestoredError,
     ShutdownError,
     SubmitError,
     TurnstileError,
@@ -42,6 +44,7 @@ from .scheduler import Scheduler, explain
 from .types import (
     Abort,
     AbortCause,
+    AbortedRun,
     AdmissionClass,
     AdmissionErrorCode,
     BatchNotApproved,
@@ -59,6 +62,7 @@ from .types import (
     KeyPaused,
     KeySpacing,
     Label,
+    LiveBatch,
     OnError,
     Outcome,
     Outputs,
@@ -139,6 +143,11 @@ __all__ = [
     "RefusedInputError",
     "ResumeError",
     "ResumeErrorCode",
+    "Resumed",
+    "RestoredError",
+    "PersistError",
+    "LiveBatch",
+    "AbortedRun",
     "RetryAt",
     "Running",
     "Saved",

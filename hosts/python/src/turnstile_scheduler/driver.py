@@ -13,8 +13,18 @@ with the component's sentence for the model, `EntryOutcome.message`), and return
 outcome in written order once the batch retired. A call's `arguments` (`Call.arguments`) make
 its key when its tool's key is a template (`"fs:{path}"`), and reach `decide` and `execute`
 (`execution.call.arguments`) unchanged. Any number of `run`s may
-be in flight at once on one driver; a `Driver.resume`d driver runs the restored batches with
-`run_restored` next to new ones.
+be in flight at once on one driver. This page is hosts/DRIVERS.md for Python: the same
+contract, names and outcomes as the JS driver.
+
+Persistence. `Driver(scheduler, persist=save)`: `save(text)` (sync or async) gets the
+snapshot's JSON text (`_snapshot.py`, byte for byte the JS package's) after a batch's
+submission, after a step that starts executions (before they start), and after a step that
+took an end, a settlement, a retirement, a 429 or a cancellation (before `on_outcome` or a
+returned `run` hands the outcome out); one at a time, inputs meanwhile wait for the next step.
+A retired batch stays in the snapshot until `forget(outcomes)`. `Driver.resume(policy, text,
+execute=..., started=...)` gives back `Resumed(driver, batches, unrestored)`: the retired
+batches first (their saved outcomes reported again), then the live ones, as tasks. A persist
+that raises closes the driver: every live batch raises `PersistError` at once.
 
 One driver per scheduler owns its `step` calls: everything the batches report within one loop
 turn goes out in ONE `step`, and the outputs are dispatched to the batches they belong to. Each
@@ -25,7 +35,10 @@ How a batch ends badly, and what that costs (never another batch, never a slot):
 
 - `decide` raises or returns something other than "approve", "reject", "skip" or "fail": every
   undecided entry is settled as failed, the batch is cancelled (nothing of it runs), and `run`
-  raises that error once the batch retired.
+  raises that error once its running executions ended.
+- `close()`, or a `persist` that raised: every live `run` raises `DisposedError` (or
+  `PersistError`) at once, running executions' tasks are cancelled, and nothing more is
+  reported.
 - `execute` raises instead of returning an awaitable, or returns something not awaitable: that
   entry failed (`error` says why); its slot is freed at once.
 - One of the batch's inputs is refused (a driver bug): the batch is cancelled and `run` raises
@@ -41,7 +54,7 @@ visible in `Driver.running()` (`cancel_requested`) and in `Scheduler.inspect` (r
 named in `KeyFull.running` of the entries waiting for its key).
 
 Deadlines are the component's, not the driver's: the driver keeps no timer of its own for them.
-`execution_timeout` and `abort_grace` (seconds) go to the component with every batch (its
+`run`'s `execution_timeout` and `abort_grace` (seconds) go to the component with its batch (its
 `limits`, in milliseconds), and the component says when (on the `now` of each step, waking the
 driver through `wake_at`). An `abort` action cancels the execution's task: for its deadline
 (an execution that ends by that cancellation failed with TimeoutError), or because its batch
@@ -87,13 +100,13 @@ import inspect as _inspect
 import math
 import weakref
 from types import CoroutineType as _CoroutineType
-from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, NamedTuple, Optional, Sequence, Union
 
 from wasmtime.component import Variant
 
-from . import _check
+from . import _check, _snapshot
 from .config import Policy
-from .errors import DisposedError, RateLimited, RefusedInputError, SubmitError, TurnstileError
+from .errors import DisposedError, PersistError, RateLimited, RefusedInputError, RestoredError, SubmitError, TurnstileError
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
 from .scheduler import Scheduler, _limits, build_calls, explain_in, lower_reason
 from .shared import DELAY_MS_MAX, LIMIT_MAX
@@ -107,8 +120,12 @@ from .types import (
     InputKind,
     RefusedInput,
     Outcome,
+    AbortedRun,
+    LiveBatch,
     Reason,
     ReasonKind,
+    Saved,
+    SavedBatch,
     SavedState,
     Started,
     SubmitErrorCode,
@@ -117,6 +134,8 @@ from .types import (
 
 Decision = Literal["approve", "reject", "skip", "fail"]
 Decide = Callable[[str, Call], Union[Decision, Awaitable[Decision]]]
+OnOutcome = Callable[[EntryOutcome, Call], Any]
+Persist = Callable[[str], Any]
 _HOW: dict[str, HostSettle] = {"reject": HostSettle.REJECTED, "skip": HostSettle.SKIPPED, "fail": HostSettle.FAILED}
 _HOW_WIT: dict[str, str] = {"reject": "rejected", "skip": "skipped", "fail": "failed"}
 
@@ -152,23 +171,25 @@ class Execution:
     async def question(self) -> AsyncIterator[None]:
         """`async with execution.question():` around waiting for an answer (the user is asked
         something); the execution keeps its slot. A declined question is an end: return from
-        `execute`. A question still open when the execution ends is closed with it."""
+        `execute`. Overlapping questions are one wait for the scheduler (asked at the first,
+        answered at the last). A question still open when the execution ends is closed with
+        it."""
         b, i = self._batch, self._index
         if b.outcomes[i] is not None or i not in b.tasks:
             raise RuntimeError(f"{self.label}: the execution has ended; it cannot ask")
-        if b.asking[i]:
-            raise RuntimeError(f"{self.label}: a question is already open")
         if i in b.aborted:  # its abort closed every question, as far as the scheduler knows
             yield
             return
-        b.asking[i] = True
-        b.driver._queue(_ASK, self.entry, b)
+        b.asking[i] += 1
+        if b.asking[i] == 1:
+            b.driver._queue(_ASK, self.entry, b)
         try:
             yield
         finally:
-            if b.asking[i]:
-                b.asking[i] = False
-                b.driver._queue(_ANSWER, self.entry, b)
+            if b.asking[i] > 0:  # else its end or its abort closed it
+                b.asking[i] -= 1
+                if b.asking[i] == 0:
+                    b.driver._queue(_ANSWER, self.entry, b)
 
 
 Execute = Callable[[Execution], Awaitable[Any]]
@@ -179,42 +200,59 @@ Execute = Callable[[Execution], Awaitable[Any]]
 
 class _Batch:
     __slots__ = (
-        "driver", "batch", "first", "calls", "labels", "call_of", "ops", "execute", "outcomes", "tasks",
-        "asking", "expired", "finished", "cancelled", "count", "since", "aborted", "given_up", "begun", "on_settled",
-        "limited", "acquiring", "permits", "permit_used", "shared_keys", "denied_errors", "lost", "watchers",
+        "driver", "batch", "first", "calls", "labels", "call_of", "call_index", "call_starts", "ops", "execute", "outcomes",
+        "tasks", "asking", "expired", "finished", "cancelled", "failed", "count", "since", "aborted", "aborted_at", "given_up",
+        "begun", "on_outcome", "execution_timeout", "final", "gone", "limited", "acquiring", "permits", "permit_used", "shared_keys",
+        "denied_errors", "lost", "watchers",
     )
 
-    def __init__(self, driver: "Driver", batch: int, first: int, calls: list[Call], execute: Execute) -> None:
+    def __init__(
+        self, driver: "Driver", batch: int, first: int, calls: list[Call], execute: Execute,
+        on_outcome: Optional[OnOutcome] = None, execution_timeout: Optional[float] = None,
+    ) -> None:
         self.driver = driver
         self.batch = batch
         self.first = first
         self.calls = calls
         labels: list[str] = []
         call_of: list[Call] = []
+        call_index: list[int] = []
+        call_starts: list[int] = []
         ops: list[Optional[int]] = []
-        for c in calls:
+        for ci, c in enumerate(calls):
+            call_starts.append(len(labels))
             if c.operations is None:
                 labels.append(c.id)
                 call_of.append(c)
+                call_index.append(ci)
                 ops.append(None)
             else:
                 for i in range(c.operations):
                     labels.append(f"{c.id}#{i}")
                     call_of.append(c)
+                    call_index.append(ci)
                     ops.append(i)
         self.labels = labels
         self.call_of = call_of
+        self.call_index = call_index
+        self.call_starts = call_starts
         self.ops = ops
+        self.on_outcome = on_outcome
+        self.execution_timeout = execution_timeout
+        # Its outcomes once it retired (what `run` returns, and `forget` takes back).
+        self.final: Optional[list[CallOutcome]] = None
+        self.failed = False
         self.count = n = len(labels)
         self.execute = execute
         self.outcomes: list[Optional[EntryOutcome]] = [None] * n
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.since: dict[int, float] = {}
-        self.asking = [False] * n
+        self.asking = [0] * n  # questions open, by entry
         # Entries the component aborted (for their deadline: also `expired`), and those it gave
         # up on after their abort grace (their task's end is ignored).
         self.expired: set[int] = set()
         self.aborted: set[int] = set()
+        self.aborted_at: dict[int, float] = {}
         self.given_up: set[int] = set()
         self.begun: set[int] = set()
         # The last RateLimited each entry's execution raised (kept on its outcome if it is
@@ -233,16 +271,16 @@ class _Batch:
         # Resolved when the batch retires; an exception when it must fail (refused input, trap).
         self.finished: asyncio.Future[None] = driver._loop.create_future()  # type: ignore[union-attr]
         self.cancelled = False
-        # Told of each entry the moment it is settled (the gate resolves that call's awaitable).
-        self.on_settled: Optional[Callable[[int, EntryOutcome], None]] = None
+        # Resolved when it left the driver (retired and handed out, or the driver was closed).
+        self.gone: asyncio.Future[None] = driver._loop.create_future()  # type: ignore[union-attr]
 
-    def settle(self, i: int, outcome: EntryOutcome) -> None:
-        self.outcomes[i] = outcome
-        if self.on_settled is not None:
-            self.on_settled(i, outcome)
+    def leave(self) -> None:
+        if not self.gone.done():
+            self.gone.set_result(None)
 
     def fail(self, error: BaseException) -> None:
         if not self.finished.done():
+            self.failed = True
             self.finished.set_exception(error)
             self.driver._cancel(self)
 
@@ -276,7 +314,9 @@ class _Inputs:
 
 _KINDS = list(InputKind)
 _KIND_INDEX = {k.value: i for i, k in enumerate(_KINDS)}  # by WIT name
-_APPROVE, _SETTLE, _ASK, _ANSWER, _OK, _FAILED, _CANCEL, _NOW, _RETRY, _PAUSE, _GRANTED, _DENIED = range(12)
+_APPROVE, _SETTLE, _ASK, _ANSWER, _OK, _FAILED, _CANCEL, _NOW, _RETRY, _PAUSE, _GRANTED, _DENIED, _LIFT_PAUSE = range(13)
+# The inputs that change the saved state (a question's and a pause's do not).
+_CHANGES = (_APPROVE, _SETTLE, _OK, _FAILED, _RETRY, _CANCEL, _GRANTED, _DENIED)
 _U64_MAX = 2**64 - 1
 _U32_MAX = 2**32 - 1
 
@@ -284,26 +324,38 @@ _U32_MAX = 2**32 - 1
 # The driver
 
 
+class Resumed(NamedTuple):
+    """What `Driver.resume` gives back: the driver, every saved batch as a task (retired ones
+    first, returning their saved outcomes at once, then live ones, in batch order), and the
+    calls the scheduler could not restore."""
+
+    driver: "Driver"
+    batches: "list[asyncio.Task[list[CallOutcome]]]"
+    unrestored: list[Unrestored]
+
+
 class Driver:
     """Runs batches on one scheduler (see the module doc). `Driver(scheduler)` drives a
-    scheduler you own; `Driver.resume(policy, state, started=...)` makes the scheduler and owns
-    it. `close()` (or `with` / `async with`) cancels every batch in flight and refuses new
-    ones; it closes the scheduler when the driver owns it. A driver dropped without `close()`
-    is closed by its finalizer."""
+    scheduler you own; `Driver.resume(policy, snapshot, ...)` makes the scheduler and owns it.
+    `persist(text)` (sync or async) is where the driver saves its snapshot (hosts/DRIVERS.md,
+    "Persistence"). `close()` (or `with` / `async with`) cancels every batch in flight and
+    refuses new ones; it closes the scheduler when the driver owns it. A driver dropped
+    without `close()` is closed by its finalizer."""
 
     def __init__(
         self,
         scheduler: Scheduler,
         *,
-        execution_timeout: Optional[float] = None,
-        abort_grace: Optional[float] = None,
-        owns_scheduler: bool = False,
         shared_keys: Optional[SharedKeys] = None,
+        persist: Optional[Persist] = None,
+        owns_scheduler: bool = False,
     ) -> None:
         if not isinstance(scheduler, Scheduler):
             raise TypeError(f"scheduler must be a Scheduler, not {type(scheduler).__name__}")
         if shared_keys is not None and not isinstance(shared_keys, SharedKeys):
             raise TypeError(f"shared_keys must be a SharedKeys, not {type(shared_keys).__name__}")
+        if persist is not None:
+            _callable(persist, "persist")
         shared_tools = dict(getattr(scheduler, "_shared_tools", {}))
         if shared_tools and shared_keys is None:
             keys = sorted({t.key for t in shared_tools.values() if t.key is not None})
@@ -312,17 +364,6 @@ class Driver:
                 f"{', '.join(sorted(shared_tools))}): give the driver shared_keys=SharedKeys(store) "
                 "(see SHARED.md)"
             )
-        self.execution_timeout = _check.number(execution_timeout, "execution_timeout")
-        if self.execution_timeout == 0:
-            raise ValueError("execution_timeout must be > 0 seconds (or None)")
-        self.abort_grace = _check.number(abort_grace, "abort_grace")
-        # The batch limits the component keeps, in whole milliseconds (at least 1 for a
-        # timeout; a grace of 0 gives up at the abort's own step), capped at the u32 range.
-        self._limits = _limits(
-            None if self.execution_timeout is None else min(max(math.ceil(self.execution_timeout * 1000), 1), _U32_MAX),
-            None if self.abort_grace is None else min(math.ceil(self.abort_grace * 1000), _U32_MAX),
-            "limits",
-        )
         _check.boolean(owns_scheduler, "owns_scheduler")
         scheduler._live()
         if getattr(scheduler, "_driver", None) is not None:
@@ -351,30 +392,66 @@ class Driver:
         self._shared_tools = shared_tools
         # Give-backs to the store in flight (`__aexit__` waits for them).
         self._giving: set[asyncio.Task[Any]] = set()
+        # Persistence: `persist`, whether a call of it is under way (no step meanwhile), whether
+        # the next step persists whatever it does (a submission, a `forget`), the retired batches
+        # not forgotten (outcomes, text), and a failed persist (the driver is broken).
+        self._persist = persist
+        self._persisting = False
+        self._dirty = False
+        self._retired: list[tuple[list[CallOutcome], str]] = []
+        self._broken = False
+        # What the step under way hands the host once its snapshot is persisted: outcomes for
+        # `on_outcome` (batch, offset), entries to start, and retired batches to resolve.
+        self._reports: list[tuple[_Batch, int]] = []
+        self._starts: list[tuple[_Batch, int]] = []
+        self._retiring: list[_Batch] = []
 
     @classmethod
     def resume(
         cls,
         policy: Policy,
-        state: SavedState,
+        snapshot: Union[str, SavedState],
         *,
+        execute: Execute,
         started: Started,
-        execution_timeout: Optional[float] = None,
-        abort_grace: Optional[float] = None,
+        decide: Optional[Decide] = None,
+        on_outcome: Optional[OnOutcome] = None,
         shared_keys: Optional[SharedKeys] = None,
-    ) -> tuple["Driver", list[Unrestored]]:
-        """A driver over `Scheduler.resume(policy, state, started=started)` (which it owns),
-        and the calls the policy left out. Run each restored batch with `run_restored` (its
-        numbers are `restored()`), next to new batches with `run`."""
-        scheduler, unrestored = Scheduler.resume(policy, state, started=started)
+        persist: Optional[Persist] = None,
+        arguments_of: Optional[Callable[[Any], Any]] = None,
+    ) -> Resumed:
+        """Resumes a snapshot (the text `persist` was given, or a `SavedState` without values)
+        under a new driver, which owns its scheduler; call it inside a running event loop.
+        Retired batches not forgotten come back as tasks that report their saved outcomes to
+        `on_outcome` and return them (they stay saved until `forget`); each live batch runs
+        again next to new ones, its ended entries keeping their saved values (errors as
+        `RestoredError`), its pending entries decided and executed like a new batch's;
+        `started` says what becomes of an entry that was running ("run-again", or "interrupt":
+        settled interrupted). A call keeps the key its arguments made; its arguments are not
+        saved: `arguments_of(saved_call)` gives each restored call's `arguments` back. A
+        malformed snapshot is a TypeError / ValueError naming the field."""
+        loop = asyncio.get_running_loop()
+        _callable(execute, "execute")
+        for f, what in ((decide, "decide"), (on_outcome, "on_outcome"), (arguments_of, "arguments_of")):
+            if f is not None:
+                _callable(f, what)
+        saved = _snapshot.read(snapshot)
+        scheduler, unrestored = Scheduler.resume(policy, saved.state, started=started)
         try:
-            driver = cls(
-                scheduler, execution_timeout=execution_timeout, abort_grace=abort_grace, owns_scheduler=True, shared_keys=shared_keys
-            )
+            args = None if arguments_of is None else [[arguments_of(c) for c in b.calls] for b in saved.state.batches]
+            driver = cls(scheduler, owns_scheduler=True, shared_keys=shared_keys, persist=persist)
         except BaseException:
             scheduler.close()
             raise
-        return driver, unrestored
+        driver._loop = loop
+        batches: list[asyncio.Task[list[CallOutcome]]] = []
+        for number, outcomes in saved.retired:
+            if persist is not None:
+                driver._retired.append((outcomes, _snapshot.retired_json(number, outcomes)))
+            batches.append(loop.create_task(_replay(driver, outcomes, on_outcome)))
+        for i, sb in enumerate(saved.state.batches):
+            batches.append(driver._restore(sb, execute, decide, on_outcome, None if args is None else args[i], saved.ended))
+        return Resumed(driver, batches, unrestored)
 
     @classmethod
     def of(cls, scheduler: Scheduler) -> "Driver":
@@ -384,81 +461,101 @@ class Driver:
 
     # -- running batches ---------------------------------------------------------------------
 
-    async def run(self, calls: Sequence[Call], execute: Execute, *, decide: Optional[Decide] = None) -> list[CallOutcome]:
+    async def run(
+        self,
+        calls: Sequence[Call],
+        execute: Execute,
+        *,
+        decide: Optional[Decide] = None,
+        execution_timeout: Optional[float] = None,
+        abort_grace: Optional[float] = None,
+        on_outcome: Optional[OnOutcome] = None,
+    ) -> list[CallOutcome]:
         """Runs one batch to the end and returns each call's outcome in written order.
 
         `decide(label, call)` is asked for each entry in written order (default: approve all)
-        and may be async (a prompt); it returns "approve", "reject", "skip" or "fail". Raises
+        and may be async (a prompt); it returns "approve", "reject", "skip" or "fail".
+        `execution_timeout` (seconds) cancels an execution that ran that long (it failed with
+        TimeoutError); `abort_grace` (seconds) is how long an execution whose task was
+        cancelled may still take before the component gives up on it (settled timed-out).
+        `on_outcome(outcome, call)` is called once per entry as soon as its outcome is known
+        (after the snapshot that holds it is persisted); what it raises is ignored. Raises
         `SubmitError` when the batch is refused (nothing ran), TypeError / ValueError for
-        wrong arguments (nothing crossed; `Call.arguments` of a type no call can have among
-        them), and otherwise only after the batch retired: the error of `decide`, or
-        `RefusedInputError`."""
+        wrong arguments, and otherwise the error of `decide`, `RefusedInputError`,
+        `PersistError` or `DisposedError`."""
         self._check_open()
         _callable(execute, "execute")
-        if decide is not None:
-            _callable(decide, "decide")
+        for f, what in ((decide, "decide"), (on_outcome, "on_outcome")):
+            if f is not None:
+                _callable(f, what)
+        limits, timeout = _batch_limits(execution_timeout, abort_grace)
         calls = list(_check.sequence(calls, "calls"))
-        batch, first, _count = self._step_submit(build_calls(calls, self.scheduler._templates))
-        b = _Batch(self, batch, first, calls, execute)
+        batch, first, _count = self._step_submit(build_calls(calls, self.scheduler._templates), limits)
+        b = _Batch(self, batch, first, calls, execute, on_outcome, timeout)
         self._add(b)
+        if self._persist is not None:
+            self._dirty = True  # saved from its first step on, even while `decide` is still out
+            self._queue(_APPROVE, None, None)
         return await self._drive(b, decide, range(b.count))
 
-    def _submit(self, calls: list[Call], execute: Execute, on_settled: Callable[[int, EntryOutcome], None]) -> _Batch:
-        """For the gate: submits a batch (raising SubmitError at once) whose settled entries are
-        reported to `on_settled(index, outcome)` as they are settled; `_drive` runs it."""
+    def _submit(
+        self, calls: list[Call], execute: Execute, on_outcome: OnOutcome, execution_timeout: Optional[float], abort_grace: Optional[float]
+    ) -> _Batch:
+        """For the gate: submits a batch (raising SubmitError at once); `_drive` runs it."""
         self._check_open()
-        batch, first, _count = self._step_submit(build_calls(calls, self.scheduler._templates))
-        b = _Batch(self, batch, first, calls, execute)
-        b.on_settled = on_settled
+        limits, timeout = _batch_limits(execution_timeout, abort_grace)
+        batch, first, _count = self._step_submit(build_calls(calls, self.scheduler._templates), limits)
+        b = _Batch(self, batch, first, calls, execute, on_outcome, timeout)
         self._add(b)
+        if self._persist is not None:
+            self._dirty = True
+            self._queue(_APPROVE, None, None)
         return b
 
-    def restored(self) -> list[int]:
-        """The live batches of the scheduler no `run` or `run_restored` drives (after
-        `resume`: the restored batches), in batch order."""
-        return [b.batch for b in self.scheduler.unfinished().batches if b.batch not in self._batches]
-
-    async def run_restored(self, batch: int, execute: Execute, *, decide: Optional[Decide] = None) -> list[CallOutcome]:
-        """Runs a restored batch to its end, like `run`: its pending entries are decided and
-        run; what ended or was settled before the restart is reported as it was (no value or
-        error survives a restart); a call `resume` left out is settled as interrupted. The
-        restored calls have no `arguments` (they are not saved); a call of a key template
-        keeps the key they made (`SavedCall.key`)."""
-        self._check_open()
-        batch = _check.u64(batch, "batch")
-        _callable(execute, "execute")
-        if decide is not None:
-            _callable(decide, "decide")
-        if batch in self._batches:
-            raise ValueError(f"batch {batch} is already driven")
-        statuses = self.scheduler.inspect(batch)
-        if statuses is None:
-            raise ValueError(f"batch {batch} is not live in this scheduler")
-        calls: list[Call] = []
-        for st in statuses:
-            cid, _, op = st.label.partition("#")
-            if not calls or calls[-1].id != cid or not op or op == "0":
-                calls.append(Call(cid, st.tool, 1 if op else None))
-            else:
-                c = calls[-1]
-                calls[-1] = Call(c.id, c.tool, (c.operations or 0) + 1)
-        b = _Batch(self, batch, statuses[0].entry, calls, execute)
+    def _restore(
+        self, sb: SavedBatch, execute: Execute, decide: Optional[Decide], on_outcome: Optional[OnOutcome],
+        args: Optional[list[Any]], ended: dict[int, Any],
+    ) -> "asyncio.Task[list[CallOutcome]]":
+        """A saved live batch, running again (see `resume`)."""
+        calls = [Call(c.id, c.tool, c.operations, arguments=None if args is None else args[j]) for j, c in enumerate(sb.calls)]
+        timeout = None if sb.execution_ms is None else sb.execution_ms / 1000
+        b = _Batch(self, sb.batch, sb.first, calls, execute, on_outcome, timeout)
+        b.cancelled = sb.cancelled
+        statuses = self.scheduler.inspect(sb.batch)
         pending = []
-        for i, st in enumerate(statuses):
-            if st.state is EntryState.ENDED:
-                status = OK if st.outcome is Outcome.OK else FAILED
-                b.outcomes[i] = EntryOutcome(st.entry, st.label, status)
-            elif st.state is EntryState.SETTLED:
-                b.outcomes[i] = self._settled(st.entry, st.label, st.reason)  # type: ignore[arg-type]
-            else:  # pending again after resume
+        for i in range(b.count):
+            entry, label = b.first + i, b.labels[i]
+            op = b.ops[i] or 0
+            saved = next((e for e in sb.calls[b.call_index[i]].entries if e.operation == op), None)
+            if saved is not None and saved.state is Saved.ENDED:
+                # Ended before the crash: its saved value (or error) is its outcome, reported
+                # again (the host cannot know which outcomes it saw before the crash).
+                is_error, kept = _snapshot.kept(ended.get(entry), f"snapshot.ended[{entry!r}]")
+                if b.cancelled:
+                    o = EntryOutcome(entry, label, CANCELLED, error=kept) if is_error else EntryOutcome(entry, label, CANCELLED, value=kept)
+                elif saved.outcome is Outcome.OK:
+                    o = EntryOutcome(entry, label, OK, value=None if is_error else kept)
+                else:
+                    o = EntryOutcome(entry, label, FAILED, error=kept if is_error else RestoredError("Error", "no error was saved"))
+                self._record(b, i, o)
+            elif saved is not None and saved.state is Saved.SETTLED:
+                self._record(b, i, self._settled(entry, label, saved.reason))  # type: ignore[arg-type]
+            elif statuses is None:
+                # Nothing of the batch is live (every call unrestored): what started is interrupted.
+                self._record(b, i, self._settled(entry, label, _REASONS["interrupted"]), report=False)
+            elif statuses[i].state not in (EntryState.SETTLED, EntryState.ENDED):
                 pending.append(i)
+            # Else settled by the resume itself (interrupted): the first step reports it.
+        loop = self._loop
+        if statuses is None:
+            b.final = b.results()
+            return loop.create_task(_done(b.final))  # type: ignore[union-attr]
         self._add(b)
-        if not pending and all(o is not None for o in b.outcomes):
-            self._queue(_APPROVE, None, None)  # a step to learn it retired
-        return await self._drive(b, decide, pending)
+        self._queue(_APPROVE, None, None)  # the first step reports the resume's settlements
+        return loop.create_task(self._drive(b, decide, pending))  # type: ignore[union-attr]
 
     async def _drive(self, b: _Batch, decide: Optional[Decide], undecided: Sequence[int]) -> list[CallOutcome]:
-        error: Optional[BaseException] = None
+        decider: Optional[asyncio.Task[None]] = None
         try:
             if decide is None:
                 if undecided:
@@ -467,38 +564,20 @@ class Driver:
                     p.owners[_APPROVE].extend([b] * len(undecided))
                     self._queue(_APPROVE, None, None)
             else:
-                todo = list(undecided)
-                n = 0
-                try:
-                    while n < len(todo):
-                        i = todo[n]
-                        if b.finished.done():
-                            break
-                        decision: Any = decide(b.labels[i], b.call_of[i])
-                        if _inspect.isawaitable(decision):
-                            decision = await decision
-                        if decision == "approve":
-                            self._queue_approve(b.first + i, b)
-                        elif isinstance(decision, str) and decision in _HOW:
-                            self._queue(_SETTLE, (b.first + i, _HOW_WIT[decision]), b)
-                        else:
-                            raise ValueError(
-                                f"decide returned {decision!r} for {b.labels[i]}: expected 'approve', 'reject', 'skip' or 'fail'"
-                            )
-                        n += 1
-                except Exception as e:
-                    # Undecided entries fail; the batch is cancelled (nothing of it runs).
-                    for i in todo[n:]:
-                        self._queue(_SETTLE, (b.first + i, "failed"), b)
-                    error = e
-                    self._cancel(b)
+                # Decided on the side: the batch fails at once (closed driver, a refused input)
+                # even while `decide` is still out.
+                decider = self._loop.create_task(self._decide_all(b, decide, list(undecided)))  # type: ignore[union-attr]
             await asyncio.shield(b.finished)
         except BaseException:
+            if decider is not None:
+                decider.cancel()
             self._cancel(b)
-            # Every running execution reports its end before the error propagates (a second
-            # cancellation stops the wait; the ends are still reported when they come).
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self._wind_down(b))
+            # Every running execution reports its end (or is given up) before the error
+            # propagates (a second cancellation stops the wait; the ends are still reported
+            # when they come). A closed driver reports nothing more: its batches fail at once.
+            if not self._closed:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(self._until_retired(b))
             if not b.finished.done():
                 b.finished.cancel()
             raise
@@ -506,16 +585,77 @@ class Driver:
             if b.acquiring or b.permits:  # never hang a shared key, whatever ended the batch
                 for i in list(b.acquiring) + [i for i in b.permits if i not in b.tasks]:
                     self._give_back(b, i)
-        if error is not None:
-            raise error
-        return b.results()
+        return b.final  # type: ignore[return-value]
+
+    async def _decide_all(self, b: _Batch, decide: Decide, todo: list[int]) -> None:
+        """Asks `decide` about each entry in written order; when it raises (or returns
+        something else), the undecided entries fail and the batch fails with that error."""
+        n = 0
+        try:
+            while n < len(todo):
+                i = todo[n]
+                if b.finished.done() or b.cancelled:
+                    return
+                decision: Any = decide(b.labels[i], b.call_of[i])
+                if _inspect.isawaitable(decision):
+                    decision = await decision
+                if b.finished.done() or b.cancelled:
+                    return
+                if decision == "approve":
+                    self._queue_approve(b.first + i, b)
+                elif isinstance(decision, str) and decision in _HOW:
+                    self._queue(_SETTLE, (b.first + i, _HOW_WIT[decision]), b)
+                else:
+                    raise ValueError(f"decide returned {decision!r} for {b.labels[i]}: expected 'approve', 'reject', 'skip' or 'fail'")
+                n += 1
+        except Exception as e:
+            # Undecided entries fail; the batch is cancelled (nothing of it runs) and fails.
+            for i in todo[n:]:
+                self._queue(_SETTLE, (b.first + i, "failed"), b)
+            b.fail(e)
+
+    def snapshot(self) -> str:
+        """The snapshot's JSON text (hosts/DRIVERS.md, "Persistence"): the scheduler's
+        `unfinished()`, the values of ended entries of live batches, and the retired batches
+        not forgotten."""
+        state = self.scheduler.unfinished()
+        ended: list[tuple[int, str]] = []
+        for sb in state.batches:
+            b = self._batches.get(sb.batch)
+            if b is None:
+                continue
+            for ci, c in enumerate(sb.calls):
+                for e in c.entries:
+                    if e.state is not Saved.ENDED:
+                        continue
+                    offset = b.call_starts[ci] + e.operation
+                    o = b.outcomes[offset]
+                    if o is not None:
+                        ended.append((b.first + offset, _snapshot.ended_json(o)))
+        return _snapshot.snapshot_json(state, ended, [text for _, text in self._retired])
+
+    def forget(self, outcomes: list[CallOutcome]) -> None:
+        """Drops a retired batch from the snapshot (the next step persists without it):
+        `outcomes` is the list its `run` returned, once the host kept them itself. A list of
+        no retired batch (forgotten already, or never retired here) changes nothing."""
+        if not isinstance(outcomes, list):
+            raise TypeError(f"outcomes must be the list a run returned, not {type(outcomes).__name__}")
+        for k, (kept, _) in enumerate(self._retired):
+            if kept is outcomes:
+                del self._retired[k]
+                if not self._closed:
+                    self._dirty = True
+                    self._queue(_APPROVE, None, None)
+                return
 
     # -- time ------------------------------------------------------------------------------------
 
     def now(self) -> int:
         """The driver's clock as it gives it to the scheduler (`now` on every step): the event
         loop's `loop.time()` in whole milliseconds, never less than a time it gave before."""
-        t = int(self._loop.time() * 1000) if self._loop is not None else 0  # type: ignore[union-attr]
+        # A microsecond's allowance: a timer set for a millisecond reads that millisecond (a
+        # float of seconds times 1000 may fall a hair below it).
+        t = int(self._loop.time() * 1000 + 0.001) if self._loop is not None else 0  # type: ignore[union-attr]
         if t < self._clock:
             return self._clock
         self._clock = t
@@ -534,6 +674,17 @@ class Driver:
         self._queue(_PAUSE, (key, until), done)
         await done
 
+    async def lift_pause(self, key: str) -> None:
+        """Lifts the pauses the host set on `key` (`pause`) now; a pause that came from a rate
+        limit stays until it ends (and a shared key's store keeps its own, the host's to lift
+        there). Returns once the scheduler applied it; raises `RefusedInputError` (code
+        `unknown-key`) for a key no configured tool declares."""
+        self._check_open()
+        key = _check.string(key, "key")
+        done: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
+        self._queue(_LIFT_PAUSE, key, done)
+        await done
+
     def _retry(self, b: _Batch, i: int, limited: RateLimited) -> None:
         """An execution raised `RateLimited`: the entry runs again after it (or is settled
         rate-limited past its key's cap)."""
@@ -549,7 +700,7 @@ class Driver:
             until = self.now() + (wait if wait is not None else math.ceil(limited.retry_after * 1000))  # type: ignore[operator]
         until = min(max(until, 0), _U64_MAX)  # u64 range only: the scheduler judges the wait
         if b.asking[i]:  # a question still open is closed with its execution
-            b.asking[i] = False
+            b.asking[i] = 0
             self._queue(_ANSWER, entry, b)
         self._queue(_RETRY, (entry, until), b)
 
@@ -567,8 +718,8 @@ class Driver:
         if wake_at is None or self._closed:
             return
         self._wake_at = wake_at
-        # A little past the millisecond, so that `now()` reads it when the timer runs.
-        self._wake = self._loop.call_at(wake_at / 1000 + 0.0002, self._on_wake)  # type: ignore[union-attr]
+        # `now()` reads the millisecond when the timer runs (it allows for the float's error).
+        self._wake = self._loop.call_at(wake_at / 1000, self._on_wake)  # type: ignore[union-attr]
 
     def _on_wake(self) -> None:
         self._wake = None
@@ -577,6 +728,17 @@ class Driver:
             self._queue(_NOW, None, None)  # a step with only `now`
 
     # -- inspection and lifetime ---------------------------------------------------------------
+
+    def inspect(self) -> list[LiveBatch]:
+        """Every live batch in batch order: the scheduler's view of its entries, and
+        executions whose task was cancelled and that have not ended (`since`: seconds ago)."""
+        now = self._loop.time() if self._loop is not None else 0.0
+        out = []
+        for b in sorted(self._batches.values(), key=lambda b: b.first):
+            aborted = [AbortedRun(b.first + i, b.labels[i], now - t) for i, t in sorted(b.aborted_at.items()) if i in b.tasks]
+            entries = [] if self.scheduler.closed else (self.scheduler.inspect(b.batch) or [])
+            out.append(LiveBatch(b.batch, b.cancelled, b.failed, entries, aborted))
+        return out
 
     def running(self) -> list[Running]:
         """Every execution in flight, in entry order; `cancel_requested` marks those asked to
@@ -597,12 +759,17 @@ class Driver:
         the driver owns it, after those ends reached it. Closing twice is fine."""
         if self._closed:
             return
+        self._shut(DisposedError("the driver"))
+
+    def _shut(self, error: BaseException) -> None:
+        """Closes the driver: every live batch fails with `error` (see `close`)."""
         self._closed = True
         self._disarm()
         if getattr(self.scheduler, "_driver", None) is self:
             self.scheduler._driver = None
         for b in list(self._batches.values()):
-            b.fail(DisposedError("the driver"))
+            b.fail(error)
+            b.leave()
             # Requests withdrawn and unused permits given back now, not after the next step.
             for i in list(b.acquiring) + [i for i in b.permits if i not in b.permit_used]:
                 self._give_back(b, i)
@@ -661,8 +828,8 @@ class Driver:
 
     # -- the pump --------------------------------------------------------------------------------
 
-    def _step_submit(self, calls: list[Any]) -> tuple[int, int, int]:
-        result = self.scheduler._submit(self._resource, calls, self._limits)
+    def _step_submit(self, calls: list[Any], limits: Any) -> tuple[int, int, int]:
+        result = self.scheduler._submit(self._resource, calls, limits)
         if type(result) is not tuple:
             raise SubmitError(SubmitErrorCode(result.payload.code), result.payload.message)
         return result  # type: ignore[no-any-return]
@@ -686,7 +853,8 @@ class Driver:
         p.owners[_APPROVE].append(b)
         if not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self._flush)  # type: ignore[union-attr]
+            if not self._persisting:  # else the step waits for the persist under way
+                self._loop.call_soon(self._flush)  # type: ignore[union-attr]
 
     def _queue(self, k: int, value: Any, b: Any) -> None:
         """Queues an input of kind `k` (`_APPROVE` .. `_PAUSE`, not `_NOW`) for the next step;
@@ -696,7 +864,8 @@ class Driver:
             self._pending.owners[k].append(b)  # type: ignore[arg-type]
         if not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self._flush)  # type: ignore[union-attr]
+            if not self._persisting:  # else the step waits for the persist under way
+                self._loop.call_soon(self._flush)  # type: ignore[union-attr]
 
     def _next_flush(self) -> Optional["asyncio.Future[None]"]:
         """A future resolved after the step that carries what is queued now (None when nothing
@@ -708,16 +877,22 @@ class Driver:
         return f
 
     def _flush(self) -> None:
+        """Sends every input queued since the last step in one `step`, dispatches the outputs,
+        and hands the host what the step decided once its snapshot is persisted."""
+        if self._persisting or not self._scheduled:
+            return
         q, self._pending, self._scheduled = self._pending, _Inputs(), False
         waiters, self._waiters = self._waiters, []
         try:
+            if self._broken:  # a persist failed: nothing more reaches the scheduler
+                _fail_host_inputs(q, DisposedError("the driver"))
+                return
             if self.scheduler.closed:
                 error: BaseException = DisposedError("the scheduler (closed under its driver)")
                 for b in list(self._batches.values()):
                     b.fail(error)
-                for f in q.owners[_PAUSE]:
-                    if not f.done():
-                        f.set_exception(error)
+                    b.leave()
+                _fail_host_inputs(q, error)
                 return
             lists = q.lists
             settle = [_Settlement(e, how) for e, how in lists[_SETTLE]] if lists[_SETTLE] else []
@@ -725,22 +900,121 @@ class Driver:
             pause = [_KeyPause(key, until) for key, until in lists[_PAUSE]] if lists[_PAUSE] else []
             inputs = _StepInputs(
                 lists[_APPROVE], settle, lists[_ASK], lists[_ANSWER], lists[_OK], lists[_FAILED], lists[_CANCEL],
-                self.now(), retry, pause, lists[_GRANTED], lists[_DENIED],
+                self.now(), retry, pause, lists[_GRANTED], lists[_DENIED], lists[_LIFT_PAUSE],
             )
             try:
                 out = self._step(self._resource, inputs)
             except TurnstileError as e:  # InstanceBrokenError: every batch fails
                 for b in list(self._batches.values()):
                     b.fail(e)
-                for f in q.owners[_PAUSE]:
-                    if not f.done():
-                        f.set_exception(e)
+                    b.leave()
+                _fail_host_inputs(q, e)
                 return
+            changed = any(lists[k] for k in _CHANGES)
             self._dispatch(q, *out)
+            self._after_step(changed)
         finally:
             for f in waiters:
                 if not f.done():
                     f.set_result(None)
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    def _after_step(self, changed: bool) -> None:
+        """Persists what the step changed (hosts/DRIVERS.md, "Persistence"), then hands it out."""
+        reports, starts, retiring = self._reports, self._starts, self._retiring
+        persist = self._persist
+        if not (reports or starts or retiring or self._dirty or (changed and persist is not None)):
+            return
+        self._reports, self._starts, self._retiring = [], [], []
+        if persist is None:
+            self._hand_out(reports, starts, retiring)
+            return
+        self._dirty = False
+        self._persisting = True
+        try:
+            saved = persist(self.snapshot())
+        except Exception as e:
+            self._persist_failed(e, retiring)
+            return
+        if not _inspect.isawaitable(saved):
+            self._persisted(reports, starts, retiring)
+            return
+
+        def done(task: "asyncio.Future[Any]") -> None:
+            if task.cancelled():
+                self._persist_failed(asyncio.CancelledError("persist was cancelled"), retiring)
+            elif task.exception() is not None:
+                self._persist_failed(task.exception(), retiring)  # type: ignore[arg-type]
+            else:
+                self._persisted(reports, starts, retiring)
+
+        asyncio.ensure_future(saved, loop=self._loop).add_done_callback(done)
+
+    def _persisted(self, reports: list[tuple[_Batch, int]], starts: list[tuple[_Batch, int]], retiring: list[_Batch]) -> None:
+        self._persisting = False
+        self._hand_out(reports, starts, retiring)
+        if self._scheduled:
+            self._loop.call_soon(self._flush)  # type: ignore[union-attr]
+
+    def _persist_failed(self, cause: BaseException, retiring: list[_Batch]) -> None:
+        """A failed `persist` breaks the driver loudly: every batch raises `PersistError`,
+        running executions are cancelled, nothing starts, the driver is closed."""
+        self._persisting = False
+        self._broken = True
+        error = PersistError(cause)
+        for b in retiring:
+            if not b.finished.done():
+                b.failed = True
+                b.finished.set_exception(error)
+            b.leave()
+        if self._closed:  # closed while the persist was under way: its batches failed already
+            return
+        self._shut(error)
+
+    def _hand_out(self, reports: list[tuple[_Batch, int]], starts: list[tuple[_Batch, int]], retiring: list[_Batch]) -> None:
+        """What a step decided, to the host: outcomes to `on_outcome`, executions started,
+        retired batches returned."""
+        if not self._closed:  # a closed driver reports nothing more
+            for b, i in reports:
+                try:
+                    b.on_outcome(b.outcomes[i], b.call_of[i])  # type: ignore[misc]
+                except Exception:
+                    pass  # a host's hook must not break the driver's round
+        for b, i in starts:
+            self._start(b, i)
+        for b in retiring:
+            if not b.finished.done():
+                b.finished.set_result(None)
+            b.leave()
+
+    def _retire(self, number: int) -> None:
+        """A batch left the scheduler: it returns once the step's snapshot (which keeps it
+        under `retired` until `forget`) is persisted."""
+        b = self._batches.get(number)
+        if b is None:
+            return
+        self._forget(b)
+        if b.finished.done():
+            b.leave()
+            return
+        try:
+            b.final = b.results()
+        except RuntimeError as e:  # an entry unanswered: a bug
+            b.finished.set_exception(e)
+            b.leave()
+            return
+        if self._persist is not None:
+            self._retired.append((b.final, _snapshot.retired_json(number, b.final)))
+        self._retiring.append(b)
+
+    def _record(self, b: _Batch, i: int, outcome: EntryOutcome, report: bool = True) -> None:
+        """The one place an entry's outcome is recorded. The first one recorded goes to
+        `on_outcome` after the step that takes it (and its snapshot, with `persist`)."""
+        first = b.outcomes[i] is None
+        b.outcomes[i] = outcome
+        if first and report and b.on_outcome is not None:
+            self._reports.append((b, i))
 
     def _dispatch(
         self,
@@ -774,11 +1048,11 @@ class Driver:
                 elif k == _NOW:  # the clock went back (a scheduler stepped with another clock)
                     for b in list(self._batches.values()):
                         b.fail(RefusedInputError(refusal))
-                elif k == _PAUSE:
+                elif k == _PAUSE or k == _LIFT_PAUSE:
                     q.owners[k][r.index].set_exception(RefusedInputError(refusal))
                 else:
                     q.owners[k][r.index].fail(RefusedInputError(refusal))
-        for f in q.owners[_PAUSE]:
+        for f in q.owners[_PAUSE] + q.owners[_LIFT_PAUSE]:
             if not f.done():
                 f.set_result(None)
         self._arm(wake_at)
@@ -791,7 +1065,7 @@ class Driver:
                 b = owner.get(entry)
                 if b is not None:
                     j = entry - b.first
-                    b.settle(j, self._settled(entry, b.labels[j], _REASONS[how], _REASONS_WIT[how]))
+                    self._record(b, j, self._settled(entry, b.labels[j], _REASONS[how], _REASONS_WIT[how]))
         for i, entry in enumerate(q.lists[_DENIED]):
             # The store could not grant the permit: settled failed, with the store's error.
             if (_DENIED, i) not in refused:
@@ -799,7 +1073,7 @@ class Driver:
                 if b is not None:
                     j = entry - b.first
                     error = b.denied_errors.pop(j, None)
-                    b.settle(j, self._settled(entry, b.labels[j], _REASONS["failed"], _REASONS_WIT["failed"], error))
+                    self._record(b, j, self._settled(entry, b.labels[j], _REASONS["failed"], _REASONS_WIT["failed"], error))
         if self.shared_keys is not None:
             # The scheduler says when a shared key pauses at its store, for every process (a
             # pause only extends; a store error changes nothing here), before permits go back.
@@ -822,24 +1096,25 @@ class Driver:
                     if reason.kind is ReasonKind.TIMED_OUT:
                         # Given up after its abort grace: whatever its task does later is ignored.
                         b.given_up.add(i)
+                    if reason.kind is ReasonKind.CANCELLED and i in b.limited and any(e == s.entry for e, _ in q.lists[_RETRY]):
+                        # A cancelled batch's execution that ended with a 429 (this step's): it
+                        # ran, its error is its outcome.
+                        self._record(b, i, EntryOutcome(s.entry, b.labels[i], CANCELLED, error=b.limited.pop(i)))
+                        continue
                     error = b.limited.pop(i, None) if reason.kind is ReasonKind.RATE_LIMITED else None
-                    b.settle(i, self._settled(s.entry, b.labels[i], reason, s.reason, error, s.message))
+                    self._record(b, i, self._settled(s.entry, b.labels[i], reason, s.reason, error, s.message))
         for entry in start:
             b = owner.get(entry)
             if b is not None:
-                self._start(b, entry - b.first)
+                self._starts.append((b, entry - b.first))
         for n in retired:
-            b = self._batches.get(n)
-            if b is not None:
-                self._forget(b)
-                if not b.finished.done():
-                    b.finished.set_result(None)
+            self._retire(n)
 
     def _start(self, b: _Batch, i: int) -> None:
         entry = b.first + i
         if b.cancelled:
             # Released in the step that also carried its batch's cancellation: it never runs.
-            b.settle(i, self._settled(entry, b.labels[i], _CANCELLED_REASON, _CANCELLED_WIT))
+            self._record(b, i, self._settled(entry, b.labels[i], _CANCELLED_REASON, _CANCELLED_WIT))
             self._queue(_FAILED, entry, b)
             return
         x = Execution(entry, b.labels[i], b.call_of[i], b.ops[i], b, i)
@@ -874,7 +1149,7 @@ class Driver:
                 close = getattr(awaitable, "close", None)
                 if close is not None:
                     close()
-                b.settle(i, self._settled(entry, label, _CANCELLED_REASON, _CANCELLED_WIT))
+                self._record(b, i, self._settled(entry, label, _CANCELLED_REASON, _CANCELLED_WIT))
                 self._queue(_FAILED, entry, b)
                 return
             if i in b.expired:
@@ -882,7 +1157,7 @@ class Driver:
                 close = getattr(awaitable, "close", None)
                 if close is not None:
                     close()
-                error = TimeoutError(f"{label} ran past execution_timeout ({self.execution_timeout} s)")
+                error = TimeoutError(f"{label} ran past execution_timeout ({b.execution_timeout} s)")
                 self._ended(b, i, EntryOutcome(entry, label, FAILED, error=error), False)
                 return
             b.begun.add(i)
@@ -894,15 +1169,14 @@ class Driver:
                     # Its shared key's permit was lost (lease expired, store unreachable).
                     self._ended(b, i, EntryOutcome(entry, label, FAILED, error=lost), False)
                 elif i in b.expired and not b.cancelled:
-                    error = TimeoutError(f"{label} ran past execution_timeout ({self.execution_timeout} s)")
+                    error = TimeoutError(f"{label} ran past execution_timeout ({b.execution_timeout} s)")
                     self._ended(b, i, EntryOutcome(entry, label, FAILED, error=error), False)
                 else:
                     self._ended(b, i, EntryOutcome(entry, label, CANCELLED), False)
             except RateLimited as e:
-                if b.cancelled:  # its batch is going: it ends here
-                    self._ended(b, i, EntryOutcome(entry, label, CANCELLED, error=e), False)
-                else:
-                    self._retry(b, i, e)
+                # The component decides, even in a cancelled batch (its key pauses; the entry is
+                # settled cancelled, and reported cancelled with this error).
+                self._retry(b, i, e)
             except Exception as e:
                 status = CANCELLED if b.cancelled else FAILED
                 self._ended(b, i, EntryOutcome(entry, label, status, error=e), False)
@@ -923,6 +1197,7 @@ class Driver:
             b.begun.discard(i)  # it may run again (a retry), as a task not yet begun
             b.expired.discard(i)
             b.aborted.discard(i)
+            b.aborted_at.pop(i, None)
 
     # -- shared keys -----------------------------------------------------------------------------
 
@@ -1022,9 +1297,9 @@ class Driver:
         if i in b.given_up:  # the component gave up on it: its end changes nothing
             b.given_up.discard(i)
             return
-        b.outcomes[i] = outcome
+        self._record(b, i, outcome)
         if b.asking[i]:  # a question still open is closed with its execution
-            b.asking[i] = False
+            b.asking[i] = 0
             self._queue(_ANSWER, outcome.entry, b)
         self._queue(_OK if ok else _FAILED, outcome.entry, b)
 
@@ -1035,7 +1310,8 @@ class Driver:
         if task is None:
             return
         b.aborted.add(i)
-        b.asking[i] = False
+        b.aborted_at.setdefault(i, self._loop.time())  # type: ignore[union-attr]
+        b.asking[i] = 0
         if cause == "deadline":
             b.expired.add(i)
         if i in b.begun:  # one not yet begun sees `expired` or `cancelled` when it begins
@@ -1055,6 +1331,12 @@ class Driver:
             if i in b.begun:  # one not yet begun sees `cancelled` when it begins
                 task.cancel()
 
+    async def _until_retired(self, b: _Batch) -> None:
+        """After `_cancel`: waits until `b` retired (every execution ended or was given up, and
+        the step that said so was persisted and handed out), or the driver was closed."""
+        if not b.gone.done():
+            await b.gone
+
     async def _wind_down(self, b: _Batch) -> None:
         """After `_cancel`: waits until every running execution of `b` ended and its end went
         out in a step; the batch's state goes when the step reports it retired."""
@@ -1068,16 +1350,17 @@ class Driver:
 class _StepInputs:
     """The WIT `inputs` record as wasmtime-py reads it (attributes by field name)."""
 
-    __slots__ = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel", "now", "retry", "pause", "granted", "denied")
+    __slots__ = ("approve", "settle", "ask", "answer", "ok", "failed", "cancel", "now", "retry", "pause", "granted", "denied", "lift_pause")
 
     def __init__(
         self, approve: list[int], settle: list[Any], ask: list[int], answer: list[int], ok: list[int], failed: list[int],
         cancel: list[int], now: Optional[int], retry: list[Any], pause: list[Any], granted: list[int], denied: list[int],
+        lift_pause: list[str],
     ) -> None:
         self.approve, self.settle, self.ask, self.answer = approve, settle, ask, answer
         self.ok, self.failed, self.cancel = ok, failed, cancel
         self.now, self.retry, self.pause = now, retry, pause
-        self.granted, self.denied = granted, denied
+        self.granted, self.denied, self.lift_pause = granted, denied, lift_pause
 
 
 class _RetryAfter:
@@ -1120,6 +1403,46 @@ def _callable(f: Any, what: str) -> None:
 def _finalize(owned: Optional[Callable[[], Any]]) -> None:
     if owned is not None:
         owned()
+
+
+def _fail_host_inputs(q: _Inputs, error: BaseException) -> None:
+    """The host's pauses and lifts of a step that will not come fail with `error`."""
+    for f in q.owners[_PAUSE] + q.owners[_LIFT_PAUSE]:
+        if not f.done():
+            f.set_exception(error)
+
+
+def _batch_limits(execution_timeout: Any, abort_grace: Any) -> tuple[Any, Optional[float]]:
+    """A batch's limits for the component, in whole milliseconds (at least 1 for a timeout; a
+    grace of 0 gives up at the abort's own step), capped at the u32 range; and the timeout."""
+    timeout = _check.number(execution_timeout, "execution_timeout")
+    if timeout == 0:
+        raise ValueError("execution_timeout must be > 0 seconds (or None)")
+    grace = _check.number(abort_grace, "abort_grace")
+    limits = _limits(
+        None if timeout is None else min(max(math.ceil(timeout * 1000), 1), _U32_MAX),
+        None if grace is None else min(math.ceil(grace * 1000), _U32_MAX),
+        "limits",
+    )
+    return limits, timeout
+
+
+async def _replay(driver: Driver, outcomes: list[CallOutcome], on_outcome: Optional[OnOutcome]) -> list[CallOutcome]:
+    """A retired batch of a resumed snapshot: its outcomes are reported again (the host cannot
+    know which it saw before the crash), then returned."""
+    if on_outcome is not None and not driver._closed:
+        for c in outcomes:
+            call = Call(c.id, c.tool)
+            for o in c.entries:
+                try:
+                    on_outcome(o, call)
+                except Exception:
+                    pass  # a host's hook must not break the driver
+    return outcomes
+
+
+async def _done(outcomes: list[CallOutcome]) -> list[CallOutcome]:
+    return outcomes
 
 
 async def run_batch(scheduler: Scheduler, calls: Sequence[Call], execute: Execute, decide: Optional[Decide] = None) -> list[CallOutcome]:

@@ -203,3 +203,26 @@ class AdmissionTimeoutError(AdmissionError, TimeoutError):
         super().__init__(AdmissionErrorCode.TIMED_OUT, f"{id} was not admitted within {timeout} s")
         self.id = id
         self.timeout = timeout
+
+
+class PersistError(TurnstileError):
+    """The driver's `persist` raised (code `persist-failed`): the driver is closed, every live
+    batch raised this error (its `__cause__` is what `persist` raised), running executions were
+    cancelled, and nothing started after it."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__("persist-failed", f"persist failed, the driver is closed: {cause}")
+        self.__cause__ = cause
+
+
+class RestoredError(Exception):
+    """An error an execution raised before a restart, as the snapshot saved it: `name` and
+    `message` are the original's (its class and traceback are not saved)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"RestoredError({self.name!r}, {self.message!r})"

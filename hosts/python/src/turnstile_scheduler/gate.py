@@ -3,21 +3,17 @@ loop that starts one task per tool call and gives no batch boundary).
 
 ```python
 gate = Gate(policy)                                    # or Gate(scheduler) / Gate(driver)
-result = await gate.call("rfd_draft", "toolu_01", draft_rfd, title="x")   # draft_rfd(title="x")
-# A tool whose key comes from its arguments (`key = "fs:{path}"`): give the call's arguments.
-await gate.call_with("fs_write", "toolu_02", {"path": "a.txt", "text": t}, write, "a.txt", t)
+result = await gate.call("rfd_draft", "toolu_01", {"title": "x"}, draft_rfd)   # draft_rfd({"title": "x"})
 ```
 
-`await gate.call(tool, call_id, run, *args, **kwargs)` waits until the scheduler releases the
-call, then awaits `run(*args, **kwargs)` **in the caller's own task** (its contextvars, its
-cancel scopes, its traceback) and returns what it returns. The types follow `run`
-(`ParamSpec` and a `TypeVar`), so a checker sees the arguments and the result.
-`gate.call_with(tool, call_id, arguments, run, *args, **kwargs)` is the same call with the
-tool call's arguments as the model wrote them (a mapping or its JSON text; see
+`await gate.call(tool, call_id, arguments, run)` (the JS package's `gate.call(tool, id, args,
+run)`) waits until the scheduler releases the call, then awaits `run(arguments)` **in the
+caller's own task** (its contextvars, its cancel scopes, its traceback) and returns what it
+returns once its outcome reached the driver (and, with `persist`, its snapshot). `arguments`
+are the tool call's arguments as the model wrote them (a mapping, its JSON text, or None; see
 `Call.arguments`): the scheduler makes the call's key from them when its tool's key is a
-template, and `decide` sees them. They are a parameter of their own, not a keyword, because
-every keyword goes to `run` (an MCP `call_tool(name, arguments=...)` among them) and a typed
-`run` takes its keywords whole.
+template (`"fs:{path}"`), and `decide` sees them. The types follow `run`, so a checker sees
+the arguments and the result. `gate.driver` is the driver the gate runs on.
 
 What forms a batch. The gate relies on one thing: calls that arrive in the same event-loop
 turn belong together, in arrival order. The first call of a turn schedules a flush with
@@ -39,14 +35,14 @@ JavaScript package gives word for word. A
 free at once). Cancelling the task awaiting `gate.call` cancels that call: queued, it is
 withdrawn and, when the scheduler releases it, ends at once without running (its key moves
 on); running, `run` is cancelled with the task. When every call of a batch was withdrawn,
-the batch is cancelled. `execution_timeout` (the driver's) cancels a run that takes too long:
+the batch is cancelled. `execution_timeout` (the gate's) cancels a run that takes too long:
 `gate.call` raises TimeoutError. `close()` cancels every batch: queued calls raise
 `CallSettledError` (cancelled), running ones are cancelled and raise `DisposedError`.
 
 Rate limits: a `run` that raises `RateLimited(retry_after)` retries in place. Its slot is
 freed, its key pauses (every call on the key waits, in every batch), and `gate.call` waits in
 the caller's task until the scheduler releases the call again, in its written place, then
-awaits `run(*args, **kwargs)` again. Past the key's `retries`, `gate.call` raises
+awaits `run(arguments)` again. Past the key's `retries`, `gate.call` raises
 `CallSettledError` with `Reason(ReasonKind.RATE_LIMITED, retries=n)`, whose text says so ("not
 run again: rate limited n+1 times (n retries allowed); the endpoint asked to wait").
 
@@ -58,7 +54,7 @@ operations uses `Driver.run` with `Call(id, tool, operations=n)`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Optional, ParamSpec, TypeVar, Union
+from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
 
 from . import _arguments, _check
 from .config import Policy
@@ -68,7 +64,7 @@ from .outcomes import EntryOutcome
 from .scheduler import Scheduler, explain, explain_in, lower_reason
 from .types import Call, Reason, ReasonKind
 
-P = ParamSpec("P")
+A = TypeVar("A")
 T = TypeVar("T")
 
 
@@ -94,7 +90,7 @@ class _Pending:
     """One `gate.call` on its way: `go` resolves when its entry starts (or raises when it is
     settled); `done` carries its run's end back to the driver's execution."""
 
-    __slots__ = ("tool", "call_id", "arguments", "go", "done", "task", "why", "withdrawn")
+    __slots__ = ("tool", "call_id", "arguments", "go", "done", "task", "why", "withdrawn", "reported")
 
     def __init__(self, tool: str, call_id: str, arguments: Any, go: "asyncio.Future[None]", task: Optional["asyncio.Task[Any]"]) -> None:
         self.tool = tool
@@ -105,6 +101,8 @@ class _Pending:
         self.task = task
         self.why: Optional[str] = None  # "timeout" or "closed" once the gate cancelled the run
         self.withdrawn = False
+        # Set once the driver handed out this call's outcome (`on_outcome`), or its batch ended.
+        self.reported: "asyncio.Future[None]" = go.get_loop().create_future()
 
 
 class _GateBatch:
@@ -119,8 +117,8 @@ class _GateBatch:
 class Gate:
     """Batches the calls a framework starts itself (see the module doc). `target` is a
     `Policy` (the gate makes and owns a scheduler and driver), a `Scheduler` (its driver, made
-    on first use) or a `Driver`. `decide(label, call)` is the driver's (approve by default);
-    `execution_timeout` and `abort_grace` only apply when the gate makes the driver."""
+    on first use) or a `Driver`. `decide(label, call)`, `execution_timeout` and `abort_grace`
+    go to every batch the gate runs (`Driver.run`'s)."""
 
     def __init__(
         self,
@@ -138,12 +136,14 @@ class Gate:
         elif isinstance(target, Scheduler):
             self.driver = Driver.of(target)
         elif isinstance(target, Policy):
-            self.driver = Driver(Scheduler(target), execution_timeout=execution_timeout, abort_grace=abort_grace, owns_scheduler=True)
+            self.driver = Driver(Scheduler(target), owns_scheduler=True)
             self._owns = True
         else:
             raise TypeError(f"target must be a Policy, Scheduler or Driver, not {type(target).__name__}")
-        if (execution_timeout is not None or abort_grace is not None) and not self._owns:
-            raise ValueError("execution_timeout and abort_grace are the driver's: set them on the Driver you pass")
+        self._execution_timeout = _check.number(execution_timeout, "execution_timeout")
+        if self._execution_timeout == 0:
+            raise ValueError("execution_timeout must be > 0 seconds (or None)")
+        self._abort_grace = _check.number(abort_grace, "abort_grace")
         self._decide = decide
         self._arriving: list[_Pending] = []
         self._batches: set[_GateBatch] = set()
@@ -153,26 +153,15 @@ class Gate:
     def scheduler(self) -> Scheduler:
         return self.driver.scheduler
 
-    async def call(self, tool: str, call_id: str, run: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Runs `run(*args, **kwargs)` as the call `call_id` of `tool` once the scheduler
-        releases it, in this task, and returns its result. Raises `CallSettledError` when the
-        scheduler settles the call, `SubmitError` when its batch is refused (a call id already
-        live), TimeoutError past the driver's `execution_timeout`, `DisposedError` after
-        `close()`, and whatever `run` raises. A call of a tool whose key is a template takes
-        the template's own key here: give its arguments with `call_with`."""
-        return await self._call(tool, call_id, None, run, args, kwargs)
-
-    async def call_with(
-        self, tool: str, call_id: str, arguments: Any, run: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T:
-        """`call`, with the tool call's `arguments` as the model wrote them (a mapping, its JSON
-        text, or None; see `Call.arguments`): its key when the tool's key is a template
-        (`"fs:{path}"`), and what `decide` sees. Arguments that make no key never raise (the
-        call takes the template's own key); a value no call can have (bytes, a set) is a
-        TypeError, raised here before the call joins a batch."""
-        return await self._call(tool, call_id, arguments, run, args, kwargs)
-
-    async def _call(self, tool: str, call_id: str, arguments: Any, run: Callable[..., Awaitable[T]], args: Any, kwargs: Any) -> T:
+    async def call(self, tool: str, call_id: str, arguments: A, run: Callable[[A], Awaitable[T]]) -> T:
+        """Runs `run(arguments)` as the call `call_id` of `tool` once the scheduler releases it,
+        in this task, and returns its result. `arguments` (a mapping, its JSON text, or None;
+        see `Call.arguments`) make its key when the tool's key is a template, and `decide` sees
+        them; arguments that make no key never raise (the call takes the template's own key),
+        a value no call can have (bytes, a set) is a TypeError, raised here. Raises
+        `CallSettledError` when the scheduler settles the call, `SubmitError` when its batch is
+        refused (a call id already live), TimeoutError past `execution_timeout`,
+        `DisposedError` after `close()`, and whatever `run` raises."""
         tool = _check.string(tool, "tool")
         call_id = _check.string(call_id, "call_id")
         _arguments.check(arguments, "arguments")
@@ -195,7 +184,7 @@ class Gate:
             done = p.done
             assert done is not None
             try:
-                value = await run(*args, **kwargs)
+                value = await run(arguments)
             except asyncio.CancelledError as e:
                 if not done.done():
                     done.cancel()
@@ -222,9 +211,12 @@ class Gate:
             except BaseException as e:
                 if not done.done():
                     done.set_exception(e)
+                if isinstance(e, Exception):
+                    await p.reported  # its end reached the driver (and its snapshot)
                 raise
             if not done.done():
                 done.set_result(value)
+            await p.reported
             return value
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -272,17 +264,20 @@ class Gate:
             return
         gb = _GateBatch(pending)
         calls = [Call(p.call_id, p.tool, arguments=p.arguments) for p in pending]
+        by_id = {p.call_id: p for p in pending}
 
         async def execute(x: Execution) -> Any:
             return await self._execute(pending[x._index], x)
 
-        def on_settled(i: int, outcome: EntryOutcome) -> None:
-            p = pending[i]
+        def on_outcome(outcome: EntryOutcome, call: Call) -> None:
+            p = by_id[call.id]
             if not p.go.done() and outcome.reason is not None:
                 p.go.set_exception(CallSettledError(p.call_id, p.tool, outcome.reason, outcome.message))
+            if not p.reported.done():
+                p.reported.set_result(None)
 
         try:
-            gb.batch = self.driver._submit(calls, execute, on_settled)
+            gb.batch = self.driver._submit(calls, execute, on_outcome, self._execution_timeout, self._abort_grace)
         except Exception as e:  # SubmitError, DisposedError: the whole batch is refused
             for p in pending:
                 if not p.go.done():
@@ -305,6 +300,8 @@ class Gate:
             self._batches.discard(gb)
             # Every call has its answer by now; one without (a failed batch) gets the error.
             for p in gb.pending:
+                if not p.reported.done():
+                    p.reported.set_result(None)
                 if not p.go.done():
                     if cancelled or error is None:
                         reason = Reason(ReasonKind.CANCELLED)

@@ -7,7 +7,7 @@ from turnstile_scheduler.pydantic_ai import limited
 agent = Agent(model, toolsets=[limited(my_toolset, policy)])
 ```
 
-Every `call_tool` of the wrapped toolset becomes `gate.call_with(name, ctx.tool_call_id,
+Every `call_tool` of the wrapped toolset becomes `gate.call(name, ctx.tool_call_id,
 tool_args, ...)`: the call waits until the scheduler releases it, then the wrapped toolset runs
 it in pydantic-ai's own task. `name` is the name the wrapped toolset knows (the config's tool
 name); the call id is pydantic-ai's `tool_call_id`, unique among the calls in flight;
@@ -66,7 +66,7 @@ class LimitedToolset(WrapperToolset[Any]):
             raise ValueError(f"{name}: pydantic-ai gave no tool_call_id")
         try:
             arguments = _keyable(tool_args, self.gate.scheduler._templates.get(name))
-            return await self.gate.call_with(name, call_id, arguments, self.wrapped.call_tool, name, tool_args, ctx, tool)
+            return await self.gate.call(name, call_id, arguments, lambda _: self.wrapped.call_tool(name, tool_args, ctx, tool))
         except CallSettledError as e:
             if self.settled == "raise":
                 raise

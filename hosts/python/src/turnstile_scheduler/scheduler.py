@@ -413,9 +413,9 @@ def step_on(
     `errors` `_Refused` items, the clock's first."""
     approve, settle, granted, denied = inputs.approve, inputs.settle, inputs.granted, inputs.denied
     ask, answer, ok, failed, retry = inputs.ask, inputs.answer, inputs.ok, inputs.failed, inputs.retry
-    cancel, pause = inputs.cancel, inputs.pause
+    cancel, pause, lift = inputs.cancel, inputs.pause, getattr(inputs, "lift_pause", ())
     errors: list[Any] = []
-    if approve or settle or granted or denied or ask or answer or ok or failed or retry or cancel or pause:
+    if approve or settle or granted or denied or ask or answer or ok or failed or retry or cancel or pause or lift:
         round = _Round(on_events, on_ended, resource, inputs.now)
         add = round.add
         for i, e in enumerate(approve):
@@ -434,6 +434,8 @@ def step_on(
             add(False, "cancel", i, Variant("cancel", b), _BATCH, b)
         for i, p in enumerate(pause):
             add(False, "pause", i, Variant("pause", p), _KEY, p.key, p.until)
+        for i, k in enumerate(lift):
+            add(False, "lift-pause", i, Variant("lift-pause", k), _KEY, k)
         round.flush()
         errors = round.errors
     releases = next_releases(resource, inputs.now)
@@ -650,6 +652,7 @@ class Scheduler:
         pause: Sequence[tuple[str, int]] = (),
         granted: Sequence[int] = (),
         denied: Sequence[int] = (),
+        lift_pause: Sequence[str] = (),
     ) -> Outputs:
         """One driver round: every input since the last step (entry numbers; batch numbers for
         `cancel`; `(entry, how)` pairs for `settle`). Each list applies in order, and each
@@ -665,7 +668,8 @@ class Scheduler:
         (each frees its slot, pauses its key until then, and goes back to its place at the
         front of its key's queue; past its key's `retries` it is settled `rate-limited`).
         `pause` holds `(key, until)` pairs (a pause only ever extends; a key no tool declares
-        is refused as `unknown-key`).
+        is refused as `unknown-key`). `lift_pause` holds keys whose host pauses are lifted
+        (a rate limit's pause stays; applied after `pause`).
 
         Shared keys (`ToolPolicy.shared`): an entry with room locally is listed in
         `Outputs.acquire` instead of `start`; the host asks its store for a permit and reports
@@ -705,6 +709,7 @@ class Scheduler:
             pause=check_pause(pause),
             granted=_u64s(granted, "granted"),
             denied=_u64s(denied, "denied"),
+            lift_pause=[_str(k, f"lift_pause[{i}]") for i, k in enumerate(_check.sequence(lift_pause, "lift_pause"))],
         )
         return _outputs(*self._step(resource, inputs))
 

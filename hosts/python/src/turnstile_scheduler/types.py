@@ -93,6 +93,7 @@ class InputKind(str, Enum):
     PAUSE = "pause"
     GRANTED = "granted"
     DENIED = "denied"
+    LIFT_PAUSE = "lift-pause"
 
 
 class InputErrorCode(str, Enum):
@@ -555,6 +556,29 @@ class EntryStatus:
     why: Optional[str] = None
     cause: Optional[AbortCause] = None
     """Why an ABORTED entry was aborted."""
+
+
+@dataclass(frozen=True)
+class AbortedRun:
+    """An execution still running whose task the driver cancelled `since` seconds ago (it
+    ignores the cancellation, or is slow to stop): it keeps its slot."""
+
+    entry: int
+    label: str
+    since: float
+
+
+@dataclass(frozen=True)
+class LiveBatch:
+    """A live batch as `Driver.inspect` shows it: cancelled (by its task, or because it
+    failed), failed (its `run` raises), the scheduler's view of its entries
+    (`Scheduler.inspect`), and executions that ignore their cancellation."""
+
+    batch: int
+    cancelled: bool
+    failed: bool
+    entries: "list[EntryStatus]"
+    aborted: "list[AbortedRun]"
 
 
 @dataclass(frozen=True)
