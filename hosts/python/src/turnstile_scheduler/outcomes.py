@@ -34,8 +34,8 @@ class EntryOutcome:
     OK (and maybe CANCELLED), `error` with FAILED (and maybe CANCELLED), `reason` and
     `message` with SETTLED: `message` is the component's sentence for the reason
     (`explain(label, reason)`, "not run: the batch was cancelled"), the same text the
-    JavaScript package gives. An entry that ended before a restart (`run_restored`) has no
-    value or error."""
+    JavaScript package gives. An entry that ended before a restart (`Driver.resume`) has the
+    value saved in its snapshot, or its error as a `RestoredError`."""
 
     entry: int
     label: str
