@@ -195,11 +195,13 @@ export class MemoryStore implements SharedStore {
     }
   }
 
-  /** The key's timer fired: the same as an operation that changes nothing. */
-  #tick(key: string): void {
+  /** The key's timer for `atMs` fired: the same as an operation that changes nothing. The
+   * store's time is at least `atMs` then (a clock may fire a fraction of a ms early). */
+  #tick(key: string, atMs: number): void {
     const k = this.#keys.get(key);
     if (this.#closed || !k) return;
     k.timer = undefined;
+    this.#lastNowMs = Math.max(this.#lastNowMs, atMs);
     const now = this.#now();
     const changed = this.#purge(k, now);
     const retry = this.#promote(key, k, now, changed);
@@ -269,7 +271,7 @@ export class MemoryStore implements SharedStore {
     k.timer?.cancel();
     k.timer = undefined;
     if (dueMs === Infinity) return;
-    const timer = this.#clock.setTimer(dueMs - this.#baseMs, () => this.#tick(key));
+    const timer = this.#clock.setTimer(dueMs - this.#baseMs, () => this.#tick(key, dueMs));
     k.timer = { atMs: dueMs, cancel: () => timer.cancel() };
   }
 
