@@ -259,3 +259,66 @@ def test_two_shared_keys_on_one_store_are_two_processes() -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+class _Mortal:
+    """One process's view of the store: once `kill()`ed, its calls never reach the store and
+    never return, and its watches hear nothing (a process killed with SIGKILL)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.kind = store.kind
+        self._store = store
+        self._dead = False
+        self._never: list[asyncio.Future[None]] = []
+
+    def kill(self) -> None:
+        self._dead = True
+
+    async def bury(self) -> None:
+        """Ends the dead process's calls that wait forever (the test is over)."""
+        for future in self._never:
+            future.cancel()
+        await asyncio.sleep(0)
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+        if name == "watch":
+            return lambda key, tickets, wake: method(key, lambda: [] if self._dead else tickets(), lambda w: self._dead or wake(w))
+
+        async def call(*args: Any) -> Any:
+            if self._dead:
+                never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._never.append(never)
+                await never  # never answered
+            return await method(*args)
+
+        return call
+
+
+def test_shared_keys_on_a_virtual_loop_keep_a_permit_by_heartbeats_and_a_killed_holders_comes_back_within_one_lease() -> None:
+    """The lease schedule runs on the loop's clock, as the store does: a live holder's renewals
+    keep its permit for 10 s of virtual time with a 3 s lease; killed, its permit goes to the
+    waiter when its lease ends."""
+
+    async def main() -> None:
+        store = await MemoryStore.open(start_ms=DAY)
+        view_a = _Mortal(store)
+        keys_a = SharedKeys(view_a, lease_ms=3000, owner="a")  # type: ignore[arg-type]
+        keys_b = SharedKeys(store, lease_ms=3000, owner="b")
+        held = await keys_a.acquire("k", limit=1)
+        granted_at: list[int] = []
+        waiting = asyncio.ensure_future(keys_b.acquire("k", limit=1))
+        waiting.add_done_callback(lambda _: granted_at.append(now_ms()))
+        await until(10_000)
+        assert granted_at == [], "the live holder's heartbeat keeps its permit"
+        assert not held.lost.is_set()
+        view_a.kill()
+        permit = await waiting
+        assert 10_000 < granted_at[0] <= 13_000, f"granted at {granted_at[0]} (killed at 10000, lease 3000)"
+        assert permit.grant == 2
+        assert await permit.release() == "released"
+        await keys_b.close()
+        await store.close()
+        await view_a.bury()
+
+    run(main)
