@@ -4,20 +4,28 @@
 // the next one only when nothing else can run. `restart` drops the driver without disposing it
 // (everything its executions and timers still do is ignored) and resumes the last persisted
 // snapshot with `Driver.resume`. On a mismatch the test prints both lists, line by line.
+//
+// Shared keys run over one `MemoryStore` on the same virtual clock (its own time base 24 h
+// ahead, which must not matter). `processes = ["a", "b"]` runs a driver (and a `SharedKeys`)
+// per process over that one store; a process that crashes (`restart`, `kill`) stops for good:
+// its timers never fire, its store calls never arrive and their answers never come back, so
+// the store keeps its tickets until their leases end.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'smol-toml';
 import { Driver, RateLimitedError, Scheduler, Turnstile } from '../dist/index.js';
-import { SharedKeys, SqliteStore } from '../dist/shared/index.js';
+import { MemoryStore, SharedKeys } from '../dist/shared/index.js';
 import { VirtualClock } from './fixtures/virtual-clock.mjs';
 
 const DIR = new URL('../../../tests/scenarios/', import.meta.url).pathname;
 const FILES = readdirSync(DIR).filter((f) => f.endsWith('.toml')).sort();
 
-const KNOWN = new Set(['about', 'config', 'started', 'batch', 'script', 'at', 'expect']);
-const BATCH_KNOWN = new Set(['at', 'calls', 'operations', 'execution_ms', 'abort_grace_ms', 'decide', 'cancel_at', 'forget']);
+const KNOWN = new Set(['about', 'config', 'started', 'processes', 'lease_ms', 'batch', 'script', 'at', 'expect']);
+const BATCH_KNOWN = new Set(['at', 'process', 'calls', 'operations', 'execution_ms', 'abort_grace_ms', 'decide', 'cancel_at', 'forget']);
+/** The store's time base: 24 h ahead of the virtual clock (its offset must not matter). */
+const STORE_START_MS = 86_400_000;
 
 /** The runner's own error: `fail 'message'`, `throw-sync`, a `decide` that raises. */
 class ScenarioError extends Error {
@@ -51,7 +59,7 @@ export function normalize(lines) {
   for (const line of lines) {
     const text = line.trim();
     if (!text) continue;
-    if (/^\d+ restart$/.test(text)) parts.push([text], []);
+    if (/^\d+ restart( \S+)?$/.test(text)) parts.push([text], []);
     else parts[parts.length - 1].push(text);
   }
   const out = [];
@@ -85,6 +93,22 @@ function checkKeys(value, known, where) {
   for (const key of Object.keys(value)) if (!known.has(key)) throw new Error(`${where}: unknown field ${JSON.stringify(key)}`);
 }
 
+/** A process's view of the shared store: once the process crashed (`me.crashed`), its calls
+ * never reach the store, answers never come back, and its watches hear nothing (SIGKILL). */
+function mortalStore(store, me) {
+  const never = new Promise(() => {});
+  const call = (name) => (...args) => {
+    if (me.crashed) return never;
+    return store[name](...args).then((v) => (me.crashed ? never : v), (e) => (me.crashed ? never : Promise.reject(e)));
+  };
+  return {
+    kind: store.kind,
+    request: call('request'), renew: call('renew'), release: call('release'), abandon: call('abandon'), pause: call('pause'), inspect: call('inspect'),
+    watch: (key, tickets, wake) => store.watch(key, () => (me.crashed ? [] : tickets()), (w) => me.crashed || wake(w)),
+    close: () => Promise.resolve(),
+  };
+}
+
 export async function runScenario(file) {
   const spec = parse(readFileSync(join(DIR, file), 'utf8'));
   checkKeys(spec, KNOWN, file);
@@ -96,23 +120,34 @@ export async function runScenario(file) {
   const batches = spec.batch ?? [];
   const scripts = spec.script ?? {};
   batches.forEach((b, i) => checkKeys(b, BATCH_KNOWN, `${file}: batch ${i}`));
+  // The processes by name; one unnamed process unless `processes` names them (the first is the
+  // default of a batch's or an action's `process`).
+  const names = spec.processes ?? [''];
+  if (!Array.isArray(names) || names.length === 0 || new Set(names).size !== names.length) throw new Error(`${file}: processes must be distinct names`);
+  const processOf = (what, name) => {
+    if (name === undefined) return names[0];
+    if (!names.includes(name)) throw new Error(`${file}: ${what}: process ${JSON.stringify(name)} is not in processes`);
+    return name;
+  };
+  const store = shared ? await MemoryStore.open({ clock, startMs: STORE_START_MS }) : undefined;
 
-  // One life of the process: its driver, its clock (dead once restarted: its timers never
+  // One process: its current life, its last persisted snapshot, whether persist fails, and the
+  // batch numbers of its driver (batch number -> index).
+  const procs = new Map(names.map((name) => [name, { name, life: undefined, lives: 0, snapshot: undefined, failPersist: false, numbers: new Map() }]));
+
+  // One life of a process: its driver, its clock (dead once restarted: its timers never
   // fire), and everything its executions report (ignored once dead).
-  let life;
-  let snapshot;
-  let failPersist = false;
-  const store = shared ? await SqliteStore.open({ path: ':memory:' }) : undefined;
-
-  const newLife = () => {
-    const me = { alive: true, resumeAt: new Map() };
+  const newLife = (proc) => {
+    // `alive`: its lines count; `crashed`: it died (restart, kill) and does nothing more.
+    const me = { alive: true, crashed: false, resumeAt: new Map() };
+    proc.lives += 1;
     me.clock = { now: () => clock.now(), setTimer: (at, fire) => clock.setTimer(at, () => me.alive && fire()) };
     me.log = (text) => {
       if (me.alive) lines.push(`${clock.now()} ${text}`);
     };
     me.persist = (text) => {
-      if (failPersist) throw new ScenarioError('disk full');
-      if (me.alive) snapshot = text;
+      if (proc.failPersist) throw new ScenarioError('disk full');
+      if (me.alive) proc.snapshot = text;
     };
     me.sleep = (ms, signal) =>
       new Promise((resolve, reject) => {
@@ -127,7 +162,9 @@ export async function runScenario(file) {
         });
         signal?.addEventListener('abort', onAbort, { once: true });
       });
-    me.keys = shared ? new SharedKeys(store, { clock: me.clock }) : undefined;
+    me.keys = shared
+      ? new SharedKeys(mortalStore(store, me), { clock: me.clock, owner: `${proc.name || 'p'}${proc.lives}`, ...(spec.lease_ms !== undefined ? { leaseMs: spec.lease_ms } : {}) })
+      : undefined;
     me.execute = (x) => {
       me.log(`start ${x.label}`);
       x.signal.addEventListener('abort', () => me.log(`abort ${x.label}`), { once: true });
@@ -140,6 +177,8 @@ export async function runScenario(file) {
       return 'approve';
     };
     me.onOutcome = (o) => me.log(`outcome ${o.label} ${outcomeText(o)}`);
+    me.options = () => ({ clock: me.clock, persist: me.persist, ...(me.keys ? { sharedKeys: me.keys } : {}) });
+    proc.life = me;
     return me;
   };
 
@@ -188,8 +227,7 @@ export async function runScenario(file) {
     });
   }
 
-  // Batch index -> batch number, and the index's AbortController.
-  const numbers = new Map();
+  // Batch index -> its AbortController.
   const controllers = new Map();
   // A restored batch has no signal of its own (`restored`): it prints `resolved` or `rejected`
   // even when its batch was cancelled before the crash.
@@ -205,12 +243,13 @@ export async function runScenario(file) {
     );
   };
 
-  life = newLife();
-  life.driver = new Driver(new Scheduler(policy), { clock: life.clock, persist: life.persist, ...(life.keys ? { sharedKeys: life.keys } : {}) });
+  for (const proc of procs.values()) newLife(proc).driver = new Driver(new Scheduler(policy), proc.life.options());
 
   const submit = (index) => {
     const b = batches[index];
-    const me = life;
+    const proc = procs.get(processOf(`batch ${index}`, b.process));
+    const me = proc.life;
+    if (!me.alive) return; // a killed process submits nothing
     const controller = new AbortController();
     controllers.set(index, controller);
     const calls = b.calls.map((c) => {
@@ -226,46 +265,57 @@ export async function runScenario(file) {
     const before = me.driver.inspect().length;
     const promise = me.driver.run(calls, me.execute, options);
     const live = me.driver.inspect();
-    if (live.length > before) numbers.set(live[live.length - 1].batch, index);
+    if (live.length > before) proc.numbers.set(live[live.length - 1].batch, index);
     watch(me, index, promise, b.forget ?? true);
   };
 
-  const restart = () => {
-    const old = life;
-    old.alive = false;
-    lines.push(`${clock.now()} restart`);
-    life = newLife();
-    if (snapshot === undefined) {
-      life.driver = new Driver(new Scheduler(policy), { clock: life.clock, persist: life.persist, ...(life.keys ? { sharedKeys: life.keys } : {}) });
+  const crash = (me) => {
+    me.alive = false;
+    me.crashed = true;
+  };
+
+  /** `restart`: the process crashes and comes back from its last persisted snapshot. */
+  const restart = (proc) => {
+    crash(proc.life);
+    lines.push(`${clock.now()} restart${proc.name ? ` ${proc.name}` : ''}`);
+    const me = newLife(proc);
+    if (proc.snapshot === undefined) {
+      me.driver = new Driver(new Scheduler(policy), me.options());
       return;
     }
-    const saved = JSON.parse(snapshot);
+    const saved = JSON.parse(proc.snapshot);
     const order = [...saved.retired.map((r) => BigInt(r.batch)), ...saved.state.batches.map((b) => BigInt(b.batch))];
-    const resumed = Driver.resume(policy, snapshot, {
-      execute: life.execute,
+    const resumed = Driver.resume(policy, proc.snapshot, {
+      execute: me.execute,
       started: spec.started ?? 'interrupt',
-      decide: life.decide,
-      onOutcome: life.onOutcome,
-      clock: life.clock,
-      persist: life.persist,
-      ...(life.keys ? { sharedKeys: life.keys } : {}),
+      decide: me.decide,
+      onOutcome: me.onOutcome,
+      ...me.options(),
     });
-    life.driver = resumed.driver;
+    me.driver = resumed.driver;
     resumed.batches.forEach((promise, i) => {
-      const index = numbers.get(order[i]);
-      watch(life, index, promise, batches[index]?.forget ?? true, true);
+      const index = proc.numbers.get(order[i]);
+      watch(me, index, promise, batches[index]?.forget ?? true, true);
     });
+  };
+
+  /** `kill`: the process crashes for good (its tickets stay at the store until their leases
+   * end). */
+  const kill = (proc) => {
+    crash(proc.life);
+    lines.push(`${clock.now()} kill ${proc.name}`);
   };
 
   const actions = {
     restart,
-    dispose: () => life.driver.dispose(),
-    'fail-persist': () => {
-      failPersist = true;
+    kill,
+    dispose: (proc) => proc.life.driver.dispose(),
+    'fail-persist': (proc) => {
+      proc.failPersist = true;
     },
-    cancel: (i) => controllers.get(Number(i))?.abort(),
-    pause: (key, ms) => life.driver.pause(key, Number(ms)).catch((e) => life.log(`pause ${key} rejected ${e.name}`)),
-    'lift-pause': (key) => life.driver.liftPause(key).catch((e) => life.log(`lift-pause ${key} rejected ${e.name}`)),
+    cancel: (_proc, i) => controllers.get(Number(i))?.abort(),
+    pause: (proc, key, ms) => proc.life.driver.pause(key, Number(ms)).catch((e) => proc.life.log(`pause ${key} rejected ${e.name}`)),
+    'lift-pause': (proc, key) => proc.life.driver.liftPause(key).catch((e) => proc.life.log(`lift-pause ${key} rejected ${e.name}`)),
   };
 
   // The host's doings by time: at each time, first everything else due then happens, then the
@@ -276,10 +326,11 @@ export async function runScenario(file) {
     if (b.cancel_at !== undefined) host.push({ t: b.cancel_at, rank: 1, seq: host.length, act: () => controllers.get(i)?.abort() });
   });
   for (const [i, a] of (spec.at ?? []).entries()) {
-    checkKeys(a, new Set(['t', 'do']), `${file}: at ${i} (a key after [[at]] belongs to it: put expect before the tables)`);
+    checkKeys(a, new Set(['t', 'do', 'process']), `${file}: at ${i} (a key after [[at]] belongs to it: put expect before the tables)`);
     const [word, ...args] = a.do.split(' ');
     if (!actions[word]) throw new Error(`${file}: unknown action ${JSON.stringify(a.do)}`);
-    host.push({ t: a.t, rank: 1, seq: host.length, act: () => actions[word](...args) });
+    const proc = procs.get(processOf(`at ${i}`, a.process));
+    host.push({ t: a.t, rank: 1, seq: host.length, act: () => proc.life.alive && actions[word](proc, ...args) });
   }
   host.sort((a, b) => a.t - b.t || a.rank - b.rank || a.seq - b.seq);
   for (const h of host) {
@@ -288,8 +339,10 @@ export async function runScenario(file) {
     await clock.runUntil(h.t);
   }
   await clock.runAll(10_000);
-  life.alive = false;
-  await life.keys?.close();
+  for (const proc of procs.values()) {
+    proc.life.alive = false; // what closing the keys makes the driver report is not a line
+    if (!proc.life.crashed) await proc.life.keys?.close();
+  }
   await store?.close();
 
   const expected = normalize((spec.expect ?? '').split('\n'));
@@ -297,4 +350,5 @@ export async function runScenario(file) {
   assert.deepEqual(actual, expected, `${file}: ${spec.about ?? ''}\n${diff(expected, actual)}`);
 }
 
-for (const file of FILES) test(file, () => runScenario(file));
+// A scenario that cannot end (a timer re-armed at one instant forever) fails instead of hanging.
+for (const file of FILES) test(file, { timeout: 60_000 }, () => runScenario(file));

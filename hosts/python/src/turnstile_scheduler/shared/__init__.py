@@ -1,9 +1,10 @@
 """Shared keys: one limit across processes and machines (SHARED.md at the repository root).
 
 A store holds each shared key's FIFO of tickets and its leases: `SqliteStore` (one database
-file, for processes on one machine; the stdlib `sqlite3`) or `RedisStore` (one Redis server, for
-processes on several machines; the optional `redis` extra). `SharedKeys` is the async client a
-host uses over a store:
+file, for processes on one machine; the stdlib `sqlite3`), `RedisStore` (one Redis server, for
+processes on several machines; the optional `redis` extra) or `MemoryStore` (this process's
+memory, on the running loop's clock: for tests, and several `SharedKeys` of one process).
+`SharedKeys` is the async client a host uses over a store:
 
 ```python
 store = await SqliteStore.open("/path/to/workspace/.turnstile/shared.sqlite")
@@ -179,6 +180,7 @@ class LeaseLostError(SharedStoreError):
 
 
 from .keys import SharedKeys, SharedPermit  # noqa: E402
+from .memory import MemoryStore  # noqa: E402
 from .redis import RedisStore  # noqa: E402
 from .sqlite import SqliteStore  # noqa: E402
 
@@ -192,6 +194,7 @@ __all__ = [
     "TICKET_LENGTH_MAX",
     "KeyInspection",
     "LeaseLostError",
+    "MemoryStore",
     "RedisStore",
     "Removal",
     "SharedKeys",

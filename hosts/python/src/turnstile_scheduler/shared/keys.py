@@ -22,6 +22,7 @@ Failure rules (the same as the JS package's `keys.ts`):
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import secrets
 import time
@@ -49,8 +50,14 @@ from ._rules import GivenUp, LeaseRefused, LeaseSchedule, Renewal
 
 
 def _now_ms() -> int:
-    """The lease schedule's clock: monotonic milliseconds, so it never goes back."""
-    return time.monotonic_ns() // 1_000_000
+    """The lease schedule's clock: the running loop's (`loop.time()`, monotonic, virtual on a
+    test's virtual-time loop, as the driver's), in whole milliseconds; outside a loop the
+    monotonic clock, which is what a default loop's `time()` reads."""
+    try:
+        now_s = asyncio.get_running_loop().time()
+    except RuntimeError:
+        now_s = time.monotonic()
+    return math.floor(now_s * 1000)
 
 
 class SharedPermit:
