@@ -1,0 +1,63 @@
+// Where the driver's time goes: the peers bench's batches of 1,000 (or `--batch N`) through the
+// driver under `--cpu-prof`, then the profile summed by function (self time) and by file, the
+// top lines printed. `node bench/profile.mjs [--batch 1000] [--rounds 300] [--top 30]
+// [--keep DIR]` after `npm run build`. The profile itself is written to a temporary directory
+// (kept with `--keep DIR`, to open in Chrome's DevTools).
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const HERE = fileURLToPath(import.meta.url);
+const arg = (name, fallback) => (process.argv.includes(name) ? process.argv[process.argv.indexOf(name) + 1] : fallback);
+const BATCH = Number(arg('--batch', 1000));
+const ROUNDS = Number(arg('--rounds', Math.max(20, Math.round(300_000 / BATCH))));
+const TOP = Number(arg('--top', 30));
+
+if (process.argv.includes('--child')) {
+  const { Driver, Scheduler, Turnstile } = await import('../dist/index.js');
+  const KEYS = 10;
+  const config = Array.from({ length: KEYS }, (_, k) => `[conversation.tools.t${k}]\nconcurrency = { key = "k${k}", limit = ${1 + (k % 4)} }\n`).join('') + '[conversation.tools.free]\n';
+  const batch = (n) => Array.from({ length: n }, (_, i) => ({ id: `c${i}`, tool: i % 10 === 9 ? 'free' : `t${i % KEYS}` }));
+  const execute = async () => 'ok';
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'bench', text: config }]);
+  const driver = new Driver(new Scheduler(policy));
+  for (let r = 0; r < 20; r++) await driver.run(batch(BATCH), execute); // warm up
+  const start = performance.now();
+  for (let r = 0; r < ROUNDS; r++) await driver.run(batch(BATCH), execute);
+  const ms = performance.now() - start;
+  driver.dispose();
+  console.log(`${BATCH} x ${ROUNDS}: ${((ms * 1000) / (BATCH * ROUNDS)).toFixed(2)} us/call`);
+  process.exit(0);
+}
+
+const dir = arg('--keep', undefined) ?? mkdtempSync(join(tmpdir(), 'turnstile-prof-'));
+const child = spawnSync(process.execPath, ['--cpu-prof', '--cpu-prof-dir', dir, HERE, '--child', '--batch', String(BATCH), '--rounds', String(ROUNDS)], { stdio: ['ignore', 'inherit', 'inherit'] });
+if (child.status !== 0) process.exit(child.status ?? 1);
+const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
+const profile = JSON.parse(readFileSync(join(dir, file), 'utf8'));
+
+// Self time per node: the samples' time deltas, attributed to the sampled node.
+const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+const self = new Map();
+for (let i = 0; i < profile.samples.length; i++) self.set(profile.samples[i], (self.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i] ?? 0));
+const total = [...self.values()].reduce((a, b) => a + b, 0);
+const byFunction = new Map();
+const byFile = new Map();
+for (const [id, us] of self) {
+  const { functionName, url, lineNumber } = byId.get(id).callFrame;
+  const where = url ? basename(url) : '';
+  const name = `${functionName || '(anonymous)'} ${where}${where ? `:${lineNumber + 1}` : ''}`;
+  byFunction.set(name, (byFunction.get(name) ?? 0) + us);
+  const f = where || functionName;
+  byFile.set(f, (byFile.get(f) ?? 0) + us);
+}
+const show = (title, map, top) => {
+  console.log(`\n${title}`);
+  for (const [name, us] of [...map].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`${((100 * us) / total).toFixed(1).padStart(5)} %  ${(us / 1000).toFixed(0).padStart(6)} ms  ${name}`);
+};
+show('self time by function', byFunction, TOP);
+show('self time by file (wasm-function[...] entries are the component)', byFile, 15);
+if (!process.argv.includes('--keep')) rmSync(dir, { recursive: true, force: true });
