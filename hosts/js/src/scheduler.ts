@@ -452,8 +452,17 @@ function ends(round: Round, kind: 'ok' | 'failed', list: BigUint64Array): void {
 }
 
 /** One package `step` over the component's verbs (see `Round`); `crossings` counts the calls
- * into the component, `next-releases` included. @internal */
-export function stepOn(raw: ws.Scheduler, inputs: RawInputs): RawOutputs & { crossings: number } {
+ * into the component, `next-releases` included. A round of approvals only, or of ends (`ok`,
+ * `failed`) only, about distinct entries, crosses in one call without `Round`'s bookkeeping (see
+ * `soleRound`); `general` forces `Round` (test/rounds.test.mjs compares the two). @internal */
+export function stepOn(raw: ws.Scheduler, inputs: RawInputs, general = false): RawOutputs & { crossings: number } {
+  const sole = general ? undefined : soleRound(inputs);
+  if (sole !== undefined) {
+    const errors = sole === APPROVE_ONLY ? approvalsOnly(raw, inputs) : endsOnly(raw, inputs);
+    const out = releasesOut(raw.nextReleases(inputs.now), errors) as RawOutputs & { crossings: number };
+    out.crossings = 2;
+    return out;
+  }
   const round = new Round(raw, inputs.now);
   entryEvents(round, 'approve', inputs.approve);
   const settle = inputs.settle;
@@ -482,8 +491,112 @@ export function stepOn(raw: ws.Scheduler, inputs: RawInputs): RawOutputs & { cro
   const lift = inputs.liftPause;
   if (lift) for (let i = 0; i < lift.length; i++) round.add(false, 'liftPause', i, { tag: 'lift-pause', val: lift[i] }, KEY, lift[i]);
   round.flush();
-  const releases = raw.nextReleases(inputs.now);
-  return { ...releasesOut(releases, round.errors), crossings: round.crossings + 1 };
+  const out = releasesOut(raw.nextReleases(inputs.now), round.errors) as RawOutputs & { crossings: number };
+  out.crossings = round.crossings + 1;
+  return out;
+}
+
+// --- rounds of one kind ---------------------------------------------------------------------
+// Most rounds carry approvals only (a batch just submitted) or ends only (executions that
+// returned). When their entries are distinct, `Round` would send them in one crossing and map
+// each refusal to the one input about its entry; so do these, without `Round`'s seven arrays and
+// three sets per input, and with the crossing's items taken from a pool (jco's glue reads them
+// synchronously and keeps none). Linear in the round: distinctness is a check that the numbers
+// ascend (as a driver's approvals do, and its ends mostly), else one set.
+
+const APPROVE_ONLY = 1;
+const ENDS_ONLY = 2;
+
+/** Which one-kind round `inputs` is, if any. */
+function soleRound(i: RawInputs): typeof APPROVE_ONLY | typeof ENDS_ONLY | undefined {
+  if (i.settle.length || i.ask.length || i.answer.length || i.cancel.length || i.retry.length || i.pause.length || i.liftPause?.length || i.granted.length || i.denied.length) return undefined;
+  const ends = i.ok.length + i.failed.length;
+  if (ends === 0) return i.approve.length && distinct(i.approve, EMPTY_LIST) ? APPROVE_ONLY : undefined;
+  return i.approve.length === 0 && distinct(i.ok, i.failed) ? ENDS_ONLY : undefined;
+}
+
+const EMPTY_LIST = new BigUint64Array(0);
+
+/** Whether no number appears twice in `a` followed by `b`. */
+function distinct(a: BigUint64Array, b: BigUint64Array): boolean {
+  if (ascending(a, b)) return true;
+  const seen = new Set<bigint>();
+  for (let i = 0; i < a.length; i++) seen.add(a[i]);
+  for (let i = 0; i < b.length; i++) seen.add(b[i]);
+  return seen.size === a.length + b.length;
+}
+
+/** Whether `a` followed by `b` strictly ascends (read as 32-bit halves: no bigint per item). */
+function ascending(a: BigUint64Array, b: BigUint64Array): boolean {
+  let hi = -1;
+  let lo = 0;
+  for (const list of [a, b]) {
+    const w = new Uint32Array(list.buffer, list.byteOffset, list.length * 2);
+    for (let j = 0; j < w.length; j += 2) {
+      const h = w[j + 1];
+      const l = w[j];
+      if (h < hi || (h === hi && l <= lo)) return false;
+      hi = h;
+      lo = l;
+    }
+  }
+  return true;
+}
+
+/** Items handed to jco's glue, reused from crossing to crossing. */
+const approvals: { tag: 'approve'; val: bigint }[] = [];
+const endings: { entry: bigint; end: ws.End }[] = [];
+
+function approvalsOnly(raw: ws.Scheduler, inputs: RawInputs): InputError[] {
+  const list = inputs.approve;
+  const n = list.length;
+  const items = new Array<ws.Event>(n);
+  for (let i = 0; i < n; i++) {
+    const item = approvals[i] ?? (approvals[i] = { tag: 'approve', val: 0n });
+    item.val = list[i];
+    items[i] = item;
+  }
+  return soleErrors(raw.onEvents(items, inputs.now), list, EMPTY_LIST, 'approve');
+}
+
+function endsOnly(raw: ws.Scheduler, inputs: RawInputs): InputError[] {
+  const ok = inputs.ok;
+  const failed = inputs.failed;
+  const n = ok.length + failed.length;
+  const items = new Array<ws.Ended>(n);
+  for (let i = 0; i < n; i++) {
+    const item = endings[i] ?? (endings[i] = { entry: 0n, end: OK });
+    if (i < ok.length) {
+      item.entry = ok[i];
+      item.end = OK;
+    } else {
+      item.entry = failed[i - ok.length];
+      item.end = FAILED;
+    }
+    items[i] = item;
+  }
+  return soleErrors(raw.onEnded(items, inputs.now), ok, failed, 'ok');
+}
+
+/** The refusals of a one-kind crossing of distinct entries (`a` then `b`; `b` is `failed` when
+ * `a` is `ok`), each mapped to its input: they come in input order. */
+function soleErrors(refusals: ws.Refusal[], a: BigUint64Array, b: BigUint64Array, kind: 'approve' | 'ok'): InputError[] {
+  // A clock that went back is refused first, and again by `next-releases`, which reports it.
+  let r = refusals.length && refusals[0].about.tag === 'clock' ? 1 : 0;
+  const errors: InputError[] = [];
+  const n = a.length + b.length;
+  for (let j = 0; j < n && r < refusals.length; j++) {
+    const entry = j < a.length ? a[j] : b[j - a.length];
+    const refusal = refusals[r];
+    if (refusal.about.tag !== 'entry' || refusal.about.val !== entry) continue;
+    r++;
+    errors.push(j < a.length ? { input: kind, index: j, code: refusal.code, message: refusal.message } : { input: 'failed', index: j - a.length, code: refusal.code, message: refusal.message });
+  }
+  if (r < refusals.length) {
+    const rest = refusals.slice(r).map((x) => `${x.about.tag} ${x.about.val} ${x.code}`);
+    throw new Error(`turnstile: the component refused inputs the package cannot place (${rest.join(', ')}; a bug)`);
+  }
+  return errors;
 }
 
 /** The actions of `next-releases` sorted into lists by kind. */
@@ -676,9 +789,9 @@ export class Scheduler {
 
   /** @internal `step` with inputs already checked and outputs unconverted (the driver's path):
    * the inputs cross as `on-events` / `on-ended` (see `Round`), then `next-releases(now)`. */
-  stepRaw(inputs: RawInputs): RawOutputs {
+  stepRaw(inputs: RawInputs, general = false): RawOutputs {
     const raw = this.held.get();
-    return this.held.instance.call(() => stepOn(raw, inputs));
+    return this.held.instance.call(() => stepOn(raw, inputs, general));
   }
 
   /** The label of a live entry (`call` or `call#i`); `undefined` once its batch retired. */
