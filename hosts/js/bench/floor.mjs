@@ -7,20 +7,22 @@
 //   package's checks and its round over the component's verbs), still without the driver.
 // What the driver adds on top is promises, executions, outcomes and its bookkeeping. Reported per
 // size: us per call (best run) and the median of the paired ratios to p-limit.
-// `node bench/floor.mjs [PAIRS]` after `npm run build`.
+// `node bench/floor.mjs [PAIRS]` after `npm run build`; bench/profile.mjs --floor profiles the
+// component's loop (`component`, exported).
 import pLimit from 'p-limit';
+import { pathToFileURL } from 'node:url';
 import { Scheduler, Turnstile } from '../dist/index.js';
 
 const KEYS = 10;
 const PAIRS = Number(process.argv[2] ?? 9);
-const config = Array.from({ length: KEYS }, (_, k) => `[conversation.tools.t${k}]\nconcurrency = { key = "k${k}", limit = ${1 + (k % 4)} }\n`).join('') + '[conversation.tools.free]\n';
+export const config = Array.from({ length: KEYS }, (_, k) => `[conversation.tools.t${k}]\nconcurrency = { key = "k${k}", limit = ${1 + (k % 4)} }\n`).join('') + '[conversation.tools.free]\n';
 const batch = (n) => Array.from({ length: n }, (_, i) => ({ id: `c${i}`, tool: i % 10 === 9 ? 'free' : `t${i % KEYS}` }));
 const execute = async () => 'ok';
 const EMPTY = new BigUint64Array(0);
 const OK = { tag: 'ok' };
 
 /** jco's bindings alone. */
-function component(policy, n, rounds) {
+export function component(policy, n, rounds) {
   const scheduler = new Scheduler(policy);
   const raw = scheduler.held.get();
   let now = 0n;
@@ -75,6 +77,9 @@ async function plimit(n, rounds) {
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+if (import.meta.url === pathToFileURL(process.argv[1]).href) await main();
+
+async function main() {
 const t = await Turnstile.load();
 const policy = t.resolve([{ name: 'bench', text: config }]);
 console.log(`| batch size | rounds | component (us/call, best) | package, no driver (us/call, best) | p-limit per key (us/call, best) | component / p-limit, median of ${PAIRS} | package / p-limit, median of ${PAIRS} |`);
@@ -100,4 +105,5 @@ for (const [n, rounds] of [[10, 2000], [100, 500], [1000, 100], [10000, 10]]) {
   const per = (ms) => ((ms * 1000) / (n * rounds)).toFixed(2);
   const ratio = (xs) => median(xs.map((x, i) => x / c[i])).toFixed(2);
   console.log(`| ${n} | ${rounds} | ${per(Math.min(...a))} | ${per(Math.min(...b))} | ${per(Math.min(...c))} | ${ratio(a)}x | ${ratio(b)}x |`);
+}
 }

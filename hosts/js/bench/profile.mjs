@@ -1,7 +1,9 @@
 // Where the driver's time goes: the peers bench's batches of 1,000 (or `--batch N`) through the
-// driver under `--cpu-prof`, then the profile summed by function (self time) and by file, the
-// top lines printed. `node bench/profile.mjs [--batch 1000] [--rounds 300] [--top 30]
-// [--keep DIR]` after `npm run build`. The profile itself is written to a temporary directory
+// driver under `--cpu-prof`, then the profile of the measured window (no start-up, no warm-up)
+// summed by function (self time), by file and by layer (the component, jco's glue, the package,
+// the driver, the garbage collector). `--floor` profiles bench/floor.mjs's component loop (jco's
+// bindings alone) instead. `node bench/profile.mjs [--batch 1000] [--rounds 300] [--top 30]
+// [--floor] [--keep DIR]` after `npm run build`. The profile itself is written to a temporary directory
 // (kept with `--keep DIR`, to open in Chrome's DevTools).
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -23,29 +25,56 @@ if (process.argv.includes('--child')) {
   const execute = async () => 'ok';
   const t = await Turnstile.load();
   const policy = t.resolve([{ name: 'bench', text: config }]);
-  const driver = new Driver(new Scheduler(policy));
-  for (let r = 0; r < 20; r++) await driver.run(batch(BATCH), execute); // warm up
-  const start = performance.now();
-  for (let r = 0; r < ROUNDS; r++) await driver.run(batch(BATCH), execute);
-  const ms = performance.now() - start;
-  driver.dispose();
-  console.log(`${BATCH} x ${ROUNDS}: ${((ms * 1000) / (BATCH * ROUNDS)).toFixed(2)} us/call`);
+  let from;
+  let to;
+  let ms;
+  if (process.argv.includes('--floor')) {
+    const { component } = await import('./floor.mjs');
+    component(policy, BATCH, 20); // warm up
+    from = process.hrtime.bigint() / 1000n;
+    ms = component(policy, BATCH, ROUNDS);
+    to = process.hrtime.bigint() / 1000n;
+  } else {
+    const driver = new Driver(new Scheduler(policy));
+    for (let r = 0; r < 20; r++) await driver.run(batch(BATCH), execute); // warm up
+    from = process.hrtime.bigint() / 1000n;
+    const start = performance.now();
+    for (let r = 0; r < ROUNDS; r++) await driver.run(batch(BATCH), execute);
+    ms = performance.now() - start;
+    to = process.hrtime.bigint() / 1000n;
+    driver.dispose();
+  }
+  // The measured window on the profile's clock (microseconds, monotonic), for the parent.
+  console.log(`${BATCH} x ${ROUNDS}: ${((ms * 1000) / (BATCH * ROUNDS)).toFixed(2)} us/call\nwindow ${from} ${to}`);
   process.exit(0);
 }
 
 const dir = arg('--keep', undefined) ?? mkdtempSync(join(tmpdir(), 'turnstile-prof-'));
-const child = spawnSync(process.execPath, ['--cpu-prof', '--cpu-prof-dir', dir, HERE, '--child', '--batch', String(BATCH), '--rounds', String(ROUNDS)], { stdio: ['ignore', 'inherit', 'inherit'] });
+const child = spawnSync(process.execPath, ['--cpu-prof', '--cpu-prof-dir', dir, HERE, '--child', '--batch', String(BATCH), '--rounds', String(ROUNDS), ...(process.argv.includes('--floor') ? ['--floor'] : [])], { stdio: ['ignore', 'pipe', 'inherit'], encoding: 'utf8' });
 if (child.status !== 0) process.exit(child.status ?? 1);
+const [, from, to] = child.stdout.match(/window (\d+) (\d+)/).map(Number);
+console.log(child.stdout.split('\n')[0]);
 const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
 const profile = JSON.parse(readFileSync(join(dir, file), 'utf8'));
 
-// Self time per node: the samples' time deltas, attributed to the sampled node.
+// Self time per node: the samples' time deltas within the measured window (start-up and
+// warm-up left out), attributed to the sampled node.
 const byId = new Map(profile.nodes.map((n) => [n.id, n]));
 const self = new Map();
-for (let i = 0; i < profile.samples.length; i++) self.set(profile.samples[i], (self.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i] ?? 0));
+let at = profile.startTime;
+for (let i = 0; i < profile.samples.length; i++) {
+  at += profile.timeDeltas[i] ?? 0;
+  if (at >= from && at <= to) self.set(profile.samples[i], (self.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i] ?? 0));
+}
+if (self.size === 0) throw new Error(`no sample in the window ${from}..${to} (profile ${profile.startTime}..${profile.endTime}): the clocks differ`);
 const total = [...self.values()].reduce((a, b) => a + b, 0);
 const byFunction = new Map();
 const byFile = new Map();
+const byLayer = new Map();
+// The layers a batch crosses: the component's own code, jco's glue (lifting and lowering),
+// the package's step and submit, the driver, the garbage collector (whose garbage is mostly the
+// glue's and the driver's objects), and the rest (the bench loop, promises, Node).
+const layerOf = (file) => (/^\d+$/.test(file) ? 'component (wasm)' : file === 'turnstile.js' ? "jco's glue (turnstile.js)" : ['scheduler.js', 'convert.js', 'validate.js', 'instance.js'].includes(file) ? 'package (scheduler.js, convert.js, validate.js, instance.js)' : file === 'driver.js' ? 'driver (driver.js)' : file === '(garbage collector)' ? 'garbage collector' : 'other (bench loop, promises, Node)');
 for (const [id, us] of self) {
   const { functionName, url, lineNumber } = byId.get(id).callFrame;
   const where = url ? basename(url) : '';
@@ -53,6 +82,7 @@ for (const [id, us] of self) {
   byFunction.set(name, (byFunction.get(name) ?? 0) + us);
   const f = where || functionName;
   byFile.set(f, (byFile.get(f) ?? 0) + us);
+  byLayer.set(layerOf(f), (byLayer.get(layerOf(f)) ?? 0) + us);
 }
 const show = (title, map, top) => {
   console.log(`\n${title}`);
@@ -60,4 +90,5 @@ const show = (title, map, top) => {
 };
 show('self time by function', byFunction, TOP);
 show('self time by file (wasm-function[...] entries are the component)', byFile, 15);
+show('self time by layer', byLayer, 10);
 if (!process.argv.includes('--keep')) rmSync(dir, { recursive: true, force: true });

@@ -177,11 +177,6 @@ class NumberList {
   }
 }
 
-/** Entry numbers of a `list<u64>` result without a bigint per item. */
-function words(list: BigUint64Array): Uint32Array {
-  return new Uint32Array(list.buffer, list.byteOffset, list.length * 2);
-}
-
 /** The inputs of the next `step`. */
 class Pending {
   readonly approve = new NumberList();
@@ -1164,10 +1159,7 @@ export class Driver {
       for (const p of out.pauseStore) this.sharedKeys.pause(p.key, storeMs(Math.max(0, Number(p.until) - this.now()))).catch(() => {});
     }
     const release = out.release;
-    if (release.length) {
-      const w = words(release);
-      for (let i = 0; i < release.length; i++) this.#release(w[i << 1] + w[(i << 1) + 1] * TWO_32);
-    }
+    for (let i = 0; i < release.length; i++) this.#release(Number(release[i]));
     for (const e of out.errors) {
       if (e.input === 'granted' || e.input === 'denied') {
         // A permit's answer that raced a cancellation or a stop (the entry was settled and
@@ -1195,13 +1187,10 @@ export class Driver {
       if (batch) this.#acquire(batch, entry - batch.first, requests[i]);
     }
     const start = out.start;
-    if (start.length) {
-      const w = words(start);
-      for (let i = 0; i < start.length; i++) {
-        const entry = w[i << 1] + w[(i << 1) + 1] * TWO_32;
-        const batch = this.#find(entry);
-        if (batch) this.#starts.push(batch, entry - batch.first);
-      }
+    for (let i = 0; i < start.length; i++) {
+      const entry = Number(start[i]);
+      const batch = this.#find(entry);
+      if (batch) this.#starts.push(batch, entry - batch.first);
     }
     for (const batch of out.retired) this.#retire(batch);
   }

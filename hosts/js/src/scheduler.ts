@@ -292,18 +292,18 @@ export interface RawSettled {
 /** @internal What one package `step` decided, before conversion: the actions of
  * `next-releases` sorted into lists by kind (each in the component's order), and the refused
  * inputs with their list and position. `requests` are the `acquire` actions themselves (key,
- * limit, delay), in the order of `acquire`. */
+ * limit, delay), in the order of `acquire`. Lists the round has nothing for are one shared,
+ * frozen empty array (`convert.outputs` copies them for `step`). */
 export interface RawOutputs {
-  abort: ws.Abort[];
-  start: BigUint64Array;
-  settle: RawSettled[];
+  abort: readonly ws.Abort[];
+  start: readonly bigint[];
+  settle: readonly RawSettled[];
   errors: InputError[];
-  retired: BigUint64Array;
+  retired: readonly bigint[];
   wakeAt: bigint | undefined;
-  acquire: BigUint64Array;
-  requests: ws.PermitRequest[];
-  release: BigUint64Array;
-  pauseStore: ws.KeyPause[];
+  requests: readonly ws.PermitRequest[];
+  release: readonly bigint[];
+  pauseStore: readonly ws.KeyPause[];
 }
 
 const ENTRY = 0;
@@ -599,40 +599,43 @@ function soleErrors(refusals: ws.Refusal[], a: BigUint64Array, b: BigUint64Array
   return errors;
 }
 
-/** The actions of `next-releases` sorted into lists by kind. */
+const NONE: readonly never[] = Object.freeze([]);
+
+/** The actions of `next-releases` sorted into lists by kind, in one pass; a list is made only
+ * for a kind the round has (most rounds have starts and nothing else). */
 function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutputs {
   const actions = releases.actions;
-  let starts = 0;
-  let releasing = 0;
-  let retiring = 0;
-  const settle: RawSettled[] = [];
-  const requests: ws.PermitRequest[] = [];
-  const abort: ws.Abort[] = [];
-  const pauseStore: ws.KeyPause[] = [];
+  let start: bigint[] | undefined;
+  let release: bigint[] | undefined;
+  let retired: bigint[] | undefined;
+  let settle: RawSettled[] | undefined;
+  let requests: ws.PermitRequest[] | undefined;
+  let abort: ws.Abort[] | undefined;
+  let pauseStore: ws.KeyPause[] | undefined;
   let errors = inputErrors;
   for (let i = 0; i < actions.length; i++) {
     const a = actions[i];
     switch (a.tag) {
       case 'start':
-        starts++;
+        (start ??= []).push(a.val);
         break;
       case 'release':
-        releasing++;
+        (release ??= []).push(a.val.entry);
         break;
       case 'retired':
-        retiring++;
+        (retired ??= []).push(a.val);
         break;
       case 'settled':
-        settle.push(a.val);
+        (settle ??= []).push(a.val);
         break;
       case 'acquire':
-        requests.push(a.val);
+        (requests ??= []).push(a.val);
         break;
       case 'abort':
-        abort.push(a.val);
+        (abort ??= []).push(a.val);
         break;
       case 'pause-store':
-        pauseStore.push(a.val);
+        (pauseStore ??= []).push(a.val);
         break;
       case 'refused':
         // The clock, applied first by the old `step`: its refusal comes first.
@@ -640,23 +643,17 @@ function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutpu
         break;
     }
   }
-  const start = starts ? new BigUint64Array(starts) : new BigUint64Array(0);
-  const release = releasing ? new BigUint64Array(releasing) : new BigUint64Array(0);
-  const retired = retiring ? new BigUint64Array(retiring) : new BigUint64Array(0);
-  const acquire = requests.length ? new BigUint64Array(requests.length) : new BigUint64Array(0);
-  for (let i = 0; i < requests.length; i++) acquire[i] = requests[i].entry;
-  let s = 0;
-  let r = 0;
-  let t = 0;
-  if (starts || releasing || retiring) {
-    for (let i = 0; i < actions.length; i++) {
-      const a = actions[i];
-      if (a.tag === 'start') start[s++] = a.val;
-      else if (a.tag === 'release') release[r++] = a.val.entry;
-      else if (a.tag === 'retired') retired[t++] = a.val;
-    }
-  }
-  return { abort, start, settle, errors, retired, wakeAt: releases.wakeAt, acquire, requests, release, pauseStore };
+  return {
+    abort: abort ?? NONE,
+    start: start ?? NONE,
+    settle: settle ?? NONE,
+    errors,
+    retired: retired ?? NONE,
+    wakeAt: releases.wakeAt,
+    requests: requests ?? NONE,
+    release: release ?? NONE,
+    pauseStore: pauseStore ?? NONE,
+  };
 }
 
 /** The scheduler: `submit` a batch, then feed every driver round to `step`. Batches, keys and
