@@ -25,6 +25,8 @@
 // 3. (jco >= 1.13) `_debugLog` reading `process.env` on every call is made to read it once.
 // 4. Empty lists of records are lowered without calling the guest's allocator (see below).
 // 5. One view of memory, and ASCII strings without TextEncoder / TextDecoder (see below).
+// 6. A `u64` is read with `getBigUint64` instead of `BigInt.asUintN(64, getBigInt64(...))`: the
+//    same value, one bigint made instead of two (every entry number the component reports).
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -168,6 +170,12 @@ glue = glue.replace(decode, 'utf8Decode($1, $2, $3)');
 glue = glue.replace(/new (BigUint64Array|BigInt64Array|Uint32Array|Int32Array|Float64Array)\((memory\d+)\.buffer, /g, 'new $1(memoryBytes($2).buffer, ');
 if (/\bmemory\d*\.buffer\b/.test(glue.replace(/const buffer = mem\.buffer;/, ''))) fail('patch 5: the glue still reads `memoryN.buffer` somewhere: view it through `memoryBytes` or `dataView`');
 
+// Patch 6: u64 fields read unsigned at once.
+const u64Read = /BigInt\.asUintN\(64, (dataView\(memory\d+\))\.getBigInt64\(([^()]*)\)\)/g;
+const u64Reads = glue.match(u64Read)?.length ?? 0;
+if (u64Reads === 0) fail('patch 6: no `BigInt.asUintN(64, dataView(memoryN).getBigInt64(...))` in jco\'s glue; check how the glue lifts u64 fields and update the patch');
+glue = glue.replace(u64Read, '$1.getBigUint64($2)');
+
 // Patch 2: no template-built asset URL.
 const fallback = /if \(!getCoreModule\) getCoreModule = \(name\) => fetchCompile\(new URL\(`\.\/\$\{name\}`, import\.meta\.url\)\);/;
 if (!fallback.test(glue)) fail('patch 2: jco\'s fallback `getCoreModule` is not where it was; check that no template-built URL is left');
@@ -207,4 +215,4 @@ if (pack) {
     copyFileSync(join(root, name), join(here, name));
   }
 }
-console.log(`built ${dist} from ${wasm} (patched: ${slices} list copies, ${lowered} list lowerings, ${decodes} string liftings)`);
+console.log(`built ${dist} from ${wasm} (patched: ${slices} list copies, ${lowered} list lowerings, ${decodes} string liftings, ${u64Reads} u64 reads)`);

@@ -814,7 +814,7 @@ export class Driver {
     }
     const run = new Run(batch, offset);
     batch.running[offset] = run;
-    const hold = this.#holds.get(batch.first + offset);
+    const hold = this.sharedKeys === undefined ? undefined : this.#holds.get(batch.first + offset);
     if (hold?.permit) {
       const permit = hold.permit;
       run.hold = hold;

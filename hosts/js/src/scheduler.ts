@@ -528,19 +528,22 @@ function distinct(a: BigUint64Array, b: BigUint64Array): boolean {
 
 /** Whether `a` followed by `b` strictly ascends (read as 32-bit halves: no bigint per item). */
 function ascending(a: BigUint64Array, b: BigUint64Array): boolean {
-  let hi = -1;
-  let lo = 0;
-  for (const list of [a, b]) {
-    const w = new Uint32Array(list.buffer, list.byteOffset, list.length * 2);
-    for (let j = 0; j < w.length; j += 2) {
-      const h = w[j + 1];
-      const l = w[j];
-      if (h < hi || (h === hi && l <= lo)) return false;
-      hi = h;
-      lo = l;
-    }
+  const after = ascendingFrom(a, -1, 0);
+  return after !== undefined && ascendingFrom(b, after[0], after[1]) !== undefined;
+}
+
+/** The last number of `list` as [high, low] halves when `list` strictly ascends from (hi, lo). */
+function ascendingFrom(list: BigUint64Array, hi: number, lo: number): [number, number] | undefined {
+  if (list.length === 0) return [hi, lo];
+  const w = new Uint32Array(list.buffer, list.byteOffset, list.length * 2);
+  for (let j = 0; j < w.length; j += 2) {
+    const h = w[j + 1];
+    const l = w[j];
+    if (h < hi || (h === hi && l <= lo)) return undefined;
+    hi = h;
+    lo = l;
   }
-  return true;
+  return [hi, lo];
 }
 
 /** Items handed to jco's glue, reused from crossing to crossing. */
