@@ -3,7 +3,7 @@
 // summed by function (self time), by file and by layer (the component, jco's glue, the package,
 // the driver, the garbage collector). `--floor` profiles bench/floor.mjs's component loop (jco's
 // bindings alone) instead. `node bench/profile.mjs [--batch 1000] [--rounds 300] [--top 30]
-// [--floor] [--keep DIR]` after `npm run build`. The profile itself is written to a temporary directory
+// [--limit N] [--floor] [--keep DIR]` after `npm run build`. The profile itself is written to a temporary directory
 // (kept with `--keep DIR`, to open in Chrome's DevTools).
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -20,7 +20,10 @@ const TOP = Number(arg('--top', 30));
 if (process.argv.includes('--child')) {
   const { Driver, Scheduler, Turnstile } = await import('../dist/index.js');
   const KEYS = 10;
-  const config = Array.from({ length: KEYS }, (_, k) => `[conversation.tools.t${k}]\nconcurrency = { key = "k${k}", limit = ${1 + (k % 4)} }\n`).join('') + '[conversation.tools.free]\n';
+  // `--limit N`: every key of limit N instead of 1 to 4 (N = 1000: two rounds a batch, to see
+  // what the rounds themselves cost).
+  const limit = (k) => Number(arg('--limit', 0)) || 1 + (k % 4);
+  const config = Array.from({ length: KEYS }, (_, k) => `[conversation.tools.t${k}]\nconcurrency = { key = "k${k}", limit = ${limit(k)} }\n`).join('') + '[conversation.tools.free]\n';
   const batch = (n) => Array.from({ length: n }, (_, i) => ({ id: `c${i}`, tool: i % 10 === 9 ? 'free' : `t${i % KEYS}` }));
   const execute = async () => 'ok';
   const t = await Turnstile.load();
@@ -50,12 +53,49 @@ if (process.argv.includes('--child')) {
 }
 
 const dir = arg('--keep', undefined) ?? mkdtempSync(join(tmpdir(), 'turnstile-prof-'));
-const child = spawnSync(process.execPath, ['--cpu-prof', '--cpu-prof-dir', dir, HERE, '--child', '--batch', String(BATCH), '--rounds', String(ROUNDS), ...(process.argv.includes('--floor') ? ['--floor'] : [])], { stdio: ['ignore', 'pipe', 'inherit'], encoding: 'utf8' });
+const child = spawnSync(process.execPath, ['--cpu-prof', '--cpu-prof-dir', dir, HERE, '--child', '--batch', String(BATCH), '--rounds', String(ROUNDS), '--limit', arg('--limit', '0'), ...(process.argv.includes('--floor') ? ['--floor'] : [])], { stdio: ['ignore', 'pipe', 'inherit'], encoding: 'utf8' });
 if (child.status !== 0) process.exit(child.status ?? 1);
 const [, from, to] = child.stdout.match(/window (\d+) (\d+)/).map(Number);
 console.log(child.stdout.split('\n')[0]);
 const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
 const profile = JSON.parse(readFileSync(join(dir, file), 'utf8'));
+
+/** The core module's exported functions by index (its export section), so that a profile's
+ * `wasm-function[N]` that is an export (the canonical ABI's entry points, `cabi_realloc`) gets
+ * its name; the rest of the component has no names. */
+function exportNames(bytes) {
+  let at = 8;
+  const leb = () => {
+    let value = 0;
+    let shift = 0;
+    let byte;
+    do {
+      byte = bytes[at++];
+      value += (byte & 0x7f) * 2 ** shift;
+      shift += 7;
+    } while (byte & 0x80);
+    return value;
+  };
+  const names = new Map();
+  while (at < bytes.length) {
+    const id = bytes[at++];
+    const size = leb();
+    const end = at + size;
+    if (id === 7) {
+      for (let n = leb(); n > 0; n--) {
+        const length = leb();
+        const name = new TextDecoder().decode(bytes.subarray(at, at + length));
+        at += length;
+        const kind = bytes[at++];
+        const index = leb();
+        if (kind === 0) names.set(index, name.replace(/^turnstile:scheduler\/|@0\.\d+\.\d+/g, ''));
+      }
+    }
+    at = end;
+  }
+  return names;
+}
+const wasmNames = exportNames(readFileSync(new URL('../dist/component/turnstile.core.wasm', import.meta.url)));
 
 // Self time per node: the samples' time deltas within the measured window (start-up and
 // warm-up left out), attributed to the sampled node.
@@ -78,7 +118,9 @@ const layerOf = (file) => (/^\d+$/.test(file) ? 'component (wasm)' : file === 't
 for (const [id, us] of self) {
   const { functionName, url, lineNumber } = byId.get(id).callFrame;
   const where = url ? basename(url) : '';
-  const name = `${functionName || '(anonymous)'} ${where}${where ? `:${lineNumber + 1}` : ''}`;
+  const wasm = /^wasm-function\[(\d+)\]$/.exec(functionName);
+  const exported = wasm ? wasmNames.get(Number(wasm[1])) : undefined;
+  const name = exported ? `${functionName} (export ${exported})` : `${functionName || '(anonymous)'} ${where}${where ? `:${lineNumber + 1}` : ''}`;
   byFunction.set(name, (byFunction.get(name) ?? 0) + us);
   const f = where || functionName;
   byFile.set(f, (byFile.get(f) ?? 0) + us);

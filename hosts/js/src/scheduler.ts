@@ -526,24 +526,46 @@ function distinct(a: BigUint64Array, b: BigUint64Array): boolean {
   return seen.size === a.length + b.length;
 }
 
-/** Whether `a` followed by `b` strictly ascends (read as 32-bit halves: no bigint per item). */
+/** Whether `a` followed by `b` strictly ascends, read as 32-bit halves (no bigint per item). */
 function ascending(a: BigUint64Array, b: BigUint64Array): boolean {
-  const after = ascendingFrom(a, -1, 0);
-  return after !== undefined && ascendingFrom(b, after[0], after[1]) !== undefined;
+  last.hi = -1;
+  last.lo = 0;
+  return ascends(a) && ascends(b);
 }
 
-/** The last number of `list` as [high, low] halves when `list` strictly ascends from (hi, lo). */
-function ascendingFrom(list: BigUint64Array, hi: number, lo: number): [number, number] | undefined {
-  if (list.length === 0) return [hi, lo];
-  const w = new Uint32Array(list.buffer, list.byteOffset, list.length * 2);
-  for (let j = 0; j < w.length; j += 2) {
+/** The last number `ascends` read, as halves. */
+const last = { hi: -1, lo: 0 };
+/** The 32-bit view of the last two buffers read: a driver lends the same buffers every round. */
+const halves: { buffer: ArrayBufferLike | undefined; words: Uint32Array }[] = [
+  { buffer: undefined, words: new Uint32Array(0) },
+  { buffer: undefined, words: new Uint32Array(0) },
+];
+
+function wordsOf(list: BigUint64Array): Uint32Array {
+  const buffer = list.buffer;
+  for (const h of halves) if (h.buffer === buffer && h.words.length === buffer.byteLength >> 2) return h.words;
+  halves[1] = halves[0];
+  halves[0] = { buffer, words: new Uint32Array(buffer) };
+  return halves[0].words;
+}
+
+/** Whether `list` strictly ascends from `last`; `last` is its last number then. */
+function ascends(list: BigUint64Array): boolean {
+  if (list.length === 0) return true;
+  const w = wordsOf(list);
+  let hi = last.hi;
+  let lo = last.lo;
+  const end = (list.byteOffset >> 2) + list.length * 2;
+  for (let j = list.byteOffset >> 2; j < end; j += 2) {
     const h = w[j + 1];
     const l = w[j];
-    if (h < hi || (h === hi && l <= lo)) return undefined;
+    if (h < hi || (h === hi && l <= lo)) return false;
     hi = h;
     lo = l;
   }
-  return [hi, lo];
+  last.hi = hi;
+  last.lo = lo;
+  return true;
 }
 
 /** Items handed to jco's glue, reused from crossing to crossing. */
