@@ -568,6 +568,20 @@ function ascends(list: BigUint64Array): boolean {
   return true;
 }
 
+/** How many items each pool keeps: past it, items are made per crossing (a pool never holds
+ * more than this, however large a batch once was). */
+const POOLED = 4096;
+
+/** The calls `submit` hands to jco's glue, reused from batch to batch. */
+const calls: ws.Call[] = [];
+function pooledCall(i: number): ws.Call {
+  const c = calls[i];
+  if (c !== undefined) return c;
+  const made: ws.Call = { id: '', tool: '', operations: undefined, arguments: undefined };
+  if (i < POOLED) calls[i] = made;
+  return made;
+}
+
 /** Items handed to jco's glue, reused from crossing to crossing. */
 const approvals: { tag: 'approve'; val: bigint }[] = [];
 const endings: { entry: bigint; end: ws.End }[] = [];
@@ -577,7 +591,7 @@ function approvalsOnly(raw: ws.Scheduler, inputs: RawInputs): InputError[] {
   const n = list.length;
   const items = new Array<ws.Event>(n);
   for (let i = 0; i < n; i++) {
-    const item = approvals[i] ?? (approvals[i] = { tag: 'approve', val: 0n });
+    const item = approvals[i] ?? (i < POOLED ? (approvals[i] = { tag: 'approve', val: 0n }) : { tag: 'approve' as const, val: 0n });
     item.val = list[i];
     items[i] = item;
   }
@@ -590,7 +604,7 @@ function endsOnly(raw: ws.Scheduler, inputs: RawInputs): InputError[] {
   const n = ok.length + failed.length;
   const items = new Array<ws.Ended>(n);
   for (let i = 0; i < n; i++) {
-    const item = endings[i] ?? (endings[i] = { entry: 0n, end: OK });
+    const item = endings[i] ?? (i < POOLED ? (endings[i] = { entry: 0n, end: OK }) : { entry: 0n, end: OK });
     if (i < ok.length) {
       item.entry = ok[i];
       item.end = OK;
@@ -751,7 +765,12 @@ export class Scheduler {
       if (id === '' || tool === '' || id.includes('\n') || tool.includes('\n')) {
         throw new SubmitError('invalid-id', `call ${i + 1}: call ids and tool names are 1 to 256 bytes without a newline`);
       }
-      const c: ws.Call = { id, tool };
+      // From a pool (jco's glue reads the calls synchronously and keeps none), all four fields set.
+      const c = pooledCall(i);
+      c.id = id;
+      c.tool = tool;
+      c.operations = undefined;
+      c.arguments = undefined;
       if (call.operations !== undefined) {
         fansOut = true;
         const n = u32(call.operations, `calls[${i}].operations`);

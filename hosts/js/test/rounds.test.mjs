@@ -112,3 +112,36 @@ test('rounds of approvals only and of ends only give what the general path gives
   assert.ok(total.sole > 100 * seeds.length / 20, `only ${total.sole} rounds took a fast path`);
   assert.ok(total.refused > 10 * seeds.length / 20, `only ${total.refused} rounds had refusals`);
 });
+
+test('rounds larger than the pools (4096 items) give what the general path gives', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'rounds', text: CONFIG }]);
+  const fast = new Scheduler(policy);
+  const general = new Scheduler(policy);
+  const calls = Array.from({ length: 5000 }, (_, i) => ({ id: `c${i}`, tool: i % 100 ? 'free' : 'b' }));
+  for (let round = 0; round < 2; round++) {
+    const s = fast.submit(calls);
+    general.submit(calls);
+    const approve = s.entries();
+    approve[4500] = approve[10]; // a refusal past the pools: already decided
+    let a = fast.stepRaw(inputs({ approve }));
+    let b = general.stepRaw(inputs({ approve }), true);
+    assert.deepEqual(a, b);
+    assert.deepEqual(a.errors.map((e) => [e.input, e.index, e.code]), [['approve', 4500, 'already-decided']]);
+    const late = BigUint64Array.of(s.first + 4500n);
+    const a2 = fast.stepRaw(inputs({ approve: late }));
+    assert.deepEqual(a2, general.stepRaw(inputs({ approve: late }), true));
+    a.start = [...a.start, ...a2.start];
+    for (let steps = 0; a.retired.length === 0; steps++) {
+      assert.ok(steps < 100, 'the batch retires');
+      const started = BigUint64Array.from(a.start);
+      const ok = started.subarray(0, started.length >> 1);
+      const failed = started.subarray(started.length >> 1);
+      a = fast.stepRaw(inputs({ ok, failed }));
+      b = general.stepRaw(inputs({ ok, failed }), true);
+      assert.deepEqual(a, b);
+    }
+  }
+  fast.dispose();
+  general.dispose();
+});
