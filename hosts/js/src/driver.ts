@@ -1138,6 +1138,9 @@ export class Driver {
       if (!batch || !run || run.ended) continue;
       run.abort(a.cause === 'cancel' ? batch.abortReason : new DOMException(`${run.label} ran longer than ${batch.options.executionTimeoutMs} ms`, 'TimeoutError'));
     }
+    // The entries this step reported a rate limit for, made once if a settlement needs them
+    // (linear in the step, however many settlements and retries it has).
+    let limited: Set<bigint> | undefined;
     for (const s of out.settle) {
       const offset = Number(s.entry);
       const batch = this.#find(offset);
@@ -1146,7 +1149,7 @@ export class Driver {
       const run = batch?.running[offset - batch.first];
       // A cancelled batch's execution that ended with a 429 (this step's): it ran, its error is
       // its outcome.
-      if (batch && run?.limited !== undefined && s.reason.tag === 'cancelled' && p.retry.some((r) => r.entry === s.entry)) {
+      if (batch && run?.limited !== undefined && s.reason.tag === 'cancelled' && (limited ??= new Set(p.retry.map((r) => r.entry))).has(s.entry)) {
         this.#record(batch, offset - batch.first, { entry: s.entry, label: run.label, status: 'cancelled', error: run.limited });
         continue;
       }
