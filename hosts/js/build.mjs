@@ -27,6 +27,9 @@
 // 5. One view of memory, and ASCII strings without TextEncoder / TextDecoder (see below).
 // 6. A `u64` is read with `getBigUint64` instead of `BigInt.asUintN(64, getBigInt64(...))`: the
 //    same value, one bigint made instead of two (every entry number the component reports).
+// 7. `on-events` and `on-ended` also take entry numbers as a `BigUint64Array` (approvals; ends ok
+//    then failed), lowered by copying 32-bit halves: no item object and no bigint per entry
+//    (the package's one-kind rounds, see src/scheduler.ts).
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -128,6 +131,23 @@ function utf8Decode(memory, ptr, len) {
 }
 // turnstile build.mjs patch 5: strings end`;
 
+// Patch 7's helper: 24-byte records, each an entry number (at `numberAt`) and a one-byte tag (at
+// `tagAt`: `tag` for the first `split` records, `tagAfter` for the rest).
+const GLUE_ENTRIES = `// turnstile build.mjs patch 7: entries begin
+function lowerEntries(memory, ptr, list, numberAt, tagAt, tag, split, tagAfter) {
+  const bytes = memoryBytes(memory);
+  const words = new Uint32Array(bytes.buffer);
+  const src = new Uint32Array(list.buffer, list.byteOffset, list.length * 2);
+  for (let i = 0; i < list.length; i++) {
+    const base = ptr + i * 24;
+    bytes[base + tagAt] = i < split ? tag : tagAfter;
+    const w = (base + numberAt) >> 2;
+    words[w] = src[2 * i];
+    words[w + 1] = src[2 * i + 1];
+  }
+}
+// turnstile build.mjs patch 7: entries end`;
+
 const gluePath = join(dist, 'component', 'turnstile.js');
 let glue = readFileSync(gluePath, 'utf8');
 
@@ -175,6 +195,26 @@ const u64Read = /BigInt\.asUintN\(64, (dataView\(memory\d+\))\.getBigInt64\(([^(
 const u64Reads = glue.match(u64Read)?.length ?? 0;
 if (u64Reads === 0) fail('patch 6: no `BigInt.asUintN(64, dataView(memoryN).getBigInt64(...))` in jco\'s glue; check how the glue lifts u64 fields and update the patch');
 glue = glue.replace(u64Read, '$1.getBigUint64($2)');
+
+// Patch 7: entry numbers lowered from a typed array. The records' layout is checked where the
+// glue writes it (an `ended` is the entry at +0 and the end's tag at +8, an `approve` event its
+// tag 0 at +0 and the entry at +8, both 24 bytes): a moved field fails the build.
+function typedEntries(name, params, check, call) {
+  const start = glue.indexOf(`Scheduler.prototype.${name} = function ${name}(arg1, arg2) {`);
+  const end = glue.indexOf('Scheduler.prototype.', start + 1);
+  if (start < 0 || end < 0) fail(`patch 7: jco's glue has no \`Scheduler.prototype.${name}(arg1, arg2)\`; check the bindings and update the patch`);
+  let body = glue.slice(start, end);
+  if (!check.every((re) => re.test(body))) fail(`patch 7: \`${name}\` no longer lowers its records as this patch copies them (${check.find((re) => !re.test(body))}); check the layout and update the patch`);
+  const loop = /\n(\s*)for \(let i = 0; i < (vec\d+)\.length; i\+\+\) \{\n\s*const e = \2\[i\];\n\s*const base = (result\d+) \+ i \* 24;/;
+  if (!loop.test(body)) fail(`patch 7: \`${name}\`'s lowering loop is not where it was; update the patch`);
+  body = body.replace(`function ${name}(arg1, arg2) {`, `function ${name}(${params}) {`);
+  body = body.replace(loop, (m, indent, vec, result) => `\n${indent}if (${vec} instanceof BigUint64Array) ${call(result, vec)}\n${indent}else` + m.slice(1 + indent.length - 1).replace(/^\s*/, ' '));
+  glue = glue.slice(0, start) + body + glue.slice(end);
+}
+typedEntries('onEnded', 'arg1, arg2, arg3', [/var \{entry: v2_0, end: v2_1 \} = e;\n\s*dataView\(memory0\)\.setBigInt64\(base \+ 0, toUint64\(v2_0\), true\);/, /case 'ok': \{\n\s*dataView\(memory0\)\.setInt8\(base \+ 8, 0, true\);/, /case 'failed': \{\n\s*dataView\(memory0\)\.setInt8\(base \+ 8, 1, true\);/], (result, vec) => `lowerEntries(memory0, ${result}, ${vec}, 0, 8, 0, arg3, 1);`);
+typedEntries('onEvents', 'arg1, arg2', [/case 'approve': \{\n\s*const e = variant\d+\.val;\n\s*dataView\(memory0\)\.setInt8\(base \+ 0, 0, true\);\n\s*dataView\(memory0\)\.setBigInt64\(base \+ 8, toUint64\(e\), true\);/], (result, vec) => `lowerEntries(memory0, ${result}, ${vec}, 8, 0, 0, ${vec}.length, 0);`);
+const lowerHelpers = /\n( *)\/\/ turnstile build\.mjs patch 5: strings end\n/;
+glue = glue.replace(lowerHelpers, (m, indent) => m + GLUE_ENTRIES.split('\n').map((line) => (line ? indent + line : line)).join('\n') + '\n');
 
 // Patch 2: no template-built asset URL.
 const fallback = /if \(!getCoreModule\) getCoreModule = \(name\) => fetchCompile\(new URL\(`\.\/\$\{name\}`, import\.meta\.url\)\);/;

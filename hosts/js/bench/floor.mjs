@@ -8,7 +8,7 @@
 // What the driver adds on top is promises, executions, outcomes and its bookkeeping. Reported per
 // size: us per call (best run) and the median of the paired ratios to p-limit.
 // `node bench/floor.mjs [PAIRS]` after `npm run build`; bench/profile.mjs --floor profiles the
-// component's loop (`component`, exported).
+// component's loop (`component`, exported), --package the package's (`pkg`).
 import pLimit from 'p-limit';
 import { pathToFileURL } from 'node:url';
 import { Scheduler, Turnstile } from '../dist/index.js';
@@ -53,14 +53,14 @@ export function component(policy, n, rounds) {
 }
 
 /** `Scheduler.submit` and `stepRaw`, as the driver calls them. */
-function pkg(policy, n, rounds) {
+export function pkg(policy, n, rounds) {
   const scheduler = new Scheduler(policy);
   const inputs = (o) => ({ approve: EMPTY, settle: [], ask: EMPTY, answer: EMPTY, ok: EMPTY, failed: EMPTY, cancel: EMPTY, now: 0n, retry: [], pause: [], granted: EMPTY, denied: EMPTY, ...o });
   const start = performance.now();
   for (let r = 0; r < rounds; r++) {
     const submitted = scheduler.submit(batch(n));
     let out = scheduler.stepRaw(inputs({ approve: submitted.entries() }));
-    while (!out.retired.length) out = scheduler.stepRaw(inputs({ ok: out.start }));
+    while (!out.retired.length) out = scheduler.stepRaw(inputs({ ok: BigUint64Array.from(out.start) }));
   }
   const ms = performance.now() - start;
   scheduler.dispose();

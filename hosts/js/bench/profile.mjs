@@ -2,8 +2,8 @@
 // driver under `--cpu-prof`, then the profile of the measured window (no start-up, no warm-up)
 // summed by function (self time), by file and by layer (the component, jco's glue, the package,
 // the driver, the garbage collector). `--floor` profiles bench/floor.mjs's component loop (jco's
-// bindings alone) instead. `node bench/profile.mjs [--batch 1000] [--rounds 300] [--top 30]
-// [--limit N] [--floor] [--keep DIR]` after `npm run build`. The profile itself is written to a temporary directory
+// bindings alone) instead, `--package` its package loop (`Scheduler.submit` and `stepRaw`). `node bench/profile.mjs [--batch 1000] [--rounds 300] [--top 30]
+// [--limit N] [--floor | --package] [--keep DIR]` after `npm run build`. The profile itself is written to a temporary directory
 // (kept with `--keep DIR`, to open in Chrome's DevTools).
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -31,11 +31,12 @@ if (process.argv.includes('--child')) {
   let from;
   let to;
   let ms;
-  if (process.argv.includes('--floor')) {
-    const { component } = await import('./floor.mjs');
-    component(policy, BATCH, 20); // warm up
+  if (process.argv.includes('--floor') || process.argv.includes('--package')) {
+    const floor = await import('./floor.mjs');
+    const loop = process.argv.includes('--floor') ? floor.component : floor.pkg;
+    loop(policy, BATCH, 20); // warm up
     from = process.hrtime.bigint() / 1000n;
-    ms = component(policy, BATCH, ROUNDS);
+    ms = loop(policy, BATCH, ROUNDS);
     to = process.hrtime.bigint() / 1000n;
   } else {
     const driver = new Driver(new Scheduler(policy));
@@ -53,7 +54,7 @@ if (process.argv.includes('--child')) {
 }
 
 const dir = arg('--keep', undefined) ?? mkdtempSync(join(tmpdir(), 'turnstile-prof-'));
-const child = spawnSync(process.execPath, ['--cpu-prof', '--cpu-prof-dir', dir, HERE, '--child', '--batch', String(BATCH), '--rounds', String(ROUNDS), '--limit', arg('--limit', '0'), ...(process.argv.includes('--floor') ? ['--floor'] : [])], { stdio: ['ignore', 'pipe', 'inherit'], encoding: 'utf8' });
+const child = spawnSync(process.execPath, ['--cpu-prof', '--cpu-prof-dir', dir, HERE, '--child', '--batch', String(BATCH), '--rounds', String(ROUNDS), '--limit', arg('--limit', '0'), ...['--floor', '--package'].filter((f) => process.argv.includes(f))], { stdio: ['ignore', 'pipe', 'inherit'], encoding: 'utf8' });
 if (child.status !== 0) process.exit(child.status ?? 1);
 const [, from, to] = child.stdout.match(/window (\d+) (\d+)/).map(Number);
 console.log(child.stdout.split('\n')[0]);

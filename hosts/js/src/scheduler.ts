@@ -500,9 +500,9 @@ export function stepOn(raw: ws.Scheduler, inputs: RawInputs, general = false): R
 // Most rounds carry approvals only (a batch just submitted) or ends only (executions that
 // returned). When their entries are distinct, `Round` would send them in one crossing and map
 // each refusal to the one input about its entry; so do these, without `Round`'s seven arrays and
-// three sets per input, and with the crossing's items taken from a pool (jco's glue reads them
-// synchronously and keeps none). Linear in the round: distinctness is a check that the numbers
-// ascend (as a driver's approvals do, and its ends mostly), else one set.
+// three sets per input, and without an item per entry: the entry numbers go to jco's glue as they
+// are (build.mjs, patch 7). Linear in the round: distinctness is a check that the numbers ascend
+// (as a driver's approvals do, and its ends mostly), else one set.
 
 const APPROVE_ONLY = 1;
 const ENDS_ONLY = 2;
@@ -568,7 +568,7 @@ function ascends(list: BigUint64Array): boolean {
   return true;
 }
 
-/** How many items each pool keeps: past it, items are made per crossing (a pool never holds
+/** How many records the pool keeps: past it, records are made per call (the pool never holds
  * more than this, however large a batch once was). */
 const POOLED = 4096;
 
@@ -582,39 +582,29 @@ function pooledCall(i: number): ws.Call {
   return made;
 }
 
-/** Items handed to jco's glue, reused from crossing to crossing. */
-const approvals: { tag: 'approve'; val: bigint }[] = [];
-const endings: { entry: bigint; end: ws.End }[] = [];
+/** `on-events` and `on-ended` as build.mjs's patch 7 extends them: entry numbers straight from a
+ * `BigUint64Array` (approvals; ends, the first `ok` of them ok and the rest failed), lowered
+ * without an item object or a bigint per entry. */
+interface TypedEntries {
+  onEvents(approve: BigUint64Array, now: bigint | undefined): ws.Refusal[];
+  onEnded(ends: BigUint64Array, now: bigint | undefined, ok: number): ws.Refusal[];
+}
 
 function approvalsOnly(raw: ws.Scheduler, inputs: RawInputs): InputError[] {
   const list = inputs.approve;
-  const n = list.length;
-  const items = new Array<ws.Event>(n);
-  for (let i = 0; i < n; i++) {
-    const item = approvals[i] ?? (i < POOLED ? (approvals[i] = { tag: 'approve', val: 0n }) : { tag: 'approve' as const, val: 0n });
-    item.val = list[i];
-    items[i] = item;
-  }
-  return soleErrors(raw.onEvents(items, inputs.now), list, EMPTY_LIST, 'approve');
+  return soleErrors((raw as unknown as TypedEntries).onEvents(list, inputs.now), list, EMPTY_LIST, 'approve');
 }
 
 function endsOnly(raw: ws.Scheduler, inputs: RawInputs): InputError[] {
   const ok = inputs.ok;
   const failed = inputs.failed;
-  const n = ok.length + failed.length;
-  const items = new Array<ws.Ended>(n);
-  for (let i = 0; i < n; i++) {
-    const item = endings[i] ?? (i < POOLED ? (endings[i] = { entry: 0n, end: OK }) : { entry: 0n, end: OK });
-    if (i < ok.length) {
-      item.entry = ok[i];
-      item.end = OK;
-    } else {
-      item.entry = failed[i - ok.length];
-      item.end = FAILED;
-    }
-    items[i] = item;
+  let ends = ok.length === 0 ? failed : ok;
+  if (ok.length && failed.length) {
+    ends = new BigUint64Array(ok.length + failed.length);
+    ends.set(ok);
+    ends.set(failed, ok.length);
   }
-  return soleErrors(raw.onEnded(items, inputs.now), ok, failed, 'ok');
+  return soleErrors((raw as unknown as TypedEntries).onEnded(ends, inputs.now, ok.length), ok, failed, 'ok');
 }
 
 /** The refusals of a one-kind crossing of distinct entries (`a` then `b`; `b` is `failed` when
