@@ -30,6 +30,8 @@
 // 7. `on-events` and `on-ended` also take entry numbers as a `BigUint64Array` (approvals; ends ok
 //    then failed), lowered by copying 32-bit halves: no item object and no bigint per entry
 //    (the package's one-kind rounds, see src/scheduler.ts).
+// 8. `next-releases` can hand its `start` actions back as 32-bit halves pushed onto an array
+//    (`nextReleases(now, starts)`), instead of an action object and a bigint each.
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -215,6 +217,22 @@ typedEntries('onEnded', 'arg1, arg2, arg3', [/var \{entry: v2_0, end: v2_1 \} = 
 typedEntries('onEvents', 'arg1, arg2', [/case 'approve': \{\n\s*const e = variant\d+\.val;\n\s*dataView\(memory0\)\.setInt8\(base \+ 0, 0, true\);\n\s*dataView\(memory0\)\.setBigInt64\(base \+ 8, toUint64\(e\), true\);/], (result, vec) => `lowerEntries(memory0, ${result}, ${vec}, 8, 0, 0, ${vec}.length, 0);`);
 const lowerHelpers = /\n( *)\/\/ turnstile build\.mjs patch 5: strings end\n/;
 glue = glue.replace(lowerHelpers, (m, indent) => m + GLUE_ENTRIES.split('\n').map((line) => (line ? indent + line : line)).join('\n') + '\n');
+
+// Patch 8: `start` actions as halves. After patch 6 (its u64 read is the one this matches).
+{
+  const start = glue.indexOf('Scheduler.prototype.nextReleases = function nextReleases(arg1) {');
+  const end = glue.indexOf('Scheduler.prototype.', start + 1);
+  if (start < 0 || end < 0) fail('patch 8: jco\'s glue has no `Scheduler.prototype.nextReleases(arg1)`; check the bindings and update the patch');
+  let body = glue.slice(start, end);
+  const startAction = /(\n\s*)variant(\d+)= \{\n\s*tag: 'start',\n\s*val: dataView\(memory0\)\.getBigUint64\(base \+ 8, true\)\n\s*\};\n\s*break;/;
+  const found = startAction.exec(body);
+  if (!found) fail('patch 8: `next-releases` no longer lifts `start(u64)` as `{ tag: \'start\', val: getBigUint64(base + 8) }`; check the layout and update the patch');
+  const push = new RegExp(`\\n\\s*result\\d+\\.push\\(variant${found[2]}\\);`);
+  if (!push.test(body)) fail('patch 8: `next-releases` no longer pushes each action as it lifts it; update the patch');
+  body = body.replace('function nextReleases(arg1) {', 'function nextReleases(arg1, arg2) {');
+  body = body.replace(startAction, (m, indent) => `${indent}if (arg2 !== undefined) {${indent}  arg2.push(dataView(memory0).getUint32(base + 8, true), dataView(memory0).getUint32(base + 12, true));${indent}  continue;${indent}}` + m);
+  glue = glue.slice(0, start) + body + glue.slice(end);
+}
 
 // Patch 2: no template-built asset URL.
 const fallback = /if \(!getCoreModule\) getCoreModule = \(name\) => fetchCompile\(new URL\(`\.\/\$\{name\}`, import\.meta\.url\)\);/;

@@ -77,7 +77,7 @@ export function outputs(out: RawOutputs): StepOutputs {
   for (let i = 0; i < settle.length; i++) settle[i] = { entry: out.settle[i].entry, reason: reason(out.settle[i].reason), message: out.settle[i].message };
   const result: StepOutputs = {
     abort: out.abort.slice(),
-    start: BigUint64Array.from(out.start),
+    start: new BigUint64Array(Uint32Array.from(out.start).buffer),
     settle,
     errors: out.errors,
     retired: BigUint64Array.from(out.retired),

@@ -1190,8 +1190,8 @@ export class Driver {
       if (batch) this.#acquire(batch, entry - batch.first, requests[i]);
     }
     const start = out.start;
-    for (let i = 0; i < start.length; i++) {
-      const entry = Number(start[i]);
+    for (let i = 0; i < start.length; i += 2) {
+      const entry = start[i] + start[i + 1] * TWO_32;
       const batch = this.#find(entry);
       if (batch) this.#starts.push(batch, entry - batch.first);
     }

@@ -296,7 +296,8 @@ export interface RawSettled {
  * frozen empty array (`convert.outputs` copies them for `step`). */
 export interface RawOutputs {
   abort: readonly ws.Abort[];
-  start: readonly bigint[];
+  /** The entries to start, as 32-bit halves: low, high, low, high... (build.mjs, patch 8). */
+  start: readonly number[];
   settle: readonly RawSettled[];
   errors: InputError[];
   retired: readonly bigint[];
@@ -459,7 +460,7 @@ export function stepOn(raw: ws.Scheduler, inputs: RawInputs, general = false): R
   const sole = general ? undefined : soleRound(inputs);
   if (sole !== undefined) {
     const errors = sole === APPROVE_ONLY ? approvalsOnly(raw, inputs) : endsOnly(raw, inputs);
-    const out = releasesOut(raw.nextReleases(inputs.now), errors) as RawOutputs & { crossings: number };
+    const out = nextReleases(raw, inputs.now, errors);
     out.crossings = 2;
     return out;
   }
@@ -491,7 +492,7 @@ export function stepOn(raw: ws.Scheduler, inputs: RawInputs, general = false): R
   const lift = inputs.liftPause;
   if (lift) for (let i = 0; i < lift.length; i++) round.add(false, 'liftPause', i, { tag: 'lift-pause', val: lift[i] }, KEY, lift[i]);
   round.flush();
-  const out = releasesOut(raw.nextReleases(inputs.now), round.errors) as RawOutputs & { crossings: number };
+  const out = nextReleases(raw, inputs.now, round.errors);
   out.crossings = round.crossings + 1;
   return out;
 }
@@ -630,11 +631,22 @@ function soleErrors(refusals: ws.Refusal[], a: BigUint64Array, b: BigUint64Array
 
 const NONE: readonly never[] = Object.freeze([]);
 
-/** The actions of `next-releases` sorted into lists by kind, in one pass; a list is made only
- * for a kind the round has (most rounds have starts and nothing else). */
-function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutputs {
+/** `next-releases` as build.mjs's patch 8 extends it: `start` actions pushed onto `starts` as
+ * 32-bit halves, not lifted as actions. */
+interface TypedStarts {
+  nextReleases(now: bigint | undefined, starts: number[]): ws.Releases;
+}
+
+/** `next-releases`, sorted (`crossings` is the caller's to set). */
+function nextReleases(raw: ws.Scheduler, now: bigint | undefined, errors: InputError[]): RawOutputs & { crossings: number } {
+  const start: number[] = [];
+  return releasesOut((raw as unknown as TypedStarts).nextReleases(now, start), errors, start) as RawOutputs & { crossings: number };
+}
+
+/** The actions of `next-releases` other than starts sorted into lists by kind, in one pass; a
+ * list is made only for a kind the round has (most rounds have starts and nothing else). */
+function releasesOut(releases: ws.Releases, inputErrors: InputError[], start: number[]): RawOutputs {
   const actions = releases.actions;
-  let start: bigint[] | undefined;
   let release: bigint[] | undefined;
   let retired: bigint[] | undefined;
   let settle: RawSettled[] | undefined;
@@ -645,9 +657,6 @@ function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutpu
   for (let i = 0; i < actions.length; i++) {
     const a = actions[i];
     switch (a.tag) {
-      case 'start':
-        (start ??= []).push(a.val);
-        break;
       case 'release':
         (release ??= []).push(a.val.entry);
         break;
@@ -674,7 +683,7 @@ function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutpu
   }
   return {
     abort: abort ?? NONE,
-    start: start ?? NONE,
+    start,
     settle: settle ?? NONE,
     errors,
     retired: retired ?? NONE,

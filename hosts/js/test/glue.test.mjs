@@ -4,7 +4,8 @@
 // ASCII (short and long), non-ASCII and lone-surrogate strings and on arbitrary bytes, with a
 // memory that grows between allocations (so every view made before the growth is detached);
 // then strings round-trip through the component itself as TextEncoder and TextDecoder would
-// carry them.
+// carry them, and entry numbers (patches 6 to 8: u64s read unsigned, lowered from typed arrays,
+// starts lifted as 32-bit halves) cross exactly past 2^32, 2^53 and up to 2^64.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -193,4 +194,26 @@ test('strings round-trip through the component as TextEncoder and TextDecoder ca
     assert.ok(message.includes(carried(label)), `the sentence names ${JSON.stringify(label.slice(0, 20))}...`);
   }
   scheduler.dispose();
+});
+
+test('entry numbers cross exactly however large: typed lowering (patch 7) and starts as halves (patch 8)', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'glue', text: '[conversation.tools.ops]\nconcurrency = 2\n' }]);
+  for (const nextEntry of [2n ** 32n - 2n, 2n ** 53n - 1n, 2n ** 64n - 20n]) {
+    const state = { version: 2, policy: policy.fingerprint(), nextBatch: 1n, nextEntry, batches: [] };
+    const { scheduler } = Scheduler.resume(policy, state, { started: 'run-again' });
+    const b = scheduler.submit(Array.from({ length: 5 }, (_, i) => ({ id: `c${i}`, tool: 'ops' })));
+    const entries = [...b.entries()];
+    assert.equal(b.first, nextEntry);
+    let out = scheduler.step({ approve: b.entries() });
+    assert.deepEqual(out.errors, []);
+    const started = [...out.start];
+    while (out.retired.length === 0) {
+      out = scheduler.step({ ok: out.start.length ? out.start.subarray(0, 1) : [], failed: out.start.subarray(1) });
+      assert.deepEqual(out.errors, []);
+      started.push(...out.start);
+    }
+    assert.deepEqual(started, entries, `every entry started once, exactly, from ${nextEntry}`);
+    scheduler.dispose();
+  }
 });

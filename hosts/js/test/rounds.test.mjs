@@ -99,7 +99,7 @@ function runSeed(policy, seed) {
     if (sole && a.errors.length) seen.refused++;
     for (const e of step.approve) if (pending.includes(e)) pending.splice(pending.indexOf(e), 1);
     for (const e of [...step.ok, ...step.failed]) if (running.includes(e)) running.splice(running.indexOf(e), 1);
-    for (const e of a.start) running.push(e);
+    for (const e of new BigUint64Array(Uint32Array.from(a.start).buffer)) running.push(e);
   }
   fast.dispose();
   general.dispose();
@@ -143,7 +143,7 @@ test('rounds larger than the pools (4096 items) give what the general path gives
     a.start = [...a.start, ...a2.start];
     for (let steps = 0; a.retired.length === 0; steps++) {
       assert.ok(steps < 100, 'the batch retires');
-      const started = BigUint64Array.from(a.start);
+      const started = new BigUint64Array(Uint32Array.from(a.start).buffer);
       const ok = started.subarray(0, started.length >> 1);
       const failed = started.subarray(started.length >> 1);
       a = fast.stepRaw(inputs({ ok, failed }));
