@@ -763,12 +763,13 @@ export class Driver {
     const batch = new Batch(this, new Submitted(saved.batch, saved.first, count, calls), execute, options);
     batch.cancelled = saved.cancelled;
     const statuses = this.scheduler.inspect(saved.batch);
+    const states = savedEntries(saved);
     const pending: number[] = [];
     for (let i = 0; i < count; i++) {
       const status = statuses?.[i];
       const entry = BigInt(batch.first + i);
       const label = batch.label(i);
-      const fromSave = savedEntry(saved, batch.submitted, i);
+      const fromSave = savedEntry(states, batch.submitted, i);
       if (fromSave?.kind === 'ended') {
         // Ended before the crash: its saved value (or error) is its outcome, reported again
         // (the host cannot know which outcomes it saw before the crash).
@@ -1347,9 +1348,19 @@ function callOutcomes(batch: Batch): CallOutcome[] | undefined {
   return out;
 }
 
-function savedEntry(saved: SavedState['batches'][number], submitted: Submitted, offset: number): import('./types.js').SavedEntryState | undefined {
+/** A saved batch's entry states by call and operation (the first one saved for each), so that
+ * restoring a batch is linear in it however many operations a call has. */
+function savedEntries(saved: SavedState['batches'][number]): (import('./types.js').SavedEntryState | undefined)[][] {
+  return saved.calls.map((c) => {
+    const states: (import('./types.js').SavedEntryState | undefined)[] = [];
+    for (const e of c.entries) if (states[e.operation] === undefined) states[e.operation] = e.state;
+    return states;
+  });
+}
+
+function savedEntry(states: (import('./types.js').SavedEntryState | undefined)[][], submitted: Submitted, offset: number): import('./types.js').SavedEntryState | undefined {
   const { index, operation } = submitted.at(offset);
-  return saved.calls[index].entries.find((e) => e.operation === (operation ?? 0))?.state;
+  return states[index][operation ?? 0];
 }
 
 function checkRunOptions(options: unknown): RunOptions {
