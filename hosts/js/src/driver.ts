@@ -177,11 +177,6 @@ class NumberList {
   }
 }
 
-/** Entry numbers of a `list<u64>` result without a bigint per item. */
-function words(list: BigUint64Array): Uint32Array {
-  return new Uint32Array(list.buffer, list.byteOffset, list.length * 2);
-}
-
 /** The inputs of the next `step`. */
 class Pending {
   readonly approve = new NumberList();
@@ -768,12 +763,13 @@ export class Driver {
     const batch = new Batch(this, new Submitted(saved.batch, saved.first, count, calls), execute, options);
     batch.cancelled = saved.cancelled;
     const statuses = this.scheduler.inspect(saved.batch);
+    const states = savedEntries(saved);
     const pending: number[] = [];
     for (let i = 0; i < count; i++) {
       const status = statuses?.[i];
       const entry = BigInt(batch.first + i);
       const label = batch.label(i);
-      const fromSave = savedEntry(saved, batch.submitted, i);
+      const fromSave = savedEntry(states, batch.submitted, i);
       if (fromSave?.kind === 'ended') {
         // Ended before the crash: its saved value (or error) is its outcome, reported again
         // (the host cannot know which outcomes it saw before the crash).
@@ -819,7 +815,7 @@ export class Driver {
     }
     const run = new Run(batch, offset);
     batch.running[offset] = run;
-    const hold = this.#holds.get(batch.first + offset);
+    const hold = this.sharedKeys === undefined ? undefined : this.#holds.get(batch.first + offset);
     if (hold?.permit) {
       const permit = hold.permit;
       run.hold = hold;
@@ -1143,6 +1139,9 @@ export class Driver {
       if (!batch || !run || run.ended) continue;
       run.abort(a.cause === 'cancel' ? batch.abortReason : new DOMException(`${run.label} ran longer than ${batch.options.executionTimeoutMs} ms`, 'TimeoutError'));
     }
+    // The entries this step reported a rate limit for, made once if a settlement needs them
+    // (linear in the step, however many settlements and retries it has).
+    let limited: Set<bigint> | undefined;
     for (const s of out.settle) {
       const offset = Number(s.entry);
       const batch = this.#find(offset);
@@ -1151,7 +1150,7 @@ export class Driver {
       const run = batch?.running[offset - batch.first];
       // A cancelled batch's execution that ended with a 429 (this step's): it ran, its error is
       // its outcome.
-      if (batch && run?.limited !== undefined && s.reason.tag === 'cancelled' && p.retry.some((r) => r.entry === s.entry)) {
+      if (batch && run?.limited !== undefined && s.reason.tag === 'cancelled' && (limited ??= new Set(p.retry.map((r) => r.entry))).has(s.entry)) {
         this.#record(batch, offset - batch.first, { entry: s.entry, label: run.label, status: 'cancelled', error: run.limited });
         continue;
       }
@@ -1164,10 +1163,7 @@ export class Driver {
       for (const p of out.pauseStore) this.sharedKeys.pause(p.key, storeMs(Math.max(0, Number(p.until) - this.now()))).catch(() => {});
     }
     const release = out.release;
-    if (release.length) {
-      const w = words(release);
-      for (let i = 0; i < release.length; i++) this.#release(w[i << 1] + w[(i << 1) + 1] * TWO_32);
-    }
+    for (let i = 0; i < release.length; i++) this.#release(Number(release[i]));
     for (const e of out.errors) {
       if (e.input === 'granted' || e.input === 'denied') {
         // A permit's answer that raced a cancellation or a stop (the entry was settled and
@@ -1195,13 +1191,10 @@ export class Driver {
       if (batch) this.#acquire(batch, entry - batch.first, requests[i]);
     }
     const start = out.start;
-    if (start.length) {
-      const w = words(start);
-      for (let i = 0; i < start.length; i++) {
-        const entry = w[i << 1] + w[(i << 1) + 1] * TWO_32;
-        const batch = this.#find(entry);
-        if (batch) this.#starts.push(batch, entry - batch.first);
-      }
+    for (let i = 0; i < start.length; i += 2) {
+      const entry = start[i] + start[i + 1] * TWO_32;
+      const batch = this.#find(entry);
+      if (batch) this.#starts.push(batch, entry - batch.first);
     }
     for (const batch of out.retired) this.#retire(batch);
   }
@@ -1355,9 +1348,19 @@ function callOutcomes(batch: Batch): CallOutcome[] | undefined {
   return out;
 }
 
-function savedEntry(saved: SavedState['batches'][number], submitted: Submitted, offset: number): import('./types.js').SavedEntryState | undefined {
+/** A saved batch's entry states by call and operation (the first one saved for each), so that
+ * restoring a batch is linear in it however many operations a call has. */
+function savedEntries(saved: SavedState['batches'][number]): (import('./types.js').SavedEntryState | undefined)[][] {
+  return saved.calls.map((c) => {
+    const states: (import('./types.js').SavedEntryState | undefined)[] = [];
+    for (const e of c.entries) if (states[e.operation] === undefined) states[e.operation] = e.state;
+    return states;
+  });
+}
+
+function savedEntry(states: (import('./types.js').SavedEntryState | undefined)[][], submitted: Submitted, offset: number): import('./types.js').SavedEntryState | undefined {
   const { index, operation } = submitted.at(offset);
-  return saved.calls[index].entries.find((e) => e.operation === (operation ?? 0))?.state;
+  return states[index][operation ?? 0];
 }
 
 function checkRunOptions(options: unknown): RunOptions {

@@ -292,18 +292,19 @@ export interface RawSettled {
 /** @internal What one package `step` decided, before conversion: the actions of
  * `next-releases` sorted into lists by kind (each in the component's order), and the refused
  * inputs with their list and position. `requests` are the `acquire` actions themselves (key,
- * limit, delay), in the order of `acquire`. */
+ * limit, delay), in the order of `acquire`. Lists the round has nothing for are one shared,
+ * frozen empty array (`convert.outputs` copies them for `step`). */
 export interface RawOutputs {
-  abort: ws.Abort[];
-  start: BigUint64Array;
-  settle: RawSettled[];
+  abort: readonly ws.Abort[];
+  /** The entries to start, as 32-bit halves: low, high, low, high... (build.mjs, patch 8). */
+  start: readonly number[];
+  settle: readonly RawSettled[];
   errors: InputError[];
-  retired: BigUint64Array;
+  retired: readonly bigint[];
   wakeAt: bigint | undefined;
-  acquire: BigUint64Array;
-  requests: ws.PermitRequest[];
-  release: BigUint64Array;
-  pauseStore: ws.KeyPause[];
+  requests: readonly ws.PermitRequest[];
+  release: readonly bigint[];
+  pauseStore: readonly ws.KeyPause[];
 }
 
 const ENTRY = 0;
@@ -452,8 +453,17 @@ function ends(round: Round, kind: 'ok' | 'failed', list: BigUint64Array): void {
 }
 
 /** One package `step` over the component's verbs (see `Round`); `crossings` counts the calls
- * into the component, `next-releases` included. @internal */
-export function stepOn(raw: ws.Scheduler, inputs: RawInputs): RawOutputs & { crossings: number } {
+ * into the component, `next-releases` included. A round of approvals only, or of ends (`ok`,
+ * `failed`) only, about distinct entries, crosses in one call without `Round`'s bookkeeping (see
+ * `soleRound`); `general` forces `Round` (test/rounds.test.mjs compares the two). @internal */
+export function stepOn(raw: ws.Scheduler, inputs: RawInputs, general = false): RawOutputs & { crossings: number } {
+  const sole = general ? undefined : soleRound(inputs);
+  if (sole !== undefined) {
+    const errors = sole === APPROVE_ONLY ? approvalsOnly(raw, inputs) : endsOnly(raw, inputs);
+    const out = nextReleases(raw, inputs.now, errors);
+    out.crossings = 2;
+    return out;
+  }
   const round = new Round(raw, inputs.now);
   entryEvents(round, 'approve', inputs.approve);
   const settle = inputs.settle;
@@ -482,44 +492,188 @@ export function stepOn(raw: ws.Scheduler, inputs: RawInputs): RawOutputs & { cro
   const lift = inputs.liftPause;
   if (lift) for (let i = 0; i < lift.length; i++) round.add(false, 'liftPause', i, { tag: 'lift-pause', val: lift[i] }, KEY, lift[i]);
   round.flush();
-  const releases = raw.nextReleases(inputs.now);
-  return { ...releasesOut(releases, round.errors), crossings: round.crossings + 1 };
+  const out = nextReleases(raw, inputs.now, round.errors);
+  out.crossings = round.crossings + 1;
+  return out;
 }
 
-/** The actions of `next-releases` sorted into lists by kind. */
-function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutputs {
+// --- rounds of one kind ---------------------------------------------------------------------
+// Most rounds carry approvals only (a batch just submitted) or ends only (executions that
+// returned). When their entries are distinct, `Round` would send them in one crossing and map
+// each refusal to the one input about its entry; so do these, without `Round`'s seven arrays and
+// three sets per input, and without an item per entry: the entry numbers go to jco's glue as they
+// are (build.mjs, patch 7). Linear in the round: distinctness is a check that the numbers ascend
+// (as a driver's approvals do, and its ends mostly), else one set.
+
+const APPROVE_ONLY = 1;
+const ENDS_ONLY = 2;
+
+/** Which one-kind round `inputs` is, if any. */
+function soleRound(i: RawInputs): typeof APPROVE_ONLY | typeof ENDS_ONLY | undefined {
+  if (i.settle.length || i.ask.length || i.answer.length || i.cancel.length || i.retry.length || i.pause.length || i.liftPause?.length || i.granted.length || i.denied.length) return undefined;
+  const ends = i.ok.length + i.failed.length;
+  if (ends === 0) return i.approve.length && distinct(i.approve, EMPTY_LIST) ? APPROVE_ONLY : undefined;
+  return i.approve.length === 0 && distinct(i.ok, i.failed) ? ENDS_ONLY : undefined;
+}
+
+const EMPTY_LIST = new BigUint64Array(0);
+
+/** Whether no number appears twice in `a` followed by `b`. */
+function distinct(a: BigUint64Array, b: BigUint64Array): boolean {
+  if (ascending(a, b)) return true;
+  const seen = new Set<bigint>();
+  for (let i = 0; i < a.length; i++) seen.add(a[i]);
+  for (let i = 0; i < b.length; i++) seen.add(b[i]);
+  return seen.size === a.length + b.length;
+}
+
+/** Whether `a` followed by `b` strictly ascends, read as 32-bit halves (no bigint per item). */
+function ascending(a: BigUint64Array, b: BigUint64Array): boolean {
+  last.hi = -1;
+  last.lo = 0;
+  return ascends(a) && ascends(b);
+}
+
+/** The last number `ascends` read, as halves. */
+const last = { hi: -1, lo: 0 };
+/** The 32-bit view of the last two buffers read: a driver lends the same buffers every round. */
+const halves: { buffer: ArrayBufferLike | undefined; words: Uint32Array }[] = [
+  { buffer: undefined, words: new Uint32Array(0) },
+  { buffer: undefined, words: new Uint32Array(0) },
+];
+
+function wordsOf(list: BigUint64Array): Uint32Array {
+  const buffer = list.buffer;
+  for (const h of halves) if (h.buffer === buffer && h.words.length === buffer.byteLength >> 2) return h.words;
+  halves[1] = halves[0];
+  halves[0] = { buffer, words: new Uint32Array(buffer) };
+  return halves[0].words;
+}
+
+/** Whether `list` strictly ascends from `last`; `last` is its last number then. */
+function ascends(list: BigUint64Array): boolean {
+  if (list.length === 0) return true;
+  const w = wordsOf(list);
+  let hi = last.hi;
+  let lo = last.lo;
+  const end = (list.byteOffset >> 2) + list.length * 2;
+  for (let j = list.byteOffset >> 2; j < end; j += 2) {
+    const h = w[j + 1];
+    const l = w[j];
+    if (h < hi || (h === hi && l <= lo)) return false;
+    hi = h;
+    lo = l;
+  }
+  last.hi = hi;
+  last.lo = lo;
+  return true;
+}
+
+/** How many records the pool keeps: past it, records are made per call (the pool never holds
+ * more than this, however large a batch once was). */
+const POOLED = 4096;
+
+/** The calls `submit` hands to jco's glue, reused from batch to batch. */
+const calls: ws.Call[] = [];
+function pooledCall(i: number): ws.Call {
+  const c = calls[i];
+  if (c !== undefined) return c;
+  const made: ws.Call = { id: '', tool: '', operations: undefined, arguments: undefined };
+  if (i < POOLED) calls[i] = made;
+  return made;
+}
+
+/** `on-events` and `on-ended` as build.mjs's patch 7 extends them: entry numbers straight from a
+ * `BigUint64Array` (approvals; ends, the first `ok` of them ok and the rest failed), lowered
+ * without an item object or a bigint per entry. */
+interface TypedEntries {
+  onEvents(approve: BigUint64Array, now: bigint | undefined): ws.Refusal[];
+  onEnded(ends: BigUint64Array, now: bigint | undefined, ok: number): ws.Refusal[];
+}
+
+function approvalsOnly(raw: ws.Scheduler, inputs: RawInputs): InputError[] {
+  const list = inputs.approve;
+  return soleErrors((raw as unknown as TypedEntries).onEvents(list, inputs.now), list, EMPTY_LIST, 'approve');
+}
+
+function endsOnly(raw: ws.Scheduler, inputs: RawInputs): InputError[] {
+  const ok = inputs.ok;
+  const failed = inputs.failed;
+  let ends = ok.length === 0 ? failed : ok;
+  if (ok.length && failed.length) {
+    ends = new BigUint64Array(ok.length + failed.length);
+    ends.set(ok);
+    ends.set(failed, ok.length);
+  }
+  return soleErrors((raw as unknown as TypedEntries).onEnded(ends, inputs.now, ok.length), ok, failed, 'ok');
+}
+
+/** The refusals of a one-kind crossing of distinct entries (`a` then `b`; `b` is `failed` when
+ * `a` is `ok`), each mapped to its input: they come in input order. */
+function soleErrors(refusals: ws.Refusal[], a: BigUint64Array, b: BigUint64Array, kind: 'approve' | 'ok'): InputError[] {
+  // A clock that went back is refused first, and again by `next-releases`, which reports it.
+  let r = refusals.length && refusals[0].about.tag === 'clock' ? 1 : 0;
+  const errors: InputError[] = [];
+  const n = a.length + b.length;
+  for (let j = 0; j < n && r < refusals.length; j++) {
+    const entry = j < a.length ? a[j] : b[j - a.length];
+    const refusal = refusals[r];
+    if (refusal.about.tag !== 'entry' || refusal.about.val !== entry) continue;
+    r++;
+    errors.push(j < a.length ? { input: kind, index: j, code: refusal.code, message: refusal.message } : { input: 'failed', index: j - a.length, code: refusal.code, message: refusal.message });
+  }
+  if (r < refusals.length) {
+    const rest = refusals.slice(r).map((x) => `${x.about.tag} ${x.about.val} ${x.code}`);
+    throw new Error(`turnstile: the component refused inputs the package cannot place (${rest.join(', ')}; a bug)`);
+  }
+  return errors;
+}
+
+const NONE: readonly never[] = Object.freeze([]);
+
+/** `next-releases` as build.mjs's patch 8 extends it: `start` actions pushed onto `starts` as
+ * 32-bit halves, not lifted as actions. */
+interface TypedStarts {
+  nextReleases(now: bigint | undefined, starts: number[]): ws.Releases;
+}
+
+/** `next-releases`, sorted (`crossings` is the caller's to set). */
+function nextReleases(raw: ws.Scheduler, now: bigint | undefined, errors: InputError[]): RawOutputs & { crossings: number } {
+  const start: number[] = [];
+  return releasesOut((raw as unknown as TypedStarts).nextReleases(now, start), errors, start) as RawOutputs & { crossings: number };
+}
+
+/** The actions of `next-releases` other than starts sorted into lists by kind, in one pass; a
+ * list is made only for a kind the round has (most rounds have starts and nothing else). */
+function releasesOut(releases: ws.Releases, inputErrors: InputError[], start: number[]): RawOutputs {
   const actions = releases.actions;
-  let starts = 0;
-  let releasing = 0;
-  let retiring = 0;
-  const settle: RawSettled[] = [];
-  const requests: ws.PermitRequest[] = [];
-  const abort: ws.Abort[] = [];
-  const pauseStore: ws.KeyPause[] = [];
+  let release: bigint[] | undefined;
+  let retired: bigint[] | undefined;
+  let settle: RawSettled[] | undefined;
+  let requests: ws.PermitRequest[] | undefined;
+  let abort: ws.Abort[] | undefined;
+  let pauseStore: ws.KeyPause[] | undefined;
   let errors = inputErrors;
   for (let i = 0; i < actions.length; i++) {
     const a = actions[i];
     switch (a.tag) {
-      case 'start':
-        starts++;
-        break;
       case 'release':
-        releasing++;
+        (release ??= []).push(a.val.entry);
         break;
       case 'retired':
-        retiring++;
+        (retired ??= []).push(a.val);
         break;
       case 'settled':
-        settle.push(a.val);
+        (settle ??= []).push(a.val);
         break;
       case 'acquire':
-        requests.push(a.val);
+        (requests ??= []).push(a.val);
         break;
       case 'abort':
-        abort.push(a.val);
+        (abort ??= []).push(a.val);
         break;
       case 'pause-store':
-        pauseStore.push(a.val);
+        (pauseStore ??= []).push(a.val);
         break;
       case 'refused':
         // The clock, applied first by the old `step`: its refusal comes first.
@@ -527,23 +681,17 @@ function releasesOut(releases: ws.Releases, inputErrors: InputError[]): RawOutpu
         break;
     }
   }
-  const start = starts ? new BigUint64Array(starts) : new BigUint64Array(0);
-  const release = releasing ? new BigUint64Array(releasing) : new BigUint64Array(0);
-  const retired = retiring ? new BigUint64Array(retiring) : new BigUint64Array(0);
-  const acquire = requests.length ? new BigUint64Array(requests.length) : new BigUint64Array(0);
-  for (let i = 0; i < requests.length; i++) acquire[i] = requests[i].entry;
-  let s = 0;
-  let r = 0;
-  let t = 0;
-  if (starts || releasing || retiring) {
-    for (let i = 0; i < actions.length; i++) {
-      const a = actions[i];
-      if (a.tag === 'start') start[s++] = a.val;
-      else if (a.tag === 'release') release[r++] = a.val.entry;
-      else if (a.tag === 'retired') retired[t++] = a.val;
-    }
-  }
-  return { abort, start, settle, errors, retired, wakeAt: releases.wakeAt, acquire, requests, release, pauseStore };
+  return {
+    abort: abort ?? NONE,
+    start,
+    settle: settle ?? NONE,
+    errors,
+    retired: retired ?? NONE,
+    wakeAt: releases.wakeAt,
+    requests: requests ?? NONE,
+    release: release ?? NONE,
+    pauseStore: pauseStore ?? NONE,
+  };
 }
 
 /** The scheduler: `submit` a batch, then feed every driver round to `step`. Batches, keys and
@@ -616,7 +764,12 @@ export class Scheduler {
       if (id === '' || tool === '' || id.includes('\n') || tool.includes('\n')) {
         throw new SubmitError('invalid-id', `call ${i + 1}: call ids and tool names are 1 to 256 bytes without a newline`);
       }
-      const c: ws.Call = { id, tool };
+      // From a pool (jco's glue reads the calls synchronously and keeps none), all four fields set.
+      const c = pooledCall(i);
+      c.id = id;
+      c.tool = tool;
+      c.operations = undefined;
+      c.arguments = undefined;
       if (call.operations !== undefined) {
         fansOut = true;
         const n = u32(call.operations, `calls[${i}].operations`);
@@ -676,9 +829,9 @@ export class Scheduler {
 
   /** @internal `step` with inputs already checked and outputs unconverted (the driver's path):
    * the inputs cross as `on-events` / `on-ended` (see `Round`), then `next-releases(now)`. */
-  stepRaw(inputs: RawInputs): RawOutputs {
+  stepRaw(inputs: RawInputs, general = false): RawOutputs {
     const raw = this.held.get();
-    return this.held.instance.call(() => stepOn(raw, inputs));
+    return this.held.instance.call(() => stepOn(raw, inputs, general));
   }
 
   /** The label of a live entry (`call` or `call#i`); `undefined` once its batch retired. */

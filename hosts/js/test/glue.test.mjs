@@ -1,0 +1,219 @@
+// build.mjs patch 5 (one view of memory, ASCII strings without TextEncoder / TextDecoder) gives
+// exactly what jco's own string path gives: the patched helpers are read from the built glue and
+// run against a memory of their own, next to jco's helpers as jco 1.12 writes them, on empty,
+// ASCII (short and long), non-ASCII and lone-surrogate strings and on arbitrary bytes, with a
+// memory that grows between allocations (so every view made before the growth is detached);
+// then strings round-trip through the component itself as TextEncoder and TextDecoder would
+// carry them, and entry numbers (patches 6 to 8: u64s read unsigned, lowered from typed arrays,
+// starts lifted as 32-bit halves) cross exactly past 2^32, 2^53 and up to 2^64.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { Scheduler, Turnstile } from '../dist/index.js';
+
+const glue = readFileSync(new URL('../dist/component/turnstile.js', import.meta.url), 'utf8');
+
+function section(name) {
+  const m = glue.match(new RegExp(`// turnstile build\\.mjs patch 5: ${name} begin\\n([\\s\\S]*?)// turnstile build\\.mjs patch 5: ${name} end`));
+  assert.ok(m, `the built glue has no patch 5 ${name} section`);
+  return m[1];
+}
+
+/** The patched helpers, as the glue defines them, over their own closure. */
+const patched = new Function(`
+  const utf8Decoder = new TextDecoder();
+  const utf8Encoder = new TextEncoder();
+  let utf8EncodedLen = 0;
+  ${section('views')}
+  ${section('strings')}
+  return { utf8Encode, utf8Decode, dataView, memoryBytes, encodedLen: () => utf8EncodedLen };
+`);
+
+/** jco 1.12's own helpers (what the glue had before patch 5). */
+function unpatched() {
+  const utf8Decoder = new TextDecoder();
+  const utf8Encoder = new TextEncoder();
+  let utf8EncodedLen = 0;
+  function utf8Encode(s, realloc, memory) {
+    if (typeof s !== 'string') throw new TypeError('expected a string');
+    if (s.length === 0) {
+      utf8EncodedLen = 0;
+      return 1;
+    }
+    let buf = utf8Encoder.encode(s);
+    let ptr = realloc(0, 0, 1, buf.length);
+    new Uint8Array(memory.buffer).set(buf, ptr);
+    utf8EncodedLen = buf.length;
+    return ptr;
+  }
+  const utf8Decode = (memory, ptr, len) => utf8Decoder.decode(new Uint8Array(memory.buffer, ptr, len));
+  return { utf8Encode, utf8Decode, encodedLen: () => utf8EncodedLen };
+}
+
+/** A memory and a bump allocator that grows the memory on every `grow`-th allocation (by no
+ * page once it has 16: a grow of 0 pages detaches the old buffer too), starting over at the
+ * bottom when the next string does not fit (each string is compared before the next). */
+function arena(grow) {
+  const memory = new WebAssembly.Memory({ initial: 4, maximum: 16 });
+  let top = 8;
+  let calls = 0;
+  const realloc = (old, oldLen, align, len) => {
+    assert.equal(old, 0);
+    if (++calls % grow === 0) memory.grow(memory.buffer.byteLength < 16 * 65536 ? 1 : 0);
+    if (top + len > memory.buffer.byteLength) top = 8;
+    const ptr = top;
+    top += len + 1;
+    return ptr;
+  };
+  return { memory, realloc };
+}
+
+function rng(seed) {
+  let a = seed >>> 0;
+  return (n) => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * n);
+  };
+}
+
+const FIXED = [
+  '',
+  'c0',
+  'fs_delete_file',
+  '\0',
+  '\x7f',
+  '\x80',
+  'é',
+  'naïve',
+  '日本語のツール',
+  '\u{1F600}',
+  'a\u{1F600}b',
+  '\uD800',
+  '\uDFFF',
+  'x\uD800',
+  '\uDC00y',
+  'a\uD83Db',
+  '\uD83D\uDE00\uD83D',
+  'x'.repeat(64),
+  'x'.repeat(65),
+  'y'.repeat(100_000),
+  'z'.repeat(70) + 'é',
+  'é' + 'z'.repeat(70),
+  'q'.repeat(63) + '\uD800',
+];
+
+/** Random strings: ASCII mostly, with non-ASCII, surrogates (paired and lone) and lengths
+ * around the 64-character threshold. */
+function randomString(int) {
+  const n = [0, 1, 5, 63, 64, 65, 200, 3000][int(8)];
+  const pool = [() => 32 + int(95), () => int(128), () => 0x80 + int(0x780), () => 0x800 + int(0xd000), () => 0xd800 + int(0x800), () => 0xe000 + int(0x2000)];
+  const ascii = int(3) > 0;
+  let s = '';
+  for (let i = 0; i < n; i++) s += String.fromCharCode(ascii && int(50) ? 32 + int(95) : pool[int(pool.length)]());
+  return s;
+}
+
+test('the patched glue lowers every string to the bytes jco lowers it to, across memory growth', () => {
+  const int = rng(7);
+  const strings = [...FIXED, ...Array.from({ length: 2000 }, () => randomString(int))];
+  for (const grow of [1, 3, 1000]) {
+    const a = arena(grow);
+    const b = arena(grow);
+    const p = patched();
+    const u = unpatched();
+    for (const s of strings) {
+      const pp = p.utf8Encode(s, a.realloc, a.memory);
+      const up = u.utf8Encode(s, b.realloc, b.memory);
+      assert.equal(p.encodedLen(), u.encodedLen(), `length of ${JSON.stringify(s.slice(0, 80))}`);
+      assert.equal(pp, up, 'the same allocations');
+      const mine = new Uint8Array(a.memory.buffer, pp, p.encodedLen());
+      const theirs = new Uint8Array(b.memory.buffer, up, u.encodedLen());
+      assert.deepEqual(mine, theirs, `bytes of ${JSON.stringify(s.slice(0, 80))}`);
+      // And back: the patched lifting reads what the unpatched one reads.
+      assert.equal(p.utf8Decode(a.memory, pp, p.encodedLen()), u.utf8Decode(b.memory, up, u.encodedLen()));
+    }
+    assert.throws(() => p.utf8Encode(42, a.realloc, a.memory), /expected a string/);
+  }
+});
+
+test('the patched glue lifts any bytes, valid UTF-8 or not, to the string jco lifts them to', () => {
+  const int = rng(11);
+  const memory = new WebAssembly.Memory({ initial: 1, maximum: 10 });
+  const p = patched();
+  const u = unpatched();
+  for (let round = 0; round < 3000; round++) {
+    const len = [0, 1, 2, 3, 4, 63, 64, 65, 500][int(9)];
+    const bytes = new Uint8Array(memory.buffer);
+    const ptr = int(1000);
+    for (let i = 0; i < len; i++) bytes[ptr + i] = int(4) ? int(128) : int(256);
+    assert.equal(p.utf8Decode(memory, ptr, len), u.utf8Decode(memory, ptr, len), `bytes ${[...bytes.subarray(ptr, ptr + len)]}`);
+    if (round % 500 === 0) memory.grow(1); // views made before are detached now
+  }
+  // Out of bounds: the same RangeError as jco's `new Uint8Array(buffer, ptr, len)`.
+  const end = memory.buffer.byteLength;
+  assert.throws(() => p.utf8Decode(memory, end - 2, 8), RangeError);
+  assert.throws(() => u.utf8Decode(memory, end - 2, 8), RangeError);
+});
+
+test('one DataView of memory, made again only once memory grew', () => {
+  const memory = new WebAssembly.Memory({ initial: 1, maximum: 10 });
+  const p = patched();
+  const first = p.dataView(memory);
+  assert.equal(p.dataView(memory), first, 'the same view while memory stays');
+  assert.equal(p.memoryBytes(memory).buffer, first.buffer);
+  memory.grow(1);
+  const second = p.dataView(memory);
+  assert.notEqual(second, first, 'a new view once memory grew');
+  assert.equal(second.buffer, memory.buffer);
+  assert.equal(p.memoryBytes(memory).length, 2 * 65536);
+  const other = new WebAssembly.Memory({ initial: 2 });
+  assert.equal(p.dataView(other).buffer, other.buffer, 'another memory gets its own view');
+});
+
+test('strings round-trip through the component as TextEncoder and TextDecoder carry them', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'glue', text: '[conversation.tools.ops]\nconcurrency = 1\n' }]);
+  const scheduler = new Scheduler(policy);
+  const carried = (s) => new TextDecoder().decode(new TextEncoder().encode(s));
+  const names = ['c0', 'é', 'naïve-日本', '\u{1F600}', 'x\uD800', '\uDC00y', 'a\uD83Db', 'k'.repeat(65), 'é' + 'k'.repeat(80), 'k'.repeat(200) + '\uDFFF'];
+  for (const id of names) {
+    for (const tool of ['ops', 'unconfigured-ü\uD800', 'x'.repeat(70)]) {
+      const b = scheduler.submit([{ id, tool }]);
+      assert.equal(scheduler.label(b.first), carried(id));
+      assert.equal(scheduler.inspect(b.batch)[0].tool, carried(tool));
+      scheduler.step({ approve: b.entries() });
+      scheduler.step({ ok: b.entries() });
+    }
+  }
+  // Long strings, both ways: a label of 20,000 characters comes back inside the sentence.
+  for (const label of ['L'.repeat(20_000), 'é'.repeat(5000) + '\uD800', '']) {
+    const message = t.explain(label, { kind: 'stopped', after: 1 });
+    assert.ok(message.includes(carried(label)), `the sentence names ${JSON.stringify(label.slice(0, 20))}...`);
+  }
+  scheduler.dispose();
+});
+
+test('entry numbers cross exactly however large: typed lowering (patch 7) and starts as halves (patch 8)', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'glue', text: '[conversation.tools.ops]\nconcurrency = 2\n' }]);
+  for (const nextEntry of [2n ** 32n - 2n, 2n ** 53n - 1n, 2n ** 64n - 20n]) {
+    const state = { version: 2, policy: policy.fingerprint(), nextBatch: 1n, nextEntry, batches: [] };
+    const { scheduler } = Scheduler.resume(policy, state, { started: 'run-again' });
+    const b = scheduler.submit(Array.from({ length: 5 }, (_, i) => ({ id: `c${i}`, tool: 'ops' })));
+    const entries = [...b.entries()];
+    assert.equal(b.first, nextEntry);
+    let out = scheduler.step({ approve: b.entries() });
+    assert.deepEqual(out.errors, []);
+    const started = [...out.start];
+    while (out.retired.length === 0) {
+      out = scheduler.step({ ok: out.start.length ? out.start.subarray(0, 1) : [], failed: out.start.subarray(1) });
+      assert.deepEqual(out.errors, []);
+      started.push(...out.start);
+    }
+    assert.deepEqual(started, entries, `every entry started once, exactly, from ${nextEntry}`);
+    scheduler.dispose();
+  }
+});
