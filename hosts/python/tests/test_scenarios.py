@@ -3,7 +3,19 @@ is one test, run by the Driver on a virtual-time loop (`vloop`) with an in-memor
 and must print exactly its `expect` lines (the JS runner, hosts/js/test/scenarios.test.mjs,
 prints the same). Nothing sleeps on real time. `restart` drops the driver without closing it
 (what its executions still do is ignored) and resumes the last persisted snapshot with
-`Driver.resume`. On a mismatch the test prints both lists, line by line."""
+`Driver.resume`. On a mismatch the test prints both lists, line by line.
+
+Shared keys run over one `MemoryStore` opened on the same virtual loop (its own time base 24 h
+ahead, which must not matter). `processes = ["a", "b"]` runs a driver (and a `SharedKeys`) per
+process over that one store; each life sees the store through a `MortalStore`: once the process
+crashed (`restart`, `kill`) its calls never reach the store and their answers never come back,
+so the store keeps its tickets until their leases end.
+
+When the run is over nothing prints any more, and the runner ends its hangs (a `hang` ignores
+every abort while the run lasts; a process's exit would end it), closes every driver (a crashed
+life's too), the live processes' shared keys and the store. The scenario fails if a task is still
+running then (a driver leaves no task behind after `close`), or if its loop reports a task
+destroyed pending or an error nobody handled (`vloop.run`, strict)."""
 
 from __future__ import annotations
 
@@ -18,14 +30,20 @@ import pytest
 
 import vloop
 from turnstile_scheduler import Call, Driver, Policy, RateLimited, RestoredError, Scheduler
+from turnstile_scheduler.shared import SharedKeys
+from turnstile_scheduler.shared.memory import MemoryStore
 
 DIR = Path(__file__).resolve().parents[3] / "tests" / "scenarios"
 FILES = sorted(p.name for p in DIR.glob("*.toml"))
 
-KNOWN = {"about", "config", "started", "batch", "script", "at", "expect"}
-BATCH_KNOWN = {"at", "calls", "operations", "execution_ms", "abort_grace_ms", "decide", "cancel_at", "forget"}
-# Scenarios this runner cannot run, with why (none today; a shared key needs an in-memory store
-# on the virtual clock, which does not exist yet: see the corpus README).
+KNOWN = {"about", "config", "started", "processes", "lease_ms", "batch", "script", "at", "expect"}
+BATCH_KNOWN = {"at", "process", "calls", "operations", "execution_ms", "abort_grace_ms", "decide", "cancel_at", "forget"}
+AT_KNOWN = {"t", "do", "process"}
+# The store's time base: 24 h ahead of the virtual clock (its offset must not matter).
+STORE_START_MS = 86_400_000
+# What the end of a run waits (virtual seconds) for the ends the closes cause.
+SETTLE_S = 3600.0
+# Scenarios this runner cannot run, with why (none today).
 SKIP: dict[str, str] = {}
 
 
@@ -57,13 +75,14 @@ def outcome_text(o: Any) -> str:
 
 
 def normalize(lines: list[str]) -> list[str]:
-    """Splits lines into parts at `restart` and sorts each part by time, then as text."""
+    """Splits lines into parts at `restart` (`restart P` too) and sorts each part by time, then as
+    text."""
     parts: list[list[str]] = [[]]
     for line in lines:
         text = line.strip()
         if not text:
             continue
-        if re.fullmatch(r"\d+ restart", text):
+        if re.fullmatch(r"\d+ restart( \S+)?", text):
             parts.extend([[text], []])
         else:
             parts[-1].append(text)
@@ -93,25 +112,96 @@ def check_keys(value: dict[str, Any], known: set[str], where: str) -> None:
             raise ValueError(f"{where}: unknown field {key!r}")
 
 
-class Life:
-    """One life of the process: its driver and everything its executions report (ignored once
-    it is dead)."""
+class MortalStore:
+    """A process's view of the shared store: once the process crashed (`kill()`), its calls never
+    reach the store, answers to calls it made before never come back, and its watches hear
+    nothing (SIGKILL). The calls left waiting are in `never` (the runner cancels them at the
+    end)."""
 
-    def __init__(self, run: "Runner") -> None:
+    def __init__(self, store: MemoryStore) -> None:
+        self.kind = store.kind
+        self._store = store
+        self._dead = False
+        self.never: list[asyncio.Future[Any]] = []
+
+    def kill(self) -> None:
+        self._dead = True
+
+    async def _never(self) -> Any:
+        f = asyncio.get_running_loop().create_future()
+        self.never.append(f)
+        return await f
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+        if name == "watch":
+            return lambda key, tickets, wake: method(
+                key, lambda: [] if self._dead else tickets(), lambda w: self._dead or wake(w)
+            )
+
+        async def call(*args: Any) -> Any:
+            if self._dead:
+                return await self._never()
+            result = await method(*args)
+            if self._dead:
+                return await self._never()
+            return result
+
+        return call
+
+
+class Proc:
+    """One process: its current life, how many it had, its last persisted snapshot, whether its
+    persist fails, and the batch numbers of its driver (batch number -> index)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.life: Optional["Life"] = None
+        self.lives = 0
+        self.snapshot: Optional[str] = None
+        self.fail_persist = False
+        self.numbers: dict[int, int] = {}
+
+
+class Life:
+    """One life of a process: its driver, its view of the store and its shared keys, and
+    everything its executions report (ignored once it is dead: `alive` is whether its lines
+    count, `crashed` whether it died by `restart` or `kill`)."""
+
+    def __init__(self, run: "Runner", proc: Proc) -> None:
         self.run = run
+        self.proc = proc
         self.alive = True
+        self.crashed = False
         self.resume_at: dict[str, int] = {}
         self.driver: Optional[Driver] = None
+        proc.lives += 1
+        proc.life = self
+        run.lives.append(self)
+        self.view: Optional[MortalStore] = None
+        self.keys: Optional[SharedKeys] = None
+        if run.store is not None:
+            self.view = MortalStore(run.store)
+            run.views.append(self.view)
+            lease_ms = run.spec.get("lease_ms", 10_000)
+            owner = f"{proc.name or 'p'}{proc.lives}"  # a1, a2 after a restart; p1 unnamed
+            self.keys = SharedKeys(self.view, lease_ms=lease_ms, owner=owner)  # type: ignore[arg-type]
 
     def log(self, text: str) -> None:
         if self.alive:
             self.run.lines.append(f"{self.run.now()} {text}")
 
+    def crash(self) -> None:
+        self.alive = False
+        self.crashed = True
+        if self.view is not None:
+            self.view.kill()
+
     def persist(self, text: str) -> None:
-        if self.run.fail_persist:
+        if self.proc.fail_persist:
             raise ScenarioError("disk full")
         if self.alive:
-            self.run.snapshot = text
+            self.proc.snapshot = text
 
     def execute(self, x: Any) -> Any:
         self.log(f"start {x.label}")
@@ -177,7 +267,7 @@ class Life:
                 else:
                     await sleep(int(n))
             elif word == "hang":
-                await ignoring(asyncio.get_running_loop().create_future())
+                await ignoring(self.run.hang())
             elif word == "ask":
                 async with x.question():
                     await sleep(int(arg))
@@ -214,27 +304,55 @@ class Runner:
             check_keys(b, BATCH_KNOWN, f"{file}: batch {i}")
         self.scripts: dict[str, list[str]] = self.spec.get("script", {})
         self.policy = Policy.resolve([(file, self.spec.get("config", ""))])
+        self.shared = any(t.shared for t in self.policy.tools())
+        # The processes by name; one unnamed process unless `processes` names them (the first is
+        # the default of a batch's or an action's `process`).
+        names = self.spec.get("processes", [""])
+        if not isinstance(names, list) or not names or len(set(names)) != len(names):
+            raise ValueError(f"{file}: processes must be distinct names")
+        self.procs = {name: Proc(name) for name in names}
+        self.store: Optional[MemoryStore] = None
         self.lines: list[str] = []
-        self.snapshot: Optional[str] = None
-        self.fail_persist = False
-        self.numbers: dict[int, int] = {}  # batch number -> index
-        self.tasks: dict[int, asyncio.Task[Any]] = {}  # index -> its `run` task
-        self.life = Life(self)
+        self.tasks: dict[int, asyncio.Task[Any]] = {}  # batch index -> its `run` task
+        self.hangs: list[asyncio.Future[Any]] = []  # what each `hang` waits for
+        self.views: list[MortalStore] = []  # every life's view of the store
+        self.lives: list[Life] = []  # every life of every process
 
     def now(self) -> int:
         return round(asyncio.get_running_loop().time() * 1000)
 
+    def proc_of(self, what: str, name: Optional[str]) -> Proc:
+        if name is None:
+            return next(iter(self.procs.values()))
+        if name not in self.procs:
+            raise ValueError(f"{self.file}: {what}: process {name!r} is not in processes")
+        return self.procs[name]
+
+    def hang(self) -> "asyncio.Future[Any]":
+        """What a `hang` waits for: nothing, until the run is over (`end_hangs`)."""
+        f = asyncio.get_running_loop().create_future()
+        self.hangs.append(f)
+        return f
+
+    def end_hangs(self) -> None:
+        """The run is over: every `hang` ends (as the process's exit would end it), so that no
+        execution, and no task of a driver awaiting it, is left pending when the loop closes."""
+        for f in self.hangs:
+            if not f.done():
+                f.set_exception(ScenarioError("the run is over"))
+
     def new_driver(self, life: Life) -> None:
-        life.driver = Driver(Scheduler(self.policy), persist=life.persist)
+        life.driver = Driver(Scheduler(self.policy), persist=life.persist, shared_keys=life.keys)
 
     def watch(self, life: Life, index: int, task: "asyncio.Task[Any]", forget: bool, restored: bool = False) -> None:
         def done(t: "asyncio.Task[Any]") -> None:
+            error = None if t.cancelled() else t.exception()  # retrieved even when not printed
             if not life.alive:
                 return
             if t.cancelled():
                 life.log(f"batch {index} {'rejected CancelledError' if restored else 'cancelled'}")
-            elif t.exception() is not None:
-                life.log(f"batch {index} rejected {type(t.exception()).__name__}")
+            elif error is not None:
+                life.log(f"batch {index} rejected {type(error).__name__}")
             else:
                 life.log(f"batch {index} resolved")
                 if forget:
@@ -244,7 +362,11 @@ class Runner:
 
     async def submit(self, index: int) -> None:
         b = self.batches[index]
-        life = self.life
+        proc = self.proc_of(f"batch {index}", b.get("process"))
+        life = proc.life
+        assert life is not None
+        if not life.alive:
+            return  # a killed process submits nothing
         calls = [
             Call(c["id"], c["tool"], (b.get("operations") or {}).get(c["id"]), arguments=c.get("arguments"))
             for c in b["calls"]
@@ -266,84 +388,141 @@ class Runner:
         if not driver.closed:
             for lb in driver.inspect():
                 if lb.batch not in before:
-                    self.numbers[lb.batch] = index
+                    proc.numbers[lb.batch] = index
 
-    def restart(self) -> None:
-        old = self.life
-        old.alive = False
-        self.lines.append(f"{self.now()} restart")
-        life = self.life = Life(self)
-        if self.snapshot is None:
+    def restart(self, proc: Proc) -> None:
+        """`restart`: the process crashes and comes back from its last persisted snapshot."""
+        proc.life.crash()  # type: ignore[union-attr]
+        self.lines.append(f"{self.now()} restart{' ' + proc.name if proc.name else ''}")
+        life = Life(self, proc)
+        if proc.snapshot is None:
             self.new_driver(life)
             return
-        saved = json.loads(self.snapshot)
+        saved = json.loads(proc.snapshot)
         order = [int(r["batch"]) for r in saved["retired"]] + [int(b["batch"]) for b in saved["state"]["batches"]]
         resumed = Driver.resume(
-            self.policy, self.snapshot, execute=life.execute, started=self.spec.get("started", "interrupt"),
-            decide=life.decide, on_outcome=life.on_outcome, persist=life.persist,
+            self.policy, proc.snapshot, execute=life.execute, started=self.spec.get("started", "interrupt"),
+            decide=life.decide, on_outcome=life.on_outcome, persist=life.persist, shared_keys=life.keys,
         )
         life.driver = resumed.driver
         for number, task in zip(order, resumed.batches):
-            index = self.numbers[number]
+            index = proc.numbers[number]
             self.watch(life, index, task, self.batches[index].get("forget", True), restored=True)
 
-    async def pause(self, key: str, ms: str) -> None:
-        life = self.life
+    def kill(self, proc: Proc) -> None:
+        """`kill`: the process crashes for good (its tickets stay at the store until their leases
+        end)."""
+        proc.life.crash()  # type: ignore[union-attr]
+        self.lines.append(f"{self.now()} kill {proc.name}")
+
+    async def pause(self, life: Life, key: str, ms: str) -> None:
         try:
             await life.driver.pause(key, int(ms) / 1000)  # type: ignore[union-attr]
         except Exception as e:
             life.log(f"pause {key} rejected {type(e).__name__}")
 
-    async def lift_pause(self, key: str) -> None:
-        life = self.life
+    async def lift_pause(self, life: Life, key: str) -> None:
         try:
             await life.driver.lift_pause(key)  # type: ignore[union-attr]
         except Exception as e:
             life.log(f"lift-pause {key} rejected {type(e).__name__}")
 
-    async def act(self, word: str, args: list[str]) -> None:
+    async def act(self, proc: Proc, word: str, args: list[str]) -> None:
+        life = proc.life
+        assert life is not None
+        if not life.alive:
+            return  # a killed process does nothing more
         if word == "restart":
-            self.restart()
+            self.restart(proc)
+        elif word == "kill":
+            self.kill(proc)
         elif word == "dispose":
-            self.life.driver.close()  # type: ignore[union-attr]
+            life.driver.close()  # type: ignore[union-attr]
         elif word == "fail-persist":
-            self.fail_persist = True
+            proc.fail_persist = True
         elif word == "cancel":
-            task = self.tasks.get(int(args[0]))
-            if task is not None:
-                task.cancel()
+            self.cancel(int(args[0]))
         elif word == "pause":
-            asyncio.ensure_future(self.pause(*args))
+            asyncio.ensure_future(self.pause(life, *args))
         elif word == "lift-pause":
-            asyncio.ensure_future(self.lift_pause(*args))
+            asyncio.ensure_future(self.lift_pause(life, *args))
         else:
             raise ValueError(f"{self.file}: unknown action {word!r}")
 
-    async def main(self) -> list[str]:
-        loop = asyncio.get_running_loop()
-        assert isinstance(loop, vloop.VirtualLoop)
-        self.new_driver(self.life)
+    def cancel(self, index: int) -> None:
+        task = self.tasks.get(index)
+        if task is not None:
+            task.cancel()
+
+    def plan(self) -> list[tuple[int, int, int, Any]]:
+        """The host's doings by time, each `(t, rank, seq, doing)`: at each time the batches
+        (file order), then the cancellations and actions (file order)."""
         host: list[tuple[int, int, int, Any]] = []
         for i, b in enumerate(self.batches):
             host.append((b.get("at", 0), 0, len(host), ("submit", i)))
         for i, b in enumerate(self.batches):
             if b.get("cancel_at") is not None:
-                host.append((b["cancel_at"], 1, len(host), ("cancel", [str(i)])))
+                host.append((b["cancel_at"], 1, len(host), ("cancel", i)))
         for i, a in enumerate(self.spec.get("at", [])):
-            check_keys(a, {"t", "do"}, f"{self.file}: at {i} (a key after [[at]] belongs to it: put expect before the tables)")
+            check_keys(a, AT_KNOWN, f"{self.file}: at {i} (a key after [[at]] belongs to it: put expect before the tables)")
             word, *args = a["do"].split(" ")
-            host.append((a["t"], 1, len(host), (word, args)))
+            host.append((a["t"], 1, len(host), ("act", self.proc_of(f"at {i}", a.get("process")), word, args)))
         host.sort(key=lambda h: h[:3])
-        for t, _, _, (word, args) in host:
+        return host
+
+    async def do(self, doing: tuple[Any, ...]) -> None:
+        if doing[0] == "submit":
+            await self.submit(doing[1])
+        elif doing[0] == "cancel":
+            self.cancel(doing[1])
+        else:
+            await self.act(*doing[1:])
+
+    async def main(self) -> list[str]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, vloop.VirtualLoop)
+        if self.shared:
+            self.store = await MemoryStore.open(start_ms=STORE_START_MS)
+        for proc in self.procs.values():
+            self.new_driver(Life(self, proc))
+        for t, _, _, doing in self.plan():
             await loop.run_until(t / 1000)
-            if word == "submit":
-                await self.submit(args)
-            else:
-                await self.act(word, args)
+            await self.do(doing)
             await loop.run_until(t / 1000)
         await loop.run_until(10_000.0)
-        self.life.alive = False
+        await self.end()
         return self.lines
+
+    async def end(self) -> None:
+        """The run is over: nothing prints any more (`alive` off). Every hang ends, as the
+        process's exit would end it; every driver closes, a crashed life's too; each live
+        process's shared keys close, then the store; the store calls of crashed processes,
+        never answered, are cancelled. Then nothing may be left running: a driver leaves no
+        task behind after `close`."""
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, vloop.VirtualLoop)
+        for life in self.lives:
+            life.alive = False
+        self.end_hangs()
+        for life in self.lives:
+            if life.driver is not None:
+                life.driver.close()
+        await loop.run_until(loop.time())
+        for proc in self.procs.values():
+            if proc.life is not None and not proc.life.crashed and proc.life.keys is not None:
+                await proc.life.keys.close()
+        if self.store is not None:
+            await self.store.close()
+        for view in self.views:
+            for f in view.never:
+                f.cancel()
+        await loop.run_until(loop.time() + SETTLE_S)
+        me = asyncio.current_task()
+        left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        if left:
+            raise vloop.LeftBehindError(
+                f"{self.file}: tasks left after every driver closed and every hang ended:\n" + "\n".join(map(repr, left))
+            )
 
 
 @pytest.mark.parametrize("file", FILES)

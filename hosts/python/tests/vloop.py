@@ -8,11 +8,14 @@ timeline is exact: `asyncio.sleep(0.010)` ends at 10 ms, whatever the machine do
 `t` with nothing else ready: what the scenario runner uses to act "at" a time. A loop with no
 timer left and nothing ready waits for real file-descriptor events (a thread's
 `call_soon_threadsafe`) up to `stall` seconds, then raises: a test that deadlocks fails
-instead of hanging."""
+instead of hanging. `run` also fails a run that leaves a task pending when its loop closes (it
+would be destroyed pending), or an error the loop's exception handler got (`strict=False` lets
+them be, as `asyncio.run` does)."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import selectors
 from typing import Any, Awaitable, Optional, TypeVar
 
@@ -91,25 +94,55 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         return events
 
 
-def run(main: Awaitable[T], *, stall: float = 30.0) -> T:
-    """`asyncio.run(main)` on a fresh virtual loop."""
+class LeftBehindError(AssertionError):
+    """`run` (strict): the run left a task pending when its loop closed (it would be destroyed
+    pending), or the loop reported an error nobody handled."""
+
+
+def run(main: Awaitable[T], *, stall: float = 30.0, strict: bool = True) -> T:
+    """`asyncio.run(main)` on a fresh virtual loop. `strict` (the default): once `main`
+    returned, raises `LeftBehindError` if a task is still pending after the teardown cancelled
+    every task (a task that ignores its cancellation), or if the loop's exception handler was
+    called (a task destroyed pending, an exception never retrieved, a callback that raised),
+    collected garbage included."""
     loop = VirtualLoop(stall)
+    reports: list[str] = []
+    if strict:
+        loop.set_exception_handler(lambda _loop, context: reports.append(_report(context)))
+    left: list[str] = []
     try:
         asyncio.set_event_loop(loop)
-        return loop.run_until_complete(main)
+        result = loop.run_until_complete(main)
     finally:
         try:
-            _cancel_all(loop)
+            left = [repr(t) for t in _cancel_all(loop)]
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             asyncio.set_event_loop(None)
             loop.close()
+    if strict:
+        gc.collect()  # a task dropped pending reports itself when it is collected
+        if left or reports:
+            raise LeftBehindError(
+                "the run left work behind:\n"
+                + "\n".join([f"pending after the teardown: {t}" for t in left] + reports)
+            )
+    return result
 
 
-def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+def _report(context: dict[str, Any]) -> str:
+    """One call of the loop's exception handler, as a line."""
+    what = context.get("task") or context.get("future") or context.get("handle") or ""
+    error = context.get("exception")
+    return f"{context.get('message', '')} {what!r}" + (f" ({type(error).__name__}: {error})" if error is not None else "")
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> list["asyncio.Task[Any]"]:
+    """Cancels every task and waits for them; returns those still pending then."""
     tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for t in tasks:
         t.cancel()
     if tasks:
         # A task that ignores its cancellation (a test's `hang`) is left after a virtual minute.
         loop.run_until_complete(asyncio.wait(tasks, timeout=60))
+    return [t for t in tasks if not t.done()]
