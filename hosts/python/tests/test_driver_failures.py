@@ -379,3 +379,39 @@ def test_async_with_waits_for_the_ends_to_reach_the_scheduler() -> None:
         d.scheduler.close()
 
     vloop.run(main())
+
+
+def test_a_driver_whose_loop_closed_under_a_running_execution_is_collected_quietly() -> None:
+    """A loop closed with an execution still running (its task never cancelled), then the task
+    collected: the execution's task is closed with GeneratorExit and must report nothing
+    (reporting needs the closed loop: "Event loop is closed" printed as unraisable)."""
+    import gc
+    import sys
+
+    unraisable: list[object] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda u: unraisable.append(u.exc_value)
+    try:
+        loop = asyncio.new_event_loop()
+        hang = loop.create_future()
+
+        async def forever(x) -> str:
+            await hang
+            return x.label
+
+        d = driver()
+
+        async def main() -> None:
+            loop.create_task(d.run([Call("a", "k")], forever))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert [r.label for r in d.running()] == ["a"]
+
+        loop.run_until_complete(main())
+        loop.close()
+        del d, main, forever, hang
+        gc.collect()
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+    assert [repr(e) for e in unraisable if not isinstance(e, GeneratorExit)] == []

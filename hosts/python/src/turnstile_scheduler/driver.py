@@ -400,6 +400,10 @@ class Driver:
         self._dirty = False
         self._retired: list[tuple[list[CallOutcome], str]] = []
         self._broken = False
+        # Tasks the driver starts and nobody awaits (a persist under way, the close after the
+        # last batches wind down): held here until done, since the loop keeps only weak
+        # references to tasks and one could be collected before it finished.
+        self._background: set[asyncio.Future[Any]] = set()
         # What the step under way hands the host once its snapshot is persisted: outcomes for
         # `on_outcome` (batch, offset), entries to start, and retired batches to resolve.
         self._reports: list[tuple[_Batch, int]] = []
@@ -568,6 +572,9 @@ class Driver:
                 # even while `decide` is still out.
                 decider = self._loop.create_task(self._decide_all(b, decide, list(undecided)))  # type: ignore[union-attr]
             await asyncio.shield(b.finished)
+        except GeneratorExit:
+            # The task is being collected (its loop is gone): nothing can be reported.
+            raise
         except BaseException:
             if decider is not None:
                 decider.cancel()
@@ -780,9 +787,14 @@ class Driver:
                 loop = None
             if loop is not None:
                 # The cancellations and ends must reach the scheduler before it is closed.
-                loop.create_task(self._close_later())
+                self._hold(loop.create_task(self._close_later()))
                 return
         self._close_owned()
+
+    def _hold(self, task: "asyncio.Future[Any]") -> "asyncio.Future[Any]":
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     def _close_owned(self) -> None:
         self._finalizer.detach()
@@ -949,7 +961,7 @@ class Driver:
             else:
                 self._persisted(reports, starts, retiring)
 
-        asyncio.ensure_future(saved, loop=self._loop).add_done_callback(done)
+        self._hold(asyncio.ensure_future(saved, loop=self._loop)).add_done_callback(done)
 
     def _persisted(self, reports: list[tuple[_Batch, int]], starts: list[tuple[_Batch, int]], retiring: list[_Batch]) -> None:
         self._persisting = False
@@ -1180,6 +1192,9 @@ class Driver:
             except Exception as e:
                 status = CANCELLED if b.cancelled else FAILED
                 self._ended(b, i, EntryOutcome(entry, label, status, error=e), False)
+            except GeneratorExit:
+                # The task is being collected (its loop is gone): nothing can be reported.
+                raise
             except BaseException as e:  # KeyboardInterrupt, SystemExit: report, then let it go
                 self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else FAILED, error=e), False)
                 raise
