@@ -24,8 +24,8 @@ CHILD = Path(__file__).with_name("crash_child.py")
 KILLS = int(os.environ.get("TURNSTILE_CRASH_KILLS", "50"))
 SEED = int(os.environ.get("TURNSTILE_CRASH_SEED", str(int(time.time()) % 100_000)))
 # Long enough that 50 kills land before the plan is done on an idle machine too (100 ran out
-# after 40-47 kills there; 400 spent the first 60 ms persisting its submissions, one snapshot
-# each, so no kill cut a call); the last life runs the rest uninterrupted.
+# after 40-47 kills there; with 400 a life spent its first 60 ms submitting them, so no kill
+# cut a call); the last life runs the rest uninterrupted.
 BATCHES, CALLS = 200, 4
 WINDOW = 0.060  # a kill comes up to this long after the child said ready (seconds)
 
