@@ -585,6 +585,11 @@ class Driver:
             if not self._closed:
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(self._until_retired(b))
+                if b.final is not None:
+                    # `run` raises instead of returning the outcomes, so the host has nothing
+                    # to `forget`: the batch leaves the snapshot here (JS resolves it instead,
+                    # and the host forgets it). Else every restart would give it back.
+                    self.forget(b.final)
             if not b.finished.done():
                 b.finished.cancel()
             raise
