@@ -227,7 +227,12 @@ export class Gate {
       }
     };
     done.then(
-      () => end(undefined, false),
+      (outcomes) => {
+        // Every call had its answer through onOutcome: the batch leaves the snapshot (a
+        // persisting driver would otherwise keep and give back every past gate batch).
+        this.driver.forget(outcomes);
+        end(undefined, false);
+      },
       (error) => end(error, true),
     );
   }

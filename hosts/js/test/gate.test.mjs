@@ -281,3 +281,17 @@ test('a disposed driver rejects every call of the gate with DisposedError', { ti
   await assert.rejects(b, (e) => e.code === 'disposed');
   await a.catch(() => {});
 });
+
+test('a gate over a persisting driver leaves nothing retired in the snapshot (every call had its answer)', { timeout: 10_000 }, async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'test', text: CONFIG }]);
+  const saved = [];
+  const driver = new Driver(new Scheduler(policy), { clock: freshClock(), persist: (text) => { saved.push(text); } });
+  const g = new Gate(driver);
+  for (let n = 0; n < 3; n++) assert.equal(await g.call('rfd_draft', `c${n}`, String(n), async (arg) => { await sleep(10); return arg; }), String(n));
+  await sleep(10);
+  const last = JSON.parse(driver.snapshot());
+  assert.deepEqual([last.retired, last.state.batches], [[], []]);
+  assert.ok(saved.length > 0, 'the driver persisted');
+  driver.dispose();
+});

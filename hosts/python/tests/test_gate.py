@@ -315,3 +315,29 @@ def test_a_key_shared_across_tools_keeps_its_limit_and_written_order() -> None:
         assert [e for e in log.events if e.startswith("start rfd")] == [f"start rfd_draft {i}" for i in range(3)]
 
     vloop.run(main())
+
+
+def test_a_gate_over_a_persisting_driver_leaves_nothing_retired_in_the_snapshot() -> None:
+    """Every call had its answer, so its batch leaves the snapshot when it retires (before,
+    every past gate batch stayed, was rewritten by every persist and came back on resume)."""
+
+    async def main():
+        import json
+
+        saved: list[str] = []
+        driver = Driver(Scheduler(policy()), persist=saved.append)
+        async with Gate(driver) as gate:
+
+            async def run(arg: str) -> str:
+                await asyncio.sleep(0.01)
+                return arg
+
+            for n in range(3):
+                assert await gate.call("rfd_draft", f"c{n}", str(n), run) == str(n)
+            await asyncio.sleep(0.01)
+            last = json.loads(driver.snapshot())
+            assert last["retired"] == [] and last["state"]["batches"] == []
+            assert saved, "the driver persisted"
+        driver.close()
+
+    vloop.run(main())

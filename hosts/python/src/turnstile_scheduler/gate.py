@@ -291,7 +291,10 @@ class Gate:
         error: Optional[BaseException] = None
         cancelled = False
         try:
-            await self.driver._drive(gb.batch, self._decide, range(gb.batch.count))
+            outcomes = await self.driver._drive(gb.batch, self._decide, range(gb.batch.count))
+            # Every call had its answer through on_outcome: the batch leaves the snapshot (a
+            # persisting driver would otherwise keep and give back every past gate batch).
+            self.driver.forget(outcomes)
         except asyncio.CancelledError:  # close(), or every waiter withdrew: the batch was cancelled
             cancelled = True
         except Exception as e:  # decide raised, a refused input, the driver closed
