@@ -8,19 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { VirtualClock } from './fixtures/virtual-clock.mjs';
 import { Driver, Scheduler, Turnstile } from '../dist/index.js';
-
-/** mulberry32: small, fast, good enough to pick behaviours. */
-function rng(seed) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return { next, int: (n) => Math.floor(next() * n), pick: (xs) => xs[Math.floor(next() * xs.length)], chance: (p) => next() < p };
-}
+import { rng } from './fixtures/rng.mjs';
 
 // Tools and the key each one counts against (undefined: unbounded).
 const TOOLS = {

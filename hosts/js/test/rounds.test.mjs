@@ -7,18 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Scheduler, Turnstile } from '../dist/index.js';
-
-function rng(seed) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return { int: (n) => Math.floor(next() * n), chance: (p) => next() < p, pick: (xs) => xs[Math.floor(next() * xs.length)] };
-}
+import { rng } from './fixtures/rng.mjs';
 
 const CONFIG = `
 [conversation.tools.a]
