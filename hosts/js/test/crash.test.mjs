@@ -11,22 +11,14 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { rng } from './fixtures/rng.mjs';
 
 const CHILD = new URL('./fixtures/crash-child.mjs', import.meta.url).pathname;
 const KILLS = Number(process.env.TURNSTILE_CRASH_KILLS ?? 50);
 const SEED = Number(process.env.TURNSTILE_CRASH_SEED ?? Date.now() % 100_000);
 
 /** A small seeded generator (mulberry32). */
-function random(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const random = (seed) => rng(seed).next;
 
 /** Runs the child once; kills it `killAfterMs` after it said ready (undefined: lets it finish).
  * Resolves with how it ended. */

@@ -10,6 +10,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { Scheduler, Turnstile } from '../dist/index.js';
+import { rng as seeded } from './fixtures/rng.mjs';
 
 const glue = readFileSync(new URL('../dist/component/turnstile.js', import.meta.url), 'utf8');
 
@@ -68,16 +69,7 @@ function arena(grow) {
   return { memory, realloc };
 }
 
-function rng(seed) {
-  let a = seed >>> 0;
-  return (n) => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * n);
-  };
-}
+const rng = (seed) => seeded(seed).int;
 
 const FIXED = [
   '',
