@@ -7,10 +7,9 @@ use turnstile_engine::config::{OnError, ToolPolicy};
 use turnstile_engine::diagnostic::{self, Code, Diagnostic, Severity};
 use turnstile_engine::retry_after::{RetryAfterError, RetryAfterErrorCode};
 use turnstile_engine::schedule::{
-    AbortCause, About, Action, BatchId, Call, End, EntryId, EntryStatus, HostSettle, Input,
-    InputErrorCode, Limits, Outcome, Reason, Refusal, Releases, ResumeError, ResumeErrorCode,
-    Saved, SavedBatch, SavedCall, SavedState, Started, State, SubmitError, SubmitErrorCode,
-    Unrestored, UnrestoredCode, Wait,
+    AbortCause, About, BatchId, EntryId, EntryStatus, HostSettle, Input, InputErrorCode, Limits,
+    Outcome, Reason, Refusal, Releases, ResumeError, ResumeErrorCode, Saved, SavedBatch, SavedCall,
+    SavedState, Started, State, SubmitError, SubmitErrorCode, Unrestored, UnrestoredCode, Wait,
 };
 
 use crate::wit_admission as wa;
@@ -109,17 +108,15 @@ fn not_run(how: ws::NotRun) -> HostSettle {
     }
 }
 
-pub(crate) fn end(e: ws::End) -> End {
-    match e {
-        ws::End::Ok => End::Ok,
-        ws::End::Failed => End::Failed,
-        ws::End::RateLimited(until) => End::RateLimited(until),
-    }
-}
-
-pub(crate) fn input(e: &ws::Event) -> Input<'_> {
-    match e {
-        ws::Event::Approve(n) => Input::Approve(EntryId(*n)),
+/// The engine's inputs an event stands for, in order: one, or one per entry of an `approve`.
+pub(crate) fn for_each_input<'e>(e: &'e ws::Event, mut apply: impl FnMut(Input<'e>)) {
+    let input = match e {
+        ws::Event::Approve(entries) => {
+            entries
+                .iter()
+                .for_each(|&n| apply(Input::Approve(EntryId(n))));
+            return;
+        }
         ws::Event::NotRun((n, how)) => Input::NotRun(EntryId(*n), not_run(*how)),
         ws::Event::Ask(n) => Input::Ask(EntryId(*n)),
         ws::Event::Answer(n) => Input::Answer(EntryId(*n)),
@@ -128,7 +125,8 @@ pub(crate) fn input(e: &ws::Event) -> Input<'_> {
         ws::Event::LiftPause(key) => Input::LiftPause(key),
         ws::Event::Granted(n) => Input::Granted(EntryId(*n)),
         ws::Event::Denied(n) => Input::Denied(EntryId(*n)),
-    }
+    };
+    apply(input);
 }
 
 fn outcome_in(o: ws::Outcome) -> Outcome {
@@ -202,19 +200,6 @@ pub(crate) fn reason_in(r: ws::Reason) -> Reason {
     }
 }
 
-/// `submit-batch`'s calls as calls borrowing from them.
-pub(crate) fn calls(calls: &[ws::Call]) -> Vec<Call<'_>> {
-    calls
-        .iter()
-        .map(|c| Call {
-            id: &c.id,
-            tool: &c.tool,
-            operations: c.operations,
-            arguments: c.arguments.as_deref(),
-        })
-        .collect()
-}
-
 pub(crate) fn submit_error(e: SubmitError) -> ws::SubmitError {
     use SubmitErrorCode as E;
     use ws::SubmitErrorCode as W;
@@ -226,6 +211,7 @@ pub(crate) fn submit_error(e: SubmitError) -> ws::SubmitError {
             E::NotFanOut => W::NotFanOut,
             E::InvalidOperations => W::InvalidOperations,
             E::TooLarge => W::TooLarge,
+            E::MalformedBatch => W::MalformedBatch,
         },
         message: e.message,
     }
@@ -258,39 +244,55 @@ pub(crate) fn refusal(r: Refusal) -> ws::Refusal {
     }
 }
 
-/// The round's output as the WIT's actions, in the engine's order.
+/// The round's output, list by list as the engine keeps it.
 pub(crate) fn releases(out: &Releases) -> ws::Releases {
-    let mut actions = Vec::with_capacity(out.len());
-    actions.extend(out.actions().map(|a| match a {
-        Action::Refused(r) => ws::Action::Refused(refusal(r.clone())),
-        Action::Abort(a) => ws::Action::Abort(ws::Abort {
-            entry: a.entry.0,
-            cause: cause_out(a.cause),
-        }),
-        Action::PauseStore(p) => ws::Action::PauseStore(ws::KeyPause {
-            key: p.key.clone(),
-            until: p.until,
-        }),
-        Action::Release(p) => ws::Action::Release(ws::Permit {
-            entry: p.entry.0,
-            key: p.key.clone(),
-        }),
-        Action::Settled(s) => ws::Action::Settled(ws::Settlement {
-            entry: s.entry.0,
-            reason: reason_out(s.reason),
-            message: s.message.clone(),
-        }),
-        Action::Acquire(p) => ws::Action::Acquire(ws::PermitRequest {
-            entry: p.entry.0,
-            key: p.key.clone(),
-            limit: p.limit,
-            delay_ms: p.delay_ms,
-        }),
-        Action::Start(e) => ws::Action::Start(e.0),
-        Action::Retired(b) => ws::Action::Retired(b.0),
-    }));
     ws::Releases {
-        actions,
+        refused: out.refused.clone().map(refusal),
+        abort: out
+            .abort
+            .iter()
+            .map(|a| ws::Abort {
+                entry: a.entry.0,
+                cause: cause_out(a.cause),
+            })
+            .collect(),
+        pause_store: out
+            .pause_store
+            .iter()
+            .map(|p| ws::KeyPause {
+                key: p.key.clone(),
+                until: p.until,
+            })
+            .collect(),
+        release: out
+            .release
+            .iter()
+            .map(|p| ws::Permit {
+                entry: p.entry.0,
+                key: p.key.clone(),
+            })
+            .collect(),
+        settled: out
+            .settled
+            .iter()
+            .map(|s| ws::Settlement {
+                entry: s.entry.0,
+                reason: reason_out(s.reason),
+                message: s.message.clone(),
+            })
+            .collect(),
+        acquire: out
+            .acquire
+            .iter()
+            .map(|p| ws::PermitRequest {
+                entry: p.entry.0,
+                key: p.key.clone(),
+                limit: p.limit,
+                delay_ms: p.delay_ms,
+            })
+            .collect(),
+        start: out.start.iter().map(|e| e.0).collect(),
+        retired: out.retired.iter().map(|b| b.0).collect(),
         wake_at: out.wake_at,
     }
 }

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 
 use turnstile_engine::admission::{Admission, Ticket};
 use turnstile_engine::config::{self as engine_config, Policy};
-use turnstile_engine::schedule::{BatchId, EntryId, Releases, Scheduler};
+use turnstile_engine::schedule::{BatchId, End, EntryId, Releases, Scheduler};
 
 wit_bindgen::generate!({ path: "../wit", world: "turnstile" });
 
@@ -140,10 +140,16 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
 
     fn submit_batch(
         &self,
-        calls: Vec<wit_scheduler::Call>,
+        calls: wit_scheduler::Batch,
         limits: wit_scheduler::Limits,
     ) -> Result<wit_scheduler::Submitted, wit_scheduler::SubmitError> {
-        let calls = convert::calls(&calls);
+        let calls = turnstile_engine::schedule::unpack(
+            &calls.ids,
+            &calls.tools,
+            calls.fan_outs.iter().map(|f| (f.call, f.operations)),
+            calls.arguments.iter().map(|a| (a.call, a.json.as_str())),
+        )
+        .map_err(convert::submit_error)?;
         self.inner
             .borrow_mut()
             .submit_batch_with(&calls, convert::limits_in(limits))
@@ -155,21 +161,25 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
             .map_err(convert::submit_error)
     }
 
-    fn on_ended(
-        &self,
-        ends: Vec<wit_scheduler::Ended>,
-        now: Option<u64>,
-    ) -> Vec<wit_scheduler::Refusal> {
+    fn on_ended(&self, ends: wit_scheduler::Ends, now: Option<u64>) -> Vec<wit_scheduler::Refusal> {
         let mut sched = self.inner.borrow_mut();
         let clock = now.and_then(|now| sched.observe_clock(now).err());
-        clock
+        let ok = ends.ok.iter().map(|&e| (e, End::Ok));
+        let failed = ends.failed.iter().map(|&e| (e, End::Failed));
+        let limited = ends
+            .rate_limited
+            .iter()
+            .map(|r| (r.entry, End::RateLimited(r.until)));
+        let refused: Vec<_> = clock
             .into_iter()
             .chain(
-                ends.iter()
-                    .filter_map(|e| sched.on_ended(EntryId(e.entry), convert::end(e.end)).err()),
+                ok.chain(failed)
+                    .chain(limited)
+                    .filter_map(|(e, end)| sched.on_ended(EntryId(e), end).err()),
             )
             .map(convert::refusal)
-            .collect()
+            .collect();
+        refused
     }
 
     fn on_events(
@@ -178,16 +188,14 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
         now: Option<u64>,
     ) -> Vec<wit_scheduler::Refusal> {
         let mut sched = self.inner.borrow_mut();
-        let clock = now.and_then(|now| sched.observe_clock(now).err());
-        clock
+        let mut refused: Vec<_> = now
+            .and_then(|now| sched.observe_clock(now).err())
             .into_iter()
-            .chain(
-                events
-                    .iter()
-                    .filter_map(|e| sched.on_event(convert::input(e)).err()),
-            )
-            .map(convert::refusal)
-            .collect()
+            .collect();
+        for event in &events {
+            convert::for_each_input(event, |input| refused.extend(sched.on_event(input).err()));
+        }
+        refused.into_iter().map(convert::refusal).collect()
     }
 
     fn next_releases(&self, now: Option<u64>) -> wit_scheduler::Releases {

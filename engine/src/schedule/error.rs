@@ -8,7 +8,7 @@ codes! {
     SubmitErrorCode {
         /// A batch with no calls.
         EmptyBatch => "empty-batch",
-        /// A call id or tool name is empty, too long, or (call ids) contains `#` or a newline.
+        /// A call id or tool name is empty or too long, or a call id contains `#` or a newline.
         InvalidId => "invalid-id",
         /// A call id is used twice in the batch, or by a live batch.
         DuplicateId => "duplicate-id",
@@ -18,6 +18,10 @@ codes! {
         InvalidOperations => "invalid-operations",
         /// A size above a limit in [`crate::limits`].
         TooLarge => "too-large",
+        /// A packed batch ([`PackedBatch`](super::PackedBatch)) whose texts hold different
+        /// numbers of calls or do not end with a newline, or whose fan-out or arguments list
+        /// names a call out of range or twice.
+        MalformedBatch => "malformed-batch",
     }
 }
 

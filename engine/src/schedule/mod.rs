@@ -70,6 +70,7 @@ mod keys;
 mod layout;
 mod lifecycle;
 mod names;
+mod packed;
 mod restart;
 mod shared;
 mod stale_heap;
@@ -84,6 +85,7 @@ pub use error::{
 };
 pub use inspect::{EntryStatus, Wait};
 pub use lifecycle::{AbortCause, HostSettle, Outcome, Reason, Saved, State};
+pub use packed::unpack;
 pub use restart::{SAVED_VERSION, SavedBatch, SavedCall, SavedState, Started, fingerprint};
 
 use crate::config::Policy;
