@@ -280,7 +280,8 @@ impl Sim<'_> {
     /// Submits the file's `n`-th batch; its number and entries.
     fn submit(&mut self, n: usize, batch: &BatchSpec) -> Result<(u64, Range<u64>), Error> {
         let calls = calls_of(batch).map_err(|e| Error::Input(format!("batch {n}: {e}")))?;
-        let wit_calls = crate::subject::wit_calls(&calls);
+        let wit_calls = crate::subject::wit_calls(&calls)
+            .map_err(|_| Error::Input(format!("batch {n}: a call id or tool has a newline")))?;
         let submitted = self
             .iface
             .call_submit_batch(
@@ -348,8 +349,12 @@ impl Sim<'_> {
         let mut seq = 0u64;
         let mut shown: HashMap<String, String> = HashMap::new();
         // The host loop: inputs in, then one `match` over the round's actions.
-        let mut events: Vec<ws::Event> = approve.into_iter().map(ws::Event::Approve).collect();
-        let mut ends: Vec<ws::Ended> = Vec::new();
+        let mut events: Vec<ws::Event> = vec![ws::Event::Approve(approve)];
+        let mut ends = ws::Ends {
+            ok: Vec::new(),
+            failed: Vec::new(),
+            rate_limited: Vec::new(),
+        };
         loop {
             let mut refused = self
                 .iface
@@ -361,63 +366,56 @@ impl Sim<'_> {
                     .map_err(trap)?,
             );
             events.clear();
-            ends.clear();
+            ends.ok.clear();
+            ends.failed.clear();
             let round = self
                 .iface
                 .call_next_releases(&mut *self.store, self.sched, Some(self.now_ms))
                 .map_err(trap)?;
-            for action in round.actions {
-                match action {
-                    ws::Action::Refused(r) => refused.push(r),
-                    // A simulated execution stops at once when told to: it ends failed now.
-                    ws::Action::Abort(a) => {
-                        running.retain(|r| r.entry != a.entry);
-                        ends.push(ws::Ended {
-                            entry: a.entry,
-                            end: ws::End::Failed,
-                        });
-                        let label = self.label(a.entry);
-                        let cause = match a.cause {
-                            ws::AbortCause::Deadline => {
-                                "its execution limit passed; it ended failed"
-                            }
-                            ws::AbortCause::Cancel => "its batch was cancelled; it ended failed",
-                        };
-                        self.event("abort", &label, cause);
-                    }
-                    // One process here: a permit back or a store pause is nothing to do.
-                    ws::Action::PauseStore(_) | ws::Action::Release(_) => {}
-                    ws::Action::Settled(st) => {
-                        let label = self.label(st.entry);
-                        self.event("settle", &label, &st.message);
-                    }
-                    // One process here, so the store grants each permit at once.
-                    ws::Action::Acquire(p) => {
-                        let label = self.label(p.entry);
-                        self.event("permit", &label, "asked the shared store; granted at once");
-                        events.push(ws::Event::Granted(p.entry));
-                    }
-                    ws::Action::Start(e) => {
-                        let label = self.label(e);
-                        let key = self.entries.get(&e).map_or("", |(_, k)| k.as_str());
-                        let key = key.to_owned();
-                        self.event("start", &label, &key);
-                        running.push(Running {
-                            entry: e,
-                            ends_at_ms: self.now_ms + duration_ms(&label),
-                            seq,
-                        });
-                        seq += 1;
-                    }
-                    ws::Action::Retired(b) => batches.retain(|&x| x != b),
-                }
+            // The round's lists, in the order the fields say to perform them.
+            refused.extend(round.refused);
+            for a in round.abort {
+                // A simulated execution stops at once when told to: it ends failed now.
+                running.retain(|r| r.entry != a.entry);
+                ends.failed.push(a.entry);
+                let label = self.label(a.entry);
+                let cause = match a.cause {
+                    ws::AbortCause::Deadline => "its execution limit passed; it ended failed",
+                    ws::AbortCause::Cancel => "its batch was cancelled; it ended failed",
+                };
+                self.event("abort", &label, cause);
             }
+            // One process here: a store pause or a permit back (`pause-store`, `release`) is
+            // nothing to do.
+            for st in round.settled {
+                let label = self.label(st.entry);
+                self.event("settle", &label, &st.message);
+            }
+            // One process here, so the store grants each permit at once.
+            for p in round.acquire {
+                let label = self.label(p.entry);
+                self.event("permit", &label, "asked the shared store; granted at once");
+                events.push(ws::Event::Granted(p.entry));
+            }
+            for e in round.start {
+                let label = self.label(e);
+                let key = self.entries.get(&e).map_or("", |(_, k)| k.as_str());
+                let key = key.to_owned();
+                self.event("start", &label, &key);
+                running.push(Running {
+                    entry: e,
+                    ends_at_ms: self.now_ms + duration_ms(&label),
+                    seq,
+                });
+                seq += 1;
+            }
+            batches.retain(|x| !round.retired.contains(x));
             if let Some(r) = refused.first() {
                 let why = format!("the scheduler refused an input: {}", r.message);
                 return Err(Error::Host(why));
             }
             self.show_waits(&batches, &mut shown)?;
-            if !events.is_empty() || !ends.is_empty() {
+            if !events.is_empty() || !ends.ok.is_empty() || !ends.failed.is_empty() {
                 continue;
             }
             let next = running
@@ -440,10 +438,11 @@ impl Sim<'_> {
             self.now_ms = done.ends_at_ms;
             let label = self.label(done.entry);
             let failed = spec.fail.contains(&label);
-            ends.push(ws::Ended {
-                entry: done.entry,
-                end: if failed { ws::End::Failed } else { ws::End::Ok },
-            });
+            if failed {
+                ends.failed.push(done.entry);
+            } else {
+                ends.ok.push(done.entry);
+            }
             self.event("end", &label, if failed { "failed" } else { "ok" });
         }
         self.event("done", "", "every entry ended or settled");

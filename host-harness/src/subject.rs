@@ -144,7 +144,7 @@ impl Subject for ComponentSubject {
         calls: &[CallSpec],
         limits: LimitsSpec,
     ) -> Result<(u64, u64, u32), String> {
-        let calls = wit_calls(calls);
+        let calls = wit_calls(calls)?;
         let limits = wit_limits(limits);
         let s = self.scheduler()?;
         let iface = self
@@ -164,10 +164,15 @@ impl Subject for ComponentSubject {
             Ok(s) => s,
             Err(e) => return trapped(e),
         };
-        let events: Vec<ws::Event> = events
-            .iter()
-            .map(|e| match e {
-                EventSpec::Approve(n) => ws::Event::Approve(*n),
+        let mut wit: Vec<ws::Event> = Vec::with_capacity(events.len());
+        for e in events {
+            // Consecutive approvals travel as one `approve` list, applied in order.
+            if let (EventSpec::Approve(n), Some(ws::Event::Approve(run))) = (e, wit.last_mut()) {
+                run.push(*n);
+                continue;
+            }
+            wit.push(match e {
+                EventSpec::Approve(n) => ws::Event::Approve(vec![*n]),
                 EventSpec::NotRun(n, how) => ws::Event::NotRun((
                     *n,
                     match *how {
@@ -185,8 +190,9 @@ impl Subject for ComponentSubject {
                 }),
                 EventSpec::Granted(n) => ws::Event::Granted(*n),
                 EventSpec::Denied(n) => ws::Event::Denied(*n),
-            })
-            .collect();
+            });
+        }
+        let events = wit;
         let iface = self
             .instance
             .exports
@@ -203,26 +209,20 @@ impl Subject for ComponentSubject {
             Ok(s) => s,
             Err(e) => return trapped(e),
         };
-        let ends: Vec<ws::Ended> = ends
-            .iter()
-            .map(|&(entry, how)| ws::Ended {
-                entry,
-                end: match how {
-                    EndSpec::Ok => ws::End::Ok,
-                    EndSpec::Failed => ws::End::Failed,
-                    EndSpec::RateLimited(until) => ws::End::RateLimited(until),
-                },
-            })
-            .collect();
         let iface = self
             .instance
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        match iface.call_on_ended(&mut self.instance.store, s, &ends, now) {
-            Ok(refused) => refused.iter().map(refusal).collect(),
-            Err(e) => trapped(trap(e)),
+        let mut refused = Vec::new();
+        for (i, chunk) in wit_ends(ends).iter().enumerate() {
+            let now = if i == 0 { now } else { None };
+            match iface.call_on_ended(&mut self.instance.store, s, chunk, now) {
+                Ok(r) => refused.extend(r.iter().map(refusal)),
+                Err(e) => return trapped(trap(e)),
+            }
         }
+        refused
     }
 
     fn next_releases(&mut self, now: Option<u64>) -> ReleasesView {
@@ -243,45 +243,7 @@ impl Subject for ComponentSubject {
             .turnstile_scheduler_scheduler()
             .scheduler();
         match iface.call_next_releases(&mut self.instance.store, s, now) {
-            Ok(out) => ReleasesView {
-                actions: out
-                    .actions
-                    .iter()
-                    .map(|a| match a {
-                        ws::Action::Refused(r) => ActionView::Refused(refusal(r)),
-                        ws::Action::Abort(a) => ActionView::Abort {
-                            entry: a.entry,
-                            cause: cause(a.cause).to_owned(),
-                        },
-                        ws::Action::PauseStore(p) => ActionView::PauseStore {
-                            key: p.key.clone(),
-                            until: p.until,
-                        },
-                        ws::Action::Release(p) => ActionView::Release {
-                            entry: p.entry,
-                            key: p.key.clone(),
-                        },
-                        ws::Action::Settled(st) => {
-                            let (name, after) = reason(&st.reason);
-                            ActionView::Settled {
-                                entry: st.entry,
-                                reason: name.to_owned(),
-                                after,
-                                message: st.message.clone(),
-                            }
-                        }
-                        ws::Action::Acquire(p) => ActionView::Acquire {
-                            entry: p.entry,
-                            key: p.key.clone(),
-                            limit: p.limit,
-                            delay_ms: p.delay_ms,
-                        },
-                        ws::Action::Start(e) => ActionView::Start(*e),
-                        ws::Action::Retired(b) => ActionView::Retired(*b),
-                    })
-                    .collect(),
-                wake_at: out.wake_at,
-            },
+            Ok(out) => releases_view(out),
             Err(e) => trapped_view(trap(e)),
         }
     }
@@ -466,17 +428,107 @@ pub(crate) fn wit_limits(l: LimitsSpec) -> ws::Limits {
     }
 }
 
-/// The corpus's calls as `submit-batch` takes them.
-pub(crate) fn wit_calls(calls: &[CallSpec]) -> Vec<ws::Call> {
-    calls
-        .iter()
-        .map(|c| ws::Call {
-            id: c.id.clone(),
-            tool: c.tool.clone(),
-            operations: c.operations,
-            arguments: c.arguments.clone(),
-        })
-        .collect()
+/// The corpus's calls as `submit-batch` takes them, packed. A name with a newline cannot be
+/// packed (the newline ends it): it is refused here as the component refuses a bad name.
+pub(crate) fn wit_calls(calls: &[CallSpec]) -> Result<ws::Batch, String> {
+    let mut batch = ws::Batch {
+        ids: String::new(),
+        tools: String::new(),
+        fan_outs: Vec::new(),
+        arguments: Vec::new(),
+    };
+    for (i, c) in calls.iter().enumerate() {
+        if c.id.contains('\n') || c.tool.contains('\n') {
+            return Err("invalid-id".to_owned());
+        }
+        batch.ids.push_str(&c.id);
+        batch.ids.push('\n');
+        batch.tools.push_str(&c.tool);
+        batch.tools.push('\n');
+        let call = i as u32;
+        if let Some(operations) = c.operations {
+            batch.fan_outs.push(ws::FanOut { call, operations });
+        }
+        if let Some(json) = &c.arguments {
+            batch.arguments.push(ws::CallArguments {
+                call,
+                json: json.clone(),
+            });
+        }
+    }
+    Ok(batch)
+}
+
+/// Ends in list order as `on-ended` takes them: the component applies a call's ok ends, then
+/// its failed ones, then its rate limits, so a list in another order crosses as several calls,
+/// each in that order, and every end still applies in the list's order.
+pub(crate) fn wit_ends(ends: &[(u64, EndSpec)]) -> Vec<ws::Ends> {
+    let empty = || ws::Ends {
+        ok: Vec::new(),
+        failed: Vec::new(),
+        rate_limited: Vec::new(),
+    };
+    let mut out = vec![empty()];
+    let mut rank = 0;
+    for &(entry, how) in ends {
+        let r = match how {
+            EndSpec::Ok => 0,
+            EndSpec::Failed => 1,
+            EndSpec::RateLimited(_) => 2,
+        };
+        if r < rank {
+            out.push(empty());
+        }
+        rank = r;
+        let chunk = out.last_mut().expect("one chunk at least");
+        match how {
+            EndSpec::Ok => chunk.ok.push(entry),
+            EndSpec::Failed => chunk.failed.push(entry),
+            EndSpec::RateLimited(until) => {
+                chunk.rate_limited.push(ws::RateLimited { entry, until })
+            }
+        }
+    }
+    out
+}
+
+/// The round's lists as the corpus's actions, in the order the fields say to perform them.
+pub(crate) fn releases_view(out: ws::Releases) -> ReleasesView {
+    let mut actions = Vec::new();
+    actions.extend(out.refused.iter().map(|r| ActionView::Refused(refusal(r))));
+    actions.extend(out.abort.iter().map(|a| ActionView::Abort {
+        entry: a.entry,
+        cause: cause(a.cause).to_owned(),
+    }));
+    actions.extend(out.pause_store.iter().map(|p| ActionView::PauseStore {
+        key: p.key.clone(),
+        until: p.until,
+    }));
+    actions.extend(out.release.iter().map(|p| ActionView::Release {
+        entry: p.entry,
+        key: p.key.clone(),
+    }));
+    actions.extend(out.settled.iter().map(|st| {
+        let (name, after) = reason(&st.reason);
+        ActionView::Settled {
+            entry: st.entry,
+            reason: name.to_owned(),
+            after,
+            message: st.message.clone(),
+        }
+    }));
+    actions.extend(out.acquire.iter().map(|p| ActionView::Acquire {
+        entry: p.entry,
+        key: p.key.clone(),
+        limit: p.limit,
+        delay_ms: p.delay_ms,
+    }));
+    actions.extend(out.start.iter().map(|&e| ActionView::Start(e)));
+    actions.extend(out.retired.iter().map(|&b| ActionView::Retired(b)));
+    ReleasesView {
+        actions,
+        wake_at: out.wake_at,
+    }
 }
 
 /// A call that could not run: an error no case expects, so the case fails.
@@ -568,6 +620,7 @@ pub(crate) fn submit_code(code: ws::SubmitErrorCode) -> &'static str {
         E::NotFanOut => "not-fan-out",
         E::InvalidOperations => "invalid-operations",
         E::TooLarge => "too-large",
+        E::MalformedBatch => "malformed-batch",
     }
 }
 

@@ -279,22 +279,24 @@ fn step_refuses_unknown_numbers_one_by_one() {
 fn submit_refuses_malformed_batches() {
     let mut s = Sched::new(STOP_POLICY);
     let long = "x".repeat(100_000);
-    let call = |id: &str, tool: &str, operations: Option<u32>| ws::Call {
+    let call = |id: &str, tool: &str, operations: Option<u32>| common::Call {
         id: id.to_owned(),
         tool: tool.to_owned(),
         operations,
         arguments: None,
     };
     let plain = |id: &str, tool: &str| call(id, tool, None);
-    let many: Vec<ws::Call> = (0..100_001).map(|i| plain(&format!("c{i}"), "t")).collect();
-    let huge: Vec<ws::Call> = (0..41)
+    let many: Vec<common::Call> = (0..100_001).map(|i| plain(&format!("c{i}"), "t")).collect();
+    let huge: Vec<common::Call> = (0..41)
         .map(|i| call(&format!("h{i}"), "f", Some(100_000)))
         .collect();
-    let refused: Vec<(Vec<ws::Call>, S)> = vec![
+    let refused: Vec<(Vec<common::Call>, S)> = vec![
         (vec![], S::EmptyBatch),
         (vec![plain("", "t")], S::InvalidId),
         (vec![plain("a", "")], S::InvalidId),
-        (vec![plain("a\n", "t")], S::InvalidId),
+        // A newline ends a name: this batch reads as two ids and one tool.
+        (vec![plain("a\n", "t")], S::MalformedBatch),
+        (vec![plain("a", "t\nu")], S::MalformedBatch),
         (vec![plain("b", "t"), plain("", "t")], S::InvalidId),
         (vec![plain("#", "t")], S::InvalidId),
         (vec![plain("a#", "t")], S::InvalidId),
@@ -311,7 +313,7 @@ fn submit_refuses_malformed_batches() {
         // 41 calls of 100,000 operations: above 4,000,000 live entries.
         (huge, S::TooLarge),
         (
-            vec![ws::Call {
+            vec![common::Call {
                 arguments: Some("x".repeat(65_537)),
                 ..plain("g", "t")
             }],
@@ -326,6 +328,42 @@ fn submit_refuses_malformed_batches() {
             &calls[..calls.len().min(2)]
         );
     }
+    // Packed batches that do not add up, as a host could send them.
+    let packed = |ids: &str, tools: &str, fan: &[(u32, u32)], args: &[u32]| ws::Batch {
+        ids: ids.to_owned(),
+        tools: tools.to_owned(),
+        fan_outs: (fan.iter())
+            .map(|&(call, operations)| ws::FanOut { call, operations })
+            .collect(),
+        arguments: (args.iter())
+            .map(|&call| ws::CallArguments {
+                call,
+                json: "{}".to_owned(),
+            })
+            .collect(),
+    };
+    for bad in [
+        packed("a", "t\n", &[], &[]),
+        packed("a\n", "t", &[], &[]),
+        packed("", "t\n", &[], &[]),
+        packed("a\nb\n", "t\n", &[], &[]),
+        packed("a\n", "f\n", &[(1, 2)], &[]),
+        packed("a\n", "f\n", &[(0, 2), (0, 2)], &[]),
+        packed("a\n", "t\n", &[], &[1]),
+        packed("a\n", "t\n", &[], &[0, 0]),
+        packed("a\n", "t\n", &[(u32::MAX, 1)], &[]),
+    ] {
+        assert_eq!(s.submit_packed(&bad), Err(S::MalformedBatch), "{bad:?}");
+    }
+    assert_eq!(
+        s.submit_packed(&packed(
+            &"x\n".repeat(100_001),
+            &"t\n".repeat(100_001),
+            &[],
+            &[]
+        )),
+        Err(S::TooLarge)
+    );
     let id256 = "y".repeat(256);
     assert_eq!(s.submit(&"y".repeat(257), "t", &[0]), Err(S::InvalidId));
     // Odd but valid ids, numbered from batch 1, entry 1: the refused ones took no number.
@@ -436,14 +474,15 @@ fn limits_turn_pathological_input_into_errors() {
     let mut hit = None;
     for round in 0..8 {
         // Each round's ids are new, so no batch is a duplicate.
-        let calls: Vec<ws::Call> = (0..100_000)
-            .map(|i| ws::Call {
+        let calls: Vec<common::Call> = (0..100_000)
+            .map(|i| common::Call {
                 id: format!("r{round}-rather-long-call-id-{i:08}"),
                 tool: format!("tool-{i}"),
                 operations: None,
                 arguments: None,
             })
             .collect();
+        let calls = common::pack(&calls);
         match iface.call_submit_batch(&mut s.inst.store, s.s, &calls, common::NO_LIMITS) {
             Err(trap) => {
                 hit = Some(trap);

@@ -125,7 +125,46 @@ pub(crate) struct Outputs {
     pub(crate) retired: Vec<u64>,
     pub(crate) errors: Vec<InputError>,
     pub(crate) wake_at: Option<u64>,
-    pub(crate) actions: Vec<ws::Action>,
+    pub(crate) pause_store: Vec<ws::KeyPause>,
+}
+
+/// One call as a test writes it; [`pack`] makes the WIT `batch` of several.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Call {
+    pub(crate) id: String,
+    pub(crate) tool: String,
+    pub(crate) operations: Option<u32>,
+    pub(crate) arguments: Option<String>,
+}
+
+/// Calls as `submit-batch` takes them: every name followed by a newline (a name with a newline
+/// in it then reads as two), fan-outs and arguments by index.
+pub(crate) fn pack(calls: &[Call]) -> ws::Batch {
+    let mut batch = ws::Batch {
+        ids: String::new(),
+        tools: String::new(),
+        fan_outs: Vec::new(),
+        arguments: Vec::new(),
+    };
+    for (i, c) in calls.iter().enumerate() {
+        batch.ids.push_str(&c.id);
+        batch.ids.push('\n');
+        batch.tools.push_str(&c.tool);
+        batch.tools.push('\n');
+        if let Some(operations) = c.operations {
+            batch.fan_outs.push(ws::FanOut {
+                call: i as u32,
+                operations,
+            });
+        }
+        if let Some(json) = &c.arguments {
+            batch.arguments.push(ws::CallArguments {
+                call: i as u32,
+                json: json.clone(),
+            });
+        }
+    }
+    batch
 }
 
 /// A batch without time limits.
@@ -296,11 +335,11 @@ impl Sched {
         };
         let (ids, tools) = (split(ids), split(tools));
         assert_eq!(ids.len(), tools.len(), "ids and tools of one length");
-        let calls: Vec<ws::Call> = ids
+        let calls: Vec<Call> = ids
             .into_iter()
             .zip(tools)
             .enumerate()
-            .map(|(i, (id, tool))| ws::Call {
+            .map(|(i, (id, tool))| Call {
                 id,
                 tool,
                 operations: operations.get(i).copied().filter(|&n| n > 0),
@@ -316,7 +355,15 @@ impl Sched {
     /// `submit-batch` of calls.
     pub(crate) fn submit_calls(
         &mut self,
-        calls: &[ws::Call],
+        calls: &[Call],
+    ) -> Result<(u64, u64, u32), ws::SubmitErrorCode> {
+        self.submit_packed(&pack(calls))
+    }
+
+    /// `submit-batch` of a packed batch as given, malformed or not.
+    pub(crate) fn submit_packed(
+        &mut self,
+        calls: &ws::Batch,
     ) -> Result<(u64, u64, u32), ws::SubmitErrorCode> {
         let iface = self
             .inst
@@ -348,7 +395,7 @@ impl Sched {
     }
 
     /// `on-ended`.
-    pub(crate) fn on_ended(&mut self, ends: &[ws::Ended]) -> Vec<ws::Refusal> {
+    pub(crate) fn on_ended(&mut self, ends: &ws::Ends) -> Vec<ws::Refusal> {
         let iface = self
             .inst
             .exports
@@ -379,7 +426,10 @@ impl Sched {
         let mut out = Outputs::default();
         let ev = |v: &[u64], f: fn(u64) -> ws::Event| v.iter().map(|&n| (n, f(n))).collect();
         let events: [(InputKind, Vec<(u64, ws::Event)>); 6] = [
-            (InputKind::Approve, ev(&inputs.approve, ws::Event::Approve)),
+            (
+                InputKind::Approve,
+                ev(&inputs.approve, |n| ws::Event::Approve(vec![n])),
+            ),
             (
                 InputKind::Settle,
                 inputs
@@ -394,35 +444,55 @@ impl Sched {
             (InputKind::Answer, ev(&inputs.answer, ws::Event::Answer)),
         ];
         for (kind, list) in events {
-            self.cross(kind, &list, &mut out, |s, items| s.on_events(items));
+            self.cross(kind, &list, &mut out, |s, items| {
+                // Approvals of one list travel as one `approve` event, in order.
+                let mut merged: Vec<ws::Event> = Vec::with_capacity(items.len());
+                for item in items {
+                    match (item, merged.last_mut()) {
+                        (ws::Event::Approve(v), Some(ws::Event::Approve(run))) => run.extend(v),
+                        _ => merged.push(item.clone()),
+                    }
+                }
+                s.on_events(&merged)
+            });
         }
-        let end = |v: &[u64], end: ws::End| -> Vec<(u64, ws::Ended)> {
-            v.iter()
-                .map(|&entry| (entry, ws::Ended { entry, end }))
-                .collect()
-        };
-        let ends: [(InputKind, Vec<(u64, ws::Ended)>); 3] = [
-            (InputKind::Ok, end(&inputs.ok, ws::End::Ok)),
-            (InputKind::Failed, end(&inputs.failed, ws::End::Failed)),
-            (
-                InputKind::Retry,
-                inputs
-                    .retry
-                    .iter()
-                    .map(|r| {
-                        (
-                            r.entry,
-                            ws::Ended {
-                                entry: r.entry,
-                                end: ws::End::RateLimited(r.until),
-                            },
-                        )
-                    })
-                    .collect(),
-            ),
-        ];
-        for (kind, list) in ends {
-            self.cross(kind, &list, &mut out, |s, items| s.on_ended(items));
+        // Each kind of end in a crossing of its own, in the order the component applies them.
+        let ends_of =
+            |ok: Vec<u64>, failed: Vec<u64>, rate_limited: Vec<ws::RateLimited>| ws::Ends {
+                ok,
+                failed,
+                rate_limited,
+            };
+        let ok: Vec<(u64, ws::Ends)> = (inputs.ok.iter())
+            .map(|&e| (e, ends_of(vec![e], vec![], vec![])))
+            .collect();
+        let failed: Vec<(u64, ws::Ends)> = (inputs.failed.iter())
+            .map(|&e| (e, ends_of(vec![], vec![e], vec![])))
+            .collect();
+        let retry: Vec<(u64, ws::Ends)> = (inputs.retry.iter())
+            .map(|r| {
+                let limited = ws::RateLimited {
+                    entry: r.entry,
+                    until: r.until,
+                };
+                (r.entry, ends_of(vec![], vec![], vec![limited]))
+            })
+            .collect();
+        for (kind, list) in [
+            (InputKind::Ok, ok),
+            (InputKind::Failed, failed),
+            (InputKind::Retry, retry),
+        ] {
+            self.cross(kind, &list, &mut out, |s, items| {
+                // Merged into one crossing: ok, failed and rate-limited lists concatenated.
+                let mut all = ends_of(vec![], vec![], vec![]);
+                for e in items {
+                    all.ok.extend(&e.ok);
+                    all.failed.extend(&e.failed);
+                    all.rate_limited.extend(e.rate_limited.iter().cloned());
+                }
+                s.on_ended(&all)
+            });
         }
         let cancel: Vec<(u64, ws::Event)> = ev(&inputs.cancel, ws::Event::Cancel);
         self.cross(InputKind::Cancel, &cancel, &mut out, |s, items| {
@@ -441,49 +511,43 @@ impl Sched {
             }
         }
         let releases = self.next_releases(inputs.now);
-        let rank = |a: &ws::Action| match a {
-            ws::Action::Refused(_) => (0, 0),
-            ws::Action::Abort(a) => (1, a.entry),
-            // Store pauses name keys, not entries: only their kind's place is checked.
-            ws::Action::PauseStore(_) => (2, 0),
-            ws::Action::Release(p) => (3, p.entry),
-            ws::Action::Settled(s) => (4, s.entry),
-            ws::Action::Acquire(p) => (5, p.entry),
-            ws::Action::Start(e) => (6, *e),
-            ws::Action::Retired(b) => (7, *b),
+        // Within each list, (batch, written) order: entry (or batch) numbers ascend.
+        let ascending = |v: &[u64], what: &str| {
+            assert!(
+                v.windows(2).all(|w| w[0] < w[1]),
+                "{what} out of (batch, written) order: {v:?}"
+            );
         };
-        assert!(
-            releases.actions.windows(2).all(|w| {
-                let (a, b) = (rank(&w[0]), rank(&w[1]));
-                a < b || (a == b && a.0 == 2)
-            }),
-            "actions out of the WIT's order: {:?}",
-            releases.actions
-        );
-        for a in &releases.actions {
-            match a {
-                ws::Action::Refused(r) => out.errors.insert(
-                    0,
-                    InputError {
-                        input: InputKind::Now,
-                        index: 0,
-                        code: r.code,
-                        message: r.message.clone(),
-                        about: r.about.clone(),
-                    },
-                ),
-                ws::Action::Abort(a) => out.abort.push((a.entry, a.cause)),
-                // Kept in `actions` below.
-                ws::Action::PauseStore(_) => {}
-                ws::Action::Release(p) => out.release.push(p.entry),
-                ws::Action::Settled(s) => out.settle.push(s.clone()),
-                ws::Action::Acquire(p) => out.acquire.push(p.entry),
-                ws::Action::Start(e) => out.start.push(*e),
-                ws::Action::Retired(b) => out.retired.push(*b),
-            }
+        let v: Vec<u64> = releases.abort.iter().map(|a| a.entry).collect();
+        ascending(&v, "abort");
+        let v: Vec<u64> = releases.release.iter().map(|p| p.entry).collect();
+        ascending(&v, "release");
+        let v: Vec<u64> = releases.settled.iter().map(|s| s.entry).collect();
+        ascending(&v, "settled");
+        let v: Vec<u64> = releases.acquire.iter().map(|p| p.entry).collect();
+        ascending(&v, "acquire");
+        ascending(&releases.start, "start");
+        ascending(&releases.retired, "retired");
+        if let Some(r) = &releases.refused {
+            out.errors.insert(
+                0,
+                InputError {
+                    input: InputKind::Now,
+                    index: 0,
+                    code: r.code,
+                    message: r.message.clone(),
+                    about: r.about.clone(),
+                },
+            );
         }
+        out.abort = releases.abort.iter().map(|a| (a.entry, a.cause)).collect();
+        out.release = releases.release.iter().map(|p| p.entry).collect();
+        out.settle = releases.settled.clone();
+        out.acquire = releases.acquire.iter().map(|p| p.entry).collect();
+        out.start = releases.start.clone();
+        out.retired = releases.retired.clone();
+        out.pause_store = releases.pause_store.clone();
         out.wake_at = releases.wake_at;
-        out.actions = releases.actions;
         out
     }
 

@@ -82,9 +82,9 @@ def sent(sched: Scheduler) -> list[list[tuple[int, str]]]:
     crossed: list[list[tuple[int, str]]] = []
     submit = sched._submit
 
-    def recording(resource: Any, calls: list[Any], limits: Any) -> Any:
-        # Each call crosses as a WIT `call` record; `(index, text)` for those with arguments.
-        crossed.append([(i, c.arguments) for i, c in enumerate(calls) if c.arguments is not None])
+    def recording(resource: Any, calls: Any, limits: Any) -> Any:
+        # The packed WIT `batch`: `(index, text)` for the calls that carry arguments.
+        crossed.append([(a.call, a.json) for a in calls.arguments])
         return submit(resource, calls, limits)
 
     sched._submit = recording  # type: ignore[method-assign]
@@ -264,14 +264,26 @@ def test_the_component_refuses_what_the_package_never_sends_with_a_typed_code() 
     # The package never sends these (it refuses them itself); the codes still lift to their
     # enum members. Since the 0.3 interface each call carries its own arguments, so there is
     # no `invalid-arguments` to provoke.
-    from turnstile_scheduler.scheduler import _CallRecord, _limits
+    from turnstile_scheduler.scheduler import _Fields, _limits
+
+    def packed(ids: str, tools: str, fan_outs: list[tuple[int, int]] = [], arguments: list[tuple[int, str]] = []) -> Any:
+        return _Fields(
+            ids=ids,
+            tools=tools,
+            fan_outs=[_Fields(call=c, operations=n) for c, n in fan_outs],
+            arguments=[_Fields(call=c, json=j) for c, j in arguments],
+        )
 
     s = Scheduler(policy())
-    for call, code in (
-        (_CallRecord("a", "api", 0, None), SubmitErrorCode.INVALID_OPERATIONS),
-        (_CallRecord("a\nb", "fs_write", None, '{"path":"a"}'), SubmitErrorCode.INVALID_ID),
+    for batch, code in (
+        (packed("a\n", "api\n", [(0, 0)]), SubmitErrorCode.INVALID_OPERATIONS),
+        (packed("a#\n", "fs_write\n", [], [(0, '{"path":"a"}')]), SubmitErrorCode.INVALID_ID),
+        # A newline in a name splits it: the texts no longer add up.
+        (packed("a\nb\n", "fs_write\n"), SubmitErrorCode.MALFORMED_BATCH),
+        (packed("a\n", "fs_write\n", [], [(1, "{}")]), SubmitErrorCode.MALFORMED_BATCH),
+        (packed("a", "fs_write"), SubmitErrorCode.MALFORMED_BATCH),
     ):
-        result = s._submit(s._resource, [call], _limits(None, None, "limits"))
+        result = s._submit(s._resource, batch, _limits(None, None, "limits"))
         assert type(result) is not tuple
         assert SubmitErrorCode(result.payload.code) is code
     with pytest.raises(SubmitError) as e:

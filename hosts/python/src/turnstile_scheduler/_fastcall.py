@@ -68,6 +68,10 @@ if ffi is not None:
     if _val_free is None:
         _MISSING = "wasmtime-py has no wasmtime_component_val_free"
     _EMPTY = getattr(ffi, "WASMTIME_COMPONENT_BOOL", None)
+    _LIST = getattr(ffi, "WASMTIME_COMPONENT_LIST", None)
+    _OPTION = getattr(ffi, "WASMTIME_COMPONENT_OPTION", None)
+    if _EMPTY is None or _LIST is None or _OPTION is None:
+        _MISSING = "wasmtime-py's value kinds moved"
 
 # Lists of u64 and u32 (entry, batch and ticket numbers) are copied in bulk: a value is a
 # 32-byte `wasmtime_component_val_t` (kind byte at 0, payload at 8), so a list is written and
@@ -98,6 +102,7 @@ if ffi is not None:
         _vec_copy = ffi.wasm_byte_vec_copy
         _RECORD = ffi.WASMTIME_COMPONENT_RECORD
         _VARIANT = ffi.WASMTIME_COMPONENT_VARIANT
+
         _NAMES = all(hasattr(ffi, n) for n in ("str_to_capi", "wasmtime_component_valrecord_new_uninit", "wasmtime_component_val_new"))
     except Exception:  # pragma: no cover
         _NAMES = False
@@ -126,6 +131,51 @@ def _take(ty: Any, box: Any) -> Any:
 # that the values stored on each instance answer them.
 class _List(ListType):  # type: ignore[misc]
     element = None  # type: ignore[assignment]
+
+    def convert_to_c(self, store: Any, val: Any, ptr: Any) -> None:
+        """wasmtime-py's for a list of anything but bytes, with the element type cached and an
+        empty list made without a loop (most of a `releases` or `batch` record's lists are)."""
+        if type(val) is not list:
+            raise TypeError("expected list value")
+        n = len(val)
+        raw = ffi.wasmtime_component_vallist_t()
+        ffi.wasmtime_component_vallist_new_uninit(raw, n)
+        if n:
+            element = self.element
+            data = raw.data
+            i = 0
+            try:
+                for e in val:
+                    element.convert_to_c(store, e, pointer(data[i]))
+                    i += 1
+            except BaseException:
+                for j in range(i, n):
+                    data[j].kind = _EMPTY
+                    data[j].of.boolean = False
+                ffi.wasmtime_component_vallist_delete(byref(raw))
+                raise
+        c = ptr.contents
+        c.kind = _LIST
+        c.of.list = raw
+
+    def convert_from_c(self, c: Any) -> Any:
+        """wasmtime-py's, with the element type cached and an empty list returned at once."""
+        raw = c.of.list
+        try:
+            n = raw.size
+            if not n:
+                return []
+            element = self.element
+            data = raw.data
+            out = []
+            for i in range(n):
+                item = data[i]
+                out.append(element.convert_from_c(item))
+                item.kind = _EMPTY
+                item.of.boolean = False
+            return out
+        finally:
+            ffi.wasmtime_component_vallist_delete(byref(raw))
 
 
 class _WordList(ListType):  # type: ignore[misc]
@@ -273,6 +323,21 @@ class _Variant(VariantType):  # type: ignore[misc]
 
 class _Option(OptionType):  # type: ignore[misc]
     payload = None  # type: ignore[assignment]
+
+    def convert_to_c(self, store: Any, val: Any, ptr: Any) -> None:
+        """wasmtime-py's for an untagged option (`option<u64>`, the clock of every crossing):
+        none is a null box, some(x) a box made from x, without the case search of `_lower`."""
+        if self._tagged_cached or not _NAMES:  # type: ignore[attr-defined]
+            OptionType.convert_to_c(self, store, val, ptr)
+            return
+        raw = None
+        if val is not None:
+            tmp = ffi.wasmtime_component_val_t()
+            self.payload.convert_to_c(store, val, pointer(tmp))
+            raw = ffi.wasmtime_component_val_new(byref(tmp))
+        c = ptr.contents
+        c.kind = _OPTION
+        c.of.option = raw
 
     def _tagged(self) -> bool:
         return self._tagged_cached  # type: ignore[attr-defined,no-any-return]

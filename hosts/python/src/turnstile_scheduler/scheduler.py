@@ -313,16 +313,16 @@ class _Refused:
         self.input, self.index, self.code, self.message = input, index, code, message
 
 
-class _Ended:
-    """The WIT `ended` record as wasmtime-py reads it."""
+class _Fields:
+    """A WIT record as wasmtime-py lowers it: its fields are attributes named as the WIT spells
+    them (`fan-outs`, `rate-limited`)."""
 
-    __slots__ = ("entry", "end")
+    def __init__(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(self, name.replace("_", "-"), value)
 
-    def __init__(self, entry: int, end: Variant) -> None:
-        self.entry, self.end = entry, end
 
-
-_OK_END, _FAILED_END = Variant("ok"), Variant("failed")
+_OK, _FAILED, _RETRY = 0, 1, 2  # an `on-ended` item's kind: the `ends` list it goes to
 
 
 class _Round:
@@ -367,7 +367,10 @@ class _Round:
             return
         self.crossings += 1
         now, self.now = self.now, None
-        refusals = (self.on_ended if self.ended else self.on_events)(self.resource, items, now)
+        if self.ended:
+            refusals = self.on_ended(self.resource, _ends(items), now)
+        else:
+            refusals = self.on_events(self.resource, _events(items), now)
         # A clock that went back is refused first, and again by `next-releases`, which reports it.
         if refusals and refusals[0].about.tag == "clock":
             refusals = refusals[1:]
@@ -402,15 +405,42 @@ class _Round:
             raise RuntimeError(f"the component refused inputs the package cannot place ({rest}; a bug in Turnstile)")
 
 
+def _events(items: list[Any]) -> list[Any]:
+    """The `on-events` list for a crossing's items: consecutive approvals (plain entry numbers)
+    go as one `approve` event, every other item is its event."""
+    events: list[Any] = []
+    run: Optional[list[int]] = None
+    for item in items:
+        if type(item) is int:
+            if run is None:
+                run = []
+                events.append(Variant("approve", run))
+            run.append(item)
+        else:
+            run = None
+            events.append(item)
+    return events
+
+
+def _ends(items: list[tuple[int, int, int]]) -> _Fields:
+    """The `ends` record for a crossing's `(kind, entry, until)` items. The component applies ok,
+    then failed, then rate-limited; `step_on` adds them in that order, so the refusals come
+    back in the items' order."""
+    ok = [e for k, e, _ in items if k == _OK]
+    failed = [e for k, e, _ in items if k == _FAILED]
+    limited = [_Fields(entry=e, until=u) for k, e, u in items if k == _RETRY]
+    return _Fields(ok=ok, failed=failed, rate_limited=limited)
+
+
 def step_on(
     on_events: Any, on_ended: Any, next_releases: Any, resource: Any, inputs: Any
-) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[Any], list[int]]:
+) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[Any], list[int], list[Any], list[Any]]:
     """One package `step` (`inputs` has the old WIT `inputs` fields: lists of checked values,
     `settle` items with `entry` and `how`, `retry` with `entry` and `until`, `pause` with `key`
     and `until`) over the component's verbs: `(start, settle, errors, retired, wake_at,
-    acquire, release)`, with `settle` the component's `settlement` records (entry, reason,
-    message), `acquire` its `permit-request` records (entry, key, limit, delay-ms) and
-    `errors` `_Refused` items, the clock's first."""
+    acquire, release, abort, pause_store)`, with `settle` the component's `settlement` records
+    (entry, reason, message), `acquire` its `permit-request` records (entry, key, limit,
+    delay-ms) and `errors` `_Refused` items, the clock's first."""
     approve, settle, granted, denied = inputs.approve, inputs.settle, inputs.granted, inputs.denied
     ask, answer, ok, failed, retry = inputs.ask, inputs.answer, inputs.ok, inputs.failed, inputs.retry
     cancel, pause, lift = inputs.cancel, inputs.pause, getattr(inputs, "lift_pause", ())
@@ -419,17 +449,17 @@ def step_on(
         round = _Round(on_events, on_ended, resource, inputs.now)
         add = round.add
         for i, e in enumerate(approve):
-            add(False, "approve", i, Variant("approve", e), _ENTRY, e)
+            add(False, "approve", i, e, _ENTRY, e)
         for i, s in enumerate(settle):
             add(False, "settle", i, Variant("not-run", (s.entry, s.how)), _ENTRY, s.entry, s.how)
         for kind, values in (("granted", granted), ("denied", denied), ("ask", ask), ("answer", answer)):
             for i, e in enumerate(values):
                 add(False, kind, i, Variant(kind, e), _ENTRY, e)
-        for kind, values, end in (("ok", ok, _OK_END), ("failed", failed, _FAILED_END)):
+        for kind, values, code in (("ok", ok, _OK), ("failed", failed, _FAILED)):
             for i, e in enumerate(values):
-                add(True, kind, i, _Ended(e, end), _ENTRY, e)
+                add(True, kind, i, (code, e, 0), _ENTRY, e)
         for i, rt in enumerate(retry):
-            add(True, "retry", i, _Ended(rt.entry, Variant("rate-limited", rt.until)), _ENTRY, rt.entry, rt.until)
+            add(True, "retry", i, (_RETRY, rt.entry, rt.until), _ENTRY, rt.entry, rt.until)
         for i, b in enumerate(cancel):
             add(False, "cancel", i, Variant("cancel", b), _BATCH, b)
         for i, p in enumerate(pause):
@@ -438,36 +468,22 @@ def step_on(
             add(False, "lift-pause", i, Variant("lift-pause", k), _KEY, k)
         round.flush()
         errors = round.errors
-    releases = next_releases(resource, inputs.now)
-    start: list[int] = []
-    settled: list[Any] = []
-    retired: list[int] = []
-    acquire: list[Any] = []
-    release: list[int] = []
-    abort: list[Any] = []
-    pause_store: list[Any] = []
-    for a in releases.actions:
-        tag = a.tag
-        if tag == "start":
-            start.append(a.payload)
-        elif tag == "settled":
-            settled.append(a.payload)
-        elif tag == "retired":
-            retired.append(a.payload)
-        elif tag == "release":
-            release.append(a.payload.entry)
-        elif tag == "acquire":
-            acquire.append(a.payload)  # the permit-request record: entry, key, limit, delay-ms
-        elif tag == "abort":
-            abort.append(a.payload)  # the abort record: entry, cause
-        elif tag == "pause-store":
-            pause_store.append(a.payload)  # the key-pause record: key, until
-        elif tag == "refused":
-            r = a.payload
-            errors.insert(0, _Refused("now", 0, r.code, r.message))
-        else:  # pragma: no cover - an action this package does not know
-            raise RuntimeError(f"next-releases returned an unknown action {tag!r}")
-    return start, settled, errors, retired, getattr(releases, "wake-at"), acquire, release, abort, pause_store
+    out = next_releases(resource, inputs.now)
+    refused = out.refused
+    if refused is not None:
+        errors.insert(0, _Refused("now", 0, refused.code, refused.message))
+    release = [p.entry for p in out.release]
+    return (
+        out.start,
+        out.settled,  # settlement records: entry, reason, message
+        errors,
+        out.retired,
+        getattr(out, "wake-at"),
+        out.acquire,  # permit-request records: entry, key, limit, delay-ms
+        release,
+        out.abort,  # abort records: entry, cause
+        getattr(out, "pause-store"),  # key-pause records: key, until
+    )
 
 
 def _timed(value: Any, what: str, first: str, article: str, check: Any) -> list[SimpleNamespace]:
@@ -745,20 +761,15 @@ class Scheduler:
         self.close()
 
 
-class _CallRecord:
-    """The WIT `call` record as wasmtime-py reads it."""
-
-    __slots__ = ("id", "tool", "operations", "arguments")
-
-    def __init__(self, id: str, tool: str, operations: Optional[int], arguments: Optional[str]) -> None:
-        self.id, self.tool, self.operations, self.arguments = id, tool, operations, arguments
-
-
-def build_calls(calls: Any, templates: dict[str, tuple[str, ...]]) -> list[_CallRecord]:
-    """The calls as `submit-batch` takes them: one `call` record each, with JSON text for the
-    calls of `templates`' tools whose arguments make one; TypeError, ValueError or
+def build_calls(calls: Any, templates: dict[str, tuple[str, ...]]) -> _Fields:
+    """The calls as `submit-batch` takes them, packed (the WIT `batch`: ids and tools as two
+    texts, one name per line; fan-outs and arguments listed by call index), with JSON text
+    for the calls of `templates`' tools whose arguments make one; TypeError, ValueError or
     `SubmitError` for what cannot cross."""
-    out: list[_CallRecord] = []
+    ids: list[str] = []
+    tools: list[str] = []
+    fan_outs: list[_Fields] = []
+    arguments: list[_Fields] = []
     for i, c in enumerate(_check.sequence(calls, "calls")):
         if type(c) is not Call and not isinstance(c, Call):
             raise TypeError(f"calls[{i}] must be a Call, not {type(c).__name__}")
@@ -767,27 +778,36 @@ def build_calls(calls: Any, templates: dict[str, tuple[str, ...]]) -> list[_Call
             cid = _str(cid, f"calls[{i}].id")
         if type(tool) is not str:
             tool = _str(tool, f"calls[{i}].tool")
-        text = None
         if args is not None:
             _arguments.check(args, f"calls[{i}].arguments")
             if templates:
                 fields = templates.get(tool)
                 if fields is not None:
                     text = _arguments.text(args, fields)
-        if "\n" in cid or "\n" in tool:
-            raise SubmitError(SubmitErrorCode.INVALID_ID, f"calls[{i}]: an id or tool name has a newline")
+                    if text is not None:
+                        arguments.append(_Fields(call=i, json=text))
         if ops is not None:
             ops = _u32(ops, f"calls[{i}].operations")
             if ops == 0:
                 raise SubmitError(SubmitErrorCode.INVALID_OPERATIONS, f"calls[{i}] ({cid}): a fan-out envelope of no operations")
-        out.append(_CallRecord(cid, tool, ops, text))
+            fan_outs.append(_Fields(call=i, operations=ops))
+        ids.append(cid)
+        tools.append(tool)
+    ids_text = "\n".join(ids)
+    tools_text = "\n".join(tools)
+    if ids and (ids_text.count("\n") + tools_text.count("\n") != 2 * (len(ids) - 1)):
+        # more newlines than the join put there: a name has one
+        for i, (cid, tool) in enumerate(zip(ids, tools)):
+            if "\n" in cid or "\n" in tool:
+                raise SubmitError(SubmitErrorCode.INVALID_ID, f"calls[{i}]: an id or tool name has a newline")
     try:
-        "".join([x for c in out for x in (c.id, c.tool)]).encode("utf-8")
+        (ids_text + tools_text).encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: name the call
-        for i, c in enumerate(out):
-            _str(c.id, f"calls[{i}].id")
-            _str(c.tool, f"calls[{i}].tool")
-    return out
+        for i, (cid, tool) in enumerate(zip(ids, tools)):
+            _str(cid, f"calls[{i}].id")
+            _str(tool, f"calls[{i}].tool")
+    end = "\n" if ids else ""
+    return _Fields(ids=ids_text + end, tools=tools_text + end, fan_outs=fan_outs, arguments=arguments)
 
 
 def _instance(instance: Optional[Instance]) -> Instance:

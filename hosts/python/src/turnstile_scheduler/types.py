@@ -173,6 +173,9 @@ class SubmitErrorCode(str, Enum):
     TOO_LARGE = "too-large"
     """Above a limit: calls per batch, operations per call, live entries, or 65536 bytes of one
     call's arguments (the package never sends that much: see `Call.arguments`)."""
+    MALFORMED_BATCH = "malformed-batch"
+    """The packed batch the component got did not add up (the package packs it itself, so this
+    is a bug in the package, never in the caller's calls)."""
     INVALID_ARGUMENTS = "invalid-arguments"
     """Never raised since the component's 0.3 interface, where each call carries its own
     arguments (kept so that code naming it still imports)."""
