@@ -4,8 +4,9 @@
 // ASCII (short and long), non-ASCII and lone-surrogate strings and on arbitrary bytes, with a
 // memory that grows between allocations (so every view made before the growth is detached);
 // then strings round-trip through the component itself as TextEncoder and TextDecoder would
-// carry them, and entry numbers (patches 6 to 8: u64s read unsigned, lowered from typed arrays,
-// starts lifted as 32-bit halves) cross exactly past 2^32, 2^53 and up to 2^64.
+// carry them, and entry numbers (patches 1, 4 and 6: lists of u64 lowered from and lifted into
+// typed arrays, u64s read unsigned) cross exactly past 2^32, 2^53 and up to 2^64; a list of u64
+// that is not a typed array of 8-byte items is a TypeError in the glue, never bytes it made up.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -188,7 +189,7 @@ test('strings round-trip through the component as TextEncoder and TextDecoder ca
   scheduler.dispose();
 });
 
-test('entry numbers cross exactly however large: typed lowering (patch 7) and starts as halves (patch 8)', async () => {
+test('entry numbers cross exactly however large: typed lists both ways (patches 1 and 4), u64s read unsigned (patch 6)', async () => {
   const t = await Turnstile.load();
   const policy = t.resolve([{ name: 'glue', text: '[conversation.tools.ops]\nconcurrency = 2\n' }]);
   for (const nextEntry of [2n ** 32n - 2n, 2n ** 53n - 1n, 2n ** 64n - 20n]) {
@@ -208,4 +209,22 @@ test('entry numbers cross exactly however large: typed lowering (patch 7) and st
     assert.deepEqual(started, entries, `every entry started once, exactly, from ${nextEntry}`);
     scheduler.dispose();
   }
+});
+
+test('a list of u64 crosses only as a typed array of 8-byte items: anything else is a TypeError, and nothing changed', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'glue', text: '[conversation.tools.ops]\nconcurrency = 2\n' }]);
+  const scheduler = new Scheduler(policy);
+  const raw = scheduler.held.get();
+  const b = scheduler.submit([{ id: 'a', tool: 'ops' }]);
+  const none = new BigUint64Array(0);
+  for (const bad of [[b.first], Uint32Array.of(1, 0), new Uint8Array(8), { length: 1 }]) {
+    assert.throws(() => raw.onEvents([{ tag: 'approve', val: bad }], undefined), { name: 'TypeError', message: /typed array/ });
+    assert.throws(() => raw.onEnded({ ok: bad, failed: none, rateLimited: [] }, undefined), { name: 'TypeError', message: /typed array/ });
+    assert.throws(() => raw.onEnded({ ok: none, failed: bad, rateLimited: [] }, undefined), { name: 'TypeError', message: /typed array/ });
+  }
+  // Nothing crossed: the entry is still pending, and the scheduler works on.
+  assert.equal(scheduler.inspect(b.batch)[0].state.kind, 'pending');
+  assert.deepEqual([...scheduler.step({ approve: b.entries() }).start], [b.first]);
+  scheduler.dispose();
 });
