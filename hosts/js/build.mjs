@@ -18,7 +18,8 @@
 // 1. `list<u64>` / `list<u32>` results (`next-releases`' starts and retired batches, admission's
 //    tickets) are copied with `new T(memory.buffer.slice(...))` (ArrayBuffer.prototype.slice on
 //    wasm memory costs 0.6-2 us); a typed-array slice of a view costs 60-230 ns and yields the
-//    same fresh array.
+//    same fresh array. An empty one is one frozen empty array per type: making a typed array
+//    costs about 100 ns, and most rounds retire nothing.
 // 2. The fallback loader builds the asset URL from a template (`new URL(`./${name}`, ...)`),
 //    which bundlers glob, and imports `node:fs/promises`, which browser bundlers cannot
 //    resolve; the package always passes its own loader with literal URLs (src/core-files.ts),
@@ -100,6 +101,19 @@ function utf8Encode(s, realloc, memory) {
     utf8EncodedLen = 0;
     return 1;
   }
+  if (n > 64) {
+    // All ASCII exactly when its n characters fit in n bytes.
+    const ptr = realloc(0, 0, 1, n);
+    if (utf8Encoder.encodeInto(s, new Uint8Array(memoryBytes(memory).buffer, ptr, n)).read === n) {
+      utf8EncodedLen = n;
+      return ptr;
+    }
+    const buf = utf8Encoder.encode(s);
+    const grown = realloc(ptr, n, 1, buf.length);
+    memoryBytes(memory).set(buf, grown);
+    utf8EncodedLen = buf.length;
+    return grown;
+  }
   let i = 0;
   while (i < n && s.charCodeAt(i) < 0x80) i++;
   if (i < n) {
@@ -111,8 +125,7 @@ function utf8Encode(s, realloc, memory) {
   }
   const ptr = realloc(0, 0, 1, n);
   const bytes = memoryBytes(memory);
-  if (n > 64) utf8Encoder.encodeInto(s, new Uint8Array(bytes.buffer, ptr, n));
-  else for (let j = 0; j < n; j++) bytes[ptr + j] = s.charCodeAt(j);
+  for (let j = 0; j < n; j++) bytes[ptr + j] = s.charCodeAt(j);
   utf8EncodedLen = n;
   return ptr;
 }
@@ -134,11 +147,16 @@ function utf8Decode(memory, ptr, len) {
 const gluePath = join(dist, 'component', 'turnstile.js');
 let glue = readFileSync(gluePath, 'utf8');
 
-// Patch 1: typed-array copies of list results.
+// Patch 1: typed-array copies of list results; the empty ones shared and frozen (an empty typed
+// array has no element to write, and a frozen one takes no property).
 const slice = /new (BigUint64Array|BigInt64Array|Uint32Array|Int32Array|Float64Array)\((memory\d+)\.buffer\.slice\((ptr\d+), \3 \+ (len\d+) \* (\d)\)\)/g;
-const slices = glue.match(slice)?.length ?? 0;
+const sliced = [...glue.matchAll(slice)];
+const slices = sliced.length;
 if (slices === 0) fail('patch 1: no `new T(memoryN.buffer.slice(ptr, ptr + len * size))` in jco\'s glue; check the lifting of list results and update the patch');
-glue = glue.replace(slice, 'new $1($2.buffer, $3, $4).slice()');
+glue = glue.replace(slice, '($4 ? new $1($2.buffer, $3, $4).slice() : empty$1)');
+const empties = /\n( *)let dv = new DataView\(new ArrayBuffer\(\)\);\n/;
+if (!empties.test(glue)) fail('patch 1: jco\'s `let dv = new DataView(...)` is not where it was (the empty lists go before it); update the patch');
+glue = glue.replace(empties, (m, indent) => `\n${[...new Set(sliced.map((x) => x[1]))].map((type) => `${indent}const empty${type} = Object.freeze(new ${type}(0));\n`).join('')}` + m.slice(1));
 
 // Patch 4: an empty list (`submit-batch`'s fan-outs and arguments, `on-ended`'s lists, a saved
 // state's lists) is lowered without a call to the guest's allocator: most rounds send no
@@ -165,9 +183,12 @@ glue = glue.replace(lowerRecords, (_, result, align, len, size) => `var ${result
 // twentieth of a batch's time); its strings make a `Uint8Array` per value. A grown memory
 // detaches its old buffer (the JS API's "refresh the memory buffer"), and a typed array of a
 // detached buffer has length 0: that is the check. Strings whose characters are all ASCII (call
-// ids, tool names, keys, messages: nearly all) are written and read byte by byte (below 64
-// characters; `encodeInto` / `decode` of one view above); any other string takes jco's own path,
-// so the bytes and the strings are exactly jco's (test/glue.test.mjs compares the two).
+// ids, tool names, keys, messages: nearly all) are written and read byte by byte up to 64
+// characters; a longer string (a batch's ids and tools) is encoded with `encodeInto` straight
+// into an allocation of its length in UTF-16 units, which it fills exactly when it is ASCII (else
+// the allocation grows, through `cabi_realloc`, to jco's encoding); a longer one is lifted with
+// `decode` of one view; any other string takes jco's own path, so the bytes and the strings are
+// exactly jco's (test/glue.test.mjs compares the two).
 const views = /\n( *)let dv = new DataView\(new ArrayBuffer\(\)\);\n\s*const dataView = mem => dv\.buffer === mem\.buffer \? dv : dv = new DataView\(mem\.buffer\);\n/;
 if (!views.test(glue)) fail('patch 5: jco\'s `dataView` helper (`let dv = ...; const dataView = mem => dv.buffer === mem.buffer ? ...`) is not where it was; check how the glue views memory and update the patch');
 glue = glue.replace(views, (_, indent) => '\n' + GLUE_VIEWS.split('\n').map((line) => (line ? indent + line : line)).join('\n') + '\n');

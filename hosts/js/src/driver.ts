@@ -1190,15 +1190,18 @@ export class Driver {
       const batch = this.#find(entry);
       if (batch) this.#acquire(batch, entry - batch.first, requests[i]);
     }
-    // Read as 32-bit halves: no bigint per start.
     const start = out.start;
-    const halves = new Uint32Array(start.buffer, start.byteOffset, start.length * 2);
-    for (let i = 0; i < halves.length; i += 2) {
-      const entry = halves[i] + halves[i + 1] * TWO_32;
-      const batch = this.#find(entry);
-      if (batch) this.#starts.push(batch, entry - batch.first);
+    if (start.length) {
+      // Read as 32-bit halves: one view, no bigint per start.
+      const halves = new Uint32Array(start.buffer, start.byteOffset, start.length * 2);
+      for (let i = 0; i < halves.length; i += 2) {
+        const entry = halves[i] + halves[i + 1] * TWO_32;
+        const batch = this.#find(entry);
+        if (batch) this.#starts.push(batch, entry - batch.first);
+      }
     }
-    for (const batch of out.retired) this.#retire(batch);
+    const retired = out.retired;
+    for (let i = 0; i < retired.length; i++) this.#retire(retired[i]);
   }
 
   /** The component gave up on a running execution (its abort grace passed): it counts as ended
