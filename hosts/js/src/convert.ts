@@ -78,10 +78,11 @@ export function outputs(out: RawOutputs): StepOutputs {
   for (let i = 0; i < settle.length; i++) settle[i] = { entry: settled[i].entry, reason: reason(settled[i].reason), message: settled[i].message };
   const result: StepOutputs = {
     abort: out.abort,
-    start: out.start,
+    // Copies: the glue's lists may be views of its slab (build.mjs, patch 1); a host's are its own.
+    start: out.start.slice(),
     settle,
     errors: out.errors,
-    retired: out.retired,
+    retired: out.retired.slice(),
     acquire: BigUint64Array.from(out.acquire, (r) => r.entry),
     release: BigUint64Array.from(out.release, (p) => p.entry),
     pauseStore: out.pauseStore.map((p) => ({ key: p.key, until: ms(p.until) })),

@@ -280,9 +280,9 @@ export interface RawInputs {
 }
 
 /** @internal What one package `step` decided, before conversion: the lists of `next-releases`
- * as the component returns them (each in its order; `start` and `retired` are fresh
- * `BigUint64Array`s), and the refused inputs with their list and position (a refused clock
- * first, as `now`). */
+ * as the component returns them (each in its order; `start` and `retired` are `BigUint64Array`s,
+ * possibly views of the glue's slab: build.mjs, patch 1), and the refused inputs with their list
+ * and position (a refused clock first, as `now`). */
 export interface RawOutputs extends Omit<ws.Releases, 'refused'> {
   errors: InputError[];
 }

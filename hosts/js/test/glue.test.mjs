@@ -1,5 +1,7 @@
-// build.mjs patch 5 (one view of memory, ASCII strings without TextEncoder / TextDecoder, long
-// ones encoded in place) gives exactly what jco's own string path gives: the patched helpers are read from the built glue and
+// build.mjs patch 1 (list<u64> results copied into a slab) gives what jco's copy gives, a fresh
+// region each, across memory growth and a detached slab; patch 5 (one view of memory, ASCII
+// strings without TextEncoder / TextDecoder, long ones encoded in place) gives exactly what jco's
+// own string path gives: the patched helpers are read from the built glue and
 // run against a memory of their own, next to jco's helpers as jco 1.12 writes them, on empty,
 // ASCII (short and long), non-ASCII and lone-surrogate strings and on arbitrary bytes, with a
 // memory that grows between allocations (so every view made before the growth is detached);
@@ -15,9 +17,9 @@ import { rng as seeded } from './fixtures/rng.mjs';
 
 const glue = readFileSync(new URL('../dist/component/turnstile.js', import.meta.url), 'utf8');
 
-function section(name) {
-  const m = glue.match(new RegExp(`// turnstile build\\.mjs patch 5: ${name} begin\\n([\\s\\S]*?)// turnstile build\\.mjs patch 5: ${name} end`));
-  assert.ok(m, `the built glue has no patch 5 ${name} section`);
+function section(name, patch = 5) {
+  const m = glue.match(new RegExp(`// turnstile build\\.mjs patch ${patch}: ${name} begin\\n([\\s\\S]*?)// turnstile build\\.mjs patch ${patch}: ${name} end`));
+  assert.ok(m, `the built glue has no patch ${patch} ${name} section`);
   return m[1];
 }
 
@@ -28,7 +30,8 @@ const patched = new Function(`
   let utf8EncodedLen = 0;
   ${section('views')}
   ${section('strings')}
-  return { utf8Encode, utf8Decode, dataView, memoryBytes, encodedLen: () => utf8EncodedLen };
+  ${section('lists', 1)}
+  return { utf8Encode, utf8Decode, dataView, memoryBytes, memoryWords, liftU64, encodedLen: () => utf8EncodedLen };
 `);
 
 /** jco 1.12's own helpers (what the glue had before patch 5). */
@@ -172,6 +175,8 @@ test('one DataView of memory, made again only once memory grew', () => {
   assert.notEqual(second, first, 'a new view once memory grew');
   assert.equal(second.buffer, memory.buffer);
   assert.equal(p.memoryBytes(memory).length, 2 * 65536);
+  assert.equal(p.memoryWords(memory).length, 2 * 65536 / 4);
+  assert.equal(p.memoryWords(memory).buffer, memory.buffer);
   const other = new WebAssembly.Memory({ initial: 2 });
   assert.equal(p.dataView(other).buffer, other.buffer, 'another memory gets its own view');
 });
@@ -236,5 +241,49 @@ test('a list of u64 crosses only as a typed array of 8-byte items: anything else
   // Nothing crossed: the entry is still pending, and the scheduler works on.
   assert.equal(scheduler.inspect(b.batch)[0].state.kind, 'pending');
   assert.deepEqual([...scheduler.step({ approve: b.entries() }).start], [b.first]);
+  scheduler.dispose();
+});
+
+test('list<u64> results (patch 1) are what jco copies, each its own bytes, however the slab and memory change', () => {
+  const int = rng(13);
+  const memory = new WebAssembly.Memory({ initial: 1, maximum: 20 });
+  const p = patched();
+  /** jco's own lifting. */
+  const jco = (ptr, len) => new BigUint64Array(memory.buffer.slice(ptr, ptr + len * 8));
+  const held = [];
+  for (let round = 0; round < 3000; round++) {
+    const len = [0, 1, 2, 8, 9, 100, 511, 512, 513, 2000][int(10)];
+    const ptr = 8 * int(2000);
+    const words = new Uint32Array(memory.buffer, ptr, len * 2);
+    for (let i = 0; i < words.length; i++) words[i] = int(2 ** 32);
+    const got = p.liftU64(memory, ptr, len);
+    assert.ok(got instanceof BigUint64Array);
+    assert.deepEqual(got, jco(ptr, len), `${len} numbers at ${ptr}`);
+    held.push([got, got.slice()]);
+    if (round % 700 === 0) memory.grow(1); // the memory's views are detached now
+    if (round % 900 === 0 && got.length) structuredClone(got.buffer, { transfer: [got.buffer] }); // a detached slab
+  }
+  // No result shares a byte with a later one: each still holds what it was given (unless its
+  // slab was transferred away on purpose above).
+  for (const [got, copy] of held) if (got.buffer.byteLength) assert.deepEqual(got, copy);
+  assert.equal(p.liftU64(memory, 8, 0), p.liftU64(memory, 16, 0), 'one empty array');
+  assert.ok(Object.isFrozen(p.liftU64(memory, 8, 0)));
+  // Out of memory or misaligned: a RangeError, as jco's slice of a view throws.
+  const end = memory.buffer.byteLength;
+  assert.throws(() => p.liftU64(memory, end - 8, 2), RangeError);
+  assert.throws(() => p.liftU64(memory, 4, 2), RangeError);
+});
+
+test('the lists a step hands to a host are its own: not views of the glue\'s slab', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'glue', text: '[conversation.tools.free]\n' }]);
+  const scheduler = new Scheduler(policy);
+  const b = scheduler.submit(Array.from({ length: 20 }, (_, i) => ({ id: `c${i}`, tool: 'free' })));
+  const out = scheduler.step({ approve: b.entries() });
+  assert.deepEqual(out.start, b.entries());
+  assert.equal(out.start.buffer.byteLength, out.start.byteLength, 'start owns its buffer');
+  const done = scheduler.step({ ok: out.start });
+  assert.deepEqual([...done.retired], [b.batch]);
+  assert.equal(done.retired.buffer.byteLength, done.retired.byteLength, 'retired owns its buffer');
   scheduler.dispose();
 });
