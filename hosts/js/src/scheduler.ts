@@ -2,20 +2,23 @@
 // checked before it crosses (see `validate.ts`); refused calls throw typed errors and change
 // nothing; a refused `step` input is data (`errors`), and every other input applies.
 //
-// The component's verbs (WIT `turnstile:scheduler@0.3.0`) are `submit-batch`, `on-events`,
+// The component's verbs (WIT `turnstile:scheduler@0.3.0`, boundary 0.3.1) are `submit-batch`
+// (a batch packed as two texts, ids and tools one per line, and two short lists by call index:
+// `submit` builds it, refusing a newline in a name before anything crosses), `on-events`,
 // `on-ended` and `next-releases`; the package's `step` is one round over them (see `stepRaw`):
 // its inputs cross in the order of the old `step` (approvals, host settlements, grants,
 // denials, questions asked and answered as `on-events`; ends ok, failed and rate-limited as
-// `on-ended`; cancellations and pauses as `on-events`), consecutive inputs of one verb in one
-// crossing, then `next-releases(now)`. The component names a refused input by what it was about
-// (an entry, a batch, a key, the clock); the package maps it back to the input's list and
-// position, which it can because it built the lists (see `Round`).
+// `on-ended`'s three lists; cancellations and pauses as `on-events`), consecutive inputs of one
+// verb in one crossing, then `next-releases(now)`, whose lists by kind of action are the step's
+// outputs. The component names a refused input by what it was about (an entry, a batch, a key,
+// the clock); the package maps it back to the input's list and position, which it can because
+// it built the lists (see `Round`).
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import * as convert from './convert.js';
 import { ResumeError, SubmitError } from './errors.js';
 import { Held, type Instance } from './instance.js';
 import type { Policy } from './turnstile.js';
-import type { EntryStatus, InputError, InputKind, Reason, SavedState, Started, StepInputs, StepOutputs, Unrestored } from './types.js';
+import type { EntryStatus, InputError, InputKind, Reason, SavedState, Started, StepInputs, StepOutputs, SubmitErrorCode, Unrestored } from './types.js';
 import { array, fail, numbers, oneOf, record, string, time, u32, u64 } from './validate.js';
 
 /** A call as the model wrote it: `operations` for a fan-out envelope of that many operations
@@ -38,7 +41,8 @@ export interface CallInput {
  * given (every field of it, however long: above 65536 bytes the batch is refused with
  * `too-large`; `args` sends only the fields a template names). An index of no call, or of a
  * call named twice (here, or here and by its `args`), is refused with `invalid-arguments` (the
- * package's own check: the component takes each call's arguments on the call). */
+ * package's own check, before anything crosses: the component would refuse the whole batch as
+ * `malformed-batch`). */
 export interface SubmitOptions {
   arguments?: readonly (readonly [number, string])[];
   /** The batch's execution limit: an execution that has run this long is listed in a step's
@@ -117,6 +121,15 @@ function rawArguments(value: unknown): ws.CallArguments[] {
     if (!Array.isArray(item) || item.length !== 2) fail(`options.arguments[${i}]`, 'a [call index, JSON text] pair', item);
     return { call: u32(item[0], `options.arguments[${i}][0]`), json: string(item[1], `options.arguments[${i}][1]`) };
   });
+}
+
+/** The component's refusal of a batch as the package's error. `malformed-batch` is the package's
+ * own bug, never the host's: `submit` packs every batch, and refuses first what would make one
+ * malformed (a newline in a name, an arguments index twice or of no call). */
+function submitError(e: ws.SubmitError): Error {
+  if (e.code === 'malformed-batch') return new Error(`turnstile: the package packed a malformed batch (${e.message}; a bug)`);
+  const code: SubmitErrorCode = e.code;
+  return new SubmitError(code, e.message);
 }
 
 /** The component's sentence for an entry settled with `reason` (checked). @internal */
@@ -734,7 +747,7 @@ export class Scheduler {
     const sched = this.held.get();
     const s = this.held.instance.call(
       () => sched.submitBatch({ ids, tools, fanOuts, arguments: args }, limits),
-      (payload) => new SubmitError((payload as ws.SubmitError).code, (payload as ws.SubmitError).message),
+      (payload) => submitError(payload as ws.SubmitError),
     );
     return new Submitted(s.batch, s.first, s.count, calls, fanOuts.length === 0);
   }

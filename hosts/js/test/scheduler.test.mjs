@@ -199,6 +199,18 @@ test('a newline in a call id or tool name is refused before the batch is packed:
   driver.dispose();
 });
 
+test('a malformed batch (only a package bug could pack one) is an Error that says so, not a SubmitError, and changes nothing', async () => {
+  const { sched } = await setup();
+  const raw = sched.held.get();
+  const submitBatch = raw.submitBatch;
+  // A packing bug, stood in for: the tools text loses its last newline.
+  raw.submitBatch = (batch, limits) => submitBatch.call(raw, { ...batch, tools: batch.tools.slice(0, -1) }, limits);
+  assert.throws(() => sched.submit([{ id: 'a', tool: 'read' }]), (e) => !(e instanceof SubmitError) && /malformed batch .*a bug/.test(e.message));
+  delete raw.submitBatch;
+  const b = sched.submit([{ id: 'a', tool: 'read' }]);
+  assert.deepEqual([...sched.step({ approve: b.entries() }).start], [b.first]);
+});
+
 test('lists go in as BigUint64Array or bigint[]; other typed arrays are refused', async () => {
   const { sched } = await setup();
   const b = sched.submit([{ id: 'a', tool: 'read' }]);
