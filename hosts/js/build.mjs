@@ -15,23 +15,26 @@
 // (1.35 reads `process.env.JCO_DEBUG` several times per call and keeps async-task bookkeeping
 // this WIT does not use). Patches, each guarded: the build fails when its pattern is gone, so a
 // jco change cannot silently undo it.
-// 1. `list<u64>` / `list<u32>` results (admission's tickets) are copied with `new T(memory.buffer.slice(...))`
-//    (ArrayBuffer.prototype.slice on wasm memory costs 0.6-2 us); a typed-array slice of a view
-//    costs 60-230 ns and yields the same fresh array.
+// 1. `list<u64>` results (`next-releases`' starts and retired batches, admission's tickets, the
+//    lease schedule's tickets) are copied with `new T(memory.buffer.slice(...))`: a new
+//    ArrayBuffer each, which V8 allocates outside its heap above 64 bytes (about 1.7 us, an eighth
+//    of the driver's time at batches of 1,000). Up to 512 numbers are copied into a slab instead, a
+//    16 KB buffer whose regions are handed out in turn (a fresh region each, so no two results
+//    share bytes; a new slab when one is full or was detached), each result a `BigUint64Array`
+//    view of its region (about 90 ns); longer lists are a typed-array slice of their own; an empty
+//    one is one frozen empty array. The package copies the lists it hands to a host
+//    (`Scheduler.step`), so a host never holds a view of a slab.
 // 2. The fallback loader builds the asset URL from a template (`new URL(`./${name}`, ...)`),
 //    which bundlers glob, and imports `node:fs/promises`, which browser bundlers cannot
 //    resolve; the package always passes its own loader with literal URLs (src/core-files.ts),
 //    so the fallback is removed.
 // 3. (jco >= 1.13) `_debugLog` reading `process.env` on every call is made to read it once.
-// 4. Empty lists of records are lowered without calling the guest's allocator (see below).
+// 4. Empty lists are lowered without calling the guest's allocator, and a `list<u64>` argument
+//    (approvals, ends ok and failed) is copied into memory from its typed array through one view
+//    (see below).
 // 5. One view of memory, and ASCII strings without TextEncoder / TextDecoder (see below).
 // 6. A `u64` is read with `getBigUint64` instead of `BigInt.asUintN(64, getBigInt64(...))`: the
 //    same value, one bigint made instead of two (every entry number the component reports).
-// 7. `on-events` and `on-ended` also take entry numbers as a `BigUint64Array` (approvals; ends ok
-//    then failed), lowered by copying 32-bit halves: no item object and no bigint per entry
-//    (the package's one-kind rounds, see src/scheduler.ts).
-// 8. `next-releases` can hand its `start` actions back as 32-bit halves pushed onto an array
-//    (`nextReleases(now, starts)`), instead of an action object and a bigint each.
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -83,17 +86,42 @@ function fail(message) {
 const GLUE_VIEWS = `// turnstile build.mjs patch 5: views begin
 let dv = new DataView(new ArrayBuffer());
 let dvBytes = new Uint8Array(0);
+let dvWords = new Uint32Array(0);
 let dvMemory;
 function dvRefresh(mem) {
   const buffer = mem.buffer;
   if (typeof SharedArrayBuffer !== 'undefined' && buffer instanceof SharedArrayBuffer) throw new TypeError('turnstile: a shared memory never detaches; the glue cannot tell it grew');
   dv = new DataView(buffer);
   dvBytes = new Uint8Array(buffer);
+  dvWords = new Uint32Array(buffer);
   dvMemory = mem;
 }
 const dataView = mem => (mem === dvMemory && dvBytes.length !== 0) ? dv : (dvRefresh(mem), dv);
 const memoryBytes = mem => (mem === dvMemory && dvBytes.length !== 0) ? dvBytes : (dvRefresh(mem), dvBytes);
+const memoryWords = mem => (mem === dvMemory && dvBytes.length !== 0) ? dvWords : (dvRefresh(mem), dvWords);
 // turnstile build.mjs patch 5: views end`;
+// Patch 1's helper, as it goes into the glue (between the markers test/glue.test.mjs reads).
+const GLUE_LISTS = `// turnstile build.mjs patch 1: lists begin
+const emptyBigUint64Array = Object.freeze(new BigUint64Array(0));
+let slab = new Uint32Array(0);
+let slabAt = 0;
+function liftU64(mem, ptr, len) {
+  if (len === 0) return emptyBigUint64Array;
+  if (len > 512) return new BigUint64Array(memoryBytes(mem).buffer, ptr, len).slice();
+  const from = memoryWords(mem);
+  const src = ptr >>> 2;
+  const words = len * 2;
+  if (ptr % 8 !== 0 || src + words > from.length) throw new RangeError('turnstile: a list<u64> out of memory or misaligned');
+  if (slabAt + words > slab.length) {
+    slab = new Uint32Array(4096);
+    slabAt = 0;
+  }
+  for (let i = 0; i < words; i++) slab[slabAt + i] = from[src + i];
+  const out = new BigUint64Array(slab.buffer, slabAt * 4, len);
+  slabAt += words;
+  return out;
+}
+// turnstile build.mjs patch 1: lists end`;
 const GLUE_STRINGS = `// turnstile build.mjs patch 5: strings begin
 function utf8Encode(s, realloc, memory) {
   if (typeof s !== 'string') throw new TypeError('expected a string');
@@ -101,6 +129,19 @@ function utf8Encode(s, realloc, memory) {
   if (n === 0) {
     utf8EncodedLen = 0;
     return 1;
+  }
+  if (n > 64) {
+    // All ASCII exactly when its n characters fit in n bytes.
+    const ptr = realloc(0, 0, 1, n);
+    if (utf8Encoder.encodeInto(s, new Uint8Array(memoryBytes(memory).buffer, ptr, n)).read === n) {
+      utf8EncodedLen = n;
+      return ptr;
+    }
+    const buf = utf8Encoder.encode(s);
+    const grown = realloc(ptr, n, 1, buf.length);
+    memoryBytes(memory).set(buf, grown);
+    utf8EncodedLen = buf.length;
+    return grown;
   }
   let i = 0;
   while (i < n && s.charCodeAt(i) < 0x80) i++;
@@ -113,8 +154,7 @@ function utf8Encode(s, realloc, memory) {
   }
   const ptr = realloc(0, 0, 1, n);
   const bytes = memoryBytes(memory);
-  if (n > 64) utf8Encoder.encodeInto(s, new Uint8Array(bytes.buffer, ptr, n));
-  else for (let j = 0; j < n; j++) bytes[ptr + j] = s.charCodeAt(j);
+  for (let j = 0; j < n; j++) bytes[ptr + j] = s.charCodeAt(j);
   utf8EncodedLen = n;
   return ptr;
 }
@@ -133,41 +173,38 @@ function utf8Decode(memory, ptr, len) {
 }
 // turnstile build.mjs patch 5: strings end`;
 
-// Patch 7's helper: 24-byte records, each an entry number (at `numberAt`) and a one-byte tag (at
-// `tagAt`: `tag` for the first `split` records, `tagAfter` for the rest).
-const GLUE_ENTRIES = `// turnstile build.mjs patch 7: entries begin
-function lowerEntries(memory, ptr, list, numberAt, tagAt, tag, split, tagAfter) {
-  const bytes = memoryBytes(memory);
-  const words = new Uint32Array(bytes.buffer);
-  const src = new Uint32Array(list.buffer, list.byteOffset, list.length * 2);
-  for (let i = 0; i < list.length; i++) {
-    const base = ptr + i * 24;
-    bytes[base + tagAt] = i < split ? tag : tagAfter;
-    const w = (base + numberAt) >> 2;
-    words[w] = src[2 * i];
-    words[w + 1] = src[2 * i + 1];
-  }
-}
-// turnstile build.mjs patch 7: entries end`;
-
 const gluePath = join(dist, 'component', 'turnstile.js');
 let glue = readFileSync(gluePath, 'utf8');
 
-// Patch 1: typed-array copies of list results.
-const slice = /new (BigUint64Array|BigInt64Array|Uint32Array|Int32Array|Float64Array)\((memory\d+)\.buffer\.slice\((ptr\d+), \3 \+ (len\d+) \* (\d)\)\)/g;
+// Patch 1: `list<u64>` results copied into a slab (see the header), the empty ones one frozen
+// array. Any other typed list result is new to this WIT: the build fails until the patch
+// covers it.
+const slice = /new BigUint64Array\((memory\d+)\.buffer\.slice\((ptr\d+), \2 \+ (len\d+) \* 8\)\)/g;
 const slices = glue.match(slice)?.length ?? 0;
-if (slices === 0) fail('patch 1: no `new T(memoryN.buffer.slice(ptr, ptr + len * size))` in jco\'s glue; check the lifting of list results and update the patch');
-glue = glue.replace(slice, 'new $1($2.buffer, $3, $4).slice()');
+if (slices === 0) fail('patch 1: no `new BigUint64Array(memoryN.buffer.slice(ptr, ptr + len * 8))` in jco\'s glue; check the lifting of list<u64> results and update the patch');
+glue = glue.replace(slice, 'liftU64($1, $2, $3)');
+if (/\.buffer\.slice\(/.test(glue)) fail('patch 1: jco\'s glue lifts a typed list other than list<u64> (`memoryN.buffer.slice(...)`); extend the patch to it');
+const lists = /\n( *)let dv = new DataView\(new ArrayBuffer\(\)\);\n/;
+if (!lists.test(glue)) fail('patch 1: jco\'s `let dv = new DataView(...)` is not where it was (the helper goes before it); update the patch');
+glue = glue.replace(lists, (m, indent) => '\n' + GLUE_LISTS.split('\n').map((line) => (line ? indent + line : line)).join('\n') + m);
 
-// Patch 4: an empty list of records (`submit-batch`'s calls, `on-ended`'s ends, `on-events`'s
-// events, a saved state's lists) is lowered without a call to the guest's allocator: most
-// rounds send no events or no ends. The pointer is the alignment, non-null and aligned, as the
-// canonical ABI allows for an empty list (jco lowers an empty string the same way, as pointer
-// 1). (Since WIT 0.3 no export takes a `list<u64>` / `list<u32>`, whose typed-array lowering this
-// patch also covered; that part is gone with them.)
+// Patch 4: an empty list (`submit-batch`'s fan-outs and arguments, `on-ended`'s lists, a saved
+// state's lists) is lowered without a call to the guest's allocator: most rounds send no
+// events, no failures and no rate limits. The pointer is the alignment, non-null and aligned, as
+// the canonical ABI allows for an empty list (jco lowers an empty string the same way, as
+// pointer 1). A `list<u64>` argument (approvals; ends ok and failed) is jco's typed-array copy,
+// its bytes copied through patch 5's one view of memory; anything but a typed array of 8-byte
+// items is a `TypeError` there (jco's copy would read no bytes from it and send garbage).
+const lowerTyped = /var (ptr\d+) = realloc0\(0, 0, (\d+), (len\d+) \* (\d+)\);\n(\s*)var (src\d+) = new Uint8Array\((val\d+)\.buffer, \7\.byteOffset, \3 \* \4\);\n\s*\(new Uint8Array\(memory0\.buffer, \1, \3 \* \4\)\)\.set\(\6\);/g;
+const typed = glue.match(lowerTyped)?.length ?? 0;
+if (typed === 0) fail('patch 4: no typed list lowering (`realloc0(...)`, `new Uint8Array(valN.buffer, ...)`, `.set(srcN)`) in jco\'s glue; check the lowering of list<u64> (approve, ends) and update the patch');
+glue = glue.replace(lowerTyped, (_, ptr, align, len, size, indent, _src, val) =>
+  `if (!ArrayBuffer.isView(${val}) || ${val}.BYTES_PER_ELEMENT !== ${size}) throw new TypeError('turnstile: a list of ${size * 8}-bit numbers crosses as a typed array');\n` +
+  `${indent}var ${ptr} = ${len} ? realloc0(0, 0, ${align}, ${len} * ${size}) : ${align};\n` +
+  `${indent}if (${len}) memoryBytes(memory0).set(new Uint8Array(${val}.buffer, ${val}.byteOffset, ${len} * ${size}), ${ptr});`);
 const lowerRecords = /var (result\d+) = realloc0\(0, 0, (\d+), (len\d+) \* (\d+)\);/g;
 const lowered = glue.match(lowerRecords)?.length ?? 0;
-if (lowered === 0) fail('patch 4: no list-of-records lowering (`var resultN = realloc0(0, 0, align, lenN * size);`) in jco\'s glue; check the lowering of list<call> / list<event> and update the patch');
+if (lowered === 0) fail('patch 4: no list-of-records lowering (`var resultN = realloc0(0, 0, align, lenN * size);`) in jco\'s glue; check the lowering of the batch\'s lists / list<event> and update the patch');
 glue = glue.replace(lowerRecords, (_, result, align, len, size) => `var ${result} = ${len} ? realloc0(0, 0, ${align}, ${len} * ${size}) : ${align};`);
 
 // Patch 5: one `DataView` and one `Uint8Array` of the component's memory, made again only when
@@ -176,9 +213,12 @@ glue = glue.replace(lowerRecords, (_, result, align, len, size) => `var ${result
 // twentieth of a batch's time); its strings make a `Uint8Array` per value. A grown memory
 // detaches its old buffer (the JS API's "refresh the memory buffer"), and a typed array of a
 // detached buffer has length 0: that is the check. Strings whose characters are all ASCII (call
-// ids, tool names, keys, messages: nearly all) are written and read byte by byte (below 64
-// characters; `encodeInto` / `decode` of one view above); any other string takes jco's own path,
-// so the bytes and the strings are exactly jco's (test/glue.test.mjs compares the two).
+// ids, tool names, keys, messages: nearly all) are written and read byte by byte up to 64
+// characters; a longer string (a batch's ids and tools) is encoded with `encodeInto` straight
+// into an allocation of its length in UTF-16 units, which it fills exactly when it is ASCII (else
+// the allocation grows, through `cabi_realloc`, to jco's encoding); a longer one is lifted with
+// `decode` of one view; any other string takes jco's own path, so the bytes and the strings are
+// exactly jco's (test/glue.test.mjs compares the two).
 const views = /\n( *)let dv = new DataView\(new ArrayBuffer\(\)\);\n\s*const dataView = mem => dv\.buffer === mem\.buffer \? dv : dv = new DataView\(mem\.buffer\);\n/;
 if (!views.test(glue)) fail('patch 5: jco\'s `dataView` helper (`let dv = ...; const dataView = mem => dv.buffer === mem.buffer ? ...`) is not where it was; check how the glue views memory and update the patch');
 glue = glue.replace(views, (_, indent) => '\n' + GLUE_VIEWS.split('\n').map((line) => (line ? indent + line : line)).join('\n') + '\n');
@@ -189,7 +229,6 @@ const decode = /utf8Decoder\.decode\(new Uint8Array\((memory\d+)\.buffer, (ptr\d
 const decodes = glue.match(decode)?.length ?? 0;
 if (decodes === 0) fail('patch 5: no string lifting (`utf8Decoder.decode(new Uint8Array(memoryN.buffer, ptr, len))`) in jco\'s glue; check how the glue lifts strings and update the patch');
 glue = glue.replace(decode, 'utf8Decode($1, $2, $3)');
-glue = glue.replace(/new (BigUint64Array|BigInt64Array|Uint32Array|Int32Array|Float64Array)\((memory\d+)\.buffer, /g, 'new $1(memoryBytes($2).buffer, ');
 if (/\bmemory\d*\.buffer\b/.test(glue.replace(/const buffer = mem\.buffer;/, ''))) fail('patch 5: the glue still reads `memoryN.buffer` somewhere: view it through `memoryBytes` or `dataView`');
 
 // Patch 6: u64 fields read unsigned at once.
@@ -197,42 +236,6 @@ const u64Read = /BigInt\.asUintN\(64, (dataView\(memory\d+\))\.getBigInt64\(([^(
 const u64Reads = glue.match(u64Read)?.length ?? 0;
 if (u64Reads === 0) fail('patch 6: no `BigInt.asUintN(64, dataView(memoryN).getBigInt64(...))` in jco\'s glue; check how the glue lifts u64 fields and update the patch');
 glue = glue.replace(u64Read, '$1.getBigUint64($2)');
-
-// Patch 7: entry numbers lowered from a typed array. The records' layout is checked where the
-// glue writes it (an `ended` is the entry at +0 and the end's tag at +8, an `approve` event its
-// tag 0 at +0 and the entry at +8, both 24 bytes): a moved field fails the build.
-function typedEntries(name, params, check, call) {
-  const start = glue.indexOf(`Scheduler.prototype.${name} = function ${name}(arg1, arg2) {`);
-  const end = glue.indexOf('Scheduler.prototype.', start + 1);
-  if (start < 0 || end < 0) fail(`patch 7: jco's glue has no \`Scheduler.prototype.${name}(arg1, arg2)\`; check the bindings and update the patch`);
-  let body = glue.slice(start, end);
-  if (!check.every((re) => re.test(body))) fail(`patch 7: \`${name}\` no longer lowers its records as this patch copies them (${check.find((re) => !re.test(body))}); check the layout and update the patch`);
-  const loop = /\n(\s*)for \(let i = 0; i < (vec\d+)\.length; i\+\+\) \{\n\s*const e = \2\[i\];\n\s*const base = (result\d+) \+ i \* 24;/;
-  if (!loop.test(body)) fail(`patch 7: \`${name}\`'s lowering loop is not where it was; update the patch`);
-  body = body.replace(`function ${name}(arg1, arg2) {`, `function ${name}(${params}) {`);
-  body = body.replace(loop, (m, indent, vec, result) => `\n${indent}if (${vec} instanceof BigUint64Array) ${call(result, vec)}\n${indent}else` + m.slice(1 + indent.length - 1).replace(/^\s*/, ' '));
-  glue = glue.slice(0, start) + body + glue.slice(end);
-}
-typedEntries('onEnded', 'arg1, arg2, arg3', [/var \{entry: v2_0, end: v2_1 \} = e;\n\s*dataView\(memory0\)\.setBigInt64\(base \+ 0, toUint64\(v2_0\), true\);/, /case 'ok': \{\n\s*dataView\(memory0\)\.setInt8\(base \+ 8, 0, true\);/, /case 'failed': \{\n\s*dataView\(memory0\)\.setInt8\(base \+ 8, 1, true\);/], (result, vec) => `lowerEntries(memory0, ${result}, ${vec}, 0, 8, 0, arg3, 1);`);
-typedEntries('onEvents', 'arg1, arg2', [/case 'approve': \{\n\s*const e = variant\d+\.val;\n\s*dataView\(memory0\)\.setInt8\(base \+ 0, 0, true\);\n\s*dataView\(memory0\)\.setBigInt64\(base \+ 8, toUint64\(e\), true\);/], (result, vec) => `lowerEntries(memory0, ${result}, ${vec}, 8, 0, 0, ${vec}.length, 0);`);
-const lowerHelpers = /\n( *)\/\/ turnstile build\.mjs patch 5: strings end\n/;
-glue = glue.replace(lowerHelpers, (m, indent) => m + GLUE_ENTRIES.split('\n').map((line) => (line ? indent + line : line)).join('\n') + '\n');
-
-// Patch 8: `start` actions as halves. After patch 6 (its u64 read is the one this matches).
-{
-  const start = glue.indexOf('Scheduler.prototype.nextReleases = function nextReleases(arg1) {');
-  const end = glue.indexOf('Scheduler.prototype.', start + 1);
-  if (start < 0 || end < 0) fail('patch 8: jco\'s glue has no `Scheduler.prototype.nextReleases(arg1)`; check the bindings and update the patch');
-  let body = glue.slice(start, end);
-  const startAction = /(\n\s*)variant(\d+)= \{\n\s*tag: 'start',\n\s*val: dataView\(memory0\)\.getBigUint64\(base \+ 8, true\)\n\s*\};\n\s*break;/;
-  const found = startAction.exec(body);
-  if (!found) fail('patch 8: `next-releases` no longer lifts `start(u64)` as `{ tag: \'start\', val: getBigUint64(base + 8) }`; check the layout and update the patch');
-  const push = new RegExp(`\\n\\s*result\\d+\\.push\\(variant${found[2]}\\);`);
-  if (!push.test(body)) fail('patch 8: `next-releases` no longer pushes each action as it lifts it; update the patch');
-  body = body.replace('function nextReleases(arg1) {', 'function nextReleases(arg1, arg2) {');
-  body = body.replace(startAction, (m, indent) => `${indent}if (arg2 !== undefined) {${indent}  arg2.push(dataView(memory0).getUint32(base + 8, true), dataView(memory0).getUint32(base + 12, true));${indent}  continue;${indent}}` + m);
-  glue = glue.slice(0, start) + body + glue.slice(end);
-}
 
 // Patch 2: no template-built asset URL.
 const fallback = /if \(!getCoreModule\) getCoreModule = \(name\) => fetchCompile\(new URL\(`\.\/\$\{name\}`, import\.meta\.url\)\);/;
@@ -273,4 +276,4 @@ if (pack) {
     copyFileSync(join(root, name), join(here, name));
   }
 }
-console.log(`built ${dist} from ${wasm} (patched: ${slices} list copies, ${lowered} list lowerings, ${decodes} string liftings, ${u64Reads} u64 reads)`);
+console.log(`built ${dist} from ${wasm} (patched: ${slices} list copies, ${typed} typed and ${lowered} record list lowerings, ${decodes} string liftings, ${u64Reads} u64 reads)`);

@@ -19,7 +19,6 @@ export const config = Array.from({ length: KEYS }, (_, k) => `[conversation.tool
 const batch = (n) => Array.from({ length: n }, (_, i) => ({ id: `c${i}`, tool: i % 10 === 9 ? 'free' : `t${i % KEYS}` }));
 const execute = async () => 'ok';
 const EMPTY = new BigUint64Array(0);
-const OK = { tag: 'ok' };
 
 /** jco's bindings alone. */
 export function component(policy, n, rounds) {
@@ -29,22 +28,20 @@ export function component(policy, n, rounds) {
   const start = performance.now();
   for (let r = 0; r < rounds; r++) {
     const calls = batch(n);
-    const { first, count } = raw.submitBatch(calls.map((c) => ({ id: c.id, tool: c.tool })), {});
-    const approve = new Array(count);
-    for (let i = 0; i < count; i++) approve[i] = { tag: 'approve', val: first + BigInt(i) };
-    raw.onEvents(approve, now);
-    let retired = false;
-    let started = [];
-    while (!retired) {
-      const { actions } = raw.nextReleases(now);
-      for (const a of actions) {
-        if (a.tag === 'start') started.push({ entry: a.val, end: OK });
-        else if (a.tag === 'retired') retired = true;
-      }
-      if (!retired) {
-        raw.onEnded(started, now);
-        started = [];
-      }
+    let ids = '';
+    let tools = '';
+    for (const c of calls) {
+      ids += c.id + '\n';
+      tools += c.tool + '\n';
+    }
+    const { first, count } = raw.submitBatch({ ids, tools, fanOuts: [], arguments: [] }, {});
+    const approve = new BigUint64Array(count);
+    for (let i = 0; i < count; i++) approve[i] = first + BigInt(i);
+    raw.onEvents([{ tag: 'approve', val: approve }], now);
+    for (;;) {
+      const { start: started, retired } = raw.nextReleases(now);
+      if (retired.length) break;
+      raw.onEnded({ ok: started, failed: EMPTY, rateLimited: [] }, now);
     }
   }
   const ms = performance.now() - start;
@@ -60,7 +57,7 @@ export function pkg(policy, n, rounds) {
   for (let r = 0; r < rounds; r++) {
     const submitted = scheduler.submit(batch(n));
     let out = scheduler.stepRaw(inputs({ approve: submitted.entries() }));
-    while (!out.retired.length) out = scheduler.stepRaw(inputs({ ok: new BigUint64Array(Uint32Array.from(out.start).buffer) }));
+    while (!out.retired.length) out = scheduler.stepRaw(inputs({ ok: out.start }));
   }
   const ms = performance.now() - start;
   scheduler.dispose();

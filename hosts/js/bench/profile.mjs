@@ -115,7 +115,7 @@ const byLayer = new Map();
 // The layers a batch crosses: the component's own code, jco's glue (lifting and lowering),
 // the package's step and submit, the driver, the garbage collector (whose garbage is mostly the
 // glue's and the driver's objects), and the rest (the bench loop, promises, Node).
-const layerOf = (file) => (/^\d+$/.test(file) ? 'component (wasm)' : file === 'turnstile.js' ? "jco's glue (turnstile.js)" : ['scheduler.js', 'convert.js', 'validate.js', 'instance.js'].includes(file) ? 'package (scheduler.js, convert.js, validate.js, instance.js)' : file === 'driver.js' ? 'driver (driver.js)' : file === '(garbage collector)' ? 'garbage collector' : 'other (bench loop, promises, Node)');
+const layerOf = (url, file) => (url.startsWith('wasm://') ? 'component (wasm)' : file === 'turnstile.js' ? "jco's glue (turnstile.js)" : ['scheduler.js', 'convert.js', 'validate.js', 'instance.js'].includes(file) ? 'package (scheduler.js, convert.js, validate.js, instance.js)' : file === 'driver.js' ? 'driver (driver.js)' : file === '(garbage collector)' ? 'garbage collector' : 'other (bench loop, promises, Node)');
 for (const [id, us] of self) {
   const { functionName, url, lineNumber } = byId.get(id).callFrame;
   const where = url ? basename(url) : '';
@@ -125,7 +125,8 @@ for (const [id, us] of self) {
   byFunction.set(name, (byFunction.get(name) ?? 0) + us);
   const f = where || functionName;
   byFile.set(f, (byFile.get(f) ?? 0) + us);
-  byLayer.set(layerOf(f), (byLayer.get(layerOf(f)) ?? 0) + us);
+  const layer = layerOf(url, f);
+  byLayer.set(layer, (byLayer.get(layer) ?? 0) + us);
 }
 const show = (title, map, top) => {
   console.log(`\n${title}`);

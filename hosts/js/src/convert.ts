@@ -73,16 +73,18 @@ export function reasonIn(value: unknown, name: string): ws.Reason {
 const ms = (t: bigint): number => Number(t);
 
 export function outputs(out: RawOutputs): StepOutputs {
-  const settle: Settled[] = new Array(out.settle.length);
-  for (let i = 0; i < settle.length; i++) settle[i] = { entry: out.settle[i].entry, reason: reason(out.settle[i].reason), message: out.settle[i].message };
+  const settled = out.settled;
+  const settle: Settled[] = new Array(settled.length);
+  for (let i = 0; i < settle.length; i++) settle[i] = { entry: settled[i].entry, reason: reason(settled[i].reason), message: settled[i].message };
   const result: StepOutputs = {
-    abort: out.abort.slice(),
-    start: new BigUint64Array(Uint32Array.from(out.start).buffer),
+    abort: out.abort,
+    // Copies: the glue's lists may be views of its slab (build.mjs, patch 1); a host's are its own.
+    start: out.start.slice(),
     settle,
     errors: out.errors,
-    retired: BigUint64Array.from(out.retired),
-    acquire: BigUint64Array.from(out.requests, (r) => r.entry),
-    release: BigUint64Array.from(out.release),
+    retired: out.retired.slice(),
+    acquire: BigUint64Array.from(out.acquire, (r) => r.entry),
+    release: BigUint64Array.from(out.release, (p) => p.entry),
     pauseStore: out.pauseStore.map((p) => ({ key: p.key, until: ms(p.until) })),
   };
   if (out.wakeAt !== undefined) result.wakeAt = ms(out.wakeAt);

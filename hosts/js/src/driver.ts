@@ -1142,7 +1142,7 @@ export class Driver {
     // The entries this step reported a rate limit for, made once if a settlement needs them
     // (linear in the step, however many settlements and retries it has).
     let limited: Set<bigint> | undefined;
-    for (const s of out.settle) {
+    for (const s of out.settled) {
       const offset = Number(s.entry);
       const batch = this.#find(offset);
       // Given up after its abort grace: whatever the execution does later is ignored.
@@ -1163,7 +1163,7 @@ export class Driver {
       for (const p of out.pauseStore) this.sharedKeys.pause(p.key, storeMs(Math.max(0, Number(p.until) - this.now()))).catch(() => {});
     }
     const release = out.release;
-    for (let i = 0; i < release.length; i++) this.#release(Number(release[i]));
+    for (let i = 0; i < release.length; i++) this.#release(Number(release[i].entry));
     for (const e of out.errors) {
       if (e.input === 'granted' || e.input === 'denied') {
         // A permit's answer that raced a cancellation or a stop (the entry was settled and
@@ -1184,19 +1184,24 @@ export class Driver {
     }
     for (const done of p.pauseDone) done();
     for (const done of p.liftDone) done();
-    const requests = out.requests;
+    const requests = out.acquire;
     for (let i = 0; i < requests.length; i++) {
       const entry = Number(requests[i].entry);
       const batch = this.#find(entry);
       if (batch) this.#acquire(batch, entry - batch.first, requests[i]);
     }
     const start = out.start;
-    for (let i = 0; i < start.length; i += 2) {
-      const entry = start[i] + start[i + 1] * TWO_32;
-      const batch = this.#find(entry);
-      if (batch) this.#starts.push(batch, entry - batch.first);
+    if (start.length) {
+      // Read as 32-bit halves: one view, no bigint per start.
+      const halves = new Uint32Array(start.buffer, start.byteOffset, start.length * 2);
+      for (let i = 0; i < halves.length; i += 2) {
+        const entry = halves[i] + halves[i + 1] * TWO_32;
+        const batch = this.#find(entry);
+        if (batch) this.#starts.push(batch, entry - batch.first);
+      }
     }
-    for (const batch of out.retired) this.#retire(batch);
+    const retired = out.retired;
+    for (let i = 0; i < retired.length; i++) this.#retire(retired[i]);
   }
 
   /** The component gave up on a running execution (its abort grace passed): it counts as ended

@@ -2,20 +2,23 @@
 // checked before it crosses (see `validate.ts`); refused calls throw typed errors and change
 // nothing; a refused `step` input is data (`errors`), and every other input applies.
 //
-// The component's verbs (WIT `turnstile:scheduler@0.3.0`) are `submit-batch`, `on-events`,
+// The component's verbs (WIT `turnstile:scheduler@0.3.0`, boundary 0.3.1) are `submit-batch`
+// (a batch packed as two texts, ids and tools one per line, and two short lists by call index:
+// `submit` builds it, refusing a newline in a name before anything crosses), `on-events`,
 // `on-ended` and `next-releases`; the package's `step` is one round over them (see `stepRaw`):
 // its inputs cross in the order of the old `step` (approvals, host settlements, grants,
 // denials, questions asked and answered as `on-events`; ends ok, failed and rate-limited as
-// `on-ended`; cancellations and pauses as `on-events`), consecutive inputs of one verb in one
-// crossing, then `next-releases(now)`. The component names a refused input by what it was about
-// (an entry, a batch, a key, the clock); the package maps it back to the input's list and
-// position, which it can because it built the lists (see `Round`).
+// `on-ended`'s three lists; cancellations and pauses as `on-events`), consecutive inputs of one
+// verb in one crossing, then `next-releases(now)`, whose lists by kind of action are the step's
+// outputs. The component names a refused input by what it was about (an entry, a batch, a key,
+// the clock); the package maps it back to the input's list and position, which it can because
+// it built the lists (see `Round`).
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
 import * as convert from './convert.js';
 import { ResumeError, SubmitError } from './errors.js';
 import { Held, type Instance } from './instance.js';
 import type { Policy } from './turnstile.js';
-import type { EntryStatus, InputError, InputKind, Reason, SavedState, Started, StepInputs, StepOutputs, Unrestored } from './types.js';
+import type { EntryStatus, InputError, InputKind, Reason, SavedState, Started, StepInputs, StepOutputs, SubmitErrorCode, Unrestored } from './types.js';
 import { array, fail, numbers, oneOf, record, string, time, u32, u64 } from './validate.js';
 
 /** A call as the model wrote it: `operations` for a fan-out envelope of that many operations
@@ -38,7 +41,8 @@ export interface CallInput {
  * given (every field of it, however long: above 65536 bytes the batch is refused with
  * `too-large`; `args` sends only the fields a template names). An index of no call, or of a
  * call named twice (here, or here and by its `args`), is refused with `invalid-arguments` (the
- * package's own check: the component takes each call's arguments on the call). */
+ * package's own check, before anything crosses: the component would refuse the whole batch as
+ * `malformed-batch`). */
 export interface SubmitOptions {
   arguments?: readonly (readonly [number, string])[];
   /** The batch's execution limit: an execution that has run this long is listed in a step's
@@ -111,12 +115,21 @@ function sharedOf(policy: Policy): Map<string, SharedTool> | undefined {
   return out;
 }
 
-function rawArguments(value: unknown): [number, string][] {
+function rawArguments(value: unknown): ws.CallArguments[] {
   const list = array(value, 'options.arguments');
   return list.map((item, i) => {
     if (!Array.isArray(item) || item.length !== 2) fail(`options.arguments[${i}]`, 'a [call index, JSON text] pair', item);
-    return [u32(item[0], `options.arguments[${i}][0]`), string(item[1], `options.arguments[${i}][1]`)];
+    return { call: u32(item[0], `options.arguments[${i}][0]`), json: string(item[1], `options.arguments[${i}][1]`) };
   });
+}
+
+/** The component's refusal of a batch as the package's error. `malformed-batch` is the package's
+ * own bug, never the host's: `submit` packs every batch, and refuses first what would make one
+ * malformed (a newline in a name, an arguments index twice or of no call). */
+function submitError(e: ws.SubmitError): Error {
+  if (e.code === 'malformed-batch') return new Error(`turnstile: the package packed a malformed batch (${e.message}; a bug)`);
+  const code: SubmitErrorCode = e.code;
+  return new SubmitError(code, e.message);
 }
 
 /** The component's sentence for an entry settled with `reason` (checked). @internal */
@@ -259,10 +272,7 @@ export interface RawNotRun {
 }
 
 /** @internal An execution that hit a rate limit, and when it may run again. */
-export interface RawRetry {
-  entry: bigint;
-  until: bigint;
-}
+export type RawRetry = ws.RateLimited;
 
 /** @internal The inputs of one package `step`, checked: the old WIT `inputs` record, which the
  * driver builds (`Scheduler.stepRaw`). */
@@ -282,29 +292,12 @@ export interface RawInputs {
   denied: BigUint64Array;
 }
 
-/** @internal An entry the scheduler settled, with the component's sentence for it. */
-export interface RawSettled {
-  entry: bigint;
-  reason: ws.Reason;
-  message: string;
-}
-
-/** @internal What one package `step` decided, before conversion: the actions of
- * `next-releases` sorted into lists by kind (each in the component's order), and the refused
- * inputs with their list and position. `requests` are the `acquire` actions themselves (key,
- * limit, delay), in the order of `acquire`. Lists the round has nothing for are one shared,
- * frozen empty array (`convert.outputs` copies them for `step`). */
-export interface RawOutputs {
-  abort: readonly ws.Abort[];
-  /** The entries to start, as 32-bit halves: low, high, low, high... (build.mjs, patch 8). */
-  start: readonly number[];
-  settle: readonly RawSettled[];
+/** @internal What one package `step` decided, before conversion: the lists of `next-releases`
+ * as the component returns them (each in its order; `start` and `retired` are `BigUint64Array`s,
+ * possibly views of the glue's slab: build.mjs, patch 1), and the refused inputs with their list
+ * and position (a refused clock first, as `now`). */
+export interface RawOutputs extends Omit<ws.Releases, 'refused'> {
   errors: InputError[];
-  retired: readonly bigint[];
-  wakeAt: bigint | undefined;
-  requests: readonly ws.PermitRequest[];
-  release: readonly bigint[];
-  pauseStore: readonly ws.KeyPause[];
 }
 
 const ENTRY = 0;
@@ -323,12 +316,16 @@ type Subject = typeof ENTRY | typeof BATCH | typeof KEY;
  * the refusals about a subject are its run's, and of a run of n identical inputs with k refused,
  * the refused are the last k (a refused input changed nothing, so the identical input after it
  * is refused too; the inputs before the first refused one applied). So `[r1, r1]` in `approve`
- * crosses once and its refusal is the second's, while `ask: [e], answer: [e]` crosses twice. */
+ * crosses once and its refusal is the second's, while `ask: [e], answer: [e]` crosses twice.
+ *
+ * A crossing of ends is one `on-ended` (its `ok`, `failed` and `rate-limited` lists, which the
+ * component applies in that order: the order `stepOn` adds them in); a crossing of events is one
+ * `on-events`, adjacent approvals one `approve` event. */
 class Round {
   readonly #raw: ws.Scheduler;
   readonly errors: InputError[] = [];
   #ended = false;
-  #items: (ws.Event | ws.Ended)[] = [];
+  /** The crossing's inputs, in order. */
   #kinds: InputKind[] = [];
   #indexes: number[] = [];
   #subjects: Subject[] = [];
@@ -337,6 +334,13 @@ class Round {
   #payloads: (bigint | string | undefined)[] = [];
   /** Whether the input continues the run of the one before it. */
   #continues: boolean[] = [];
+  /** What crosses: events (an `approve` event's entries in `#approvals` until the flush), or
+   * ends by kind. */
+  #events: ws.Event[] = [];
+  #approvals: bigint[][] = [];
+  #ok: bigint[] = [];
+  #failed: bigint[] = [];
+  #limited: ws.RateLimited[] = [];
   readonly #entries = new Set<bigint>();
   readonly #batches = new Set<bigint>();
   readonly #keys = new Set<string>();
@@ -351,8 +355,35 @@ class Round {
     this.#now = now;
   }
 
-  add(ended: boolean, kind: InputKind, index: number, item: ws.Event | ws.Ended, subject: Subject, value: bigint | string, payload?: bigint | string): void {
-    let n = this.#items.length;
+  approve(index: number, entry: bigint): void {
+    this.#add(false, 'approve', index, ENTRY, entry);
+    const events = this.#events;
+    const last = events.length - 1;
+    if (last >= 0 && events[last].tag === 'approve') this.#approvals[this.#approvals.length - 1].push(entry);
+    else {
+      events.push({ tag: 'approve', val: EMPTY_LIST });
+      this.#approvals.push([entry]);
+    }
+  }
+
+  event(kind: InputKind, index: number, event: ws.Event, subject: Subject, value: bigint | string, payload?: bigint | string): void {
+    this.#add(false, kind, index, subject, value, payload);
+    this.#events.push(event);
+  }
+
+  end(kind: 'ok' | 'failed', index: number, entry: bigint): void {
+    this.#add(true, kind, index, ENTRY, entry);
+    (kind === 'ok' ? this.#ok : this.#failed).push(entry);
+  }
+
+  retry(index: number, limited: ws.RateLimited): void {
+    this.#add(true, 'retry', index, ENTRY, limited.entry, limited.until);
+    this.#limited.push(limited);
+  }
+
+  /** Places an input in the crossing, sending the one gathered first when it must start a new one. */
+  #add(ended: boolean, kind: InputKind, index: number, subject: Subject, value: bigint | string, payload?: bigint | string): void {
+    let n = this.#kinds.length;
     if (n && ended !== this.#ended) {
       this.flush();
       n = 0;
@@ -363,13 +394,9 @@ class Round {
     if ((seen as Set<bigint | string>).has(value)) {
       const last = n - 1;
       if (this.#kinds[last] === kind && this.#subjects[last] === subject && this.#values[last] === value && this.#payloads[last] === payload) continues = true;
-      else {
-        this.flush();
-        n = 0;
-      }
+      else this.flush();
     }
     if (!continues) (seen as Set<bigint | string>).add(value);
-    this.#items.push(item);
     this.#kinds.push(kind);
     this.#indexes.push(index);
     this.#subjects.push(subject);
@@ -380,18 +407,30 @@ class Round {
 
   /** Sends what is gathered in one crossing and maps its refusals. */
   flush(): void {
-    const n = this.#items.length;
-    if (!n) return;
+    if (!this.#kinds.length) return;
     const raw = this.#raw;
-    const items = this.#items;
     this.crossings++;
     const now = this.#now;
     this.#now = undefined;
-    const refusals = this.#ended ? raw.onEnded(items as ws.Ended[], now) : raw.onEvents(items as ws.Event[], now);
+    let refusals: ws.Refusal[];
+    if (this.#ended) {
+      refusals = raw.onEnded({ ok: BigUint64Array.from(this.#ok), failed: BigUint64Array.from(this.#failed), rateLimited: this.#limited }, now);
+    } else {
+      const events = this.#events;
+      for (let i = 0, a = 0; i < events.length; i++) {
+        const e = events[i];
+        if (e.tag === 'approve') e.val = BigUint64Array.from(this.#approvals[a++]);
+      }
+      refusals = raw.onEvents(events, now);
+    }
     // A clock that went back is refused first, and again by `next-releases`, which reports it.
     if (refusals.length && refusals[0].about.tag === 'clock') refusals.shift();
     if (refusals.length) this.#map(refusals);
-    this.#items = [];
+    this.#events = [];
+    this.#approvals = [];
+    this.#ok = [];
+    this.#failed = [];
+    this.#limited = [];
     this.#kinds.length = this.#indexes.length = this.#subjects.length = this.#values.length = this.#payloads.length = this.#continues.length = 0;
     this.#entries.clear();
     this.#batches.clear();
@@ -399,7 +438,7 @@ class Round {
   }
 
   #map(refusals: ws.Refusal[]): void {
-    const n = this.#items.length;
+    const n = this.#kinds.length;
     let r = 0;
     for (let i = 0; i < n && r < refusals.length; ) {
       let j = i + 1;
@@ -414,10 +453,7 @@ class Round {
       }
       i = j;
     }
-    if (r < refusals.length) {
-      const rest = refusals.slice(r).map((x) => `${x.about.tag} ${x.about.val} ${x.code}`);
-      throw new Error(`turnstile: the component refused inputs the package cannot place (${rest.join(', ')}; a bug)`);
-    }
+    if (r < refusals.length) unplaced(refusals.slice(r));
   }
 }
 
@@ -434,21 +470,15 @@ function about(a: ws.About, subject: Subject, value: bigint | string): boolean {
   }
 }
 
-const OK: ws.End = { tag: 'ok' };
-const FAILED: ws.End = { tag: 'failed' };
-
-function entryEvents(round: Round, kind: 'approve' | 'ask' | 'answer' | 'granted' | 'denied', list: BigUint64Array): void {
-  for (let i = 0; i < list.length; i++) {
-    const entry = list[i];
-    round.add(false, kind, i, { tag: kind, val: entry }, ENTRY, entry);
-  }
+/** Refusals no input of the crossing can own: the package's bug, never the host's. */
+function unplaced(rest: ws.Refusal[]): never {
+  throw new Error(`turnstile: the component refused inputs the package cannot place (${rest.map((x) => `${x.about.tag} ${x.about.val} ${x.code}`).join(', ')}; a bug)`);
 }
 
-function ends(round: Round, kind: 'ok' | 'failed', list: BigUint64Array): void {
-  const end = kind === 'ok' ? OK : FAILED;
+function entryEvents(round: Round, kind: 'ask' | 'answer' | 'granted' | 'denied', list: BigUint64Array): void {
   for (let i = 0; i < list.length; i++) {
     const entry = list[i];
-    round.add(true, kind, i, { entry, end }, ENTRY, entry);
+    round.event(kind, i, { tag: kind, val: entry }, ENTRY, entry);
   }
 }
 
@@ -460,49 +490,45 @@ export function stepOn(raw: ws.Scheduler, inputs: RawInputs, general = false): R
   const sole = general ? undefined : soleRound(inputs);
   if (sole !== undefined) {
     const errors = sole === APPROVE_ONLY ? approvalsOnly(raw, inputs) : endsOnly(raw, inputs);
-    const out = nextReleases(raw, inputs.now, errors);
-    out.crossings = 2;
-    return out;
+    return nextReleases(raw, inputs.now, errors, 2);
   }
   const round = new Round(raw, inputs.now);
-  entryEvents(round, 'approve', inputs.approve);
+  const approve = inputs.approve;
+  for (let i = 0; i < approve.length; i++) round.approve(i, approve[i]);
   const settle = inputs.settle;
   for (let i = 0; i < settle.length; i++) {
     const { entry, how } = settle[i];
-    round.add(false, 'settle', i, { tag: 'not-run', val: [entry, how] }, ENTRY, entry, how);
+    round.event('settle', i, { tag: 'not-run', val: [entry, how] }, ENTRY, entry, how);
   }
   entryEvents(round, 'granted', inputs.granted);
   entryEvents(round, 'denied', inputs.denied);
   entryEvents(round, 'ask', inputs.ask);
   entryEvents(round, 'answer', inputs.answer);
-  ends(round, 'ok', inputs.ok);
-  ends(round, 'failed', inputs.failed);
+  const ok = inputs.ok;
+  for (let i = 0; i < ok.length; i++) round.end('ok', i, ok[i]);
+  const failed = inputs.failed;
+  for (let i = 0; i < failed.length; i++) round.end('failed', i, failed[i]);
   const retry = inputs.retry;
-  for (let i = 0; i < retry.length; i++) {
-    const { entry, until } = retry[i];
-    round.add(true, 'retry', i, { entry, end: { tag: 'rate-limited', val: until } }, ENTRY, entry, until);
-  }
+  for (let i = 0; i < retry.length; i++) round.retry(i, retry[i]);
   const cancel = inputs.cancel;
-  for (let i = 0; i < cancel.length; i++) round.add(false, 'cancel', i, { tag: 'cancel', val: cancel[i] }, BATCH, cancel[i]);
+  for (let i = 0; i < cancel.length; i++) round.event('cancel', i, { tag: 'cancel', val: cancel[i] }, BATCH, cancel[i]);
   const pause = inputs.pause;
   for (let i = 0; i < pause.length; i++) {
     const p = pause[i];
-    round.add(false, 'pause', i, { tag: 'pause', val: { key: p.key, until: p.until } }, KEY, p.key, p.until);
+    round.event('pause', i, { tag: 'pause', val: { key: p.key, until: p.until } }, KEY, p.key, p.until);
   }
   const lift = inputs.liftPause;
-  if (lift) for (let i = 0; i < lift.length; i++) round.add(false, 'liftPause', i, { tag: 'lift-pause', val: lift[i] }, KEY, lift[i]);
+  if (lift) for (let i = 0; i < lift.length; i++) round.event('liftPause', i, { tag: 'lift-pause', val: lift[i] }, KEY, lift[i]);
   round.flush();
-  const out = nextReleases(raw, inputs.now, round.errors);
-  out.crossings = round.crossings + 1;
-  return out;
+  return nextReleases(raw, inputs.now, round.errors, round.crossings + 1);
 }
 
 // --- rounds of one kind ---------------------------------------------------------------------
 // Most rounds carry approvals only (a batch just submitted) or ends only (executions that
 // returned). When their entries are distinct, `Round` would send them in one crossing and map
-// each refusal to the one input about its entry; so do these, without `Round`'s seven arrays and
-// three sets per input, and without an item per entry: the entry numbers go to jco's glue as they
-// are (build.mjs, patch 7). Linear in the round: distinctness is a check that the numbers ascend
+// each refusal to the one input about its entry; so do these, without `Round`'s six arrays and
+// three sets per input: the lists cross as they are (`approve` is one event, `ok` and `failed`
+// are `on-ended`'s lists). Linear in the round: distinctness is a check that the numbers ascend
 // (as a driver's approvals do, and its ends mostly), else one set.
 
 const APPROVE_ONLY = 1;
@@ -569,43 +595,13 @@ function ascends(list: BigUint64Array): boolean {
   return true;
 }
 
-/** How many records the pool keeps: past it, records are made per call (the pool never holds
- * more than this, however large a batch once was). */
-const POOLED = 4096;
-
-/** The calls `submit` hands to jco's glue, reused from batch to batch. */
-const calls: ws.Call[] = [];
-function pooledCall(i: number): ws.Call {
-  const c = calls[i];
-  if (c !== undefined) return c;
-  const made: ws.Call = { id: '', tool: '', operations: undefined, arguments: undefined };
-  if (i < POOLED) calls[i] = made;
-  return made;
-}
-
-/** `on-events` and `on-ended` as build.mjs's patch 7 extends them: entry numbers straight from a
- * `BigUint64Array` (approvals; ends, the first `ok` of them ok and the rest failed), lowered
- * without an item object or a bigint per entry. */
-interface TypedEntries {
-  onEvents(approve: BigUint64Array, now: bigint | undefined): ws.Refusal[];
-  onEnded(ends: BigUint64Array, now: bigint | undefined, ok: number): ws.Refusal[];
-}
-
 function approvalsOnly(raw: ws.Scheduler, inputs: RawInputs): InputError[] {
   const list = inputs.approve;
-  return soleErrors((raw as unknown as TypedEntries).onEvents(list, inputs.now), list, EMPTY_LIST, 'approve');
+  return soleErrors(raw.onEvents([{ tag: 'approve', val: list }], inputs.now), list, EMPTY_LIST, 'approve');
 }
 
 function endsOnly(raw: ws.Scheduler, inputs: RawInputs): InputError[] {
-  const ok = inputs.ok;
-  const failed = inputs.failed;
-  let ends = ok.length === 0 ? failed : ok;
-  if (ok.length && failed.length) {
-    ends = new BigUint64Array(ok.length + failed.length);
-    ends.set(ok);
-    ends.set(failed, ok.length);
-  }
-  return soleErrors((raw as unknown as TypedEntries).onEnded(ends, inputs.now, ok.length), ok, failed, 'ok');
+  return soleErrors(raw.onEnded({ ok: inputs.ok, failed: inputs.failed, rateLimited: NONE }, inputs.now), inputs.ok, inputs.failed, 'ok');
 }
 
 /** The refusals of a one-kind crossing of distinct entries (`a` then `b`; `b` is `failed` when
@@ -622,75 +618,28 @@ function soleErrors(refusals: ws.Refusal[], a: BigUint64Array, b: BigUint64Array
     r++;
     errors.push(j < a.length ? { input: kind, index: j, code: refusal.code, message: refusal.message } : { input: 'failed', index: j - a.length, code: refusal.code, message: refusal.message });
   }
-  if (r < refusals.length) {
-    const rest = refusals.slice(r).map((x) => `${x.about.tag} ${x.about.val} ${x.code}`);
-    throw new Error(`turnstile: the component refused inputs the package cannot place (${rest.join(', ')}; a bug)`);
-  }
+  if (r < refusals.length) unplaced(refusals.slice(r));
   return errors;
 }
 
-const NONE: readonly never[] = Object.freeze([]);
+const NONE: never[] = [];
 
-/** `next-releases` as build.mjs's patch 8 extends it: `start` actions pushed onto `starts` as
- * 32-bit halves, not lifted as actions. */
-interface TypedStarts {
-  nextReleases(now: bigint | undefined, starts: number[]): ws.Releases;
-}
-
-/** `next-releases`, sorted (`crossings` is the caller's to set). */
-function nextReleases(raw: ws.Scheduler, now: bigint | undefined, errors: InputError[]): RawOutputs & { crossings: number } {
-  const start: number[] = [];
-  return releasesOut((raw as unknown as TypedStarts).nextReleases(now, start), errors, start) as RawOutputs & { crossings: number };
-}
-
-/** The actions of `next-releases` other than starts sorted into lists by kind, in one pass; a
- * list is made only for a kind the round has (most rounds have starts and nothing else). */
-function releasesOut(releases: ws.Releases, inputErrors: InputError[], start: number[]): RawOutputs {
-  const actions = releases.actions;
-  let release: bigint[] | undefined;
-  let retired: bigint[] | undefined;
-  let settle: RawSettled[] | undefined;
-  let requests: ws.PermitRequest[] | undefined;
-  let abort: ws.Abort[] | undefined;
-  let pauseStore: ws.KeyPause[] | undefined;
-  let errors = inputErrors;
-  for (let i = 0; i < actions.length; i++) {
-    const a = actions[i];
-    switch (a.tag) {
-      case 'release':
-        (release ??= []).push(a.val.entry);
-        break;
-      case 'retired':
-        (retired ??= []).push(a.val);
-        break;
-      case 'settled':
-        (settle ??= []).push(a.val);
-        break;
-      case 'acquire':
-        (requests ??= []).push(a.val);
-        break;
-      case 'abort':
-        (abort ??= []).push(a.val);
-        break;
-      case 'pause-store':
-        (pauseStore ??= []).push(a.val);
-        break;
-      case 'refused':
-        // The clock, applied first by the old `step`: its refusal comes first.
-        errors = [{ input: 'now', index: 0, code: a.val.code, message: a.val.message }, ...errors];
-        break;
-    }
-  }
+/** `next-releases`, with the round's refusals (a refused clock first: the old `step` applied the
+ * clock first) and its crossings. */
+function nextReleases(raw: ws.Scheduler, now: bigint | undefined, errors: InputError[], crossings: number): RawOutputs & { crossings: number } {
+  const r = raw.nextReleases(now);
+  const refused = r.refused;
   return {
-    abort: abort ?? NONE,
-    start,
-    settle: settle ?? NONE,
-    errors,
-    retired: retired ?? NONE,
-    wakeAt: releases.wakeAt,
-    requests: requests ?? NONE,
-    release: release ?? NONE,
-    pauseStore: pauseStore ?? NONE,
+    abort: r.abort,
+    pauseStore: r.pauseStore,
+    release: r.release,
+    settled: r.settled,
+    acquire: r.acquire,
+    start: r.start,
+    retired: r.retired,
+    wakeAt: r.wakeAt,
+    errors: refused === undefined ? errors : [{ input: 'now', index: 0, code: refused.code, message: refused.message }, ...errors],
+    crossings,
   };
 }
 
@@ -743,14 +692,17 @@ export class Scheduler {
     array(calls, 'calls');
     const o = options === undefined ? undefined : record(options, 'options', ['arguments', 'executionMs', 'abortGraceMs']);
     const raw = o?.arguments;
-    const args: [number, string][] = raw === undefined ? [] : rawArguments(raw);
+    const args: ws.CallArguments[] = raw === undefined ? [] : rawArguments(raw);
     const limits: ws.Limits = {
       executionMs: o?.executionMs === undefined ? undefined : u32(o.executionMs, 'options.executionMs'),
       abortGraceMs: o?.abortGraceMs === undefined ? undefined : u32(o.abortGraceMs, 'options.abortGraceMs'),
     };
     const templates = this.#templates;
-    const wire: ws.Call[] = new Array(calls.length);
-    let fansOut = false;
+    // The batch as it crosses: ids and tools each one text, a newline after every name; fan-outs
+    // and arguments by call index, only for the calls that have them.
+    let ids = '';
+    let tools = '';
+    const fanOuts: ws.FanOut[] = [];
     for (let i = 0; i < calls.length; i++) {
       // Checked inline: a parameter name is only built for an error (this loop is per call).
       const call = calls[i];
@@ -759,48 +711,45 @@ export class Scheduler {
       const tool = call.tool;
       if (typeof id !== 'string') fail(`calls[${i}].id`, 'a string', id);
       if (typeof tool !== 'string') fail(`calls[${i}].tool`, 'a string', tool);
-      // The package's rule since ids and tools crossed newline-joined (kept so that every host
-      // refuses the same names): no empty name, and no newline in an id or a tool name.
+      // No empty name, and no newline in an id or a tool name: a newline would end the name in
+      // the packed texts (the component could only call the batch malformed, or read other calls).
       if (id === '' || tool === '' || id.includes('\n') || tool.includes('\n')) {
         throw new SubmitError('invalid-id', `call ${i + 1}: call ids and tool names are 1 to 256 bytes without a newline`);
       }
-      // From a pool (jco's glue reads the calls synchronously and keeps none), all four fields set.
-      const c = pooledCall(i);
-      c.id = id;
-      c.tool = tool;
-      c.operations = undefined;
-      c.arguments = undefined;
+      ids += id + '\n';
+      tools += tool + '\n';
       if (call.operations !== undefined) {
-        fansOut = true;
         const n = u32(call.operations, `calls[${i}].operations`);
         // An envelope of no operations has nothing to schedule (the component refuses it with
         // the same code; refused here, with the package's message, before anything crosses).
         if (n === 0) throw new SubmitError('invalid-operations', `call ${JSON.stringify(id)}: a fan-out call has at least 1 operation, got 0`);
-        c.operations = n;
+        fanOuts.push({ call: i, operations: n });
       }
-      wire[i] = c;
       if (templates !== undefined && call.args !== undefined) {
         const names = templates.get(tool);
         if (names !== undefined) {
           const text = argumentsText(call.args, names);
-          if (text !== undefined) args.push([i, text]);
+          if (text !== undefined) args.push({ call: i, json: text });
         }
       }
     }
-    // Each call's arguments go on the call: a pair naming no call, or a call named twice (by two
-    // pairs, or by a pair and its `args`), is refused before anything crosses.
-    for (const [index, text] of args) {
-      const c = wire[index];
-      if (c === undefined) throw new SubmitError('invalid-arguments', `arguments for call ${index}, but the batch has ${calls.length} calls`);
-      if (c.arguments !== undefined) throw new SubmitError('invalid-arguments', `arguments for call ${index} given twice`);
-      c.arguments = text;
+    // A call's arguments are given once: a pair naming no call, or a call named twice (by two
+    // pairs, or by a pair and its `args`), is refused before anything crosses (the component
+    // would call the batch malformed).
+    if (args.length) {
+      const named = new Set<number>();
+      for (const { call } of args) {
+        if (call >= calls.length) throw new SubmitError('invalid-arguments', `arguments for call ${call}, but the batch has ${calls.length} calls`);
+        if (named.has(call)) throw new SubmitError('invalid-arguments', `arguments for call ${call} given twice`);
+        named.add(call);
+      }
     }
     const sched = this.held.get();
     const s = this.held.instance.call(
-      () => sched.submitBatch(wire, limits),
-      (payload) => new SubmitError((payload as ws.SubmitError).code, (payload as ws.SubmitError).message),
+      () => sched.submitBatch({ ids, tools, fanOuts, arguments: args }, limits),
+      (payload) => submitError(payload as ws.SubmitError),
     );
-    return new Submitted(s.batch, s.first, s.count, calls, !fansOut);
+    return new Submitted(s.batch, s.first, s.count, calls, fanOuts.length === 0);
   }
 
   /** One driver round: applies every input, each on its own, and says what to do. A refused input

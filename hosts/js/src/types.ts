@@ -326,10 +326,12 @@ export interface Unrestored {
   message: string;
 }
 
-/** Why `submit` refused a batch: `too-large` is above a limit (calls per batch, operations per
- * call, live entries, or 65536 bytes of one call's arguments); `invalid-arguments` is an
- * `arguments` item that names no call of the batch, or a call twice (the package's own check:
- * the component's `submit-error-code` has no such code since 0.3). */
+/** Why `submit` refused a batch: `invalid-id` is an empty call id or tool name, one above 256
+ * bytes, one with a newline, or a call id with `#`; `too-large` is above a limit (calls per
+ * batch, operations per call, live entries, or 65536 bytes of one call's arguments);
+ * `invalid-arguments` is an `arguments` item that names no call of the batch, or a call twice
+ * (the package's own check, before the batch crosses). The component's `malformed-batch` is not
+ * among them: `submit` packs the batch, and a malformed one would be the package's bug. */
 export type SubmitErrorCode = 'empty-batch' | 'invalid-id' | 'duplicate-id' | 'not-fan-out' | 'invalid-operations' | 'too-large' | 'invalid-arguments';
 export type ResumeErrorCode = 'unsupported-version' | 'too-large';
 

@@ -1,11 +1,14 @@
-// build.mjs patch 5 (one view of memory, ASCII strings without TextEncoder / TextDecoder) gives
-// exactly what jco's own string path gives: the patched helpers are read from the built glue and
+// build.mjs patch 1 (list<u64> results copied into a slab) gives what jco's copy gives, a fresh
+// region each, across memory growth and a detached slab; patch 5 (one view of memory, ASCII
+// strings without TextEncoder / TextDecoder, long ones encoded in place) gives exactly what jco's
+// own string path gives: the patched helpers are read from the built glue and
 // run against a memory of their own, next to jco's helpers as jco 1.12 writes them, on empty,
 // ASCII (short and long), non-ASCII and lone-surrogate strings and on arbitrary bytes, with a
 // memory that grows between allocations (so every view made before the growth is detached);
 // then strings round-trip through the component itself as TextEncoder and TextDecoder would
-// carry them, and entry numbers (patches 6 to 8: u64s read unsigned, lowered from typed arrays,
-// starts lifted as 32-bit halves) cross exactly past 2^32, 2^53 and up to 2^64.
+// carry them, and entry numbers (patches 1, 4 and 6: lists of u64 lowered from and lifted into
+// typed arrays, u64s read unsigned) cross exactly past 2^32, 2^53 and up to 2^64; a list of u64
+// that is not a typed array of 8-byte items is a TypeError in the glue, never bytes it made up.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -14,9 +17,9 @@ import { rng as seeded } from './fixtures/rng.mjs';
 
 const glue = readFileSync(new URL('../dist/component/turnstile.js', import.meta.url), 'utf8');
 
-function section(name) {
-  const m = glue.match(new RegExp(`// turnstile build\\.mjs patch 5: ${name} begin\\n([\\s\\S]*?)// turnstile build\\.mjs patch 5: ${name} end`));
-  assert.ok(m, `the built glue has no patch 5 ${name} section`);
+function section(name, patch = 5) {
+  const m = glue.match(new RegExp(`// turnstile build\\.mjs patch ${patch}: ${name} begin\\n([\\s\\S]*?)// turnstile build\\.mjs patch ${patch}: ${name} end`));
+  assert.ok(m, `the built glue has no patch ${patch} ${name} section`);
   return m[1];
 }
 
@@ -27,7 +30,8 @@ const patched = new Function(`
   let utf8EncodedLen = 0;
   ${section('views')}
   ${section('strings')}
-  return { utf8Encode, utf8Decode, dataView, memoryBytes, encodedLen: () => utf8EncodedLen };
+  ${section('lists', 1)}
+  return { utf8Encode, utf8Decode, dataView, memoryBytes, memoryWords, liftU64, encodedLen: () => utf8EncodedLen };
 `);
 
 /** jco 1.12's own helpers (what the glue had before patch 5). */
@@ -53,20 +57,26 @@ function unpatched() {
 
 /** A memory and a bump allocator that grows the memory on every `grow`-th allocation (by no
  * page once it has 16: a grow of 0 pages detaches the old buffer too), starting over at the
- * bottom when the next string does not fit (each string is compared before the next). */
+ * bottom when the next string does not fit (each string is compared before the next). A
+ * reallocation (`old` not 0) moves the bytes to a new place, as `cabi_realloc` may. `calls`
+ * lists every call made, as `[old length, new length]`. */
 function arena(grow) {
   const memory = new WebAssembly.Memory({ initial: 4, maximum: 16 });
   let top = 8;
-  let calls = 0;
+  let count = 0;
+  const calls = [];
   const realloc = (old, oldLen, align, len) => {
-    assert.equal(old, 0);
-    if (++calls % grow === 0) memory.grow(memory.buffer.byteLength < 16 * 65536 ? 1 : 0);
+    calls.push([oldLen, len]);
+    assert.equal(old === 0, oldLen === 0);
+    const kept = old === 0 ? new Uint8Array(0) : new Uint8Array(memory.buffer, old, oldLen).slice();
+    if (++count % grow === 0) memory.grow(memory.buffer.byteLength < 16 * 65536 ? 1 : 0);
     if (top + len > memory.buffer.byteLength) top = 8;
     const ptr = top;
     top += len + 1;
+    new Uint8Array(memory.buffer).set(kept.subarray(0, Math.min(oldLen, len)), ptr);
     return ptr;
   };
-  return { memory, realloc };
+  return { memory, realloc, calls };
 }
 
 const rng = (seed) => seeded(seed).int;
@@ -117,10 +127,14 @@ test('the patched glue lowers every string to the bytes jco lowers it to, across
     const p = patched();
     const u = unpatched();
     for (const s of strings) {
+      a.calls.length = b.calls.length = 0;
       const pp = p.utf8Encode(s, a.realloc, a.memory);
       const up = u.utf8Encode(s, b.realloc, b.memory);
       assert.equal(p.encodedLen(), u.encodedLen(), `length of ${JSON.stringify(s.slice(0, 80))}`);
-      assert.equal(pp, up, 'the same allocations');
+      // jco's one allocation; a string above 64 characters that is not ASCII first takes its
+      // length in UTF-16 units, then grows to jco's.
+      const ascii = !/[^\0-\x7f]/.test(s);
+      assert.deepEqual(a.calls, s.length > 64 && !ascii ? [[0, s.length], ...b.calls.map(([, len]) => [s.length, len])] : b.calls, 'the allocations');
       const mine = new Uint8Array(a.memory.buffer, pp, p.encodedLen());
       const theirs = new Uint8Array(b.memory.buffer, up, u.encodedLen());
       assert.deepEqual(mine, theirs, `bytes of ${JSON.stringify(s.slice(0, 80))}`);
@@ -161,6 +175,8 @@ test('one DataView of memory, made again only once memory grew', () => {
   assert.notEqual(second, first, 'a new view once memory grew');
   assert.equal(second.buffer, memory.buffer);
   assert.equal(p.memoryBytes(memory).length, 2 * 65536);
+  assert.equal(p.memoryWords(memory).length, 2 * 65536 / 4);
+  assert.equal(p.memoryWords(memory).buffer, memory.buffer);
   const other = new WebAssembly.Memory({ initial: 2 });
   assert.equal(p.dataView(other).buffer, other.buffer, 'another memory gets its own view');
 });
@@ -188,7 +204,7 @@ test('strings round-trip through the component as TextEncoder and TextDecoder ca
   scheduler.dispose();
 });
 
-test('entry numbers cross exactly however large: typed lowering (patch 7) and starts as halves (patch 8)', async () => {
+test('entry numbers cross exactly however large: typed lists both ways (patches 1 and 4), u64s read unsigned (patch 6)', async () => {
   const t = await Turnstile.load();
   const policy = t.resolve([{ name: 'glue', text: '[conversation.tools.ops]\nconcurrency = 2\n' }]);
   for (const nextEntry of [2n ** 32n - 2n, 2n ** 53n - 1n, 2n ** 64n - 20n]) {
@@ -208,4 +224,66 @@ test('entry numbers cross exactly however large: typed lowering (patch 7) and st
     assert.deepEqual(started, entries, `every entry started once, exactly, from ${nextEntry}`);
     scheduler.dispose();
   }
+});
+
+test('a list of u64 crosses only as a typed array of 8-byte items: anything else is a TypeError, and nothing changed', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'glue', text: '[conversation.tools.ops]\nconcurrency = 2\n' }]);
+  const scheduler = new Scheduler(policy);
+  const raw = scheduler.held.get();
+  const b = scheduler.submit([{ id: 'a', tool: 'ops' }]);
+  const none = new BigUint64Array(0);
+  for (const bad of [[b.first], Uint32Array.of(1, 0), new Uint8Array(8), { length: 1 }]) {
+    assert.throws(() => raw.onEvents([{ tag: 'approve', val: bad }], undefined), { name: 'TypeError', message: /typed array/ });
+    assert.throws(() => raw.onEnded({ ok: bad, failed: none, rateLimited: [] }, undefined), { name: 'TypeError', message: /typed array/ });
+    assert.throws(() => raw.onEnded({ ok: none, failed: bad, rateLimited: [] }, undefined), { name: 'TypeError', message: /typed array/ });
+  }
+  // Nothing crossed: the entry is still pending, and the scheduler works on.
+  assert.equal(scheduler.inspect(b.batch)[0].state.kind, 'pending');
+  assert.deepEqual([...scheduler.step({ approve: b.entries() }).start], [b.first]);
+  scheduler.dispose();
+});
+
+test('list<u64> results (patch 1) are what jco copies, each its own bytes, however the slab and memory change', () => {
+  const int = rng(13);
+  const memory = new WebAssembly.Memory({ initial: 1, maximum: 20 });
+  const p = patched();
+  /** jco's own lifting. */
+  const jco = (ptr, len) => new BigUint64Array(memory.buffer.slice(ptr, ptr + len * 8));
+  const held = [];
+  for (let round = 0; round < 3000; round++) {
+    const len = [0, 1, 2, 8, 9, 100, 511, 512, 513, 2000][int(10)];
+    const ptr = 8 * int(2000);
+    const words = new Uint32Array(memory.buffer, ptr, len * 2);
+    for (let i = 0; i < words.length; i++) words[i] = int(2 ** 32);
+    const got = p.liftU64(memory, ptr, len);
+    assert.ok(got instanceof BigUint64Array);
+    assert.deepEqual(got, jco(ptr, len), `${len} numbers at ${ptr}`);
+    held.push([got, got.slice()]);
+    if (round % 700 === 0) memory.grow(1); // the memory's views are detached now
+    if (round % 900 === 0 && got.length) structuredClone(got.buffer, { transfer: [got.buffer] }); // a detached slab
+  }
+  // No result shares a byte with a later one: each still holds what it was given (unless its
+  // slab was transferred away on purpose above).
+  for (const [got, copy] of held) if (got.buffer.byteLength) assert.deepEqual(got, copy);
+  assert.equal(p.liftU64(memory, 8, 0), p.liftU64(memory, 16, 0), 'one empty array');
+  assert.ok(Object.isFrozen(p.liftU64(memory, 8, 0)));
+  // Out of memory or misaligned: a RangeError, as jco's slice of a view throws.
+  const end = memory.buffer.byteLength;
+  assert.throws(() => p.liftU64(memory, end - 8, 2), RangeError);
+  assert.throws(() => p.liftU64(memory, 4, 2), RangeError);
+});
+
+test('the lists a step hands to a host are its own: not views of the glue\'s slab', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'glue', text: '[conversation.tools.free]\n' }]);
+  const scheduler = new Scheduler(policy);
+  const b = scheduler.submit(Array.from({ length: 20 }, (_, i) => ({ id: `c${i}`, tool: 'free' })));
+  const out = scheduler.step({ approve: b.entries() });
+  assert.deepEqual(out.start, b.entries());
+  assert.equal(out.start.buffer.byteLength, out.start.byteLength, 'start owns its buffer');
+  const done = scheduler.step({ ok: out.start });
+  assert.deepEqual([...done.retired], [b.batch]);
+  assert.equal(done.retired.buffer.byteLength, done.retired.byteLength, 'retired owns its buffer');
+  scheduler.dispose();
 });

@@ -3,7 +3,7 @@
 // values from JS that must never trap the instance.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AdmissionError, ConfigError, ResumeError, Scheduler, SubmitError, Submitted, Turnstile, TurnstileError } from '../dist/index.js';
+import { AdmissionError, ConfigError, Driver, ResumeError, Scheduler, SubmitError, Submitted, Turnstile, TurnstileError } from '../dist/index.js';
 
 const CONFIG = `
 [conversation.tools.rfd_draft]
@@ -171,6 +171,44 @@ test('submit errors are thrown as SubmitError and change nothing', async () => {
   assert.throws(() => sched.submit([{ id: 'x', tool: 'read', operations: 100001 }]), throwsCode(SubmitError, 'too-large'));
   const b = sched.submit([{ id: 'x', tool: 'read', operations: 2 }]);
   assert.equal(b.count, 2);
+});
+
+test('a newline in a call id or tool name is refused before the batch is packed: invalid-id, never malformed-batch or other calls', async () => {
+  const { sched } = await setup();
+  const driver = new Driver(sched);
+  // Packed as they are, these would cross as a well-formed batch of other calls ("a" and "b"
+  // on tool "read"), or as a malformed one.
+  const bad = [
+    [{ id: 'a\nb', tool: 'read\nread' }],
+    [{ id: 'a\nb', tool: 'read' }],
+    [{ id: 'ok', tool: 'read' }, { id: 'c', tool: 'read\n' }],
+    [{ id: 'a\n', tool: 'read' }],
+    [{ id: '\n', tool: '\n' }],
+  ];
+  for (const calls of bad) {
+    let error;
+    assert.throws(() => sched.submit(calls), (e) => (error = e) instanceof SubmitError);
+    assert.equal(error.code, 'invalid-id', JSON.stringify(calls));
+    assert.match(error.message, /call \d+: call ids and tool names are 1 to 256 bytes without a newline/);
+    await assert.rejects(driver.run(calls, async () => 'ran'), (e) => e instanceof SubmitError && e.code === 'invalid-id');
+  }
+  // Nothing was submitted (no call "a", "b" or "ok" is live) and nothing trapped: the same ids
+  // go through now.
+  const out = await driver.run(['a', 'b', 'ok', 'c'].map((id) => ({ id, tool: 'read' })), async ({ label }) => label);
+  assert.deepEqual(out.map((c) => c.entries[0].status), ['ok', 'ok', 'ok', 'ok']);
+  driver.dispose();
+});
+
+test('a malformed batch (only a package bug could pack one) is an Error that says so, not a SubmitError, and changes nothing', async () => {
+  const { sched } = await setup();
+  const raw = sched.held.get();
+  const submitBatch = raw.submitBatch;
+  // A packing bug, stood in for: the tools text loses its last newline.
+  raw.submitBatch = (batch, limits) => submitBatch.call(raw, { ...batch, tools: batch.tools.slice(0, -1) }, limits);
+  assert.throws(() => sched.submit([{ id: 'a', tool: 'read' }]), (e) => !(e instanceof SubmitError) && /malformed batch .*a bug/.test(e.message));
+  delete raw.submitBatch;
+  const b = sched.submit([{ id: 'a', tool: 'read' }]);
+  assert.deepEqual([...sched.step({ approve: b.entries() }).start], [b.first]);
 });
 
 test('lists go in as BigUint64Array or bigint[]; other typed arrays are refused', async () => {
