@@ -117,7 +117,11 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
     let iface = inst.exports.turnstile_scheduler_scheduler().scheduler();
     let store = &mut inst.store;
     let mut events: Vec<ws::Event> = Vec::new();
-    let mut ends: Vec<ws::Ended> = Vec::new();
+    let mut ends = ws::Ends {
+        ok: Vec::new(),
+        failed: Vec::new(),
+        rate_limited: Vec::new(),
+    };
     let mut samples = Vec::with_capacity(marks.len());
     let mut tally = Tally::default();
     let base = store.data().memory_peak();
@@ -138,24 +142,27 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
             )?
             .map_err(|e| wasmtime::format_err!("submit: {}", e.message))?;
         events.clear();
-        events.extend((sub.first..sub.first + u64::from(sub.count)).map(ws::Event::Approve));
+        events.push(ws::Event::Approve(
+            (sub.first..sub.first + u64::from(sub.count)).collect(),
+        ));
         if let Some(r) = iface.call_on_events(&mut *store, s, &events, None)?.first() {
             wasmtime::bail!("approve refused: {}", r.message);
         }
         let mut out = iface.call_next_releases(&mut *store, s, Some(now))?;
         loop {
-            ends.clear();
-            for action in &out.actions {
-                match action {
-                    ws::Action::Start(e) => ends.push(ws::Ended {
-                        entry: *e,
-                        end: ws::End::Ok,
-                    }),
-                    ws::Action::Retired(_) => tally.retired += 1,
-                    other => wasmtime::bail!("unexpected action {other:?}"),
-                }
+            let unexpected = out.refused.is_some()
+                || !out.abort.is_empty()
+                || !out.pause_store.is_empty()
+                || !out.release.is_empty()
+                || !out.settled.is_empty()
+                || !out.acquire.is_empty();
+            if unexpected {
+                wasmtime::bail!("unexpected actions {out:?}");
             }
-            if ends.is_empty() {
+            tally.retired += out.retired.len();
+            ends.ok.clear();
+            ends.ok.extend(&out.start);
+            if ends.ok.is_empty() {
                 // Something waits on the clock (a key's delay): the host's timer fires.
                 let Some(at) = out.wake_at else {
                     break;
@@ -164,7 +171,7 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
                 out = iface.call_next_releases(&mut *store, s, Some(now))?;
                 continue;
             }
-            tally.ended += ends.len();
+            tally.ended += ends.ok.len();
             if let Some(r) = iface.call_on_ended(&mut *store, s, &ends, None)?.first() {
                 wasmtime::bail!("end refused: {}", r.message);
             }
@@ -205,16 +212,15 @@ pub(crate) fn call_costs(harness: &Harness) -> Result<Vec<(&'static str, f64)>, 
 
 fn call_costs_inner(harness: &Harness) -> wasmtime::Result<Vec<(&'static str, f64)>> {
     const CALLS: usize = 100_000;
-    let calls: Vec<[ws::Call; 1]> = (0..CALLS)
-        .map(|i| {
-            [ws::Call {
-                id: format!("c{i}"),
-                tool: "t".to_owned(),
-                operations: None,
-                arguments: None,
-            }]
-        })
+    let ids: Vec<String> = (0..CALLS).map(|i| format!("c{i}")).collect();
+    let calls: Vec<ws::Batch> = (ids.iter())
+        .map(|id| host_harness::pack([(id.as_str(), "t", None, None)]))
         .collect();
+    let no_ends = ws::Ends {
+        ok: Vec::new(),
+        failed: Vec::new(),
+        rate_limited: Vec::new(),
+    };
     let (mut label, mut round, mut submit) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
     for _ in 0..3 {
         let mut inst = harness.instance()?;
@@ -229,7 +235,7 @@ fn call_costs_inner(harness: &Harness) -> wasmtime::Result<Vec<(&'static str, f6
         label = label.min(t.elapsed().as_nanos() as f64);
         let t = Instant::now();
         for _ in 0..CALLS {
-            let _ = iface.call_on_ended(&mut *store, s, &[], None)?;
+            let _ = iface.call_on_ended(&mut *store, s, &no_ends, None)?;
             let _ = iface.call_next_releases(&mut *store, s, None)?;
         }
         round = round.min(t.elapsed().as_nanos() as f64);

@@ -102,15 +102,9 @@ fn queued(
         .call_constructor(&mut inst.store, policy)
         .map_err(|e| e.to_string())?;
     for (ids, n) in &batches {
-        let calls: Vec<ws::Call> = ids
-            .iter()
-            .map(|id| ws::Call {
-                id: (*id).to_owned(),
-                tool: "f".to_owned(),
-                operations: (*n > 0).then_some(*n),
-                arguments: None,
-            })
-            .collect();
+        let calls = host_harness::pack(
+            (ids.iter()).map(|id| (id.as_str(), "f", (*n > 0).then_some(*n), None)),
+        );
         iface
             .call_submit_batch(
                 &mut inst.store,

@@ -1,5 +1,5 @@
 //! The workloads: which batches a drive submits, in both forms the two sides take (engine
-//! `Call`s natively, the WIT's `call` records through the component), so the native engine and
+//! `Call`s natively, the WIT's packed `batch` through the component), so the native engine and
 //! the component always run the same inputs.
 
 use host_harness::wit_scheduler as ws;
@@ -14,8 +14,8 @@ pub(crate) struct Batch {
     operations: Vec<u32>,
     /// Each call's arguments (JSON), for tools whose key is a template.
     arguments: Vec<Option<String>>,
-    /// The same calls as WIT records.
-    pub(crate) wit_calls: Vec<ws::Call>,
+    /// The same calls as the WIT's packed `batch`.
+    pub(crate) wit_calls: ws::Batch,
 }
 
 impl Batch {
@@ -25,7 +25,7 @@ impl Batch {
             tools: Vec::new(),
             operations: Vec::new(),
             arguments: Vec::new(),
-            wit_calls: Vec::new(),
+            wit_calls: host_harness::pack([]),
         }
     }
 
@@ -37,16 +37,10 @@ impl Batch {
     }
 
     fn pack(mut self) -> Self {
-        self.wit_calls = self
-            .calls()
-            .iter()
-            .map(|c| ws::Call {
-                id: c.id.to_owned(),
-                tool: c.tool.to_owned(),
-                operations: c.operations,
-                arguments: c.arguments.map(str::to_owned),
-            })
-            .collect();
+        let calls = self.calls();
+        let wit =
+            host_harness::pack((calls.iter()).map(|c| (c.id, c.tool, c.operations, c.arguments)));
+        self.wit_calls = wit;
         self
     }
 

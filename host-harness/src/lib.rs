@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store};
 
-pub use subject::ComponentSubject;
+pub use subject::{ComponentSubject, pack};
 
 /// The bindings `bindgen!` generates from `wit/`.
 pub mod bindings {

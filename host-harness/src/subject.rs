@@ -431,32 +431,51 @@ pub(crate) fn wit_limits(l: LimitsSpec) -> ws::Limits {
 /// The corpus's calls as `submit-batch` takes them, packed. A name with a newline cannot be
 /// packed (the newline ends it): it is refused here as the component refuses a bad name.
 pub(crate) fn wit_calls(calls: &[CallSpec]) -> Result<ws::Batch, String> {
+    if calls
+        .iter()
+        .any(|c| c.id.contains('\n') || c.tool.contains('\n'))
+    {
+        return Err("invalid-id".to_owned());
+    }
+    Ok(pack(calls.iter().map(|c| {
+        (
+            c.id.as_str(),
+            c.tool.as_str(),
+            c.operations,
+            c.arguments.as_deref(),
+        )
+    })))
+}
+
+/// Calls `(id, tool, operations, arguments)` in written order as `submit-batch` takes them:
+/// every name followed by a newline (so a name with a newline in it reads as two), fan-outs
+/// and arguments listed by call index.
+pub fn pack<'a>(
+    calls: impl IntoIterator<Item = (&'a str, &'a str, Option<u32>, Option<&'a str>)>,
+) -> ws::Batch {
     let mut batch = ws::Batch {
         ids: String::new(),
         tools: String::new(),
         fan_outs: Vec::new(),
         arguments: Vec::new(),
     };
-    for (i, c) in calls.iter().enumerate() {
-        if c.id.contains('\n') || c.tool.contains('\n') {
-            return Err("invalid-id".to_owned());
-        }
-        batch.ids.push_str(&c.id);
+    for (i, (id, tool, operations, arguments)) in calls.into_iter().enumerate() {
+        batch.ids.push_str(id);
         batch.ids.push('\n');
-        batch.tools.push_str(&c.tool);
+        batch.tools.push_str(tool);
         batch.tools.push('\n');
         let call = i as u32;
-        if let Some(operations) = c.operations {
+        if let Some(operations) = operations {
             batch.fan_outs.push(ws::FanOut { call, operations });
         }
-        if let Some(json) = &c.arguments {
+        if let Some(json) = arguments {
             batch.arguments.push(ws::CallArguments {
                 call,
-                json: json.clone(),
+                json: json.to_owned(),
             });
         }
     }
-    Ok(batch)
+    batch
 }
 
 /// Ends in list order as `on-ended` takes them: the component applies a call's ok ends, then
@@ -468,7 +487,8 @@ pub(crate) fn wit_ends(ends: &[(u64, EndSpec)]) -> Vec<ws::Ends> {
         failed: Vec::new(),
         rate_limited: Vec::new(),
     };
-    let mut out = vec![empty()];
+    let mut out = Vec::new();
+    let mut chunk = empty();
     let mut rank = 0;
     for &(entry, how) in ends {
         let r = match how {
@@ -477,10 +497,9 @@ pub(crate) fn wit_ends(ends: &[(u64, EndSpec)]) -> Vec<ws::Ends> {
             EndSpec::RateLimited(_) => 2,
         };
         if r < rank {
-            out.push(empty());
+            out.push(std::mem::replace(&mut chunk, empty()));
         }
         rank = r;
-        let chunk = out.last_mut().expect("one chunk at least");
         match how {
             EndSpec::Ok => chunk.ok.push(entry),
             EndSpec::Failed => chunk.failed.push(entry),
@@ -489,6 +508,7 @@ pub(crate) fn wit_ends(ends: &[(u64, EndSpec)]) -> Vec<ws::Ends> {
             }
         }
     }
+    out.push(chunk);
     out
 }
 

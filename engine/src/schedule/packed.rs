@@ -89,7 +89,7 @@ mod tests {
     use super::*;
 
     fn code(r: Result<Vec<Call<'_>>, SubmitError>) -> SubmitErrorCode {
-        r.err().expect("refused").code
+        r.expect_err("refused").code
     }
 
     #[test]

@@ -137,34 +137,16 @@ pub(crate) struct Call {
     pub(crate) arguments: Option<String>,
 }
 
-/// Calls as `submit-batch` takes them: every name followed by a newline (a name with a newline
-/// in it then reads as two), fan-outs and arguments by index.
+/// Calls as `submit-batch` takes them (`host_harness::pack`).
 pub(crate) fn pack(calls: &[Call]) -> ws::Batch {
-    let mut batch = ws::Batch {
-        ids: String::new(),
-        tools: String::new(),
-        fan_outs: Vec::new(),
-        arguments: Vec::new(),
-    };
-    for (i, c) in calls.iter().enumerate() {
-        batch.ids.push_str(&c.id);
-        batch.ids.push('\n');
-        batch.tools.push_str(&c.tool);
-        batch.tools.push('\n');
-        if let Some(operations) = c.operations {
-            batch.fan_outs.push(ws::FanOut {
-                call: i as u32,
-                operations,
-            });
-        }
-        if let Some(json) = &c.arguments {
-            batch.arguments.push(ws::CallArguments {
-                call: i as u32,
-                json: json.clone(),
-            });
-        }
-    }
-    batch
+    host_harness::pack(calls.iter().map(|c| {
+        (
+            c.id.as_str(),
+            c.tool.as_str(),
+            c.operations,
+            c.arguments.as_deref(),
+        )
+    }))
 }
 
 /// A batch without time limits.
