@@ -45,7 +45,7 @@ export type TicketState =
      * ends (a store with wake-ups asks to be checked then); otherwise `null`. */
     readonly retryMs: number | null }
   | { readonly ticket: string; readonly state: 'granted'; readonly seq: number; readonly grant: number;
-    /** The grant's time on the store's clock (ms since the epoch). */
+    /** The grant's time on the store's clock (Redis: ms since the epoch; SQLite: CLOCK_MONOTONIC ms plus 24 h). */
     readonly grantedMs: number }
   /** Unknown to the store: its lease expired (or it was never requested, or was removed). */
   | { readonly ticket: string; readonly state: 'lost' };
