@@ -1,11 +1,14 @@
 -- Turnstile shared keys, script 1 (the engine's text: every host reads it from the component).
--- KEYS: state (hash: seq, grants, last_grant_ms, paused_until_ms), queue (zset: waiting ticket
+-- KEYS: state (hash: seq, grants, last_grant_ms, paused_until_ms, delay_max_ms), queue (zset: waiting ticket
 -- -> seq), leases (zset: every ticket -> expiry ms), tickets (hash: ticket -> "seq limit delay
 -- lease granted_ms grant channel"), held (zset: granted ticket -> grant).
 -- ARGV: op, the key's name (for wake-ups), then the op's own.
 -- Wake-ups go to the channel each ticket was requested with (one per store instance): a grant
 -- to its ticket's channel (but a request's own grant, which its reply carries), and the waiting
 -- head's retry time, when only the delay or a pause holds it, to the head's channel.
+-- Idle keys are forgotten: after every write, the key's five Redis keys expire at the time the
+-- key becomes idle (its last lease expiry, its pause's end, its last grant plus the longest
+-- delay granted), or are deleted when that has passed; a key no process touches again leaves.
 local state, queue, leases, tickets, held = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op, name = ARGV[1], ARGV[2]
 local clock = redis.call('TIME')
@@ -66,6 +69,7 @@ local function promote(own)
     end
     local grant = redis.call('HINCRBY', state, 'grants', 1)
     redis.call('HSET', state, 'last_grant_ms', now)
+    if f[3] > num('delay_max_ms') then redis.call('HSET', state, 'delay_max_ms', f[3]) end
     f[5], f[6] = now, grant
     redis.call('HSET', tickets, head, pack(f))
     redis.call('ZREM', queue, head)
@@ -78,6 +82,17 @@ local function promote(own)
     end
   end
   error('more than 10000 grants in one operation')
+end
+
+local function settle()
+  local idle = math.max(num('paused_until_ms'), num('last_grant_ms') + num('delay_max_ms'))
+  local last = redis.call('ZRANGE', leases, -1, -1, 'WITHSCORES')
+  if last[2] then idle = math.max(idle, tonumber(last[2])) end
+  if idle <= now then
+    redis.call('DEL', state, queue, leases, tickets, held)
+  else
+    for _, k in ipairs({state, queue, leases, tickets, held}) do redis.call('PEXPIREAT', k, idle) end
+  end
 end
 
 local function publish()
@@ -114,7 +129,9 @@ if op == 'request' then
   end
   promote(id)
   publish()
-  return report(id)
+  local out = report(id)
+  settle()
+  return out
 elseif op == 'renew' then
   purge()
   for i = 3, #ARGV do
@@ -125,6 +142,7 @@ elseif op == 'renew' then
   publish()
   local out = {}
   for i = 3, #ARGV do out[#out + 1] = report(ARGV[i]) end
+  settle()
   return out
 elseif op == 'release' or op == 'abandon' then
   local id = ARGV[3]
@@ -138,11 +156,14 @@ elseif op == 'release' or op == 'abandon' then
   end
   promote(nil)
   publish()
+  settle()
   return removal
 elseif op == 'pause' then
   local till = now + tonumber(ARGV[3])
   if till > num('paused_until_ms') then redis.call('HSET', state, 'paused_until_ms', till) end
-  return num('paused_until_ms')
+  local until_ms = num('paused_until_ms')
+  settle()
+  return until_ms
 elseif op == 'inspect' then
   local out = {now, num('seq'), num('grants'), num('last_grant_ms'), num('paused_until_ms')}
   for _, id in ipairs(redis.call('ZRANGE', leases, 0, -1)) do

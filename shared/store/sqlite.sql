@@ -1,12 +1,15 @@
 CREATE TABLE IF NOT EXISTS turnstile_shared_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
-INSERT OR IGNORE INTO turnstile_shared_meta (name, value) VALUES ('schema', '1');
+INSERT OR IGNORE INTO turnstile_shared_meta (name, value) VALUES ('schema', '2');
 CREATE TABLE IF NOT EXISTS turnstile_shared_keys (
   key TEXT PRIMARY KEY NOT NULL,
   seq INTEGER NOT NULL DEFAULT 0,
   grants INTEGER NOT NULL DEFAULT 0,
   last_grant_ms INTEGER NOT NULL DEFAULT 0,
-  paused_until_ms INTEGER NOT NULL DEFAULT 0
+  paused_until_ms INTEGER NOT NULL DEFAULT 0,
+  delay_max_ms INTEGER NOT NULL DEFAULT 0,
+  idle_at_ms INTEGER NOT NULL DEFAULT 0
 );
+CREATE INDEX IF NOT EXISTS turnstile_shared_keys_idle ON turnstile_shared_keys (idle_at_ms);
 CREATE TABLE IF NOT EXISTS turnstile_shared_tickets (
   key TEXT NOT NULL,
   ticket TEXT NOT NULL,

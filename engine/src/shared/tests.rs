@@ -341,8 +341,8 @@ fn sqlite_statements() -> Vec<(&'static str, &'static str)> {
 #[test]
 fn the_store_texts_are_the_schema_the_files_hold() {
     // The schema writes the version the statements file names.
-    assert!(SQLITE_STATEMENTS.contains("\"schemaVersion\": 1,"));
-    assert!(SQLITE_SCHEMA.contains("VALUES ('schema', '1')"));
+    assert!(SQLITE_STATEMENTS.contains("\"schemaVersion\": 2,"));
+    assert!(SQLITE_SCHEMA.contains("VALUES ('schema', '2')"));
     assert!(SQLITE_SCHEMA.contains("turnstile_shared_tickets") && !SQLITE_SCHEMA.ends_with('\n'));
     let statements = sqlite_statements();
     let names: Vec<&str> = statements.iter().map(|&(name, _)| name).collect();
@@ -350,6 +350,10 @@ fn the_store_texts_are_the_schema_the_files_hold() {
         names,
         [
             "version",
+            "meta",
+            "setMeta",
+            "wipeTickets",
+            "wipeKeys",
             "ensureKey",
             "purge",
             "ticket",
@@ -365,7 +369,12 @@ fn the_store_texts_are_the_schema_the_files_hold() {
             "pause",
             "peek",
             "earliestExpiry",
-            "list"
+            "list",
+            "settle",
+            "forget",
+            "sweepTickets",
+            "sweepKeys",
+            "countKeys"
         ]
     );
     for (name, text) in statements {

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Driver, Scheduler, Turnstile } from '../dist/index.js';
-import { SharedKeys, SqliteStore } from '../dist/shared/index.js';
+import { MemoryStore, SharedKeys } from '../dist/shared/index.js';
 import { VirtualClock } from './fixtures/virtual-clock.mjs';
 
 const CONFIG = `
@@ -70,7 +70,7 @@ test('a clock that goes back is clamped: the driver never gives a lower now, not
 
 test('SharedKeys takes the same clock: its lease timers are virtual', async () => {
   const clock = new VirtualClock(0);
-  const store = await SqliteStore.open({ path: ':memory:' });
+  const store = await MemoryStore.open(); // on the real clock: only SharedKeys runs on the virtual one
   const keys = new SharedKeys(store, { clock, leaseMs: 1000 });
   const permit = await keys.acquire('k', { limit: 1, delayMs: 0 });
   // The lease is renewed on the virtual clock: a timer is armed there, none on the real one.

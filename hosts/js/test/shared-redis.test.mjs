@@ -102,4 +102,28 @@ test('redis: the script grants as the shared table says', { skip, timeout: 30000
   }
 });
 
+test('redis: idle keys leave the server: 5,000 made keys, all ended, leave Redis keys only for the live ones', { skip, timeout: 120000 }, async (t) => {
+  const { server } = await setup(t);
+  const store = await RedisStore.open({ url: server.url, prefix: 'idle' });
+  const keys = new SharedKeys(store, { leaseMs: 300, owner: 'test' });
+  const Redis = (await import('ioredis')).default;
+  const raw = new Redis(server.url);
+  t.after(async () => { raw.disconnect(); await keys.close(); await store.close(); });
+  const live = await Promise.all(['live:1', 'live:2', 'live:3'].map((key) => keys.acquire(key, { limit: 1 })));
+  for (let i = 0; i < 5000; i++) {
+    const permit = await keys.acquire(`api:host-${i}`, { limit: 2, delayMs: i % 2 ? 0 : 1 });
+    await permit.release();
+  }
+  await keys.pause('paused', 400);
+  // A process that died holding a ticket: nobody touches its key again.
+  await store.request('dead', 'gone-1', { limit: 1, delayMs: 0, leaseMs: 300 });
+  await sleep(600); // the pause, the last delays and the dead lease end: their keys expire
+  const tags = async () => [...new Set((await raw.keys('idle:*')).map((k) => k.match(/\{(.*)\}/)[1]))].sort();
+  assert.deepEqual(await tags(), ['live:1', 'live:2', 'live:3']);
+  assert.equal(await raw.dbsize(), 3 * 4, 'state, leases, tickets and held of each live key (no queue: nothing waits)');
+  for (const permit of live) await permit.release();
+  assert.deepEqual(await tags(), []);
+  assert.equal(await raw.dbsize(), 0);
+});
+
 scenarios('redis', setup, skip);

@@ -77,6 +77,15 @@ def _processes(spec: dict[str, Any], n: int, window: float) -> list[dict[str, An
     """`n` contender processes; the window opens once every one has started and opened the
     store (starting 64 processes takes seconds on 2 cores, and must not eat the window)."""
     arg = json.dumps({"store": spec})
+    if spec["kind"] == "sqlite":
+        # A new file grants nothing for one lease (SHARED.md): create it, and let that pass first.
+        from turnstile_scheduler.shared import SqliteStore
+
+        async def create() -> None:
+            await (await SqliteStore.open(spec["path"])).close()
+
+        asyncio.run(create())
+        time.sleep(10)
     children = [
         subprocess.Popen([sys.executable, __file__, "--worker", arg], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         for _ in range(n)

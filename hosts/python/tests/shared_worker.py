@@ -4,7 +4,11 @@ As a program (`python shared_worker.py '<json>'`, the same arguments and events 
 package's `test/fixtures/shared-worker.mjs`): opens the store, waits for `startAt`, then
 acquires the key `rounds` times, each time recording its tool's start and end (its own clock) to
 `log` (one JSON line each) and holding the permit `holdMs`. With `hang` it holds its first permit
-until killed. It prints one JSON line per event: `requested`, `granted`, `released`, `done`.
+until killed. It prints one JSON line per event: `requested`, `granted`, `released`, `done`;
+`lost` when a permit is lost (then it exits), `error` when an acquire raises (then it exits 0).
+Every event carries `at`, the real wall clock, and every record `m`, the SQLite store's clock.
+`owner` sets the SharedKeys' owner (default: `name`); `wallStepMs` steps this process's wall
+clock (`time.time`) by that much before the store opens.
 
 As a module: `Worker` (a worker process and its events; the JS worker too, with `node=True`),
 `records`, `max_overlap`, `redis_missing` and `RedisServer` (a real redis-server on a free
@@ -47,14 +51,24 @@ def js_missing() -> Optional[str]:
 
 async def _main(args: dict[str, Any]) -> None:
     from turnstile_scheduler.shared import RedisStore, SharedKeys, SqliteStore
+    from turnstile_scheduler.shared.sqlite import sqlite_now_ms
+
+    real_time = time.time
+
+    def now_ms() -> int:
+        return int(real_time() * 1000)
 
     def say(event: dict[str, Any]) -> None:
-        print(json.dumps({"name": args["name"], **event}), flush=True)
+        print(json.dumps({"name": args["name"], "at": now_ms(), **event}), flush=True)
 
     def record(event: dict[str, Any]) -> None:
         if args.get("log"):
             with open(args["log"], "a") as f:
-                f.write(json.dumps({"name": args["name"], "pid": os.getpid(), **event}) + "\n")
+                f.write(json.dumps({"name": args["name"], "pid": os.getpid(), "m": sqlite_now_ms(), **event}) + "\n")
+
+    if args.get("wallStepMs"):
+        step = args["wallStepMs"] / 1000
+        time.time = lambda: real_time() + step  # type: ignore[assignment]
 
     spec = args["store"]
     store: Any = await SqliteStore.open(spec["path"]) if spec["kind"] == "sqlite" else await RedisStore.open(spec["url"])
@@ -66,20 +80,33 @@ async def _main(args: dict[str, Any]) -> None:
         return state
 
     store.request = reporting_request
-    keys = SharedKeys(store, lease_ms=args["leaseMs"], owner=args["name"])
+    keys = SharedKeys(store, lease_ms=args["leaseMs"], owner=args.get("owner", args["name"]))
     if args.get("startAt"):
-        await asyncio.sleep(max(0, args["startAt"] - time.time() * 1000) / 1000)
+        await asyncio.sleep(max(0, args["startAt"] - now_ms()) / 1000)
     for round_ in range(args.get("rounds", 1)):
-        requested_at = int(time.time() * 1000)
-        permit = await keys.acquire(args["key"], limit=args["limit"], delay_ms=args.get("delayMs", 0))
-        start = int(time.time() * 1000)
+        requested_at = now_ms()
+        try:
+            permit = await keys.acquire(args["key"], limit=args["limit"], delay_ms=args.get("delayMs", 0))
+        except Exception as e:
+            say({"event": "error", "round": round_, "error": type(e).__name__, "code": getattr(e, "code", None), "message": str(e)})
+            os._exit(0)
+
+        async def watch_lost(permit: Any = permit, round_: int = round_) -> None:
+            await permit.lost.wait()
+            e = permit.lost_error
+            say({"event": "lost", "round": round_, "ticket": permit.ticket, "error": type(e).__name__, "code": getattr(e, "code", None), "message": str(e)})
+            os._exit(0)
+
+        watcher = asyncio.get_running_loop().create_task(watch_lost())
+        start = now_ms()
         grant = {"ticket": permit.ticket, "seq": permit.seq, "grant": permit.grant, "grantedMs": permit.granted_ms}
         record({"event": "start", "round": round_, "t": start, "requestedAt": requested_at, **grant})
         say({"event": "granted", "round": round_, **grant})
         if args.get("hang"):
             await asyncio.Event().wait()
         await asyncio.sleep(args.get("holdMs", 0) / 1000)
-        record({"event": "end", "round": round_, "t": int(time.time() * 1000), "ticket": permit.ticket})
+        record({"event": "end", "round": round_, "t": now_ms(), "ticket": permit.ticket})
+        watcher.cancel()
         removal = await permit.release()
         say({"event": "released", "round": round_, "removal": removal})
     await keys.close()
@@ -285,22 +312,69 @@ async def scenario_waiter_killed(s: Setup) -> None:
 
 async def scenario_eight_processes(s: Setup, node: Callable[[int], bool] = lambda i: False) -> None:
     """Eight processes on a key of limit 2: never more than 2 at once, grants in request order.
-    `node(i)` makes worker i the JS package's."""
+    `node(i)` makes worker i the JS package's. The test holds one permit of a limit of 3
+    throughout, so the workers share 2 and the key is never idle (an idle key is forgotten, and
+    its seq and grant counts start again)."""
+    from turnstile_scheduler.shared import SharedKeys
+
+    store = await s.open()
+    keys = SharedKeys(store, lease_ms=5000, owner="pin")
+    pin = await keys.acquire("gh", limit=3)
     start_at = time.time() * 1000 + 1500
     workers = [
-        s.worker(node(i), key="gh", limit=2, leaseMs=5000, rounds=3, holdMs=15 + (i % 3) * 10,
+        s.worker(node(i), key="gh", limit=3, leaseMs=5000, rounds=3, holdMs=15 + (i % 3) * 10,
                  name=f"w{i}", startAt=start_at, log=str(s.tmp / f"w{i}.jsonl"))
         for i in range(8)
     ]
     await asyncio.gather(*(w.done() for w in workers))
+    assert await pin.release() == "released"
+    await keys.close()
+    await store.close()
     recs = records(s.tmp)
     starts = [r for r in recs if r["event"] == "start"]
     assert len(starts) == 24 and len([r for r in recs if r["event"] == "end"]) == 24
     overlap = max_overlap(recs)
     assert overlap <= 2, f"{overlap} tools ran at once"
-    assert [r["grant"] for r in sorted(starts, key=lambda r: r["seq"])] == list(range(1, 25))
+    assert [r["grant"] for r in sorted(starts, key=lambda r: r["seq"])] == list(range(2, 26))
+    # On the store's clock: SQLite's is CLOCK_MONOTONIC (`m`); Redis's TIME is the wall clock here.
     for r in starts:
-        assert r["t"] >= r["grantedMs"] - 1, f"{r['name']} started before its grant"
+        assert r["m" if s.spec["kind"] == "sqlite" else "t"] >= r["grantedMs"] - 1, f"{r['name']} started before its grant"
+
+
+async def scenario_same_owner(s: Setup) -> None:
+    """Two (three) clients configured with the same owner never share a ticket: never both
+    granted on a limit of 1."""
+    start_at = time.time() * 1000 + 1000
+    workers = [
+        s.worker(key="dup", limit=1, leaseMs=900, rounds=3, holdMs=60, owner="same",
+                 name=name, startAt=start_at, log=str(s.tmp / f"{name}.jsonl"))
+        for name in ("a", "b", "c")
+    ]
+    await asyncio.gather(*(w.done() for w in workers))
+    recs = records(s.tmp)
+    starts = [r for r in recs if r["event"] == "start"]
+    assert len(starts) == 9 and len({r["ticket"] for r in starts}) == 9
+    assert max_overlap(recs) == 1
+    for w in workers:
+        assert [e["removal"] for e in w.events if e["event"] == "released"] == ["released"] * 3
+
+
+async def scenario_wall_clock_steps(s: Setup) -> None:
+    """A process whose wall clock is an hour ahead, and one an hour behind: no ticket purged,
+    no grant stalled."""
+    start_at = time.time() * 1000 + 1000
+    workers = [
+        s.worker(key="stepped", limit=1, delayMs=50, leaseMs=900, rounds=3, holdMs=150, wallStepMs=step,
+                 name=name, startAt=start_at, log=str(s.tmp / f"{name}.jsonl"))
+        for name, step in (("now", 0), ("ahead", 3_600_000), ("behind", -3_600_000))
+    ]
+    await asyncio.gather(*(w.done(20) for w in workers))
+    recs = records(s.tmp)
+    assert len([r for r in recs if r["event"] == "start"]) == 9
+    assert max_overlap(recs) == 1, "never two at once"
+    for w in workers:
+        assert not [e for e in w.events if e["event"] in ("lost", "error")], w.events
+        assert [e["removal"] for e in w.events if e["event"] == "released"] == ["released"] * 3
 
 
 async def scenario_delay(s: Setup) -> None:

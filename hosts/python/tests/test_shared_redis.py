@@ -20,10 +20,12 @@ from shared_worker import (
     scenario_eight_processes,
     scenario_holder_killed,
     scenario_pause,
+    scenario_same_owner,
     scenario_waiter_killed,
+    scenario_wall_clock_steps,
 )
 
-from turnstile_scheduler.shared import RedisStore, SharedKeys, StoreUnavailableError
+from turnstile_scheduler.shared import RedisStore, SharedKeys, StoreUnavailableError, Terms
 
 missing = redis_missing()
 pytestmark = pytest.mark.skipif(missing is not None, reason=f"SKIPPING the Redis tests: {missing}")
@@ -117,3 +119,45 @@ def test_js_and_python_processes_share_one_server(setup: Setup) -> None:
     if js is not None:
         pytest.skip(f"the JS package is not ready: {js}")
     run(scenario_eight_processes(setup, node=lambda i: i % 2 == 1))
+
+
+def test_same_owner_never_shares_a_ticket(setup: Setup) -> None:
+    run(scenario_same_owner(setup))
+
+
+def test_wall_clock_steps_purge_nothing_and_stall_nothing(setup: Setup) -> None:
+    run(scenario_wall_clock_steps(setup))
+
+
+def test_idle_keys_leave_the_server(server: RedisServer) -> None:
+    """5,000 made keys, all ended, leave Redis keys only for the live ones."""
+    import re
+
+    import redis.asyncio as aioredis
+
+    async def main() -> None:
+        store = await RedisStore.open(server.url, prefix="idle")
+        keys = SharedKeys(store, lease_ms=300, owner="test")
+        raw = aioredis.from_url(server.url)
+        live = [await keys.acquire(k, limit=1) for k in ("live:1", "live:2", "live:3")]
+        for i in range(5000):
+            permit = await keys.acquire(f"api:host-{i}", limit=2, delay_ms=i % 2)
+            await permit.release()
+        await keys.pause("paused", 400)
+        # A process that died holding a ticket: nobody touches its key again.
+        await store.request("dead", "gone-1", Terms(limit=1, delay_ms=0, lease_ms=300))
+        await asyncio.sleep(0.6)  # the pause, the last delays and the dead lease end: their keys expire
+
+        async def tags() -> list[str]:
+            return sorted({re.search(r"\{(.*)\}", k.decode()).group(1) for k in await raw.keys("idle:*")})
+
+        assert await tags() == ["live:1", "live:2", "live:3"]
+        assert await raw.dbsize() == 3 * 4, "state, leases, tickets and held of each live key"
+        for permit in live:
+            await permit.release()
+        assert await tags() == [] and await raw.dbsize() == 0
+        await raw.aclose()
+        await keys.close()
+        await store.close()
+
+    asyncio.run(asyncio.wait_for(main(), 120))

@@ -10,7 +10,7 @@
 //     and the store's now >= max(last grant + ITS `delayMs` (when > 0), paused until):
 //   grant it (granted at now, lease renewed, `grant` = the key's grant count).
 // Before that, every ticket whose lease expired (`expires <= now`), granted or waiting, is
-// removed. A store keeps ONE clock (SQLite: the machine's wall clock; Redis: `TIME`).
+// removed. A store keeps ONE clock (SQLite: the machine's CLOCK_MONOTONIC; Redis: `TIME`).
 import { TurnstileError } from '../errors.js';
 
 /** The longest key name, in bytes of UTF-8: the component's one key length (`KEY_BYTES_MAX`). */
@@ -45,7 +45,7 @@ export type TicketState =
      * ends (a store with wake-ups asks to be checked then); otherwise `null`. */
     readonly retryMs: number | null }
   | { readonly ticket: string; readonly state: 'granted'; readonly seq: number; readonly grant: number;
-    /** The grant's time on the store's clock (ms since the epoch). */
+    /** The grant's time on the store's clock (Redis: ms since the epoch; SQLite: CLOCK_MONOTONIC ms plus 24 h). */
     readonly grantedMs: number }
   /** Unknown to the store: its lease expired (or it was never requested, or was removed). */
   | { readonly ticket: string; readonly state: 'lost' };
@@ -135,6 +135,22 @@ export class StoreUnavailableError extends SharedStoreError {
   constructor(store: string, message: string, cause?: unknown) {
     super('store-unavailable', `${store}: ${message}`, cause);
     this.store = store;
+  }
+}
+
+/** The store's file is no longer the one this process opened (code `'store-split'`): the SQLite
+ * path was deleted, moved or replaced (or the file was opened on another machine), so processes
+ * opening the path now would share another store than the ones already running. The store
+ * fails closed: once raised, every later call raises it too, nothing more is granted or written,
+ * and `SharedKeys` gives up every ticket at once with it. `path` names the file. */
+export class StoreSplitError extends SharedStoreError {
+  declare readonly code: 'store-split';
+  readonly store: string;
+  readonly path: string;
+  constructor(store: string, path: string, message: string) {
+    super('store-split', `${store}: ${path}: ${message}`);
+    this.store = store;
+    this.path = path;
   }
 }
 

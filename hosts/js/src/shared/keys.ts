@@ -16,14 +16,20 @@
 //   nothing is granted twice. A request answered too late to be sure of its lease is given back
 //   and rejects the same way.
 // - The store no longer knows a ticket (its lease expired): `LeaseLostError`, the same way.
+// - The store is split (`StoreSplitError`: its SQLite file was deleted or replaced): every
+//   ticket of every key is given up at once with it, and nothing is given back to the store
+//   (this process can no longer prove what it holds there).
+// - Two clients configured with the same `owner` never share a ticket: every ticket id holds a
+//   random tag of its `SharedKeys` (`<owner>-<tag>-<n>`).
 // - Every wait ends: on a grant, on the signal, on a lost lease or store, or on `close()`.
+import { randomBytes } from 'node:crypto';
 import type * as wsh from '../component/interfaces/turnstile-scheduler-shared.js';
 import { DisposedError } from '../errors.js';
 import { Held } from '../instance.js';
 import { sharedInstance } from './component.js';
 import { clockOption, millis, record, signal as checkSignal, string as checkString, u32, type Clock } from '../validate.js';
 import {
-  DELAY_MS_MAX, KEY_LENGTH_MAX, LEASE_MS_MAX, LEASE_MS_MIN, LeaseLostError, LIMIT_MAX, RENEW_TICKETS_MAX, StoreUnavailableError,
+  DELAY_MS_MAX, KEY_LENGTH_MAX, LEASE_MS_MAX, LEASE_MS_MIN, LeaseLostError, LIMIT_MAX, RENEW_TICKETS_MAX, StoreSplitError, StoreUnavailableError,
   type Removal, type SharedStore, type TicketState, type Wake, type Watch,
 } from './contract.js';
 
@@ -31,8 +37,9 @@ export interface SharedKeysOptions {
   /** Each ticket's lease, waiting or granted (default 10000 ms; 300 ..= 3600000): a process
    * killed with SIGKILL holds its permits at most this long. */
   leaseMs?: number;
-  /** Starts every ticket id (default: the pid and random hex), so a store's tickets show which
-   * process holds them. */
+  /** Starts every ticket id (default: the pid), so a store's tickets show which process holds
+   * them; a random tag of these keys follows it, so clients given the same owner never share a
+   * ticket. */
   owner?: string;
   /** The clock for leases and retries (default: `performance.now()` and `setTimeout`): the
    * driver's `clock` option, the same object. */
@@ -133,6 +140,8 @@ export class SharedKeys {
   readonly store: SharedStore;
   readonly leaseMs: number;
   readonly owner: string;
+  /** `<owner>-<random tag>`: every ticket id starts with it. */
+  readonly #prefix: string;
   readonly #keys = new Map<string, KeyTickets>();
   /** One watch per key once a ticket of it waited, kept until `close()` (a Redis subscription
    * stays, so a later wait costs no round trip). */
@@ -154,8 +163,9 @@ export class SharedKeys {
     this.#clock = clockOption(options.clock, 'options.clock');
     this.store = store;
     this.leaseMs = options.leaseMs === undefined ? 10_000 : u32(options.leaseMs, 'options.leaseMs', LEASE_MS_MIN, LEASE_MS_MAX);
-    this.owner = options.owner === undefined ? `${process.pid}-${Math.random().toString(16).slice(2, 10)}` : checkString(options.owner, 'options.owner');
+    this.owner = options.owner === undefined ? String(process.pid) : checkString(options.owner, 'options.owner');
     if (this.owner.length === 0 || this.owner.length > 60) throw new RangeError(`options.owner must be 1 ..= 60 characters, got ${this.owner.length}`);
+    this.#prefix = `${this.owner}-${randomBytes(6).toString('hex')}`;
   }
 
   /** Waits for a permit on `key`: enters the key's FIFO at the store and resolves when the
@@ -185,6 +195,7 @@ export class SharedKeys {
       state = await this.store.request(key, ticket, { limit, delayMs, leaseMs: this.leaseMs });
     } catch (e) {
       this.#forget(BigInt(n));
+      if (e instanceof StoreSplitError) this.#split(e);
       throw e;
     } finally {
       k.pending.delete(ticket);
@@ -349,6 +360,7 @@ export class SharedKeys {
       error = e;
     }
     if (this.#closed) return;
+    if (error instanceof StoreSplitError) return this.#split(error);
     this.#report((l) => (states ? l.renewed(renewal.id) : l.renewFailed(renewal.id)));
     const k = this.#keys.get(renewal.key);
     if (states && k) this.#apply(renewal.key, k, states);
@@ -379,12 +391,31 @@ export class SharedKeys {
     this.#idle(g.key, k);
   }
 
+  /** The store is split: every waiter rejects and every permit's signal aborts with `error`,
+   * at once, and no ticket is given back (the store refuses every call from now on). */
+  #split(error: StoreSplitError): void {
+    for (const [key, k] of [...this.#keys]) {
+      for (const waiter of [...k.waiting.values()]) {
+        k.waiting.delete(waiter.ticket);
+        waiter.cleanup();
+        this.#forget(this.#number(waiter.ticket));
+        waiter.reject(error);
+      }
+      for (const permit of [...k.held.values()]) {
+        k.held.delete(permit.ticket);
+        this.#forget(this.#number(permit.ticket));
+        permit.lose(error);
+      }
+      this.#idle(key, k);
+    }
+  }
+
   #ticketId(n: bigint): string {
-    return `${this.owner}-${n}`;
+    return `${this.#prefix}-${n}`;
   }
 
   #number(ticket: string): bigint {
-    return BigInt(ticket.slice(this.owner.length + 1));
+    return BigInt(ticket.slice(this.#prefix.length + 1));
   }
 
   #tickets(key: string): KeyTickets {
@@ -460,8 +491,10 @@ export class SharedKeys {
       for (let i = 0; i < tickets.length; i += RENEW_TICKETS_MAX) {
         this.#apply(key, k, await this.store.renew(key, tickets.slice(i, i + RENEW_TICKETS_MAX)));
       }
-    } catch {
-      // The lease schedule's renewals see the store's failures and give tickets up in time.
+    } catch (e) {
+      // The lease schedule's renewals see the store's failures and give tickets up in time; a
+      // split store gives every ticket up now.
+      if (e instanceof StoreSplitError) this.#split(e);
     } finally {
       k.checking = false;
       this.#idle(key, k);

@@ -23,7 +23,7 @@ store). The grant rule, applied by the store atomically in every operation that 
     grant it (granted at now, lease renewed, `grant` = the key's grant count).
 
 Before that, every ticket whose lease expired (`expires <= now`), granted or waiting, is
-removed. A store keeps ONE clock (SQLite: the machine's wall clock; Redis: `TIME`). Every
+removed. A store keeps ONE clock (SQLite: the machine's CLOCK_MONOTONIC; Redis: `TIME`). Every
 operation is one transaction or one script (one round trip), and idempotent for a ticket id the
 caller chose.
 """
@@ -166,6 +166,19 @@ class StoreUnavailableError(SharedStoreError):
         self.store = store
 
 
+class StoreSplitError(SharedStoreError):
+    """The store's file is no longer the one this process opened (code `store-split`): the SQLite
+    path was deleted, moved or replaced (or the file was opened on another machine), so processes
+    opening the path now would share another store than the ones already running. The store fails
+    closed: once raised, every later call raises it too, nothing more is granted, written or
+    released, and `SharedKeys` gives up every ticket at once with it. `path` names the file."""
+
+    def __init__(self, store: str, path: str, message: str) -> None:
+        super().__init__("store-split", f"{store}: {path}: {message}")
+        self.store = store
+        self.path = path
+
+
 class LeaseLostError(SharedStoreError):
     """A ticket's lease ended before it was given back (code `lease-lost`): the store may
     grant its place again, so its execution should stop."""
@@ -202,6 +215,7 @@ __all__ = [
     "SharedStore",
     "SharedStoreError",
     "SqliteStore",
+    "StoreSplitError",
     "StoreUnavailableError",
     "Terms",
     "TicketState",

@@ -15,8 +15,9 @@ from typing import Any, Optional
 from . import SharedStoreError
 
 STATEMENT_NAMES = (
-    "version", "ensureKey", "purge", "ticket", "nextSeq", "insert", "renew", "head", "held",
-    "keyState", "grant", "countGrant", "remove", "pause", "peek", "earliestExpiry", "list",
+    "version", "meta", "setMeta", "wipeTickets", "wipeKeys", "ensureKey", "purge", "ticket", "nextSeq",
+    "insert", "renew", "head", "held", "keyState", "grant", "countGrant", "remove", "pause", "peek",
+    "earliestExpiry", "list", "settle", "forget", "sweepTickets", "sweepKeys", "countKeys",
 )
 """The SQLite statements by name (`sqlite-statements.json`); each takes `?` parameters."""
 

@@ -15,6 +15,11 @@ Failure rules (the same as the JS package's `keys.ts`):
   that place again before the lease ends, so nothing is granted twice. A request answered too
   late to be sure of its lease is given back and raises the same way.
 - The store no longer knows a ticket (its lease expired): `LeaseLostError`, the same way.
+- The store is split (`StoreSplitError`: its SQLite file was deleted or replaced): every ticket
+  of every key is given up at once with it, and nothing is given back to the store (this process
+  can no longer prove what it holds there).
+- Two clients configured with the same `owner` never share a ticket: every ticket id holds a
+  random tag of its `SharedKeys` (`<owner>-<tag>-<n>`).
 - Every wait ends: on a grant, on cancellation or `timeout`, on a lost lease or store, or on
   `close()`.
 """
@@ -40,6 +45,7 @@ from . import (
     LeaseLostError,
     Removal,
     SharedStore,
+    StoreSplitError,
     StoreUnavailableError,
     Terms,
     TicketState,
@@ -144,12 +150,15 @@ class SharedKeys:
     def __init__(self, store: SharedStore, *, lease_ms: int = 10_000, owner: Optional[str] = None) -> None:
         """`lease_ms` (300 ..= 3600000) is each ticket's lease, waiting or granted: a process
         killed with SIGKILL holds its permits at most this long. `owner` starts every ticket id
-        (default: the pid and random hex)."""
+        (default: the pid); a random tag of these keys follows it, so clients given the same
+        owner never share a ticket."""
         self.store = store
         self.lease_ms = _int_in(lease_ms, "lease_ms", LEASE_MS_MIN, LEASE_MS_MAX)
-        self.owner = f"{os.getpid()}-{secrets.token_hex(4)}" if owner is None else _check.string(owner, "owner")
+        self.owner = str(os.getpid()) if owner is None else _check.string(owner, "owner")
         if not 0 < len(self.owner) <= 60:
             raise ValueError(f"owner must be 1 ..= 60 characters, got {len(self.owner)}")
+        # `<owner>-<random tag>`: every ticket id starts with it.
+        self._prefix = f"{self.owner}-{secrets.token_hex(6)}"
         self._lease = LeaseSchedule(self.lease_ms)
         self._keys: dict[str, _KeyTickets] = {}
         # One watch per key once a ticket of it waited, kept until `close()` (a Redis
@@ -195,8 +204,10 @@ class SharedKeys:
             self._forget(n)
             self._give_back(key, ticket)
             raise
-        except BaseException:
+        except BaseException as e:
             self._forget(n)
+            if isinstance(e, StoreSplitError):
+                self._split(e)
             raise
         finally:
             k.pending.discard(ticket)
@@ -273,11 +284,26 @@ class SharedKeys:
             return await self.store.release(permit.key, permit.ticket)
         return await self.store.abandon(permit.key, permit.ticket)
 
+    def _split(self, error: StoreSplitError) -> None:
+        """The store is split: every waiter raises and every permit's `lost` is set with `error`,
+        at once, and no ticket is given back (the store refuses every call from now on)."""
+        for key, k in list(self._keys.items()):
+            for waiter in list(k.waiting.values()):
+                k.waiting.pop(waiter.ticket, None)
+                self._forget(self._number(waiter.ticket))
+                if not waiter.future.done():
+                    waiter.future.set_exception(error)
+            for permit in list(k.held.values()):
+                k.held.pop(permit.ticket, None)
+                self._forget(self._number(permit.ticket))
+                permit._lose(error)
+            self._idle(key, k)
+
     def _ticket_id(self, n: int) -> str:
-        return f"{self.owner}-{n}"
+        return f"{self._prefix}-{n}"
 
     def _number(self, ticket: str) -> int:
-        return int(ticket[len(self.owner) + 1 :])
+        return int(ticket[len(self._prefix) + 1 :])
 
     def _answered(self, n: int) -> bool:
         """Reports that a request was answered; False when its ticket was given up first (the
@@ -335,6 +361,9 @@ class SharedKeys:
         except Exception as e:
             error = e
         if self._closed:
+            return
+        if isinstance(error, StoreSplitError):
+            self._split(error)
             return
         if states is not None:
             self._lease.renewed(renewal.id)
@@ -458,8 +487,11 @@ class SharedKeys:
                 self._apply(key, k, await self.store.renew(key, tickets[i : i + RENEW_TICKETS_MAX]))
         except asyncio.CancelledError:
             raise
-        except Exception:
-            pass  # the lease schedule's renewals see the store's failures and give tickets up in time
+        except Exception as e:
+            # The lease schedule's renewals see the store's failures and give tickets up in
+            # time; a split store gives every ticket up now.
+            if isinstance(e, StoreSplitError):
+                self._split(e)
         finally:
             k.checking = False
             self._idle(key, k)

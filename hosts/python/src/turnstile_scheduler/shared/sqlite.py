@@ -1,10 +1,28 @@
 """The SQLite store: processes on one machine share one database file, with the stdlib
 `sqlite3`. WAL mode (readers never block the writer), `BEGIN IMMEDIATE` transactions of a few
-statements each, `busy_timeout` for the short waits on the write lock; no server. The clock is
-the machine's wall clock (`time.time()`), which every process on the machine shares.
+statements each, `busy_timeout` for the short waits on the write lock; no server.
+
+The clock is the machine's CLOCK_MONOTONIC (`time.monotonic_ns()`, the clock the JS store's
+`process.hrtime.bigint()` reads too), in ms plus 24 h (`SQLITE_CLOCK_BASE_MS`: a last grant of
+0 means "none yet"). One clock for every process of the machine, that never steps: a wall-clock
+change moves no lease, delay or pause; `SharedKeys` counts its leases on it too. It restarts at
+boot: the file records the boot (`/proc/sys/kernel/random/boot_id`) and the first process of a
+new boot empties it. So the file serves ONE machine: a file opened from another machine is
+refused with `StoreSplitError` at that store's next transaction.
+
+File identity: the store records the file's (st_dev, st_ino) at open and checks, inside every
+transaction, that the path still names that file, of this boot. When it was deleted, moved or
+replaced, the store fails closed with `StoreSplitError`: every later call raises it; nothing is
+granted, written or released. A file the store creates grants nothing before one lease (the
+head ticket's) from its creation, so a process still holding a permit of a deleted file has
+learned it (its next heartbeat) before the new file grants anything.
 
 Each store runs its statements on one thread of its own (one connection), so the event loop
-never blocks on a lock held by another process.
+never blocks on a lock held by another process: `busy_timeout` waits on that thread.
+
+Idle keys are forgotten: every write settles the key's `idle_at_ms` (its last lease expiry,
+pause end, and last grant plus the longest delay granted), deletes its row once that passed with
+no ticket left, and sweeps up to 16 other keys idle past their time with their expired tickets.
 
 Waiting polls (SQLite has no wake-up across processes): a watched key is read, in a read
 transaction that takes no lock, every `poll_min_ms` doubling to `poll_max_ms`, and back to
@@ -21,6 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +50,7 @@ from . import (
     KeyInspection,
     Removal,
     SharedStoreError,
+    StoreSplitError,
     StoreUnavailableError,
     Terms,
     TicketState,
@@ -43,9 +64,47 @@ T = TypeVar("T")
 _GRANTS_PER_CALL_MAX = 10_000
 _Head = tuple[Optional[str], Optional[int]]
 
+SQLITE_CLOCK_BASE_MS = 86_400_000
+"""The SQLite store's time is CLOCK_MONOTONIC in ms plus this (24 h, the longest delay): a last
+grant of 0 ("none yet") is then always longer ago than any delay."""
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+
+def sqlite_now_ms() -> int:
+    """The store's now: CLOCK_MONOTONIC (every process of the machine reads the same one; it
+    never steps) in whole ms, plus `SQLITE_CLOCK_BASE_MS`."""
+    return time.monotonic_ns() // 1_000_000 + SQLITE_CLOCK_BASE_MS
+
+
+_now_ms = sqlite_now_ms
+
+
+def _boot_id() -> str:
+    """This boot of this machine (Linux's boot id; `unknown` elsewhere)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _file_id(path: str) -> Optional[tuple[int, int]]:
+    """The identity of the file `path` names now; None when it names none."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise StoreUnavailableError("sqlite", f"stat {path}: {e}") from e
+    return st.st_dev, st.st_ino
+
+
+def _private_path(path: str) -> Optional[str]:
+    """Why `path` opens a private database (nothing shared), or None."""
+    if path == "":
+        return "the empty path opens a temporary private database"
+    if path == ":memory:" or path.startswith("file::memory:") or re.match(r"^file:.*[?&]mode=memory\b", path):
+        return f"{path!r} opens an in-memory private database"
+    return None
 
 
 class SqliteStore:
@@ -64,7 +123,13 @@ class SqliteStore:
     ) -> "SqliteStore":
         """Opens (and, the first time, creates) the database; its folder must exist. Raises
         `StoreUnavailableError` when the file cannot be opened, `SharedStoreError` when it
-        holds another schema version."""
+        holds another schema version, and `ValueError` for a path that opens a private database
+        (`""`, `":memory:"`: nothing would be shared)."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
+        refused = _private_path(str(path))
+        if refused is not None:
+            raise ValueError(f"path: {refused}, so nothing would be shared between processes; give the path of a file")
         store = cls(path, busy_timeout_ms, poll_min_ms, poll_max_ms)
         try:
             await store._run("open", store._open)
@@ -86,6 +151,13 @@ class SqliteStore:
         self._schema_version, self._sql = sqlite_texts()
         # The grant rule's instance, used only on the store's thread.
         self._rule: GrantRule
+        self._boot = _boot_id()
+        self._file: tuple[int, int] = (0, 0)
+        # When the file was created on the store's clock (0: before this boot): no grant before
+        # this plus the head's lease.
+        self._created_ms = 0
+        # Set once the path no longer names the file opened: every call raises it.
+        self._split: Optional[StoreSplitError] = None
 
     def _open(self) -> None:
         self._rule = GrantRule()
@@ -94,23 +166,91 @@ class SqliteStore:
         except sqlite3.Error as e:
             raise StoreUnavailableError("sqlite", f"open {self.path}: {e}") from e
         try:
+            file = _file_id(self.path)
+            if file is None:
+                raise StoreUnavailableError("sqlite", f"open {self.path}: the file is gone as it was opened")
+            self._file = file
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
-            db.executescript("BEGIN IMMEDIATE;\n" + self._sql["schema"] + "\nCOMMIT;")
-            row = db.execute(self._sql["version"]).fetchone()
-            version = row[0] if row else None
-            if version != str(self._schema_version):
-                raise SharedStoreError(
-                    "store-failed", f"{self.path} holds shared-key schema {version}; this package knows schema {self._schema_version}"
-                )
+            # The version first: another version's tables may lack what this schema indexes.
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                try:
+                    row = db.execute(self._sql["version"]).fetchone()
+                except sqlite3.OperationalError:
+                    row = None  # no meta table yet: a new file
+                version = row[0] if row else None
+                if version is not None and version != str(self._schema_version):
+                    raise SharedStoreError(
+                        "store-failed",
+                        f"{self.path} holds shared-key schema {version}; this package knows schema {self._schema_version} "
+                        "(schema 1, before 0.3, ran on the wall clock: delete the file once no process of an older version uses it)",
+                    )
+                for statement in self._sql["schema"].split(";\n"):
+                    db.execute(statement)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._created_ms = self._settle_boot(db, _now_ms())
+                self._check(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            self._db = db
         except BaseException:
+            self._db = None
             db.close()
             raise
-        self._db = db
+
+    def _settle_boot(self, db: sqlite3.Connection, now: int) -> int:
+        """At open: a new file records this boot and its creation; the first process of a new
+        boot empties the file (every process of the last one is gone, and its times were on the
+        last boot's clock). Returns the file's creation time (0: none to wait for)."""
+        row = db.execute(self._sql["meta"], ("boot",)).fetchone()
+        if row is None:
+            db.execute(self._sql["setMeta"], ("boot", self._boot))
+            db.execute(self._sql["setMeta"], ("created_ms", str(now)))
+        elif row[0] != self._boot:
+            db.execute(self._sql["wipeTickets"])
+            db.execute(self._sql["wipeKeys"])
+            db.execute(self._sql["setMeta"], ("boot", self._boot))
+            db.execute(self._sql["setMeta"], ("created_ms", "0"))
+        created = db.execute(self._sql["meta"], ("created_ms",)).fetchone()
+        return int(created[0]) if created else 0
+
+    def _check(self, db: sqlite3.Connection) -> None:
+        """Inside every transaction: the path still names the file opened, of this boot;
+        otherwise the store is split (see the module doc) and stays so."""
+        if self._split is not None:
+            raise self._split
+        file = _file_id(self.path)
+        why: Optional[str] = None
+        if file is None:
+            why = "the file was deleted or moved"
+        elif file != self._file:
+            why = "the path names another file now (the file was replaced)"
+        else:
+            row = db.execute(self._sql["meta"], ("boot",)).fetchone()
+            if row is None or row[0] != self._boot:
+                why = "the file was opened by another machine (or boot): the SQLite store serves one machine"
+        if why is None:
+            return
+        self._split = StoreSplitError(
+            "sqlite",
+            self.path,
+            f"{why}; processes opening the path now would share another store than this one, so this store grants, writes and releases nothing more",
+        )
+        raise self._split
 
     async def _run(self, what: str, fn: Callable[[], T]) -> T:
         if self._closed:
             raise StoreUnavailableError("sqlite", f"{what}: the store is closed")
+        if self._split is not None:
+            raise self._split
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._call, what, fn)
 
@@ -133,6 +273,7 @@ class SqliteStore:
         assert db is not None
         db.execute("BEGIN IMMEDIATE")
         try:
+            self._check(db)
             result = fn(db, _now_ms())
         except BaseException:
             db.execute("ROLLBACK")
@@ -145,6 +286,7 @@ class SqliteStore:
         assert db is not None
         db.execute("BEGIN DEFERRED")
         try:
+            self._check(db)
             return fn(db, _now_ms())
         finally:
             db.execute("COMMIT")
@@ -158,8 +300,10 @@ class SqliteStore:
             else:
                 seq = db.execute(self._sql["nextSeq"], (key,)).fetchone()[0]
                 db.execute(self._sql["insert"], (key, ticket, seq, terms.limit, terms.delay_ms, terms.lease_ms, now, now + terms.lease_ms))
-            head = _promote(db, self._sql, self._rule, key, now)
-            return _state(db, self._sql, key, ticket, head)
+            head = self._promote(db, key, now)
+            state = _state(db, self._sql, key, ticket, head)
+            self._settle(db, key, now)
+            return state
 
         return await self._run("request", lambda: self._write(op))
 
@@ -170,8 +314,10 @@ class SqliteStore:
             db.execute(self._sql["purge"], (key, now))
             for ticket in tickets:
                 db.execute(self._sql["renew"], (now, key, ticket))
-            head = _promote(db, self._sql, self._rule, key, now)
-            return [_state(db, self._sql, key, ticket, head) for ticket in tickets]
+            head = self._promote(db, key, now)
+            states = [_state(db, self._sql, key, ticket, head) for ticket in tickets]
+            self._settle(db, key, now)
+            return states
 
         return await self._run("renew", lambda: self._write(op))
 
@@ -185,10 +331,12 @@ class SqliteStore:
         def op(db: sqlite3.Connection, now: int) -> Removal:
             db.execute(self._sql["purge"], (key, now))
             row = db.execute(self._sql["ticket"], (key, ticket)).fetchone()
+            if row:
+                db.execute(self._sql["remove"], (key, ticket))
+                self._promote(db, key, now)
+            self._settle(db, key, now)
             if not row:
                 return "lost"
-            db.execute(self._sql["remove"], (key, ticket))
-            _promote(db, self._sql, self._rule, key, now)
             return "withdrawn" if row[1] is None else "released"
 
         removal = await self._run(what, lambda: self._write(op))
@@ -199,7 +347,9 @@ class SqliteStore:
     async def pause(self, key: str, for_ms: int) -> int:
         def op(db: sqlite3.Connection, now: int) -> int:
             db.execute(self._sql["ensureKey"], (key,))
-            return int(db.execute(self._sql["pause"], (now + for_ms, key)).fetchone()[0])
+            until = int(db.execute(self._sql["pause"], (now + for_ms, key)).fetchone()[0])
+            self._settle(db, key, now)
+            return until
 
         return await self._run("pause", lambda: self._write(op))
 
@@ -219,6 +369,22 @@ class SqliteStore:
             )
 
         return await self._run("inspect", lambda: self._read(op))
+
+    async def key_count(self) -> int:
+        """How many keys the file holds a row for (live keys, and idle ones not yet swept): for
+        tests and operators."""
+        return await self._run("key_count", lambda: self._read(lambda db, now: int(db.execute(self._sql["countKeys"]).fetchone()[0])))
+
+    def _settle(self, db: sqlite3.Connection, key: str, now: int) -> None:
+        """After a write on `key`: its `idle_at_ms`, its row deleted once idle, and a sweep of
+        up to 16 other keys idle past their time (with their expired tickets)."""
+        db.execute(self._sql["settle"], (key, key))
+        db.execute(self._sql["forget"], (key, now))
+        db.execute(self._sql["sweepTickets"], (now,))
+        db.execute(self._sql["sweepKeys"], (now,))
+
+    def _promote(self, db: sqlite3.Connection, key: str, now: int) -> _Head:
+        return _promote(db, self._sql, self._rule, key, now, self._created_ms)
 
     def watch(self, key: str, tickets: Callable[[], Sequence[str]], wake: Callable[[Wake], None]) -> "_Poller":
         poller = _Poller(self, key, tickets, wake)
@@ -256,7 +422,7 @@ class SqliteStore:
                     changed.append(TicketState(ticket, "lost"))
                 elif row[2] is not None:
                     changed.append(TicketState(ticket, "granted", seq=row[1], grant=row[3], granted_ms=row[2]))
-            return changed, not changed and _promotable(db, self._sql, self._rule, key, now)
+            return changed, not changed and _promotable(db, self._sql, self._rule, key, now, self._created_ms)
 
         changed, promotable = self._read(read)
         if not promotable:
@@ -264,7 +430,8 @@ class SqliteStore:
 
         def promote(db: sqlite3.Connection, now: int) -> None:
             db.execute(self._sql["purge"], (key, now))
-            _promote(db, self._sql, self._rule, key, now)
+            self._promote(db, key, now)
+            self._settle(db, key, now)
 
         self._write(promote)
         return self._read(read)[0]
@@ -303,7 +470,7 @@ class _Poller:
             self._nudged.clear()
             mine = list(self._tickets())
             changed: list[TicketState] = []
-            if mine:
+            if mine and store._split is None:
                 try:
                     changed = await store._run("poll", lambda: store._poll(self._key, mine))
                 except SharedStoreError:
@@ -316,7 +483,7 @@ class _Poller:
                 self._wake(Wake(states=changed))
 
 
-def _promote(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: str, now: int) -> _Head:
+def _promote(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: str, now: int, created_ms: int) -> _Head:
     """The grant rule (the component's `decide`): grants heads while it allows; returns the head
     left waiting and, when only its delay or a pause holds it, the ms until it may be granted."""
     for _ in range(_GRANTS_PER_CALL_MAX):
@@ -325,7 +492,7 @@ def _promote(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: 
         if head is not None:
             held = db.execute(sql["held"], (key,)).fetchone()[0]
             _, grants, last_grant_ms, paused_until_ms = db.execute(sql["keyState"], (key,)).fetchone()
-        decision, retry_ms = _decide(rule, head, held, last_grant_ms, paused_until_ms, now)
+        decision, retry_ms = _decide(rule, head, held, last_grant_ms, _gate(head, paused_until_ms, created_ms), now)
         if decision == "empty":
             return None, None
         if decision == "full":
@@ -333,11 +500,16 @@ def _promote(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: 
         if decision == "wait":
             return head[0], retry_ms
         db.execute(sql["grant"], (now, grants + 1, now, key, head[0]))
-        db.execute(sql["countGrant"], (now, key))
+        db.execute(sql["countGrant"], (now, head[2], key))
     raise SharedStoreError("store-failed", f"more than {_GRANTS_PER_CALL_MAX} grants in one operation on key {key!r}")
 
 
-def _decide(rule: GrantRule, head: Optional[tuple[str, int, int]], held: int, last: int, paused: int, now: int) -> tuple[str, int]:
+def _gate(head: Optional[tuple[str, int, int, int]], paused_until_ms: int, created_ms: int) -> int:
+    """The pause the rule sees: the key's, and on a new file, its creation plus the head's lease."""
+    return paused_until_ms if head is None else max(paused_until_ms, created_ms + head[3])
+
+
+def _decide(rule: GrantRule, head: Optional[tuple[str, int, int, int]], held: int, last: int, paused: int, now: int) -> tuple[str, int]:
     try:
         return rule.decide(None if head is None else (head[1], head[2]), held, last, paused, now)
     except GrantRuleError as e:
@@ -354,7 +526,7 @@ def _state(db: sqlite3.Connection, sql: dict[str, str], key: str, ticket: str, h
     return TicketState(ticket, "waiting", seq=seq, retry_ms=head[1] if head[0] == ticket else None)
 
 
-def _promotable(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: str, now: int) -> bool:
+def _promotable(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: str, now: int, created_ms: int) -> bool:
     earliest = db.execute(sql["earliestExpiry"], (key,)).fetchone()[0]
     if earliest is not None and earliest <= now:
         return True
@@ -363,4 +535,4 @@ def _promotable(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, ke
         return False
     held = db.execute(sql["held"], (key,)).fetchone()[0]
     _, _, last_grant_ms, paused_until_ms = db.execute(sql["keyState"], (key,)).fetchone() or (0, 0, 0, 0)
-    return _decide(rule, head, held, last_grant_ms, paused_until_ms, now)[0] == "grant"
+    return _decide(rule, head, held, last_grant_ms, _gate(head, paused_until_ms, created_ms), now)[0] == "grant"
