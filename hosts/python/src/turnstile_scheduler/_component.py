@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 from wasmtime import Engine, Store, Trap, WasmtimeError
 from wasmtime.component import Component, Linker
 
-from ._fastcall import _BULK, FastPathWarning, bound_call, lift_submitted, unavailable
+from ._fastcall import _BULK, FastPathWarning, bound_call, lift_releases, lift_submitted, unavailable
 from .errors import InstanceBrokenError
 
 PACKAGE = "turnstile:scheduler"
@@ -105,7 +105,8 @@ class Instance:
         bound = self._funcs.get(key)
         if bound is None:
             f = self._export(interface, name)
-            bound = bound_call(f, self.store, self, f"{interface}.{name}")
+            lift = lift_releases if name == "[method]scheduler.next-releases" and _BULK else None
+            bound = bound_call(f, self.store, self, f"{interface}.{name}", lift)
             if bound is None:
                 _warn_fallback(f"{interface}.{name}")
                 bound = self._plain(f, f"{interface}.{name}")
