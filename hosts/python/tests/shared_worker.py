@@ -3,7 +3,8 @@
 As a program (`python shared_worker.py '<json>'`, the same arguments and events as the JS
 package's `test/fixtures/shared-worker.mjs`): opens the store, waits for `startAt`, then
 acquires the key `rounds` times, each time recording its tool's start and end (its own clock) to
-`log` (one JSON line each) and holding the permit `holdMs`. With `hang` it holds its first permit
+`log` (one JSON line each) and holding the permit `holdMs`, and stops early at `untilMs` (its
+clock) when given. With `hang` it holds its first permit
 until killed. It prints one JSON line per event: `requested`, `granted`, `released`, `done`.
 
 As a module: `Worker` (a worker process and its events; the JS worker too, with `node=True`),
@@ -33,20 +34,20 @@ JS_WORKER = JS_PACKAGE / "test" / "fixtures" / "shared-worker.mjs"
 
 
 def js_missing() -> Optional[str]:
-    """None when the JS package's worker can run here (built, with better-sqlite3 and ioredis
+    """None when the JS package's worker can run here (built, with better-sqlite3, ioredis and pg
     installed), else why not."""
     if shutil.which("node") is None:
         return "node is not installed"
     if not (JS_PACKAGE / "dist" / "shared" / "index.js").exists():
         return f"{JS_PACKAGE / 'dist'} has no shared/ (cd hosts/js && node build.mjs)"
-    for name in ("better-sqlite3", "ioredis"):
+    for name in ("better-sqlite3", "ioredis", "pg"):
         if not (JS_PACKAGE / "node_modules" / name).exists():
             return f"{name} is not installed in {JS_PACKAGE} (npm ci)"
     return None
 
 
 async def _main(args: dict[str, Any]) -> None:
-    from turnstile_scheduler.shared import RedisStore, SharedKeys, SqliteStore
+    from turnstile_scheduler.shared import PostgresStore, RedisStore, SharedKeys, SqliteStore
 
     def say(event: dict[str, Any]) -> None:
         print(json.dumps({"name": args["name"], **event}), flush=True)
@@ -57,7 +58,13 @@ async def _main(args: dict[str, Any]) -> None:
                 f.write(json.dumps({"name": args["name"], "pid": os.getpid(), **event}) + "\n")
 
     spec = args["store"]
-    store: Any = await SqliteStore.open(spec["path"]) if spec["kind"] == "sqlite" else await RedisStore.open(spec["url"])
+    store: Any
+    if spec["kind"] == "sqlite":
+        store = await SqliteStore.open(spec["path"])
+    elif spec["kind"] == "postgres":
+        store = await PostgresStore.open(spec["url"])
+    else:
+        store = await RedisStore.open(spec["url"])
     request = store.request
 
     async def reporting_request(key: str, ticket: str, terms: Any) -> Any:
@@ -70,6 +77,8 @@ async def _main(args: dict[str, Any]) -> None:
     if args.get("startAt"):
         await asyncio.sleep(max(0, args["startAt"] - time.time() * 1000) / 1000)
     for round_ in range(args.get("rounds", 1)):
+        if args.get("untilMs") and time.time() * 1000 >= args["untilMs"]:
+            break
         requested_at = int(time.time() * 1000)
         permit = await keys.acquire(args["key"], limit=args["limit"], delay_ms=args.get("delayMs", 0))
         start = int(time.time() * 1000)

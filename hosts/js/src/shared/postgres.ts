@@ -81,6 +81,9 @@ export class PostgresStore implements SharedStore {
   readonly #pg: Pg;
   readonly #pool: Pool;
   readonly #config: object;
+  readonly #opTimeoutMs: number;
+  /** The last operation on each key, which the next one waits for. */
+  readonly #tails = new Map<string, Promise<void>>();
   /** Watchers by key, and the listening connection. */
   readonly #watchers = new Map<string, Set<Listener>>();
   #listener: Promise<Client> | undefined;
@@ -113,7 +116,7 @@ export class PostgresStore implements SharedStore {
     // An idle connection that drops (a server restart) is an event, not a crash; the next
     // operation gets a fresh connection.
     pool.on('error', () => undefined);
-    const store = new PostgresStore(mod.default, pool, config);
+    const store = new PostgresStore(mod.default, pool, config, opTimeoutMs);
     try {
       await store.#setup(postgresSchema(), options.url);
     } catch (e) {
@@ -123,8 +126,9 @@ export class PostgresStore implements SharedStore {
     return store;
   }
 
-  private constructor(pg: Pg, pool: Pool, config: object) {
+  private constructor(pg: Pg, pool: Pool, config: object, opTimeoutMs: number) {
     this.#pg = pg;
+    this.#opTimeoutMs = opTimeoutMs;
     this.#pool = pool;
     this.#config = config;
     this.owner = `turnstile_${randomBytes(8).toString('hex')}`;
@@ -153,22 +157,37 @@ export class PostgresStore implements SharedStore {
     }
   }
 
-  async #call(what: string, text: string, values: unknown[]): Promise<unknown[][]> {
-    if (this.#closed) throw new StoreUnavailableError('postgres', `${what}: the store is closed`);
-    try {
-      return (await this.#pool.query({ text, values, rowMode: 'array' })).rows;
-    } catch (e) {
-      throw failure(what, e);
-    }
+  /** One operation on `key`: after every earlier operation of this store on the key (so they
+   * reach the server in the order they were called, as on one connection), within
+   * `opTimeoutMs` of the call. */
+  #call(what: string, key: string, text: string, values: unknown[]): Promise<unknown[][]> {
+    if (this.#closed) return Promise.reject(new StoreUnavailableError('postgres', `${what}: the store is closed`));
+    const query = async (): Promise<unknown[][]> => {
+      try {
+        return (await this.#pool.query({ text, values, rowMode: 'array' })).rows;
+      } catch (e) {
+        throw failure(what, e);
+      }
+    };
+    const before = this.#tails.get(key);
+    const run = before ? before.then(query) : query();
+    const tail = run.then(() => undefined, () => undefined);
+    this.#tails.set(key, tail);
+    void tail.then(() => { if (this.#tails.get(key) === tail) this.#tails.delete(key); });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new StoreUnavailableError('postgres', `${what}: no answer within ${this.#opTimeoutMs} ms`)), this.#opTimeoutMs);
+    });
+    return Promise.race([run, late]).finally(() => clearTimeout(timer));
   }
 
   async request(key: string, ticket: string, terms: Terms): Promise<TicketState> {
-    const rows = await this.#call('request', 'SELECT * FROM turnstile_shared_request_v1($1, $2, $3, $4, $5, $6)', [key, this.owner, ticket, terms.limit, terms.delayMs, terms.leaseMs]);
+    const rows = await this.#call('request', key, 'SELECT * FROM turnstile_shared_request_v1($1, $2, $3, $4, $5, $6)', [key, this.owner, ticket, terms.limit, terms.delayMs, terms.leaseMs]);
     return toState(rows[0] as Row);
   }
 
   async renew(key: string, tickets: readonly string[]): Promise<TicketState[]> {
-    const rows = await this.#call('renew', 'SELECT * FROM turnstile_shared_renew_v1($1, $2, $3)', [key, this.owner, tickets]);
+    const rows = await this.#call('renew', key, 'SELECT * FROM turnstile_shared_renew_v1($1, $2, $3)', [key, this.owner, tickets]);
     return (rows as Row[]).map(toState);
   }
 
@@ -181,17 +200,17 @@ export class PostgresStore implements SharedStore {
   }
 
   async #remove(what: string, key: string, ticket: string): Promise<Removal> {
-    const rows = await this.#call(what, 'SELECT turnstile_shared_remove_v1($1, $2, $3)', [key, this.owner, ticket]);
+    const rows = await this.#call(what, key, 'SELECT turnstile_shared_remove_v1($1, $2, $3)', [key, this.owner, ticket]);
     return rows[0]![0] as Removal;
   }
 
   async pause(key: string, forMs: number): Promise<number> {
-    const rows = await this.#call('pause', 'SELECT turnstile_shared_pause_v1($1, $2)', [key, forMs]);
+    const rows = await this.#call('pause', key, 'SELECT turnstile_shared_pause_v1($1, $2)', [key, forMs]);
     return Number(rows[0]![0]);
   }
 
   async inspect(key: string): Promise<KeyInspection> {
-    const rows = await this.#call('inspect', 'SELECT turnstile_shared_inspect_v1($1)', [key]);
+    const rows = await this.#call('inspect', key, 'SELECT turnstile_shared_inspect_v1($1)', [key]);
     const out = rows[0]![0] as { now: number; key: Record<string, number> | null; tickets: [string, number, number | null, number | null, number][] };
     const k = out.key;
     return {

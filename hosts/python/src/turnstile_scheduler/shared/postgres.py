@@ -75,6 +75,8 @@ class PostgresStore:
         self._timeout = op_timeout_ms / 1000
         self._slots = asyncio.Semaphore(pool_max)
         self._idle: list[Any] = []
+        self._lines: dict[str, list[Any]] = {}
+        """Per key: a lock its operations take in call order, and how many want it."""
         self._watchers: dict[str, set[Callable[[Any], None]]] = {}
         self._listener: Optional[asyncio.Task[None]] = None
         self._listening: Optional[asyncio.Future[None]] = None
@@ -102,16 +104,18 @@ class PostgresStore:
                 row = await cur.fetchone()
             return row[0] if row else None
 
-        version = await self._call("open", setup)
+        version = await self._call("open", "", setup)
         if version != "1":
             raise SharedStoreError("store-failed", f"the database holds shared-key schema {version}; this package knows schema 1")
 
-    async def _call(self, what: str, op: Callable[[Any], Any]) -> Any:
-        """Runs `op(connection)` on a pooled connection within the timeout. A timeout fails at
-        once: the operation is cancelled in the background and its connection dropped."""
+    async def _call(self, what: str, key: str, op: Callable[[Any], Any]) -> Any:
+        """Runs `op(connection)` on a pooled connection, after every earlier operation of this
+        store on `key` (so they reach the server in the order they were called, as on one
+        connection), within the timeout of the call. A timeout fails at once: the operation is
+        cancelled in the background and its connection dropped."""
         if self._closed:
             raise StoreUnavailableError("postgres", f"{what}: the store is closed")
-        task = asyncio.get_running_loop().create_task(self._pooled(what, op))
+        task = asyncio.get_running_loop().create_task(self._in_line(what, key, op))
         try:
             done, _ = await asyncio.wait({task}, timeout=self._timeout)
         except asyncio.CancelledError:
@@ -122,6 +126,19 @@ class PostgresStore:
         task.cancel()
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         raise StoreUnavailableError("postgres", f"{what}: no answer within {int(self._timeout * 1000)} ms")
+
+    async def _in_line(self, what: str, key: str, op: Callable[[Any], Any]) -> Any:
+        line = self._lines.get(key)
+        if line is None:
+            line = self._lines[key] = [asyncio.Lock(), 0]
+        line[1] += 1
+        try:
+            async with line[0]:
+                return await self._pooled(what, op)
+        finally:
+            line[1] -= 1
+            if line[1] == 0 and self._lines.get(key) is line:
+                del self._lines[key]
 
     async def _pooled(self, what: str, op: Callable[[Any], Any]) -> Any:
         async with self._slots:
@@ -147,7 +164,7 @@ class PostgresStore:
             cur = await conn.execute(sql, params, prepare=True)
             return await cur.fetchall()
 
-        return await self._call(what, op)
+        return await self._call(what, params[0], op)
 
     async def request(self, key: str, ticket: str, terms: Terms) -> TicketState:
         rows = await self._query(
