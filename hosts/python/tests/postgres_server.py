@@ -56,7 +56,7 @@ def pg_missing() -> Optional[str]:
 
 class PostgresServer:
     """A server of our own. `stop()`/`cont()` send SIGSTOP/SIGCONT to every process of the
-    server (one process group), `kill()` SIGKILLs them all (a crash: the data directory stays),
+    server (the postmaster and its children), `kill()` SIGKILLs them all (a crash: the data directory stays),
     `start()` starts it again on the same port, `close()` kills it and removes its folder."""
 
     def __init__(self, *, fsync: bool = False) -> None:
@@ -92,7 +92,7 @@ class PostgresServer:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            self._command("postgres", *self._args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            self._command("postgres", *self._args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         import psycopg
 
@@ -108,12 +108,19 @@ class PostgresServer:
         raise RuntimeError(f"postgres did not start on 127.0.0.1:{self.port}: {self.process.stderr.read() if self.process.poll() is not None else ''}")
 
     def _signal(self, sig: int) -> None:
+        """Sends `sig` to every process of the server: the postmaster and its children (each
+        child is a session of its own, so a process group does not reach them). Not to runuser,
+        which reaps the postmaster (a postmaster left a zombie would hold the data directory),
+        but SIGCONT: runuser stops itself when its child stops."""
         if self.process is None:
             return
-        try:
-            os.killpg(self.process.pid, sig)
-        except ProcessLookupError:
-            pass
+        for pid in _tree(self.process.pid):
+            if self._user is not None and pid == self.process.pid and sig != signal.SIGCONT:
+                continue
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
 
     def stop(self) -> None:
         self._signal(signal.SIGSTOP)
@@ -122,18 +129,32 @@ class PostgresServer:
         self._signal(signal.SIGCONT)
 
     def kill(self) -> None:
-        if self.process is None:
+        if self.process is None or self.process.poll() is not None:
             return
         self._signal(signal.SIGCONT)
         self._signal(signal.SIGKILL)
         self.process.wait()
-        for _ in range(100):
-            try:
-                os.killpg(self.process.pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.02)
 
     def close(self) -> None:
         self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _tree(root: int) -> list[int]:
+    """`root` and its descendants, from /proc."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+        parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split(" ")[1])
+    if root not in parents:
+        return []
+    out = [root]
+    for pid in out:
+        out += [child for child, parent in parents.items() if parent == pid]
+    return out

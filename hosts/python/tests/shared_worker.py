@@ -307,7 +307,10 @@ async def scenario_eight_processes(s: Setup, node: Callable[[int], bool] = lambd
     assert len(starts) == 24 and len([r for r in recs if r["event"] == "end"]) == 24
     overlap = max_overlap(recs)
     assert overlap <= 2, f"{overlap} tools ran at once"
-    assert [r["grant"] for r in sorted(starts, key=lambda r: r["seq"])] == list(range(1, 25))
+    # The store's FIFO: no ticket here is withdrawn or lost, so the n-th request of the key's
+    # life is its n-th grant (a store that forgets an idle key, between processes that started
+    # apart, starts both counts again at 1).
+    assert all(r["grant"] == r["seq"] for r in starts), sorted((r["seq"], r["grant"], r["name"]) for r in starts)
     for r in starts:
         assert r["t"] >= r["grantedMs"] - 1, f"{r['name']} started before its grant"
 
