@@ -4,7 +4,7 @@
 //
 // `node build.mjs`          builds from target/turnstile.wasm (or $TURNSTILE_WASM); fails when missing.
 //                           The store texts (the repository's shared/store/: SQLite schema and
-//                           statements, Redis script) are copied into dist/shared/store/, where
+//                           statements, Redis script, Postgres schema) are copied into dist/shared/store/, where
 //                           the shared entry reads them (src/shared/texts.ts); fails without them.
 // `node build.mjs --pack`   (npm's prepack) also builds the component with `cargo xtask build-guest`
 //                           when it is missing, failing loudly if that fails, and copies the
@@ -45,7 +45,7 @@ const root = resolve(here, '../..');
 const licenses = ['LICENSE-MIT', 'LICENSE-APACHE'];
 // The store texts: one source in the repository, shipped by this package and the Python one.
 const storeTexts = join(root, 'shared', 'store');
-const storeFiles = ['sqlite.sql', 'sqlite-statements.json', 'redis.lua'];
+const storeFiles = ['sqlite.sql', 'sqlite-statements.json', 'redis.lua', 'postgres.sql'];
 
 if (process.argv.includes('--unpack')) {
   for (const name of licenses) rmSync(join(here, name), { force: true });

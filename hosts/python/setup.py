@@ -4,7 +4,7 @@ licenses.
 In a checkout of the repository, the component is copied from `$TURNSTILE_WASM`, else
 `$CARGO_TARGET_DIR/turnstile.wasm`, else `../../target/turnstile.wasm`, into the package (built first with `cargo xtask build-guest` when it is missing), the
 store texts from the repository's `shared/store/` (the SQLite schema and statements, the Redis
-script: one source, which the JS package ships too) into `turnstile_scheduler/shared/store/`,
+script, the Postgres schema: one source, which the JS package ships too) into `turnstile_scheduler/shared/store/`,
 and the repository's LICENSE-MIT and LICENSE-APACHE next to this file. Outside one (building
 from an sdist), they must already be there. Either way a build without the component or the
 texts fails loudly instead of producing a package that fails at the first `Policy.resolve` or
@@ -20,7 +20,7 @@ from setuptools import setup
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SHIPPED = HERE / "src" / "turnstile_scheduler" / "turnstile.wasm"
-STORE_TEXTS = ("sqlite.sql", "sqlite-statements.json", "redis.lua")
+STORE_TEXTS = ("sqlite.sql", "sqlite-statements.json", "redis.lua", "postgres.sql")
 SHIPPED_TEXTS = HERE / "src" / "turnstile_scheduler" / "shared" / "store"
 
 

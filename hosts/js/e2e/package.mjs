@@ -34,7 +34,7 @@ try {
   const packed = JSON.parse(packOut.slice(packOut.search(/^\[/m)));
   const tarball = join(work, packed[0].filename);
   const files = packed[0].files.map((f) => f.path);
-  for (const need of ['package.json', 'README.md', 'LICENSE-MIT', 'LICENSE-APACHE', 'dist/index.js', 'dist/node.js', 'dist/browser.js', 'dist/index.d.ts', 'dist/cli.js', 'dist/component/turnstile.js', 'dist/component/turnstile.core.wasm', 'dist/component/turnstile.core2.wasm', 'dist/component/turnstile.core3.wasm', 'dist/gate.js', 'dist/ai.js', 'dist/ai.d.ts', 'dist/mcp.js', 'dist/mcp.d.ts', 'dist/shared/store/sqlite.sql', 'dist/shared/store/sqlite-statements.json', 'dist/shared/store/redis.lua']) {
+  for (const need of ['package.json', 'README.md', 'LICENSE-MIT', 'LICENSE-APACHE', 'dist/index.js', 'dist/node.js', 'dist/browser.js', 'dist/index.d.ts', 'dist/cli.js', 'dist/component/turnstile.js', 'dist/component/turnstile.core.wasm', 'dist/component/turnstile.core2.wasm', 'dist/component/turnstile.core3.wasm', 'dist/gate.js', 'dist/ai.js', 'dist/ai.d.ts', 'dist/mcp.js', 'dist/mcp.d.ts', 'dist/shared/store/sqlite.sql', 'dist/shared/store/sqlite-statements.json', 'dist/shared/store/redis.lua', 'dist/shared/store/postgres.sql']) {
     assert.ok(files.includes(need), `the tarball lacks ${need}`);
   }
   assert.ok(!files.some((f) => f.startsWith('src/') || f.startsWith('test/')), 'the tarball ships sources or tests');
@@ -70,7 +70,7 @@ try {
   // The store texts, installed: the repository's shared/store/ files byte for byte, read by the
   // shared entry's store code.
   const installedTexts = join(app, 'node_modules', '@turnstile', 'scheduler', 'dist', 'shared', 'store');
-  for (const name of ['sqlite.sql', 'sqlite-statements.json', 'redis.lua']) {
+  for (const name of ['sqlite.sql', 'sqlite-statements.json', 'redis.lua', 'postgres.sql']) {
     assert.ok(readFileSync(join(installedTexts, name)).equals(readFileSync(join(here, '..', '..', 'shared', 'store', name))), `the installed ${name} differs from shared/store/${name}`);
   }
   writeFileSync(join(app, 'texts.mjs'), "await import('@turnstile/scheduler/shared'); const t = await import('./node_modules/@turnstile/scheduler/dist/shared/texts.js'); if (t.sqliteTexts().schemaVersion !== 1 || !t.redisScript().startsWith('-- Turnstile')) process.exit(1); console.log('texts ok');\n");

@@ -43,7 +43,7 @@ def test_the_wheel_carries_the_component_store_texts_licenses_and_urls(wheel: Pa
         assert "turnstile_scheduler/turnstile.wasm" in names
         assert z.read("turnstile_scheduler/turnstile.wasm") == COMPONENT.read_bytes()
         assert "turnstile_scheduler/py.typed" in names and "turnstile_scheduler/__main__.py" in names
-        for text in ("sqlite.sql", "sqlite-statements.json", "redis.lua"):
+        for text in ("sqlite.sql", "sqlite-statements.json", "redis.lua", "postgres.sql"):
             assert z.read(f"turnstile_scheduler/shared/store/{text}") == (ROOT / "shared" / "store" / text).read_bytes()
         assert not any(n.startswith("turnstile/") for n in names), "the import name must not clash with PyPI's turnstile"
         licenses = [n for n in names if n.endswith(("LICENSE-MIT", "LICENSE-APACHE"))]

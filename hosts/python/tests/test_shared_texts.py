@@ -13,15 +13,18 @@ SOURCE = Path(__file__).resolve().parents[3] / "shared" / "store"
 
 def test_the_shipped_store_texts_are_the_repositorys_byte_for_byte() -> None:
     names = sorted(p.name for p in SOURCE.iterdir())
-    assert names == ["redis.lua", "sqlite-statements.json", "sqlite.sql"]
+    assert names == ["postgres.sql", "redis.lua", "sqlite-statements.json", "sqlite.sql"]
     for name in names:
         assert store_text(name) == (SOURCE / name).read_bytes(), f"the installed {name} differs from shared/store/{name}: reinstall (cargo xtask py)"
 
 
-def test_the_schema_its_version_every_statement_and_the_redis_script() -> None:
+def test_the_schema_its_version_every_statement_the_redis_script_and_the_postgres_schema() -> None:
     version, sql = sqlite_texts()
     assert version == 2
     assert "VALUES ('schema', '2')" in sql["schema"]
     assert tuple(sql) == ("schema", *STATEMENT_NAMES)
     assert all("turnstile_shared_" in text for text in sql.values())
     assert redis_script().startswith("-- Turnstile shared keys, script 1")
+    postgres = store_text("postgres.sql").decode()
+    assert postgres.startswith("-- Turnstile shared keys on Postgres, schema 1")
+    assert "VALUES ('schema', '1')" in postgres

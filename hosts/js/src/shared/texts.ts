@@ -1,7 +1,7 @@
-// The store texts: the SQLite schema and statements and the Redis script, read from the files
-// this package ships in `dist/shared/store/` (build.mjs copies them from the repository's
-// `shared/store/`, the one source the Python package ships too, so processes in either language
-// share one store). They are data, not rules: the component does not carry them. Read once, on
+// The store texts: the SQLite schema and statements, the Redis script and the Postgres schema
+// and functions, read from the files this package ships in `dist/shared/store/` (build.mjs
+// copies them from the repository's `shared/store/`, the one source the Python package ships
+// too, so processes in either language share one store). They are data, not rules: the component does not carry them. Read once, on
 // the first store `open` (this entry is Node-only).
 import { readFileSync } from 'node:fs';
 import { SharedStoreError } from './contract.js';
@@ -35,6 +35,7 @@ function read(name: string): string {
 
 let sqlite: SqliteTexts | undefined;
 let redis: string | undefined;
+let postgres: string | undefined;
 
 /** The SQLite schema and statements (the same for every host). */
 export function sqliteTexts(): SqliteTexts {
@@ -59,4 +60,10 @@ export function sqliteTexts(): SqliteTexts {
 export function redisScript(): string {
   redis ??= read('redis.lua');
   return redis;
+}
+
+/** The Postgres store's schema and functions (`postgres.sql`), run at open. */
+export function postgresSchema(): string {
+  postgres ??= read('postgres.sql');
+  return postgres;
 }

@@ -2,7 +2,8 @@
 
 A store holds each shared key's FIFO of tickets and its leases: `SqliteStore` (one database
 file, for processes on one machine; the stdlib `sqlite3`), `RedisStore` (one Redis server, for
-processes on several machines; the optional `redis` extra) or `MemoryStore` (this process's
+processes on several machines; the optional `redis` extra), `PostgresStore` (one Postgres
+database, for processes on several machines; the optional `postgres` extra) or `MemoryStore` (this process's
 memory, on the running loop's clock: for tests, and several `SharedKeys` of one process).
 `SharedKeys` is the async client a host uses over a store:
 
@@ -23,7 +24,8 @@ store). The grant rule, applied by the store atomically in every operation that 
     grant it (granted at now, lease renewed, `grant` = the key's grant count).
 
 Before that, every ticket whose lease expired (`expires <= now`), granted or waiting, is
-removed. A store keeps ONE clock (SQLite: the machine's CLOCK_MONOTONIC; Redis: `TIME`). Every
+removed. A store keeps ONE clock (SQLite: the machine's CLOCK_MONOTONIC; Redis: `TIME`;
+Postgres: `clock_timestamp()`). Every
 operation is one transaction or one script (one round trip), and idempotent for a ticket id the
 caller chose.
 """
@@ -194,6 +196,7 @@ class LeaseLostError(SharedStoreError):
 
 from .keys import SharedKeys, SharedPermit  # noqa: E402
 from .memory import MemoryStore  # noqa: E402
+from .postgres import PostgresStore  # noqa: E402
 from .redis import RedisStore  # noqa: E402
 from .sqlite import SqliteStore  # noqa: E402
 
@@ -208,6 +211,7 @@ __all__ = [
     "KeyInspection",
     "LeaseLostError",
     "MemoryStore",
+    "PostgresStore",
     "RedisStore",
     "Removal",
     "SharedKeys",

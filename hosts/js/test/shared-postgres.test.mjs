@@ -1,0 +1,236 @@
+// Shared keys on Postgres: the multi-process scenarios (fixtures/shared-scenarios.mjs) against a
+// real Postgres server this file starts (fixtures/postgres-server.mjs: Debian's binaries, a fresh
+// data directory, a free loopback port), and the Postgres store's own promises: the grant rule's
+// table run against its functions, unique owners, idle keys forgotten, a server that stops
+// answering, and one killed and restarted. Without Postgres's binaries (or pg) every test here
+// is reported skipped, with the reason; never passed.
+import { after, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { PostgresStore, SharedKeys, SharedStoreError, StoreUnavailableError } from '../dist/shared/index.js';
+import { pgMissing, startPostgres } from './fixtures/postgres-server.mjs';
+import { maxOverlap, records, tempDir, worker } from './fixtures/shared-harness.mjs';
+import { scenarios } from './fixtures/shared-scenarios.mjs';
+
+const missing = pgMissing();
+if (missing) console.log(`# SKIPPING the Postgres tests: ${missing}`);
+const skip = missing ?? false;
+
+// One server for the tests that do not stop it; each test gets a database of its own.
+let shared;
+let databases = 0;
+after(async () => { for (const f of (await shared)?.cleanup ?? []) await f(); });
+
+async function sharedServer() {
+  shared ??= (async () => {
+    const cleanup = [];
+    const server = await startPostgres({ after: (f) => cleanup.unshift(f) });
+    return { server, cleanup };
+  })();
+  return (await shared).server;
+}
+
+async function sql(url, text, values) {
+  const pg = (await import('pg')).default;
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query(text, values)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+async function setup() {
+  const server = await sharedServer();
+  const name = `t${++databases}`;
+  await sql(server.url, `CREATE DATABASE ${name}`);
+  const url = server.url.replace(/\/postgres$/, `/${name}`);
+  return { server, url, spec: { kind: 'postgres', url }, open: (options = {}) => PostgresStore.open({ url, ...options }) };
+}
+
+test('postgres: no server on the port is StoreUnavailableError, within the timeout', { skip }, async () => {
+  const started = Date.now();
+  // Port 1 on loopback: nothing listens there.
+  await assert.rejects(PostgresStore.open({ url: 'postgres://postgres@127.0.0.1:1/postgres', opTimeoutMs: 500 }), (e) => e instanceof StoreUnavailableError && e.store === 'postgres');
+  assert.ok(Date.now() - started < 3000);
+});
+
+test('postgres: a database holding another schema version is refused at open', { skip }, async () => {
+  const { url, open } = await setup();
+  await (await open()).close();
+  await sql(url, "UPDATE turnstile_shared_meta SET value = '2' WHERE name = 'schema'");
+  await assert.rejects(open(), (e) => e instanceof SharedStoreError && e.code === 'store-failed' && /schema 2; this package knows schema 1/.test(e.message));
+});
+
+// The grant rule's table (tests/shared/grant-rule.txt), which the engine's rule and the Redis
+// script are tested against too, run against the store's functions: each case is written into
+// the tables relative to the server's clock, then one `renew` of the head.
+test('postgres: the functions grant as the shared table says', { skip, timeout: 30000 }, async (t) => {
+  const { url, open } = await setup();
+  const store = await open();
+  t.after(() => store.close());
+  const table = readFileSync(new URL('../../../tests/shared/grant-rule.txt', import.meta.url), 'utf8')
+    .split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+  assert.ok(table.length >= 15);
+  for (const [i, line] of table.entries()) {
+    const [input, output] = line.split('->').map((p) => p.trim().split(/\s+/));
+    const [limit, delay, held, since, pause] = input;
+    const key = `case-${i}`;
+    const [{ now: nowText }] = await sql(url, 'SELECT turnstile_shared_now_v1() AS now');
+    const now = Number(nowText);
+    const far = now + 600_000;
+    await sql(url, 'INSERT INTO turnstile_shared_keys (key, seq, grants, last_grant_ms, paused_until_ms, idle_at_ms) VALUES ($1, $2, $3, $4, $5, $6)',
+      [key, Number(held) + 1, Number(held), since === 'never' ? 0 : now - Number(since), pause === 'none' ? 0 : now + Number(pause), far]);
+    for (let h = 1; h <= Number(held); h++) {
+      await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, lease_ms, expires_ms, granted_ms, grant_no) VALUES ($1, $2, $3, $4, 1, 0, 600000, $5, $6, $4)',
+        [key, 'someone', `h${h}`, h, far, now]);
+    }
+    if (limit !== '-') {
+      await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, lease_ms, expires_ms) VALUES ($1, $2, $3, $4, $5, $6, 600000, $7)',
+        [key, store.owner, 'w', Number(held) + 1, Number(limit), Number(delay), far]);
+    }
+    const states = await store.renew(key, limit === '-' ? [] : ['w']);
+    const [want, retry] = output;
+    if (want === 'empty') {
+      assert.deepEqual(states, [], line);
+      continue;
+    }
+    const state = states[0];
+    if (want === 'grant') assert.equal(state.state, 'granted', line);
+    if (want === 'full') assert.deepEqual([state.state, state.retryMs], ['waiting', null], line);
+    if (want === 'wait') {
+      assert.equal(state.state, 'waiting', line);
+      assert.ok(state.retryMs <= Number(retry) && state.retryMs > Number(retry) - 500, `${line}: retry ${state.retryMs}`);
+    }
+  }
+});
+
+test('postgres: two clients that chose the same owner never share a ticket', { skip, timeout: 30000 }, async (t) => {
+  const { open } = await setup();
+  const [a, b] = [await open(), await open()];
+  const keysA = new SharedKeys(a, { owner: 'same' });
+  const keysB = new SharedKeys(b, { owner: 'same' });
+  t.after(async () => { await keysA.close(); await keysB.close(); await a.close(); await b.close(); });
+  const first = await keysA.acquire('k', { limit: 1 });
+  let secondGranted = false;
+  const second = keysB.acquire('k', { limit: 1 }).then((p) => { secondGranted = true; return p; });
+  await sleep(200);
+  assert.equal(first.ticket, 'same-1');
+  assert.equal(secondGranted, false, 'a second client with the same ticket id was granted while the first held it');
+  const seen = await a.inspect('k');
+  assert.deepEqual([seen.held.length, seen.waiting.length], [1, 1]);
+  assert.equal(await first.release(), 'released');
+  const permit = await second;
+  assert.equal(permit.ticket, 'same-1');
+  assert.equal(await permit.release(), 'released');
+});
+
+test('postgres: idle keys leave the store; 5,000 made keys leave no row', { skip, timeout: 60000 }, async (t) => {
+  const { url, open } = await setup();
+  const store = await open();
+  const keys = new SharedKeys(store, { owner: 'made' });
+  t.after(async () => { await keys.close(); await store.close(); });
+  const count = async () => {
+    const [{ k, t: tickets }] = await sql(url, 'SELECT (SELECT count(*) FROM turnstile_shared_keys)::int AS k, (SELECT count(*) FROM turnstile_shared_tickets)::int AS t');
+    return [k, tickets];
+  };
+  const made = 5000;
+  for (let i = 0; i < made; i += 50) {
+    await Promise.all(Array.from({ length: 50 }, async (_, j) => {
+      const permit = await keys.acquire(`api:${i + j}`, { limit: 1 });
+      assert.equal(await permit.release(), 'released');
+    }));
+  }
+  assert.deepEqual(await count(), [0, 0], 'every ended key was forgotten');
+  // A key is kept while its delay or pause lies ahead, and while a ticket's lease runs (a
+  // client that died holding it); the next request elsewhere sweeps it once they are over.
+  const slow = await keys.acquire('slow', { limit: 1, delayMs: 300 });
+  await slow.release();
+  await keys.pause('paused', 300);
+  await store.request('orphan', 'dead-1', { limit: 1, delayMs: 0, leaseMs: 300 });
+  assert.deepEqual(await count(), [3, 1]);
+  await sleep(350);
+  const permit = await keys.acquire('sweeper', { limit: 1 });
+  await permit.release();
+  assert.deepEqual(await count(), [0, 0], 'keys idle since their delay, pause or last lease ended were swept');
+});
+
+test('postgres: a server that stops answering: typed errors, no double grant when it comes back', { skip, timeout: 30000 }, async (t) => {
+  const { server, spec, open } = await setup();
+  const leaseMs = 1500;
+  const store = await open({ opTimeoutMs: 200 });
+  const keys = new SharedKeys(store, { leaseMs, owner: 'test' });
+  t.after(async () => { server.cont(); await keys.close(); await store.close(); });
+  const permit = await keys.acquire('k', { limit: 1 });
+  const other = worker(t, { store: spec, key: 'k', limit: 1, leaseMs: 3000, name: 'other' });
+  await other.waitFor((e) => e.event === 'requested');
+  // Unreachable for less than a heartbeat (lease / 3): requests fail with the typed error, the
+  // permit holds.
+  server.stop();
+  const stoppedAt = Date.now();
+  await assert.rejects(keys.acquire('elsewhere', { limit: 1 }), (e) => e instanceof StoreUnavailableError);
+  await sleep(leaseMs / 4 - (Date.now() - stoppedAt));
+  server.cont();
+  await sleep(leaseMs);
+  assert.equal(permit.signal.aborted, false, 'the permit survived a short outage');
+  assert.equal(other.events.find((e) => e.event === 'granted'), undefined, 'nothing was granted twice');
+  // Unreachable for longer: the permit is given up before its lease can end in the store.
+  server.stop();
+  const lostAt = await new Promise((resolve) => permit.signal.addEventListener('abort', () => resolve(Date.now()), { once: true }));
+  assert.ok(permit.signal.reason instanceof StoreUnavailableError);
+  server.cont();
+  const granted = await other.waitFor((e) => e.event === 'granted', leaseMs + 5000);
+  assert.ok(granted.grantedMs >= lostAt, 'the other process was granted only after this one gave up');
+  await other.done();
+});
+
+test('postgres: a server killed and restarted: typed errors, then recovery; nothing granted twice', { skip, timeout: 60000 }, async (t) => {
+  const server = await startPostgres(t);
+  const spec = { kind: 'postgres', url: server.url };
+  const leaseMs = 1500;
+  const store = await PostgresStore.open({ url: server.url, opTimeoutMs: 300 });
+  const keys = new SharedKeys(store, { leaseMs, owner: 'test' });
+  t.after(async () => { await keys.close(); await store.close(); });
+  const permit = await keys.acquire('k', { limit: 1 });
+  const dir = tempDir(t);
+  const other = worker(t, { store: spec, key: 'k', limit: 1, leaseMs: 8000, name: 'other', log: join(dir, 'other.jsonl') });
+  await other.waitFor((e) => e.event === 'requested');
+  await server.kill();
+  const killedAt = Date.now();
+  await assert.rejects(keys.acquire('elsewhere', { limit: 1 }), (e) => e instanceof StoreUnavailableError);
+  const lostAt = await new Promise((resolve) => permit.signal.addEventListener('abort', () => resolve(Date.now()), { once: true }));
+  assert.ok(permit.signal.reason instanceof StoreUnavailableError);
+  // Given up at its last confirmed renewal + lease - lease / 6: within a lease of the crash.
+  assert.ok(lostAt - killedAt < leaseMs, `given up ${lostAt - killedAt} ms after the crash`);
+  await server.start();
+  // The store persisted the tickets: the other process is granted only once this one's lease
+  // ended at the store (it was never renewed after the crash), never while it held it.
+  const granted = await other.waitFor((e) => e.event === 'granted', 15000);
+  assert.ok(granted.grantedMs >= lostAt, 'granted only after the holder gave up');
+  assert.equal(granted.grant, 2);
+  await other.done();
+  // And this process works again.
+  const again = await keys.acquire('k', { limit: 1 });
+  assert.equal(await again.release(), 'released');
+});
+
+test('postgres: four JS processes, one key of limit 1 for 2 s: grants per second, never two at once', { skip, timeout: 60000 }, async (t) => {
+  const { spec } = await setup();
+  const dir = tempDir(t);
+  const startAt = Date.now() + 2000;
+  const workers = Array.from({ length: 4 }, (_, i) => worker(t, {
+    store: spec, key: 'hot', limit: 1, leaseMs: 5000, rounds: 100000, untilMs: startAt + 2000, holdMs: 0,
+    name: `p${i}`, startAt, log: join(dir, `p${i}.jsonl`),
+  }));
+  await Promise.all(workers.map((w) => w.done(40000)));
+  const recs = records(dir);
+  const starts = recs.filter((r) => r.event === 'start');
+  assert.equal(maxOverlap(recs), 1);
+  console.log(`# postgres: ${starts.length} grants in 2 s on one key of limit 1 across 4 processes (${Math.round(starts.length / 2)}/s)`);
+  assert.ok(starts.length > 20);
+});
+
+scenarios('postgres', setup, skip);
