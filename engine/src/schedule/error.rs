@@ -18,7 +18,7 @@ codes! {
         InvalidOperations => "invalid-operations",
         /// A size above a limit in [`crate::limits`].
         TooLarge => "too-large",
-        /// A packed batch ([`PackedBatch`](super::PackedBatch)) whose texts hold different
+        /// A packed batch ([`unpack`](super::unpack)) whose texts hold different
         /// numbers of calls or do not end with a newline, or whose fan-out or arguments list
         /// names a call out of range or twice.
         MalformedBatch => "malformed-batch",
