@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import time
 from pathlib import Path
 from typing import Iterator
@@ -95,13 +96,14 @@ def test_two_clients_that_chose_the_same_owner_never_share_a_ticket(url: str) ->
         first = await keys_a.acquire("k", limit=1)
         second = asyncio.ensure_future(keys_b.acquire("k", limit=1))
         await asyncio.sleep(0.2)
-        assert first.ticket == "same-1"
+        assert re.fullmatch(r"same-[0-9a-f]{12}-1", first.ticket), first.ticket  # owner, random tag, count
         assert not second.done(), "a second client with the same ticket id was granted while the first held it"
         seen = await a.inspect("k")
         assert (len(seen.held), len(seen.waiting)) == (1, 1)
         assert await first.release() == "released"
         permit = await asyncio.wait_for(second, 5)
-        assert permit.ticket == "same-1" and await permit.release() == "released"
+        assert re.fullmatch(r"same-[0-9a-f]{12}-1", permit.ticket) and permit.ticket != first.ticket
+        assert await permit.release() == "released"
         for k in (keys_a, keys_b):
             await k.close()
         await a.close()
