@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 HERE = Path(__file__).resolve().parent
 JS_PACKAGE = HERE.parent.parent / "js"
@@ -461,3 +461,18 @@ async def scenario_cancel(s: Setup) -> None:
 
 if __name__ == "__main__":
     asyncio.run(_main(json.loads(sys.argv[1])))
+
+
+CONFORMANCE: tuple[Callable[[Setup], Awaitable[None]], ...] = (
+    scenario_holder_killed,
+    scenario_waiter_killed,
+    scenario_eight_processes,
+    scenario_delay,
+    scenario_pause,
+    scenario_cancel,
+    scenario_same_owner,
+    scenario_wall_clock_steps,
+)
+"""The scenarios every store runs, in every language's tests (the JS package's
+`test/fixtures/shared-scenarios.mjs` is the same list): a test file parametrizes one test over
+them, so no store's list can miss one."""

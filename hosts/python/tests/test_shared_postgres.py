@@ -12,21 +12,17 @@ import itertools
 import re
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Awaitable, Callable, Iterator
 
 import pytest
 from postgres_server import PostgresServer, pg_missing
 from shared_worker import (
+    CONFORMANCE,
     Setup,
     js_missing,
     max_overlap,
     records,
-    scenario_cancel,
-    scenario_delay,
     scenario_eight_processes,
-    scenario_holder_killed,
-    scenario_pause,
-    scenario_waiter_killed,
 )
 
 from turnstile_scheduler.shared import PostgresStore, SharedKeys, SharedStoreError, StoreUnavailableError
@@ -218,28 +214,15 @@ def test_a_server_killed_and_restarted_gives_typed_errors_then_recovers_with_no_
         own.close()
 
 
-def test_holder_killed(setup: Setup) -> None:
-    run(scenario_holder_killed(setup))
+@pytest.mark.parametrize("scenario", CONFORMANCE, ids=lambda f: f.__name__.removeprefix("scenario_"))
+def test_conformance(setup: Setup, scenario: Callable[[Setup], Awaitable[None]]) -> None:
+    run(scenario(setup))
 
 
-def test_waiter_killed(setup: Setup) -> None:
-    run(scenario_waiter_killed(setup))
 
 
-def test_eight_processes_limit_2(setup: Setup) -> None:
-    run(scenario_eight_processes(setup))
 
 
-def test_delay_across_processes(setup: Setup) -> None:
-    run(scenario_delay(setup))
-
-
-def test_pause_extends_only(setup: Setup) -> None:
-    run(scenario_pause(setup))
-
-
-def test_cancel_and_timeout_withdraw(setup: Setup) -> None:
-    run(scenario_cancel(setup))
 
 
 def test_js_and_python_processes_share_one_database(setup: Setup) -> None:

@@ -8,21 +8,16 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Awaitable, Callable
 
 import pytest
 from shared_worker import (
+    CONFORMANCE,
     RedisServer,
     Setup,
     js_missing,
     redis_missing,
-    scenario_cancel,
-    scenario_delay,
     scenario_eight_processes,
-    scenario_holder_killed,
-    scenario_pause,
-    scenario_same_owner,
-    scenario_waiter_killed,
-    scenario_wall_clock_steps,
 )
 
 from turnstile_scheduler.shared import RedisStore, SharedKeys, StoreUnavailableError, Terms
@@ -90,28 +85,15 @@ def test_a_server_that_stops_answering_gives_typed_errors_and_no_double_grant(se
     run(main())
 
 
-def test_holder_killed(setup: Setup) -> None:
-    run(scenario_holder_killed(setup))
+@pytest.mark.parametrize("scenario", CONFORMANCE, ids=lambda f: f.__name__.removeprefix("scenario_"))
+def test_conformance(setup: Setup, scenario: Callable[[Setup], Awaitable[None]]) -> None:
+    run(scenario(setup))
 
 
-def test_waiter_killed(setup: Setup) -> None:
-    run(scenario_waiter_killed(setup))
 
 
-def test_eight_processes_limit_2(setup: Setup) -> None:
-    run(scenario_eight_processes(setup))
 
 
-def test_delay_across_processes(setup: Setup) -> None:
-    run(scenario_delay(setup))
-
-
-def test_pause_extends_only(setup: Setup) -> None:
-    run(scenario_pause(setup))
-
-
-def test_cancel_and_timeout_withdraw(setup: Setup) -> None:
-    run(scenario_cancel(setup))
 
 
 def test_js_and_python_processes_share_one_server(setup: Setup) -> None:
@@ -121,12 +103,6 @@ def test_js_and_python_processes_share_one_server(setup: Setup) -> None:
     run(scenario_eight_processes(setup, node=lambda i: i % 2 == 1))
 
 
-def test_same_owner_never_shares_a_ticket(setup: Setup) -> None:
-    run(scenario_same_owner(setup))
-
-
-def test_wall_clock_steps_purge_nothing_and_stall_nothing(setup: Setup) -> None:
-    run(scenario_wall_clock_steps(setup))
 
 
 def test_idle_keys_leave_the_server(server: RedisServer) -> None:
