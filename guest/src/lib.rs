@@ -170,7 +170,7 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
             .rate_limited
             .iter()
             .map(|r| (r.entry, End::RateLimited(r.until)));
-        let refused: Vec<_> = clock
+        clock
             .into_iter()
             .chain(
                 ok.chain(failed)
@@ -178,8 +178,7 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
                     .filter_map(|(e, end)| sched.on_ended(EntryId(e), end).err()),
             )
             .map(convert::refusal)
-            .collect();
-        refused
+            .collect()
     }
 
     fn on_events(

@@ -531,7 +531,14 @@ def lift_releases(result_type: Any, value: Any) -> Any:
     field (then marked taken, so the delete does not free it twice). Field by field, as the
     generic path lifts it, an empty round's record took about 26 us. A record that is not the
     one this was written against goes the generic way."""
-    if [name for name, _ in result_type.fields] != list(_RELEASES) or not _BULK or ctypes.sizeof(ffi.wasmtime_component_valrecord_entry) != _ENTRY_SIZE:
+    layout = getattr(result_type, "_releases_layout", None)
+    if layout is None:  # checked once per bound function, not per round
+        layout = result_type._releases_layout = (
+            _BULK
+            and [name for name, _ in result_type.fields] == list(_RELEASES)
+            and ctypes.sizeof(ffi.wasmtime_component_valrecord_entry) == _ENTRY_SIZE
+        )
+    if not layout:
         return result_type.convert_from_c(value)
     record = value.of.record
     try:
