@@ -26,6 +26,8 @@ const KNOWN = new Set(['about', 'config', 'started', 'processes', 'lease_ms', 'b
 const BATCH_KNOWN = new Set(['at', 'process', 'calls', 'operations', 'execution_ms', 'abort_grace_ms', 'decide', 'cancel_at', 'forget']);
 /** The store's time base: 24 h ahead of the virtual clock (its offset must not matter). */
 const STORE_START_MS = 86_400_000;
+/** A run ends by this virtual time (10,000 s); one still due past it fails (both runners). */
+export const CAP_MS = 10_000_000;
 
 /** The runner's own error: `fail 'message'`, `throw-sync`, a `decide` that raises. */
 class ScenarioError extends Error {
@@ -338,7 +340,9 @@ export async function runScenario(file) {
     h.act();
     await clock.runUntil(h.t);
   }
-  await clock.runAll(10_000);
+  await clock.runUntil(CAP_MS);
+  const late = clock.next();
+  if (late !== undefined) throw new Error(`${file}: still running at ${CAP_MS} ms (a timer is due at ${late} ms): a scenario must end by then`);
   for (const proc of procs.values()) {
     proc.life.alive = false; // what closing the keys makes the driver report is not a line
     if (!proc.life.crashed) await proc.life.keys?.close();
@@ -352,3 +356,10 @@ export async function runScenario(file) {
 
 // A scenario that cannot end (a timer re-armed at one instant forever) fails instead of hanging.
 for (const file of FILES) test(file, { timeout: 60_000 }, () => runScenario(file));
+
+// The runners' own rule (README, "Time"): a run still due past the cap fails, with the same
+// sentence as the Python runner's, instead of stopping quietly or running on.
+test('runner: a scenario still running at the cap fails', () =>
+  assert.rejects(runScenario('runner/runs-past-the-cap.toml'), {
+    message: 'runner/runs-past-the-cap.toml: still running at 10000000 ms (a timer is due at 10000001 ms): a scenario must end by then',
+  }));

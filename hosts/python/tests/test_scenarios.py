@@ -41,6 +41,8 @@ BATCH_KNOWN = {"at", "process", "calls", "operations", "execution_ms", "abort_gr
 AT_KNOWN = {"t", "do", "process"}
 # The store's time base: 24 h ahead of the virtual clock (its offset must not matter).
 STORE_START_MS = 86_400_000
+# A run ends by this virtual time (10,000 s); one still due past it fails (both runners).
+CAP_MS = 10_000_000
 # What the end of a run waits (virtual seconds) for the ends the closes cause.
 SETTLE_S = 3600.0
 # Scenarios this runner cannot run, with why (none today).
@@ -489,7 +491,12 @@ class Runner:
             await loop.run_until(t / 1000)
             await self.do(doing)
             await loop.run_until(t / 1000)
-        await loop.run_until(10_000.0)
+        await loop.run_until(CAP_MS / 1000)
+        late = loop._next_timer()
+        if late is not None:
+            raise AssertionError(
+                f"{self.file}: still running at {CAP_MS} ms (a timer is due at {round(late * 1000)} ms): a scenario must end by then"
+            )
         await self.end()
         return self.lines
 
@@ -534,3 +541,14 @@ def test_scenario(file: str) -> None:
     expected = normalize((runner.spec.get("expect") or "").split("\n"))
     actual = normalize(lines)
     assert actual == expected, f"{file}: {runner.spec.get('about', '')}\n{diff(expected, actual)}"
+
+
+def test_runner_a_scenario_still_running_at_the_cap_fails() -> None:
+    """The runners' own rule (README, "Time"): a run still due past the cap fails, with the same
+    sentence as the JS runner's, instead of stopping quietly or running on."""
+    runner = Runner("runner/runs-past-the-cap.toml")
+    with pytest.raises(AssertionError) as raised:
+        vloop.run(runner.main(), strict=False)
+    assert str(raised.value) == (
+        "runner/runs-past-the-cap.toml: still running at 10000000 ms (a timer is due at 10000001 ms): a scenario must end by then"
+    )
