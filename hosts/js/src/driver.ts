@@ -940,6 +940,15 @@ export class Driver {
     }
     const entry = BigInt(batch.first + run.offset);
     const label = run.label;
+    const bad = ok && this.#persist !== undefined ? convert.notJson(value) : undefined;
+    if (bad !== undefined) {
+      // A value the snapshot cannot hold would come back another after a restart: refused at
+      // its end, live (DRIVERS.md, "Persistence").
+      ok = false;
+      value = new TypeError(
+        `${label} returned ${bad}, which the snapshot cannot hold as JSON: with persist, an execution returns JSON data (null, booleans, finite numbers, strings, arrays, plain objects) or nothing`,
+      );
+    }
     let outcome: EntryOutcome;
     if (batch.cancelled && !batch.failed) outcome = ok ? { entry, label, status: 'cancelled', value } : { entry, label, status: 'cancelled', error: value };
     else outcome = ok ? { entry, label, status: 'ok', value } : { entry, label, status: 'failed', error: value };
@@ -1252,7 +1261,7 @@ export class Driver {
           const offset = (starts === null ? c : starts[c]) + e.operation;
           const o = batch.outcomes[offset];
           if (o === undefined) continue;
-          const kept = o.status === 'settled' ? `{"error":${convert.errorJson({ name: 'Error', message: o.message })}}` : 'error' in o ? `{"error":${convert.errorJson(o.error)}}` : `{"value":${convert.valueJson(o.value)}}`;
+          const kept = o.status === 'settled' ? `{"error":${convert.errorJson({ name: 'Error', message: o.message })}}` : 'error' in o ? `{"error":${convert.errorJson(o.error)}}` : `{${convert.valueField(o.value).slice(1)}}`;
           ended.push(`"${batch.first + offset}":${kept}`);
         }
       }

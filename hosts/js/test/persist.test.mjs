@@ -207,3 +207,42 @@ test('without persist too, onOutcome runs only once the end reached the schedule
   assert.deepEqual(seen, ['r1 ended', 'r2 retired']);
   driver.dispose();
 });
+
+test('values come back the same after a restart, and what JSON cannot carry fails at its end', async () => {
+  // DRIVERS.md, "Persistence": nothing returned comes back undefined (not the string
+  // "undefined"); a value JSON cannot carry (a Map, NaN, a bigint, a class instance, a cycle)
+  // fails at its end with a TypeError naming the label and what it returned, live and after a
+  // restart alike (scenario 68 runs the same in both packages; the Python test of the same name
+  // holds floats, tuples and sets to it).
+  const clock = new VirtualClock();
+  const texts = [];
+  const driver = new Driver(new Scheduler(await policy('[conversation.tools.read]\n')), { clock, persist: (t) => texts.push(t) });
+  const cycle = [];
+  cycle.push(cycle);
+  const values = { f: 1.5, u: undefined, o: { a: 1, b: undefined }, m: new Map(), n: NaN, b: 10n, d: new Date(0), c: cycle };
+  const live = new Map();
+  const calls = [...Object.keys(values), 'w'].map((id) => ({ id, tool: 'read' }));
+  void driver.run(calls, (x) => (x.label === 'w' ? new Promise(() => {}) : Promise.resolve(values[x.label])), { onOutcome: (o) => live.set(o.label, o) }).catch(() => {});
+  await quiet();
+  assert.equal(live.get('f').value, 1.5);
+  assert.equal(live.get('u').status, 'ok');
+  assert.equal(live.get('u').value, undefined);
+  for (const [label, what] of [['m', 'a Map'], ['n', 'the number NaN'], ['b', 'a bigint'], ['d', 'a Date'], ['c', 'a cycle']]) {
+    const o = live.get(label);
+    assert.equal(o.status, 'failed', label);
+    assert.ok(o.error instanceof TypeError && o.error.message.startsWith(`${label} returned ${what}, which the snapshot cannot hold as JSON`), o.error.message);
+  }
+  const resumed = Driver.resume(await policy('[conversation.tools.read]\n'), texts.at(-1), { execute: async () => 'again', started: 'interrupt', clock });
+  const [outcomes] = await Promise.all(resumed.batches);
+  const after = Object.fromEntries(outcomes.map((c) => [c.id, c.entries[0]]));
+  assert.equal(after.f.value, 1.5);
+  assert.equal(after.u.status, 'ok');
+  assert.equal(after.u.value, undefined);
+  assert.deepEqual(after.o.value, { a: 1 });
+  for (const label of ['m', 'n', 'b', 'd', 'c']) {
+    assert.equal(after[label].status, 'failed', label);
+    assert.ok(after[label].error instanceof RestoredError && after[label].error.name === 'TypeError', label);
+  }
+  resumed.driver.dispose();
+  driver.dispose();
+});

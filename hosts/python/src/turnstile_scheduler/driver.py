@@ -1204,7 +1204,17 @@ class Driver:
                 self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else FAILED, error=e), False)
                 raise
             else:
-                self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else OK, value=value), True)
+                bad = None if self._persist is None else _snapshot.not_json(value)
+                if bad is not None:
+                    # A value the snapshot cannot hold would come back another after a restart:
+                    # refused at its end, live (hosts/DRIVERS.md, "Persistence").
+                    error = TypeError(
+                        f"{label} returned {bad}, which the snapshot cannot hold as JSON: with persist, an execution "
+                        "returns JSON data (None, bool, int, a finite float, str, list, dict with str keys)"
+                    )
+                    self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else FAILED, error=error), False)
+                else:
+                    self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else OK, value=value), True)
         finally:
             del b.tasks[i]
             del b.since[i]
