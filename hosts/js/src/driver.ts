@@ -807,8 +807,10 @@ export class Driver {
   // --- executions -------------------------------------------------------------------------
 
   #start(batch: Batch, offset: number): void {
-    if (batch.done || this.#disposed) {
-      // The batch failed: its promise is settled, so nothing runs; the slot is handed back.
+    if (batch.cancelled || batch.done || this.#disposed) {
+      // Cancelled (or failed) after the step that released it and before this hand-out: it
+      // never runs. It is settled cancelled with the component's sentence, and its slot is
+      // handed back (the component took it as started: `failed` is its end).
       this.#record(batch, offset, this.#settled(BigInt(batch.first + offset), batch.label(offset), { kind: 'cancelled' }, { tag: 'cancelled' }));
       this.#push('failed', batch.first + offset, batch);
       return;
@@ -829,7 +831,6 @@ export class Driver {
       permit.signal.addEventListener('abort', onLost, { once: true });
       hold.detach = () => permit.signal.removeEventListener('abort', onLost);
     }
-    if (batch.cancelled) run.abort(batch.abortReason);
     let result: unknown;
     try {
       result = batch.execute(run);
