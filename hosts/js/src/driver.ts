@@ -951,7 +951,9 @@ export class Driver {
       );
     }
     let outcome: EntryOutcome;
-    if (batch.cancelled && !batch.failed) outcome = ok ? { entry, label, status: 'cancelled', value } : { entry, label, status: 'cancelled', error: value };
+    // A batch that failed was cancelled by its failure: what had started is `cancelled` (what a
+    // restart gives back for it too), its value or error kept.
+    if (batch.cancelled) outcome = ok ? { entry, label, status: 'cancelled', value } : { entry, label, status: 'cancelled', error: value };
     else outcome = ok ? { entry, label, status: 'ok', value } : { entry, label, status: 'failed', error: value };
     this.#record(batch, run.offset, outcome);
     if (this.#disposed) return;
