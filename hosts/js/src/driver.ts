@@ -1189,6 +1189,13 @@ export class Driver {
         done[e.index] = () => {};
         continue;
       }
+      if (e.input === 'now') {
+        // The component's clock is ahead of the driver's: something else stepped the scheduler
+        // (one driver owns its steps). Every live batch fails with the typed refusal, as in
+        // Python; the step's other inputs applied.
+        for (const batch of this.#live.slice()) this.#fail(batch, new RefusedInputError(e, 0n));
+        continue;
+      }
       const batch = p.owner(e.input, e.index);
       // A cancellation that came too late (the batch retired) or twice changes nothing.
       if (!batch || (e.input === 'cancel' && (e.code === 'batch-cancelled' || e.code === 'unknown-batch'))) continue;
