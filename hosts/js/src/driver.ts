@@ -241,6 +241,9 @@ class Batch {
   /** Started executions by offset. */
   readonly running: (Run | undefined)[];
   cancelled = false;
+  /** Its execution limit (`executionTimeoutMs`, or the saved batch's `execution-ms`), for the
+   * message of a deadline's abort. */
+  executionMs: number | undefined;
   /** The promise was settled (resolved at retirement, or rejected on the first error). */
   done = false;
   failed = false;
@@ -260,6 +263,7 @@ class Batch {
     this.count = submitted.count;
     this.execute = execute;
     this.options = options;
+    this.executionMs = options.executionTimeoutMs;
     this.outcomes = new Array(submitted.count);
     this.running = new Array(submitted.count);
     this.promise = new Promise<CallOutcome[]>((resolve, reject) => {
@@ -477,12 +481,14 @@ export class Driver {
   static resume(
     policy: Policy,
     snapshot: string | SavedState,
-    options: ResumeOptions & RunOptions & DriverOptions & { execute: Execute; argsOf?: (call: SavedCall) => unknown },
+    options: ResumeOptions & Pick<RunOptions, 'signal' | 'decide' | 'onOutcome'> & DriverOptions & { execute: Execute; argsOf?: (call: SavedCall) => unknown },
   ): Resumed {
-    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome', 'argsOf', 'sharedKeys', 'clock', 'persist']);
+    // No `executionTimeoutMs` or `abortGraceMs`: a restored batch keeps the limits it was saved
+    // with (the component's), as in Python.
+    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'onOutcome', 'argsOf', 'sharedKeys', 'clock', 'persist']);
     func(o.execute, 'options.execute');
     if (o.argsOf !== undefined) func(o.argsOf, 'options.argsOf');
-    const runOptions = checkRunOptions({ signal: o.signal, decide: o.decide, executionTimeoutMs: o.executionTimeoutMs, abortGraceMs: o.abortGraceMs, onOutcome: o.onOutcome });
+    const runOptions = checkRunOptions({ signal: o.signal, decide: o.decide, onOutcome: o.onOutcome });
     const execute = o.execute as Execute;
     const argsOf = o.argsOf as ((call: SavedCall) => unknown) | undefined;
     let state: SavedState;
@@ -762,6 +768,7 @@ export class Driver {
     const count = calls.reduce((n, c) => n + (c.operations ?? 1), 0);
     const batch = new Batch(this, new Submitted(saved.batch, saved.first, count, calls), execute, options);
     batch.cancelled = saved.cancelled;
+    batch.executionMs = saved.limits?.executionMs;
     const statuses = this.scheduler.inspect(saved.batch);
     const states = savedEntries(saved);
     const pending: number[] = [];
@@ -1149,7 +1156,7 @@ export class Driver {
       const batch = this.#find(entry);
       const run = batch?.running[entry - batch.first];
       if (!batch || !run || run.ended) continue;
-      run.abort(a.cause === 'cancel' ? batch.abortReason : new DOMException(`${run.label} ran longer than ${batch.options.executionTimeoutMs} ms`, 'TimeoutError'));
+      run.abort(a.cause === 'cancel' ? batch.abortReason : new DOMException(`${run.label} ran past executionTimeoutMs (${batch.executionMs} ms)`, 'TimeoutError'));
     }
     // The entries this step reported a rate limit for, made once if a settlement needs them
     // (linear in the step, however many settlements and retries it has).

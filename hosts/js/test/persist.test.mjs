@@ -246,3 +246,28 @@ test('values come back the same after a restart, and what JSON cannot carry fail
   resumed.driver.dispose();
   driver.dispose();
 });
+
+test('Driver.resume takes the options Python takes: no executionTimeoutMs or abortGraceMs (the saved limits hold), and a deadline names its limit', async () => {
+  // The Python test of the same name: resume(execution_timeout=) is a TypeError there, and a
+  // restored batch's deadline says "w1 ran past execution_timeout (0.1 s)".
+  const clock = new VirtualClock();
+  const texts = [];
+  const p = await policy('[conversation.tools.write]\n');
+  const driver = new Driver(new Scheduler(p), { clock, persist: (t) => texts.push(t) });
+  void driver.run([{ id: 'w1', tool: 'write' }], () => new Promise(() => {}), { executionTimeoutMs: 100 }).catch(() => {});
+  await quiet();
+  const text = texts.at(-1);
+  driver.dispose();
+  for (const field of ['executionTimeoutMs', 'abortGraceMs']) {
+    assert.throws(() => Driver.resume(p, text, { execute: async () => 1, started: 'run-again', clock, [field]: 5 }), (e) => e instanceof TypeError && e.message.includes(`unknown field "${field}"`), field);
+  }
+  const execute = (x) => new Promise((_, reject) => x.signal.addEventListener('abort', () => reject(x.signal.reason)));
+  const resumed = Driver.resume(p, text, { execute, started: 'run-again', clock });
+  await clock.runAll();
+  const [outcomes] = await Promise.all(resumed.batches);
+  const o = outcomes[0].entries[0];
+  assert.equal(o.status, 'failed');
+  assert.equal(o.error.name, 'TimeoutError');
+  assert.equal(o.error.message, 'w1 ran past executionTimeoutMs (100 ms)');
+  resumed.driver.dispose();
+});

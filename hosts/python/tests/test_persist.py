@@ -315,3 +315,36 @@ def test_values_come_back_the_same_after_a_restart_and_what_json_cannot_carry_fa
         resumed.driver.close()
 
     vloop.run(main())
+
+
+def test_resume_takes_the_options_js_takes_and_a_restored_deadline_names_its_limit() -> None:
+    """The JS test "Driver.resume takes the options Python takes": no execution_timeout or
+    abort_grace at resume (a restored batch keeps the limits it was saved with), and a
+    restored batch's deadline names its limit ("w1 ran past execution_timeout (0.1 s)"; JS
+    "w1 ran past executionTimeoutMs (100 ms)")."""
+    texts: list[str] = []
+    p = policy("[conversation.tools.write]\n")
+
+    async def hang(x: Any) -> None:
+        await asyncio.get_running_loop().create_future()
+
+    async def main() -> None:
+        driver = Driver(Scheduler(p), persist=texts.append)
+        first = asyncio.ensure_future(driver.run([Call("w1", "write")], hang, execution_timeout=0.1))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        text = texts[-1]
+        driver.close()
+        with pytest.raises(DisposedError):
+            await first
+        for field in ("execution_timeout", "abort_grace"):
+            with pytest.raises(TypeError, match=field):
+                Driver.resume(p, text, execute=hang, started="run-again", **{field: 5})  # type: ignore[arg-type]
+        resumed = Driver.resume(p, text, execute=hang, started="run-again")
+        (outcomes,) = await asyncio.gather(*resumed.batches)
+        o = outcomes[0].entries[0]
+        assert o.status is OutcomeStatus.FAILED and isinstance(o.error, TimeoutError)
+        assert str(o.error) == "w1 ran past execution_timeout (0.1 s)"
+        resumed.driver.close()
+
+    vloop.run(main())
