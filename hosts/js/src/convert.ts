@@ -246,8 +246,50 @@ export function ascii(text: string): string {
 
 const str = (s: string): string => ascii(JSON.stringify(s));
 
-/** A value as JSON; what JSON cannot hold (undefined, a bigint, a function, a cycle) is saved as
- * its string. */
+/** What in `value` JSON cannot carry (`"a Map"`, `"the number NaN"`, `"a cycle"`), or
+ * `undefined` for JSON data: null, booleans, finite numbers, strings, arrays and plain objects
+ * of those (an object's property whose value is `undefined` is left out, as `JSON.stringify`
+ * does), or `undefined` as the whole value (nothing returned). What the driver refuses to save
+ * (hosts/DRIVERS.md, "Persistence"). */
+export function notJson(value: unknown): string | undefined {
+  return value === undefined ? undefined : notJsonIn(value, []);
+}
+
+function notJsonIn(v: unknown, open: object[]): string | undefined {
+  if (v === null || typeof v === 'boolean' || typeof v === 'string') return undefined;
+  if (typeof v === 'number') return Number.isFinite(v) ? undefined : `the number ${v}`;
+  if (typeof v !== 'object') return v === undefined ? 'undefined in an array' : `a ${typeof v}`;
+  if (open.includes(v)) return 'a cycle';
+  const proto = Object.getPrototypeOf(v) as object | null;
+  const array = Array.isArray(v);
+  if (!array && proto !== Object.prototype && proto !== null) return `a ${(v.constructor as { name?: string } | undefined)?.name || 'object'}`;
+  open.push(v);
+  try {
+    if (array) {
+      for (let i = 0; i < v.length; i++) {
+        const bad = notJsonIn(v[i], open);
+        if (bad !== undefined) return bad;
+      }
+      return undefined;
+    }
+    for (const item of Object.values(v)) {
+      if (item === undefined) continue;
+      const bad = notJsonIn(item, open);
+      if (bad !== undefined) return bad;
+    }
+    return undefined;
+  } finally {
+    open.pop();
+  }
+}
+
+/** `,"value":X`, or nothing when there is no value (`undefined`: it comes back `undefined`). */
+export function valueField(value: unknown): string {
+  return value === undefined ? '' : `,"value":${valueJson(value)}`;
+}
+
+/** A value as JSON; what JSON cannot hold (a bigint, a function, a cycle) is saved as its
+ * string (a driver with `persist` refuses such values at their end: `notJson`). */
 export function valueJson(value: unknown): string {
   let text: string | undefined;
   try {
@@ -380,11 +422,11 @@ function outcomeJson(o: EntryOutcome): string {
   const head = `{"entry":"${o.entry}","label":${ascii(JSON.stringify(o.label))},"status":"${o.status}"`;
   switch (o.status) {
     case 'ok':
-      return `${head},"value":${valueJson(o.value)}}`;
+      return `${head}${valueField(o.value)}}`;
     case 'failed':
       return `${head},"error":${errorJson(o.error)}}`;
     case 'cancelled':
-      return 'error' in o ? `${head},"error":${errorJson(o.error)}}` : `${head},"value":${valueJson(o.value)}}`;
+      return 'error' in o ? `${head},"error":${errorJson(o.error)}}` : `${head}${valueField(o.value)}}`;
     default:
       return `${head},"reason":${reasonJson(o.reason)},"message":${ascii(JSON.stringify(o.message))}${o.error === undefined ? '' : `,"error":${errorJson(o.error)}`}}`;
   }

@@ -241,6 +241,9 @@ class Batch {
   /** Started executions by offset. */
   readonly running: (Run | undefined)[];
   cancelled = false;
+  /** Its execution limit (`executionTimeoutMs`, or the saved batch's `execution-ms`), for the
+   * message of a deadline's abort. */
+  executionMs: number | undefined;
   /** The promise was settled (resolved at retirement, or rejected on the first error). */
   done = false;
   failed = false;
@@ -260,6 +263,7 @@ class Batch {
     this.count = submitted.count;
     this.execute = execute;
     this.options = options;
+    this.executionMs = options.executionTimeoutMs;
     this.outcomes = new Array(submitted.count);
     this.running = new Array(submitted.count);
     this.promise = new Promise<CallOutcome[]>((resolve, reject) => {
@@ -477,12 +481,14 @@ export class Driver {
   static resume(
     policy: Policy,
     snapshot: string | SavedState,
-    options: ResumeOptions & RunOptions & DriverOptions & { execute: Execute; argsOf?: (call: SavedCall) => unknown },
+    options: ResumeOptions & Pick<RunOptions, 'signal' | 'decide' | 'onOutcome'> & DriverOptions & { execute: Execute; argsOf?: (call: SavedCall) => unknown },
   ): Resumed {
-    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'executionTimeoutMs', 'abortGraceMs', 'onOutcome', 'argsOf', 'sharedKeys', 'clock', 'persist']);
+    // No `executionTimeoutMs` or `abortGraceMs`: a restored batch keeps the limits it was saved
+    // with (the component's), as in Python.
+    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'onOutcome', 'argsOf', 'sharedKeys', 'clock', 'persist']);
     func(o.execute, 'options.execute');
     if (o.argsOf !== undefined) func(o.argsOf, 'options.argsOf');
-    const runOptions = checkRunOptions({ signal: o.signal, decide: o.decide, executionTimeoutMs: o.executionTimeoutMs, abortGraceMs: o.abortGraceMs, onOutcome: o.onOutcome });
+    const runOptions = checkRunOptions({ signal: o.signal, decide: o.decide, onOutcome: o.onOutcome });
     const execute = o.execute as Execute;
     const argsOf = o.argsOf as ((call: SavedCall) => unknown) | undefined;
     let state: SavedState;
@@ -762,6 +768,7 @@ export class Driver {
     const count = calls.reduce((n, c) => n + (c.operations ?? 1), 0);
     const batch = new Batch(this, new Submitted(saved.batch, saved.first, count, calls), execute, options);
     batch.cancelled = saved.cancelled;
+    batch.executionMs = saved.limits?.executionMs;
     const statuses = this.scheduler.inspect(saved.batch);
     const states = savedEntries(saved);
     const pending: number[] = [];
@@ -807,8 +814,10 @@ export class Driver {
   // --- executions -------------------------------------------------------------------------
 
   #start(batch: Batch, offset: number): void {
-    if (batch.done || this.#disposed) {
-      // The batch failed: its promise is settled, so nothing runs; the slot is handed back.
+    if (batch.cancelled || batch.done || this.#disposed) {
+      // Cancelled (or failed) after the step that released it and before this hand-out: it
+      // never runs. It is settled cancelled with the component's sentence, and its slot is
+      // handed back (the component took it as started: `failed` is its end).
       this.#record(batch, offset, this.#settled(BigInt(batch.first + offset), batch.label(offset), { kind: 'cancelled' }, { tag: 'cancelled' }));
       this.#push('failed', batch.first + offset, batch);
       return;
@@ -829,7 +838,6 @@ export class Driver {
       permit.signal.addEventListener('abort', onLost, { once: true });
       hold.detach = () => permit.signal.removeEventListener('abort', onLost);
     }
-    if (batch.cancelled) run.abort(batch.abortReason);
     let result: unknown;
     try {
       result = batch.execute(run);
@@ -940,8 +948,19 @@ export class Driver {
     }
     const entry = BigInt(batch.first + run.offset);
     const label = run.label;
+    const bad = ok && this.#persist !== undefined ? convert.notJson(value) : undefined;
+    if (bad !== undefined) {
+      // A value the snapshot cannot hold would come back another after a restart: refused at
+      // its end, live (DRIVERS.md, "Persistence").
+      ok = false;
+      value = new TypeError(
+        `${label} returned ${bad}, which the snapshot cannot hold as JSON: with persist, an execution returns JSON data (null, booleans, finite numbers, strings, arrays, plain objects) or nothing`,
+      );
+    }
     let outcome: EntryOutcome;
-    if (batch.cancelled && !batch.failed) outcome = ok ? { entry, label, status: 'cancelled', value } : { entry, label, status: 'cancelled', error: value };
+    // A batch that failed was cancelled by its failure: what had started is `cancelled` (what a
+    // restart gives back for it too), its value or error kept.
+    if (batch.cancelled) outcome = ok ? { entry, label, status: 'cancelled', value } : { entry, label, status: 'cancelled', error: value };
     else outcome = ok ? { entry, label, status: 'ok', value } : { entry, label, status: 'failed', error: value };
     this.#record(batch, run.offset, outcome);
     if (this.#disposed) return;
@@ -1137,7 +1156,7 @@ export class Driver {
       const batch = this.#find(entry);
       const run = batch?.running[entry - batch.first];
       if (!batch || !run || run.ended) continue;
-      run.abort(a.cause === 'cancel' ? batch.abortReason : new DOMException(`${run.label} ran longer than ${batch.options.executionTimeoutMs} ms`, 'TimeoutError'));
+      run.abort(a.cause === 'cancel' ? batch.abortReason : new DOMException(`${run.label} ran past executionTimeoutMs (${batch.executionMs} ms)`, 'TimeoutError'));
     }
     // The entries this step reported a rate limit for, made once if a settlement needs them
     // (linear in the step, however many settlements and retries it has).
@@ -1175,6 +1194,13 @@ export class Driver {
         const done = e.input === 'pause' ? p.pauseDone : p.liftDone;
         done[e.index]?.(new RefusedInputError(e, 0n));
         done[e.index] = () => {};
+        continue;
+      }
+      if (e.input === 'now') {
+        // The component's clock is ahead of the driver's: something else stepped the scheduler
+        // (one driver owns its steps). Every live batch fails with the typed refusal, as in
+        // Python; the step's other inputs applied.
+        for (const batch of this.#live.slice()) this.#fail(batch, new RefusedInputError(e, 0n));
         continue;
       }
       const batch = p.owner(e.input, e.index);
@@ -1252,7 +1278,7 @@ export class Driver {
           const offset = (starts === null ? c : starts[c]) + e.operation;
           const o = batch.outcomes[offset];
           if (o === undefined) continue;
-          const kept = o.status === 'settled' ? `{"error":${convert.errorJson({ name: 'Error', message: o.message })}}` : 'error' in o ? `{"error":${convert.errorJson(o.error)}}` : `{"value":${convert.valueJson(o.value)}}`;
+          const kept = o.status === 'settled' ? `{"error":${convert.errorJson({ name: 'Error', message: o.message })}}` : 'error' in o ? `{"error":${convert.errorJson(o.error)}}` : `{${convert.valueField(o.value).slice(1)}}`;
           ended.push(`"${batch.first + offset}":${kept}`);
         }
       }

@@ -316,3 +316,18 @@ test('a fan-out call of one operation is labelled id#0; plain calls next to it a
   assert.deepEqual(out.map((o) => o.entries.map((e) => [e.label, e.value])), [[['a#0', 'a#0/0']], [['b', 'b/undefined']]]);
   assertDrained(driver);
 });
+
+test('pause refuses a bad argument at the call, before anything is queued', async () => {
+  // The Python test of the same name holds its driver to the same: ValueError / TypeError at the
+  // call (RangeError / TypeError here), nothing queued, DisposedError from a closed driver's
+  // pause when awaited (a rejected promise here).
+  const { driver } = await setup();
+  assert.throws(() => driver.pause('k', -5), { name: 'RangeError', message: 'forMs must be a finite number of milliseconds >= 0, got -5' });
+  assert.throws(() => driver.pause('k', NaN), (e) => e instanceof RangeError && e.message.endsWith('got NaN'));
+  assert.throws(() => driver.pause('k', '5'), (e) => e instanceof TypeError && e.message.includes('forMs'));
+  assert.throws(() => driver.liftPause(3), (e) => e instanceof TypeError && e.message.includes('key'));
+  assert.deepEqual(driver.inspect(), []);
+  await driver.pause('k', 5); // a good one still works
+  driver.dispose();
+  await assert.rejects(driver.pause('k', 1), DisposedError);
+});

@@ -207,3 +207,67 @@ test('without persist too, onOutcome runs only once the end reached the schedule
   assert.deepEqual(seen, ['r1 ended', 'r2 retired']);
   driver.dispose();
 });
+
+test('values come back the same after a restart, and what JSON cannot carry fails at its end', async () => {
+  // DRIVERS.md, "Persistence": nothing returned comes back undefined (not the string
+  // "undefined"); a value JSON cannot carry (a Map, NaN, a bigint, a class instance, a cycle)
+  // fails at its end with a TypeError naming the label and what it returned, live and after a
+  // restart alike (scenario 68 runs the same in both packages; the Python test of the same name
+  // holds floats, tuples and sets to it).
+  const clock = new VirtualClock();
+  const texts = [];
+  const driver = new Driver(new Scheduler(await policy('[conversation.tools.read]\n')), { clock, persist: (t) => texts.push(t) });
+  const cycle = [];
+  cycle.push(cycle);
+  const values = { f: 1.5, u: undefined, o: { a: 1, b: undefined }, m: new Map(), n: NaN, b: 10n, d: new Date(0), c: cycle };
+  const live = new Map();
+  const calls = [...Object.keys(values), 'w'].map((id) => ({ id, tool: 'read' }));
+  void driver.run(calls, (x) => (x.label === 'w' ? new Promise(() => {}) : Promise.resolve(values[x.label])), { onOutcome: (o) => live.set(o.label, o) }).catch(() => {});
+  await quiet();
+  assert.equal(live.get('f').value, 1.5);
+  assert.equal(live.get('u').status, 'ok');
+  assert.equal(live.get('u').value, undefined);
+  for (const [label, what] of [['m', 'a Map'], ['n', 'the number NaN'], ['b', 'a bigint'], ['d', 'a Date'], ['c', 'a cycle']]) {
+    const o = live.get(label);
+    assert.equal(o.status, 'failed', label);
+    assert.ok(o.error instanceof TypeError && o.error.message.startsWith(`${label} returned ${what}, which the snapshot cannot hold as JSON`), o.error.message);
+  }
+  const resumed = Driver.resume(await policy('[conversation.tools.read]\n'), texts.at(-1), { execute: async () => 'again', started: 'interrupt', clock });
+  const [outcomes] = await Promise.all(resumed.batches);
+  const after = Object.fromEntries(outcomes.map((c) => [c.id, c.entries[0]]));
+  assert.equal(after.f.value, 1.5);
+  assert.equal(after.u.status, 'ok');
+  assert.equal(after.u.value, undefined);
+  assert.deepEqual(after.o.value, { a: 1 });
+  for (const label of ['m', 'n', 'b', 'd', 'c']) {
+    assert.equal(after[label].status, 'failed', label);
+    assert.ok(after[label].error instanceof RestoredError && after[label].error.name === 'TypeError', label);
+  }
+  resumed.driver.dispose();
+  driver.dispose();
+});
+
+test('Driver.resume takes the options Python takes: no executionTimeoutMs or abortGraceMs (the saved limits hold), and a deadline names its limit', async () => {
+  // The Python test of the same name: resume(execution_timeout=) is a TypeError there, and a
+  // restored batch's deadline says "w1 ran past execution_timeout (0.1 s)".
+  const clock = new VirtualClock();
+  const texts = [];
+  const p = await policy('[conversation.tools.write]\n');
+  const driver = new Driver(new Scheduler(p), { clock, persist: (t) => texts.push(t) });
+  void driver.run([{ id: 'w1', tool: 'write' }], () => new Promise(() => {}), { executionTimeoutMs: 100 }).catch(() => {});
+  await quiet();
+  const text = texts.at(-1);
+  driver.dispose();
+  for (const field of ['executionTimeoutMs', 'abortGraceMs']) {
+    assert.throws(() => Driver.resume(p, text, { execute: async () => 1, started: 'run-again', clock, [field]: 5 }), (e) => e instanceof TypeError && e.message.includes(`unknown field "${field}"`), field);
+  }
+  const execute = (x) => new Promise((_, reject) => x.signal.addEventListener('abort', () => reject(x.signal.reason)));
+  const resumed = Driver.resume(p, text, { execute, started: 'run-again', clock });
+  await clock.runAll();
+  const [outcomes] = await Promise.all(resumed.batches);
+  const o = outcomes[0].entries[0];
+  assert.equal(o.status, 'failed');
+  assert.equal(o.error.name, 'TimeoutError');
+  assert.equal(o.error.message, 'w1 ran past executionTimeoutMs (100 ms)');
+  resumed.driver.dispose();
+});

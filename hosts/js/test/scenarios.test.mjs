@@ -22,10 +22,12 @@ import { VirtualClock } from './fixtures/virtual-clock.mjs';
 const DIR = new URL('../../../tests/scenarios/', import.meta.url).pathname;
 const FILES = readdirSync(DIR).filter((f) => f.endsWith('.toml')).sort();
 
-const KNOWN = new Set(['about', 'config', 'started', 'processes', 'lease_ms', 'batch', 'script', 'at', 'expect']);
+const KNOWN = new Set(['about', 'config', 'started', 'processes', 'lease_ms', 'persist_ms', 'batch', 'script', 'at', 'expect']);
 const BATCH_KNOWN = new Set(['at', 'process', 'calls', 'operations', 'execution_ms', 'abort_grace_ms', 'decide', 'cancel_at', 'forget']);
 /** The store's time base: 24 h ahead of the virtual clock (its offset must not matter). */
 const STORE_START_MS = 86_400_000;
+/** A run ends by this virtual time (10,000 s); one still due past it fails (both runners). */
+export const CAP_MS = 10_000_000;
 
 /** The runner's own error: `fail 'message'`, `throw-sync`, a `decide` that raises. */
 class ScenarioError extends Error {
@@ -147,7 +149,14 @@ export async function runScenario(file) {
     };
     me.persist = (text) => {
       if (proc.failPersist) throw new ScenarioError('disk full');
-      if (me.alive) proc.snapshot = text;
+      if (spec.persist_ms === undefined) {
+        if (me.alive) proc.snapshot = text;
+        return undefined;
+      }
+      // A slow disk: the snapshot is saved when the write ends (a crash before loses it).
+      return me.sleep(spec.persist_ms).then(() => {
+        if (me.alive) proc.snapshot = text;
+      });
     };
     me.sleep = (ms, signal) =>
       new Promise((resolve, reject) => {
@@ -206,6 +215,10 @@ export async function runScenario(file) {
           break;
         case 'ok':
           return literal(arg);
+        case 'ok-nothing':
+          return undefined;
+        case 'ok-not-json':
+          return new Map([['k', 1]]);
         case 'fail':
           throw new ScenarioError(literal(arg));
         case 'rate-limited':
@@ -220,7 +233,8 @@ export async function runScenario(file) {
 
   function decision(me, d) {
     if (d === 'raise') throw new ScenarioError('decide raised');
-    if (typeof d === 'string') return d;
+    // A string, or a value no decision is (a number): given back as it is.
+    if (typeof d !== 'object') return d;
     return me.sleep(d.after).then(() => {
       if (d.then === 'raise') throw new ScenarioError('decide raised');
       return d.then;
@@ -314,8 +328,26 @@ export async function runScenario(file) {
       proc.failPersist = true;
     },
     cancel: (_proc, i) => controllers.get(Number(i))?.abort(),
-    pause: (proc, key, ms) => proc.life.driver.pause(key, Number(ms)).catch((e) => proc.life.log(`pause ${key} rejected ${e.name}`)),
-    'lift-pause': (proc, key) => proc.life.driver.liftPause(key).catch((e) => proc.life.log(`lift-pause ${key} rejected ${e.name}`)),
+    pause: (proc, key, ms) => settleOf(proc, `pause ${key}`, () => proc.life.driver.pause(key, Number(ms))),
+    'lift-pause': (proc, key) => settleOf(proc, `lift-pause ${key}`, () => proc.life.driver.liftPause(key)),
+    // The host steps the driver's scheduler itself (what the contract forbids: one stepper),
+    // with a `now` MS ahead of the clock: the driver's next `now` is below it.
+    'step-ahead': (proc, ms) => {
+      proc.life.driver.scheduler.step({ now: clock.now() + Number(ms) });
+    },
+  };
+
+  /** A host call that returns a promise: `threw` when it throws at the call, `rejected` when its
+   * promise rejects (both with the error's name). */
+  const settleOf = (proc, what, call) => {
+    let promise;
+    try {
+      promise = call();
+    } catch (e) {
+      proc.life.log(`${what} threw ${e?.name}`);
+      return;
+    }
+    promise.catch((e) => proc.life.log(`${what} rejected ${e?.name}`));
   };
 
   // The host's doings by time: at each time, first everything else due then happens, then the
@@ -338,7 +370,9 @@ export async function runScenario(file) {
     h.act();
     await clock.runUntil(h.t);
   }
-  await clock.runAll(10_000);
+  await clock.runUntil(CAP_MS);
+  const late = clock.next();
+  if (late !== undefined) throw new Error(`${file}: still running at ${CAP_MS} ms (a timer is due at ${late} ms): a scenario must end by then`);
   for (const proc of procs.values()) {
     proc.life.alive = false; // what closing the keys makes the driver report is not a line
     if (!proc.life.crashed) await proc.life.keys?.close();
@@ -352,3 +386,10 @@ export async function runScenario(file) {
 
 // A scenario that cannot end (a timer re-armed at one instant forever) fails instead of hanging.
 for (const file of FILES) test(file, { timeout: 60_000 }, () => runScenario(file));
+
+// The runners' own rule (README, "Time"): a run still due past the cap fails, with the same
+// sentence as the Python runner's, instead of stopping quietly or running on.
+test('runner: a scenario still running at the cap fails', () =>
+  assert.rejects(runScenario('runner/runs-past-the-cap.toml'), {
+    message: 'runner/runs-past-the-cap.toml: still running at 10000000 ms (a timer is due at 10000001 ms): a scenario must end by then',
+  }));

@@ -13,6 +13,7 @@ import vloop
 from turnstile_scheduler import (
     AbortCause,
     Call,
+    DisposedError,
     Driver,
     OutcomeStatus,
     Policy,
@@ -70,8 +71,13 @@ def test_a_bad_decide_settles_the_undecided_as_failed_and_raises(bad) -> None:
     async def main():
         d = driver()
         other = asyncio.ensure_future(d.run([Call("o1", "k"), Call("o2", "k")], execute))
-        with pytest.raises((KeyError, ValueError)):
+        # JS pairs: what decide threw; RangeError (here ValueError) for an unknown string,
+        # TypeError for a value that is not a string; the message names the label and the value.
+        expected = {"unknown": (ValueError, "'maybe'"), "none": (TypeError, "None"), "int": (TypeError, "1")}.get(bad, (KeyError, "prompt crashed"))
+        with pytest.raises(expected[0]) as raised:
             await asyncio.wait_for(d.run([Call("a", "k"), Call("b", "k"), Call("c", "k")], execute, decide=decide), 5)
+        if bad in ("unknown", "none", "int"):
+            assert str(raised.value) == f"decide('b') result must be one of 'approve', 'reject', 'skip', 'fail', not {expected[1]}"
         assert [o.entries[0].status for o in await other] == [OutcomeStatus.OK, OutcomeStatus.OK]
         await after(d)
 
@@ -415,3 +421,29 @@ def test_a_driver_whose_loop_closed_under_a_running_execution_is_collected_quiet
     finally:
         sys.unraisablehook = previous
     assert [repr(e) for e in unraisable if not isinstance(e, GeneratorExit)] == []
+
+
+def test_pause_refuses_a_bad_argument_at_the_call_before_anything_is_queued() -> None:
+    """JS: `driver.pause(key, -5)` throws a RangeError at the call (and a TypeError for a key or
+    a duration of the wrong type); here a ValueError / TypeError raises at the call, not when
+    the awaitable is awaited, and nothing reaches a step. A closed driver's pause raises
+    DisposedError when awaited (JS: a rejected promise)."""
+
+    async def main():
+        d = driver()
+        with pytest.raises(ValueError, match=r"^seconds must be a finite number of seconds >= 0, not -5$"):
+            d.pause("k", -5)
+        with pytest.raises(ValueError, match="nan"):
+            d.pause("k", float("nan"))
+        with pytest.raises(TypeError, match="seconds must be a number of seconds, not str"):
+            d.pause("k", "5")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="key must be a str"):
+            d.lift_pause(3)  # type: ignore[arg-type]
+        assert not d._scheduled  # nothing was queued
+        await d.pause("k", 0.005)  # a good one still works
+        d.close()
+        refused = d.pause("k", 1)
+        with pytest.raises(DisposedError):
+            await refused
+
+    vloop.run(main())

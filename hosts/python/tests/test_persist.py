@@ -253,12 +253,13 @@ def test_the_js_fixture_resumes_with_its_values_errors_and_retired_outcomes() ->
 
 def test_py_basic_json_is_this_packages_text() -> None:
     """This package's fixture (the JS package resumes every py-*.json): a live batch with an
-    abort grace, a value JSON cannot hold (a set: the whole value is saved as its string), an
-    error of a Python class, a skipped operation, two started ones."""
+    abort grace, a value with an int beyond 2**53, a float written `1.0` and non-ASCII text (a
+    value JSON cannot hold fails at its end instead: see the test below), an error of a Python
+    class, a skipped operation, two started ones."""
 
     async def execute(x: Any) -> Any:
         if x.label == "w1":
-            return {"big": 2**60, "float": 1.0, "nan": float("nan"), "tuple": (1, "é"), "set": {1}}
+            return {"big": 2**60, "float": 1.0, "list": [1, "é", None], "half": -0.5}
         if x.label == "w2":
             raise KeyError("missing")
         return await hang()
@@ -276,3 +277,74 @@ def test_py_basic_json_is_this_packages_text() -> None:
     if os.environ.get("TURNSTILE_WRITE_SNAPSHOTS"):
         path.write_text(text, encoding="utf-8")
     assert text == path.read_text(encoding="utf-8")
+
+
+def test_values_come_back_the_same_after_a_restart_and_what_json_cannot_carry_fails_at_its_end() -> None:
+    """hosts/DRIVERS.md, "Persistence": with persist, a float stays a float across a restart
+    (written `1.0`, not JS's `1`), and a value JSON cannot carry (a tuple, a set, NaN) fails at
+    its end with a TypeError that names the label and what it returned, live and after a restart
+    alike (scenario 68 runs the same in both packages; JS has one number type)."""
+    texts: list[str] = []
+
+    async def main() -> None:
+        driver = Driver(Scheduler(policy()), persist=texts.append)
+        values: dict[str, Any] = {"f": 1.0, "g": [2.0, -0.5, 1e16], "t": (1, 2), "s": {1}, "n": float("nan")}
+
+        async def execute(x: Any) -> Any:
+            if x.label == "w":
+                await asyncio.get_running_loop().create_future()  # running at the crash
+            return values[x.label]
+
+        run = asyncio.ensure_future(driver.run([Call(k, "read") for k in [*values, "w"]], execute))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        live = {o.label: o for o in driver._batches[next(iter(driver._batches))].outcomes if o is not None}
+        assert type(live["f"].value) is float and live["f"].status is OutcomeStatus.OK
+        for label, what in (("t", "a tuple"), ("s", "a set"), ("n", "a float nan")):
+            assert live[label].status is OutcomeStatus.FAILED and isinstance(live[label].error, TypeError)
+            assert str(live[label].error).startswith(f"{label} returned {what}, which the snapshot cannot hold as JSON")
+        run.cancel()
+        resumed = Driver.resume(policy(), texts[-1], execute=execute, started="interrupt")
+        (outcomes,) = await asyncio.gather(*resumed.batches)
+        after = {c.id: c.entries[0] for c in outcomes}
+        assert after["f"].value == 1.0 and type(after["f"].value) is float
+        assert after["g"].value == [2.0, -0.5, 1e16] and all(type(v) is float for v in after["g"].value)
+        for label in ("t", "s", "n"):
+            assert after[label].status is OutcomeStatus.FAILED
+            assert isinstance(after[label].error, RestoredError) and after[label].error.name == "TypeError"
+        resumed.driver.close()
+
+    vloop.run(main())
+
+
+def test_resume_takes_the_options_js_takes_and_a_restored_deadline_names_its_limit() -> None:
+    """The JS test "Driver.resume takes the options Python takes": no execution_timeout or
+    abort_grace at resume (a restored batch keeps the limits it was saved with), and a
+    restored batch's deadline names its limit ("w1 ran past execution_timeout (0.1 s)"; JS
+    "w1 ran past executionTimeoutMs (100 ms)")."""
+    texts: list[str] = []
+    p = policy("[conversation.tools.write]\n")
+
+    async def hang(x: Any) -> None:
+        await asyncio.get_running_loop().create_future()
+
+    async def main() -> None:
+        driver = Driver(Scheduler(p), persist=texts.append)
+        first = asyncio.ensure_future(driver.run([Call("w1", "write")], hang, execution_timeout=0.1))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        text = texts[-1]
+        driver.close()
+        with pytest.raises(DisposedError):
+            await first
+        for field in ("execution_timeout", "abort_grace"):
+            with pytest.raises(TypeError, match=field):
+                Driver.resume(p, text, execute=hang, started="run-again", **{field: 5})  # type: ignore[arg-type]
+        resumed = Driver.resume(p, text, execute=hang, started="run-again")
+        (outcomes,) = await asyncio.gather(*resumed.batches)
+        o = outcomes[0].entries[0]
+        assert o.status is OutcomeStatus.FAILED and isinstance(o.error, TimeoutError)
+        assert str(o.error) == "w1 ran past execution_timeout (0.1 s)"
+        resumed.driver.close()
+
+    vloop.run(main())

@@ -36,11 +36,13 @@ from turnstile_scheduler.shared.memory import MemoryStore
 DIR = Path(__file__).resolve().parents[3] / "tests" / "scenarios"
 FILES = sorted(p.name for p in DIR.glob("*.toml"))
 
-KNOWN = {"about", "config", "started", "processes", "lease_ms", "batch", "script", "at", "expect"}
+KNOWN = {"about", "config", "started", "processes", "lease_ms", "persist_ms", "batch", "script", "at", "expect"}
 BATCH_KNOWN = {"at", "process", "calls", "operations", "execution_ms", "abort_grace_ms", "decide", "cancel_at", "forget"}
 AT_KNOWN = {"t", "do", "process"}
 # The store's time base: 24 h ahead of the virtual clock (its offset must not matter).
 STORE_START_MS = 86_400_000
+# A run ends by this virtual time (10,000 s); one still due past it fails (both runners).
+CAP_MS = 10_000_000
 # What the end of a run waits (virtual seconds) for the ends the closes cause.
 SETTLE_S = 3600.0
 # Scenarios this runner cannot run, with why (none today).
@@ -55,9 +57,19 @@ def _dumps(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
 
 
+# Python's names that a line writes as JS's (hosts/DRIVERS.md pairs them).
+JS_NAMES = {"ValueError": "RangeError"}
+
+
+def error_name(e: Any) -> str:
+    """An error's name as a line writes it: JS's for the pairs of hosts/DRIVERS.md."""
+    name = e.name if isinstance(e, RestoredError) else type(e).__name__
+    return JS_NAMES.get(name, name)
+
+
 def error_text(e: Any) -> str:
     """An error as a line writes it: a ScenarioError's message quoted, else its name."""
-    name = e.name if isinstance(e, RestoredError) else type(e).__name__
+    name = error_name(e)
     if name == "ScenarioError":
         return _dumps(e.message if isinstance(e, RestoredError) else str(e))
     return name
@@ -197,11 +209,22 @@ class Life:
         if self.view is not None:
             self.view.kill()
 
-    def persist(self, text: str) -> None:
+    def persist(self, text: str) -> Any:
         if self.proc.fail_persist:
             raise ScenarioError("disk full")
-        if self.alive:
-            self.proc.snapshot = text
+        ms = self.run.spec.get("persist_ms")
+        if ms is None:
+            if self.alive:
+                self.proc.snapshot = text
+            return None
+
+        async def slow() -> None:
+            # A slow disk: the snapshot is saved when the write ends (a crash before loses it).
+            await asyncio.sleep(ms / 1000)
+            if self.alive:
+                self.proc.snapshot = text
+
+        return slow()
 
     def execute(self, x: Any) -> Any:
         self.log(f"start {x.label}")
@@ -220,7 +243,7 @@ class Life:
     def decision(self, d: Any) -> Any:
         if d == "raise":
             raise ScenarioError("decide raised")
-        if isinstance(d, str):
+        if not isinstance(d, dict):  # a string, or a value no decision is (a number): as it is
             return d
 
         async def later() -> str:
@@ -284,6 +307,10 @@ class Life:
                     raise
             elif word == "ok":
                 return literal(arg)
+            elif word == "ok-nothing":
+                return None
+            elif word == "ok-not-json":
+                return {"k", 1}
             elif word == "fail":
                 raise ScenarioError(literal(arg))
             elif word == "rate-limited":
@@ -352,7 +379,7 @@ class Runner:
             if t.cancelled():
                 life.log(f"batch {index} {'rejected CancelledError' if restored else 'cancelled'}")
             elif error is not None:
-                life.log(f"batch {index} rejected {type(error).__name__}")
+                life.log(f"batch {index} rejected {error_name(error)}")
             else:
                 life.log(f"batch {index} resolved")
                 if forget:
@@ -415,17 +442,22 @@ class Runner:
         proc.life.crash()  # type: ignore[union-attr]
         self.lines.append(f"{self.now()} kill {proc.name}")
 
-    async def pause(self, life: Life, key: str, ms: str) -> None:
+    def settle_of(self, life: Life, what: str, call: Any) -> None:
+        """A host call that returns an awaitable: `threw` when it raises at the call, `rejected`
+        when awaiting it raises (both with the error's name)."""
         try:
-            await life.driver.pause(key, int(ms) / 1000)  # type: ignore[union-attr]
+            awaitable = call()
         except Exception as e:
-            life.log(f"pause {key} rejected {type(e).__name__}")
+            life.log(f"{what} threw {error_name(e)}")
+            return
 
-    async def lift_pause(self, life: Life, key: str) -> None:
-        try:
-            await life.driver.lift_pause(key)  # type: ignore[union-attr]
-        except Exception as e:
-            life.log(f"lift-pause {key} rejected {type(e).__name__}")
+        async def wait() -> None:
+            try:
+                await awaitable
+            except Exception as e:
+                life.log(f"{what} rejected {error_name(e)}")
+
+        asyncio.ensure_future(wait())
 
     async def act(self, proc: Proc, word: str, args: list[str]) -> None:
         life = proc.life
@@ -443,9 +475,15 @@ class Runner:
         elif word == "cancel":
             self.cancel(int(args[0]))
         elif word == "pause":
-            asyncio.ensure_future(self.pause(life, *args))
+            key, ms = args
+            self.settle_of(life, f"pause {key}", lambda: life.driver.pause(key, float(ms) / 1000))  # type: ignore[union-attr]
         elif word == "lift-pause":
-            asyncio.ensure_future(self.lift_pause(life, *args))
+            (key,) = args
+            self.settle_of(life, f"lift-pause {key}", lambda: life.driver.lift_pause(key))  # type: ignore[union-attr]
+        elif word == "step-ahead":
+            # The host steps the driver's scheduler itself (what the contract forbids: one
+            # stepper), with a `now` MS ahead of the clock: the driver's next `now` is below it.
+            life.driver.scheduler.step(now=self.now() + int(args[0]))  # type: ignore[union-attr]
         else:
             raise ValueError(f"{self.file}: unknown action {word!r}")
 
@@ -489,7 +527,12 @@ class Runner:
             await loop.run_until(t / 1000)
             await self.do(doing)
             await loop.run_until(t / 1000)
-        await loop.run_until(10_000.0)
+        await loop.run_until(CAP_MS / 1000)
+        late = loop._next_timer()
+        if late is not None:
+            raise AssertionError(
+                f"{self.file}: still running at {CAP_MS} ms (a timer is due at {round(late * 1000)} ms): a scenario must end by then"
+            )
         await self.end()
         return self.lines
 
@@ -534,3 +577,14 @@ def test_scenario(file: str) -> None:
     expected = normalize((runner.spec.get("expect") or "").split("\n"))
     actual = normalize(lines)
     assert actual == expected, f"{file}: {runner.spec.get('about', '')}\n{diff(expected, actual)}"
+
+
+def test_runner_a_scenario_still_running_at_the_cap_fails() -> None:
+    """The runners' own rule (README, "Time"): a run still due past the cap fails, with the same
+    sentence as the JS runner's, instead of stopping quietly or running on."""
+    runner = Runner("runner/runs-past-the-cap.toml")
+    with pytest.raises(AssertionError) as raised:
+        vloop.run(runner.main(), strict=False)
+    assert str(raised.value) == (
+        "runner/runs-past-the-cap.toml: still running at 10000000 ms (a timer is due at 10000001 ms): a scenario must end by then"
+    )

@@ -41,7 +41,10 @@ def _value(v: Any, seen: set[int]) -> Optional[str]:
     if isinstance(v, int):
         return str(int(v))
     if isinstance(v, float):
-        return js_number(v) or "null"  # NaN and the infinities: JS writes null
+        text = js_number(v) or "null"  # NaN and the infinities: JS writes null
+        # A float stays a float across a restart: `1.0` is written `1.0`, not JS's `1` (which
+        # reads back as an int); JS reads both as the same number.
+        return text + ".0" if text.lstrip("-").isdigit() else text
     if isinstance(v, (list, tuple, dict)):
         if id(v) in seen:
             return None  # a cycle
@@ -64,6 +67,42 @@ def _value(v: Any, seen: set[int]) -> Optional[str]:
         finally:
             seen.discard(id(v))
     return None
+
+
+def not_json(value: Any) -> Optional[str]:
+    """What in `value` JSON cannot carry (`"a set"`, `"a float nan"`, `"a tuple"`, `"a
+    cycle"`), or None for JSON data: None, bool, int, a finite float, str, and lists and dicts
+    with str keys of those (subclasses come back as their base type, equal to what was
+    returned). What the driver refuses to save (hosts/DRIVERS.md, "Persistence")."""
+    return _not_json(value, set())
+
+
+def _not_json(v: Any, seen: set[int]) -> Optional[str]:
+    if v is None or isinstance(v, (bool, int, str)):
+        return None
+    if isinstance(v, float):
+        return None if js_number(v) is not None else f"a float {v!r}"
+    if not isinstance(v, (list, dict)):
+        return f"a {type(v).__name__}"
+    if id(v) in seen:
+        return "a cycle"
+    seen.add(id(v))
+    try:
+        if isinstance(v, dict):
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    return f"a dict key of type {type(k).__name__}"
+                bad = _not_json(item, seen)
+                if bad is not None:
+                    return bad
+            return None
+        for item in v:
+            bad = _not_json(item, seen)
+            if bad is not None:
+                return bad
+        return None
+    finally:
+        seen.discard(id(v))
 
 
 def value_json(value: Any) -> str:

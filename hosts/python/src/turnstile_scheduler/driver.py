@@ -618,7 +618,9 @@ class Driver:
                 elif isinstance(decision, str) and decision in _HOW:
                     self._queue(_SETTLE, (b.first + i, _HOW_WIT[decision]), b)
                 else:
-                    raise ValueError(f"decide returned {decision!r} for {b.labels[i]}: expected 'approve', 'reject', 'skip' or 'fail'")
+                    # JS: a TypeError for a value that is not a string, a RangeError for another.
+                    error = ValueError if isinstance(decision, str) else TypeError
+                    raise error(f"decide({b.labels[i]!r}) result must be one of 'approve', 'reject', 'skip', 'fail', not {decision!r}")
                 n += 1
         except Exception as e:
             # Undecided entries fail; the batch is cancelled (nothing of it runs) and fails.
@@ -673,29 +675,43 @@ class Driver:
         self._clock = t
         return t
 
-    async def pause(self, key: str, seconds: float) -> None:
+    def pause(self, key: str, seconds: float) -> "asyncio.Future[None]":
         """Pauses `key` for `seconds` from now (a `Retry-After` the host learned elsewhere, or
         its own back-off): nothing on the key starts before then, in any batch. A pause only
-        ever extends. Returns once the pause reached the scheduler; raises `RefusedInputError`
-        (code `unknown-key`) when no configured tool declares the key."""
-        self._check_open()
+        ever extends. Returns an awaitable done once the pause reached the scheduler; it raises
+        `RefusedInputError` (code `unknown-key`) when no configured tool declares the key, and
+        `DisposedError` after `close()`. A key that is not a str (TypeError) or a duration that
+        is not a finite number of seconds >= 0 (TypeError, ValueError) raises at the call,
+        before anything is queued (JS: `pause` throws)."""
+        if self._closed:
+            return self._refused(DisposedError("the driver"))
         key = _check.string(key, "key")
         span = _check.number(seconds, "seconds", allow_none=False)
+        self._check_open()
         until = min(self.now() + math.ceil(span * 1000), _U64_MAX)  # type: ignore[operator]
         done: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
         self._queue(_PAUSE, (key, until), done)
-        await done
+        return done
 
-    async def lift_pause(self, key: str) -> None:
+    def lift_pause(self, key: str) -> "asyncio.Future[None]":
         """Lifts the pauses the host set on `key` (`pause`) now; a pause that came from a rate
         limit stays until it ends (and a shared key's store keeps its own, the host's to lift
-        there). Returns once the scheduler applied it; raises `RefusedInputError` (code
-        `unknown-key`) for a key no configured tool declares."""
-        self._check_open()
+        there). Returns an awaitable done once the scheduler applied it; it raises
+        `RefusedInputError` (code `unknown-key`) for a key no configured tool declares, and
+        `DisposedError` after `close()`. A key that is not a str raises TypeError at the call."""
+        if self._closed:
+            return self._refused(DisposedError("the driver"))
         key = _check.string(key, "key")
+        self._check_open()
         done: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
         self._queue(_LIFT_PAUSE, key, done)
-        await done
+        return done
+
+    def _refused(self, error: BaseException) -> "asyncio.Future[None]":
+        """An awaitable that raises `error` (JS: a rejected promise)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_exception(error)
+        return done
 
     def _retry(self, b: _Batch, i: int, limited: RateLimited) -> None:
         """An execution raised `RateLimited`: the entry runs again after it (or is settled
@@ -1204,7 +1220,17 @@ class Driver:
                 self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else FAILED, error=e), False)
                 raise
             else:
-                self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else OK, value=value), True)
+                bad = None if self._persist is None else _snapshot.not_json(value)
+                if bad is not None:
+                    # A value the snapshot cannot hold would come back another after a restart:
+                    # refused at its end, live (hosts/DRIVERS.md, "Persistence").
+                    error = TypeError(
+                        f"{label} returned {bad}, which the snapshot cannot hold as JSON: with persist, an execution "
+                        "returns JSON data (None, bool, int, a finite float, str, list, dict with str keys)"
+                    )
+                    self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else FAILED, error=error), False)
+                else:
+                    self._ended(b, i, EntryOutcome(entry, label, CANCELLED if b.cancelled else OK, value=value), True)
         finally:
             del b.tasks[i]
             del b.since[i]
