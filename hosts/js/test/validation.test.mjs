@@ -162,7 +162,7 @@ test('every wrong argument to every method throws TypeError or RangeError; the i
   const saved = new Scheduler(policy).unfinished();
   throwsNaming(() => Driver.resume(policy, saved, { started: 'run-again' }), TypeError, 'options.execute');
   throwsNaming(() => Driver.resume(policy, saved, { started: 'bogus', execute: () => 1 }), RangeError, 'options.started');
-  throwsNaming(() => Driver.resume(policy, saved, { started: 'interrupt', execute: () => 1, abortGraceMs: -5 }), RangeError, 'options.abortGraceMs');
+  throwsNaming(() => Driver.resume(policy, saved, { started: 'interrupt', execute: () => 1, abortGraceMs: 5 }), TypeError, 'abortGraceMs'); // a restored batch keeps its saved limits
   throwsNaming(() => Driver.resume(policy, { ...saved, nextBatch: 1 }, { started: 'interrupt', execute: () => 1 }), TypeError, 'state.nextBatch');
   throwsNaming(() => Driver.resume('policy', saved, { started: 'interrupt', execute: () => 1 }), TypeError, 'policy');
   throwsNaming(() => Driver.resume(policy, saved, { started: 'interrupt', execute: () => 1, argsOf: {} }), TypeError, 'options.argsOf');
