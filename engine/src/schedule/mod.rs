@@ -71,6 +71,7 @@ mod layout;
 mod lifecycle;
 mod names;
 mod packed;
+mod parts;
 mod restart;
 mod shared;
 mod stale_heap;
@@ -86,6 +87,7 @@ pub use error::{
 pub use inspect::{EntryStatus, Wait};
 pub use lifecycle::{AbortCause, HostSettle, Outcome, Reason, Saved, State};
 pub use packed::unpack;
+pub use parts::{CALL_WEIGHT, PART_WEIGHT_MAX};
 pub use restart::{SAVED_VERSION, SavedBatch, SavedCall, SavedState, Started, fingerprint};
 
 use crate::config::Policy;
