@@ -148,7 +148,7 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
         if let Some(r) = iface.call_on_events(&mut *store, s, &events, None)?.first() {
             wasmtime::bail!("approve refused: {}", r.message);
         }
-        let mut out = iface.call_next_releases(&mut *store, s, Some(now))?;
+        let mut out = host_harness::next_releases(&iface, &mut *store, s, Some(now))?;
         loop {
             let unexpected = out.refused.is_some()
                 || !out.abort.is_empty()
@@ -168,14 +168,14 @@ fn component_inner(harness: &Harness, w: &Workload, marks: &[usize]) -> wasmtime
                     break;
                 };
                 now = now.max(at);
-                out = iface.call_next_releases(&mut *store, s, Some(now))?;
+                out = host_harness::next_releases(&iface, &mut *store, s, Some(now))?;
                 continue;
             }
             tally.ended += ends.ok.len();
             if let Some(r) = iface.call_on_ended(&mut *store, s, &ends, None)?.first() {
                 wasmtime::bail!("end refused: {}", r.message);
             }
-            out = iface.call_next_releases(&mut *store, s, Some(now))?;
+            out = host_harness::next_releases(&iface, &mut *store, s, Some(now))?;
         }
         if marks.get(samples.len()) == Some(&(round + 1)) {
             samples.push(store.data().memory_peak());
@@ -236,7 +236,7 @@ fn call_costs_inner(harness: &Harness) -> wasmtime::Result<Vec<(&'static str, f6
         let t = Instant::now();
         for _ in 0..CALLS {
             let _ = iface.call_on_ended(&mut *store, s, &no_ends, None)?;
-            let _ = iface.call_next_releases(&mut *store, s, None)?;
+            let _ = host_harness::next_releases(&iface, &mut *store, s, None)?;
         }
         round = round.min(t.elapsed().as_nanos() as f64);
         let t = Instant::now();

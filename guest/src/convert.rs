@@ -244,56 +244,93 @@ pub(crate) fn refusal(r: Refusal) -> ws::Refusal {
     }
 }
 
-/// The round's output, list by list as the engine keeps it.
-pub(crate) fn releases(out: &Releases) -> ws::Releases {
+/// The most actions one `releases` result carries (WIT `releases.more`).
+pub(crate) const RELEASES_PART_MAX: usize = 1 << 16;
+
+/// The most statuses one `inspect` result carries.
+pub(crate) const INSPECT_PART_MAX: usize = 1 << 16;
+
+/// How much of a round's output earlier parts carried: an offset into each list, in the
+/// order of the fields.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Sent([usize; 7]);
+
+/// The next part of the round's output from `sent` on: at most [`RELEASES_PART_MAX`]
+/// actions, lists in order, `refused` in the first part and `wake-at` in the last.
+pub(crate) fn releases_part(out: &Releases, sent: &mut Sent) -> ws::Releases {
+    let first = sent.0 == [0; 7];
+    let mut room = RELEASES_PART_MAX;
+    let mut part = Part {
+        sent,
+        room: &mut room,
+    };
+    let abort = part.take(0, &out.abort, |a| ws::Abort {
+        entry: a.entry.0,
+        cause: cause_out(a.cause),
+    });
+    let pause_store = part.take(1, &out.pause_store, |p| ws::KeyPause {
+        key: p.key.clone(),
+        until: p.until,
+    });
+    let release = part.take(2, &out.release, |p| ws::Permit {
+        entry: p.entry.0,
+        key: p.key.clone(),
+    });
+    let settled = part.take(3, &out.settled, |s| ws::Settlement {
+        entry: s.entry.0,
+        reason: reason_out(s.reason),
+        message: s.message.clone(),
+    });
+    let acquire = part.take(4, &out.acquire, |p| ws::PermitRequest {
+        entry: p.entry.0,
+        key: p.key.clone(),
+        limit: p.limit,
+        delay_ms: p.delay_ms,
+    });
+    let start = part.take(5, &out.start, |e| e.0);
+    let retired = part.take(6, &out.retired, |b| b.0);
+    let lens = [
+        out.abort.len(),
+        out.pause_store.len(),
+        out.release.len(),
+        out.settled.len(),
+        out.acquire.len(),
+        out.start.len(),
+        out.retired.len(),
+    ];
+    let more = sent.0 != lens;
+    debug_assert!(!more || room == 0, "a part ends early only when it is full");
     ws::Releases {
-        refused: out.refused.clone().map(refusal),
-        abort: out
-            .abort
-            .iter()
-            .map(|a| ws::Abort {
-                entry: a.entry.0,
-                cause: cause_out(a.cause),
-            })
-            .collect(),
-        pause_store: out
-            .pause_store
-            .iter()
-            .map(|p| ws::KeyPause {
-                key: p.key.clone(),
-                until: p.until,
-            })
-            .collect(),
-        release: out
-            .release
-            .iter()
-            .map(|p| ws::Permit {
-                entry: p.entry.0,
-                key: p.key.clone(),
-            })
-            .collect(),
-        settled: out
-            .settled
-            .iter()
-            .map(|s| ws::Settlement {
-                entry: s.entry.0,
-                reason: reason_out(s.reason),
-                message: s.message.clone(),
-            })
-            .collect(),
-        acquire: out
-            .acquire
-            .iter()
-            .map(|p| ws::PermitRequest {
-                entry: p.entry.0,
-                key: p.key.clone(),
-                limit: p.limit,
-                delay_ms: p.delay_ms,
-            })
-            .collect(),
-        start: out.start.iter().map(|e| e.0).collect(),
-        retired: out.retired.iter().map(|b| b.0).collect(),
-        wake_at: out.wake_at,
+        refused: if first {
+            out.refused.clone().map(refusal)
+        } else {
+            None
+        },
+        abort,
+        pause_store,
+        release,
+        settled,
+        acquire,
+        start,
+        retired,
+        wake_at: if more { None } else { out.wake_at },
+        more,
+    }
+}
+
+struct Part<'a> {
+    sent: &'a mut Sent,
+    room: &'a mut usize,
+}
+
+impl Part<'_> {
+    /// The next items of list `i`, as many as the part has room for.
+    fn take<T, U>(&mut self, i: usize, list: &[T], f: impl Fn(&T) -> U) -> Vec<U> {
+        let at = self.sent.0[i];
+        let n = (list.len() - at).min(*self.room);
+        self.sent.0[i] += n;
+        *self.room -= n;
+        list[at..at + n].iter().map(f).collect()
     }
 }
 
@@ -457,6 +494,25 @@ pub(crate) fn resume_error(e: ResumeError) -> ws::ResumeError {
             ResumeErrorCode::TooLarge => ws::ResumeErrorCode::TooLarge,
         },
         message: e.message,
+    }
+}
+
+pub(crate) fn unfinished_stale(part: u32) -> ws::UnfinishedError {
+    ws::UnfinishedError {
+        code: ws::UnfinishedErrorCode::Stale,
+        message: format!(
+            "part {part} of an export: the scheduler changed since its part 0 was taken, or none was; take part 0 again"
+        ),
+    }
+}
+
+pub(crate) fn unfinished_out_of_range(part: u32, parts: usize) -> ws::UnfinishedError {
+    ws::UnfinishedError {
+        code: ws::UnfinishedErrorCode::OutOfRange,
+        message: format!(
+            "part {part} of an export of {parts} parts (they are 0 to {})",
+            parts - 1
+        ),
     }
 }
 

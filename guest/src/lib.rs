@@ -6,11 +6,11 @@
 mod convert;
 mod shared;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use turnstile_engine::admission::{Admission, Ticket};
 use turnstile_engine::config::{self as engine_config, Policy};
-use turnstile_engine::schedule::{BatchId, End, EntryId, Releases, Scheduler};
+use turnstile_engine::schedule::{BatchId, End, EntryId, Releases, SavedState, Scheduler};
 
 wit_bindgen::generate!({ path: "../wit", world: "turnstile" });
 
@@ -32,6 +32,10 @@ pub struct SchedulerResource {
     /// The output `next-releases` reuses, so that a round allocates only what crosses the
     /// boundary.
     out: RefCell<Releases>,
+    /// How much of `out` has crossed, while a round crosses in parts.
+    sent: Cell<Option<convert::Sent>>,
+    /// The parts of the export `unfinished(0)` took, until the scheduler changes.
+    export: RefCell<Option<Vec<SavedState>>>,
 }
 
 impl SchedulerResource {
@@ -39,7 +43,15 @@ impl SchedulerResource {
         Self {
             inner: RefCell::new(scheduler),
             out: RefCell::new(Releases::default()),
+            sent: Cell::new(None),
+            export: RefCell::new(None),
         }
+    }
+
+    /// The scheduler is about to change: an export's later parts would not be of one state.
+    fn changing(&self) -> std::cell::RefMut<'_, Scheduler> {
+        self.export.borrow_mut().take();
+        self.inner.borrow_mut()
     }
 }
 
@@ -150,8 +162,7 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
             calls.arguments.iter().map(|a| (a.call, a.json.as_str())),
         )
         .map_err(convert::submit_error)?;
-        self.inner
-            .borrow_mut()
+        self.changing()
             .submit_batch_with(&calls, convert::limits_in(limits))
             .map(|s| wit_scheduler::Submitted {
                 batch: s.batch.0,
@@ -162,7 +173,7 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
     }
 
     fn on_ended(&self, ends: wit_scheduler::Ends, now: Option<u64>) -> Vec<wit_scheduler::Refusal> {
-        let mut sched = self.inner.borrow_mut();
+        let mut sched = self.changing();
         let clock = now.and_then(|now| sched.observe_clock(now).err());
         let ok = ends.ok.iter().map(|&e| (e, End::Ok));
         let failed = ends.failed.iter().map(|&e| (e, End::Failed));
@@ -186,7 +197,7 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
         events: Vec<wit_scheduler::Event>,
         now: Option<u64>,
     ) -> Vec<wit_scheduler::Refusal> {
-        let mut sched = self.inner.borrow_mut();
+        let mut sched = self.changing();
         let mut refused: Vec<_> = now
             .and_then(|now| sched.observe_clock(now).err())
             .into_iter()
@@ -199,21 +210,52 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
 
     fn next_releases(&self, now: Option<u64>) -> wit_scheduler::Releases {
         let mut out = self.out.borrow_mut();
-        self.inner.borrow_mut().next_releases(now, &mut out);
-        convert::releases(&out)
+        let mut sent = match self.sent.take() {
+            Some(sent) => sent, // the rest of a round that crossed in parts; `now` waits
+            None => {
+                self.changing().next_releases(now, &mut out);
+                convert::Sent::default()
+            }
+        };
+        let part = convert::releases_part(&out, &mut sent);
+        if part.more {
+            self.sent.set(Some(sent));
+        }
+        part
     }
 
     fn label(&self, entry: u64) -> Option<String> {
         self.inner.borrow().label(EntryId(entry))
     }
 
-    fn inspect(&self, batch: u64) -> Option<Vec<wit_scheduler::EntryStatus>> {
+    fn inspect(&self, batch: u64, offset: u32) -> Option<Vec<wit_scheduler::EntryStatus>> {
         let statuses = self.inner.borrow().inspect(BatchId(batch))?;
-        Some(statuses.into_iter().map(convert::entry_status).collect())
+        let part = statuses.into_iter().skip(offset as usize);
+        Some(
+            part.take(convert::INSPECT_PART_MAX)
+                .map(convert::entry_status)
+                .collect(),
+        )
     }
 
-    fn unfinished(&self) -> wit_scheduler::SavedState {
-        convert::saved_state_out(self.inner.borrow().unfinished())
+    fn unfinished(
+        &self,
+        part: u32,
+    ) -> Result<wit_scheduler::SavedPart, wit_scheduler::UnfinishedError> {
+        let mut export = self.export.borrow_mut();
+        if part == 0 {
+            *export = Some(self.inner.borrow().unfinished().into_parts());
+        }
+        let Some(parts) = export.as_ref() else {
+            return Err(convert::unfinished_stale(part));
+        };
+        let state = parts
+            .get(part as usize)
+            .ok_or_else(|| convert::unfinished_out_of_range(part, parts.len()))?;
+        Ok(wit_scheduler::SavedPart {
+            state: convert::saved_state_out(state.clone()),
+            parts: u32::try_from(parts.len()).unwrap_or(u32::MAX),
+        })
     }
 }
 

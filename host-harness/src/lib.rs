@@ -7,6 +7,7 @@
 //! run through the component with the same expectations as natively. [`simulate`] is the
 //! one-line-per-step timeline of the `simulate` command.
 
+mod parts;
 pub mod simulate;
 mod subject;
 
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store};
 
+pub use parts::{inspect, next_releases, unfinished};
 pub use subject::{ComponentSubject, pack};
 
 /// The bindings `bindgen!` generates from `wit/`.

@@ -294,9 +294,7 @@ impl Sim<'_> {
             .map_err(|e| Error::Input(format!("batch {n}: {}", e.message)))?;
         let detail = format!("{} calls", calls.len());
         self.event("submit", &format!("batch {}", submitted.batch), &detail);
-        let statuses = self
-            .iface
-            .call_inspect(&mut *self.store, self.sched, submitted.batch)
+        let statuses = crate::inspect(&self.iface, &mut *self.store, self.sched, submitted.batch)
             .map_err(trap)?
             .unwrap_or_default();
         for st in statuses {
@@ -368,10 +366,9 @@ impl Sim<'_> {
             events.clear();
             ends.ok.clear();
             ends.failed.clear();
-            let round = self
-                .iface
-                .call_next_releases(&mut *self.store, self.sched, Some(self.now_ms))
-                .map_err(trap)?;
+            let round =
+                crate::next_releases(&self.iface, &mut *self.store, self.sched, Some(self.now_ms))
+                    .map_err(trap)?;
             // The round's lists, in the order the fields say to perform them.
             refused.extend(round.refused);
             for a in round.abort {
@@ -456,9 +453,7 @@ impl Sim<'_> {
         shown: &mut HashMap<String, String>,
     ) -> Result<(), Error> {
         for &b in batches {
-            let statuses = self
-                .iface
-                .call_inspect(&mut *self.store, self.sched, b)
+            let statuses = crate::inspect(&self.iface, &mut *self.store, self.sched, b)
                 .map_err(trap)?
                 .unwrap_or_default();
             for st in &statuses {

@@ -242,7 +242,7 @@ impl Subject for ComponentSubject {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        match iface.call_next_releases(&mut self.instance.store, s, now) {
+        match crate::next_releases(&iface, &mut self.instance.store, s, now) {
             Ok(out) => releases_view(out),
             Err(e) => trapped_view(trap(e)),
         }
@@ -271,7 +271,7 @@ impl Subject for ComponentSubject {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        match iface.call_inspect(&mut self.instance.store, s, batch) {
+        match crate::inspect(&iface, &mut self.instance.store, s, batch) {
             Ok(statuses) => statuses.map(|st| st.iter().map(inspect_line).collect()),
             Err(e) => Some(vec![trap(e)]),
         }
@@ -294,9 +294,9 @@ impl Subject for ComponentSubject {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        let state = iface
-            .call_unfinished(&mut self.instance.store, s)
-            .map_err(trap)?;
+        let state = crate::unfinished(&iface, &mut self.instance.store, s)
+            .map_err(trap)?
+            .map_err(|e| format!("unfinished: {}", e.message))?;
         let started = if interrupt {
             ws::Started::Interrupt
         } else {

@@ -122,9 +122,9 @@ fn fingerprint(s: &mut Sched, toml: &str) -> u64 {
     let p = s.policy(toml);
     let other = s.scheduler(p);
     let iface = s.inst.exports.turnstile_scheduler_scheduler().scheduler();
-    iface
-        .call_unfinished(&mut s.inst.store, other)
+    host_harness::unfinished(&iface, &mut s.inst.store, other)
         .expect("no trap")
+        .expect("an export")
         .policy
 }
 

@@ -19,8 +19,8 @@ impl SavedState {
     /// every part has the state's header. A batch split over parts is in each, with its
     /// numbers, `cancelled` and limits, its calls continuing. Always at least one part (a
     /// state with no batches is one part with none).
-    pub fn into_parts(self) -> Vec<SavedState> {
-        let header = |batches| SavedState {
+    pub fn into_parts(self) -> Vec<Self> {
+        let header = |batches| Self {
             version: self.version,
             policy: self.policy,
             next_batch: self.next_batch,
@@ -32,35 +32,36 @@ impl SavedState {
         let mut weight = 0;
         for mut batch in self.batches {
             let calls = std::mem::take(&mut batch.calls);
-            let mut open = false; // `batches` ends with a piece of this batch
+            // The piece of this batch in the part being filled.
+            let mut piece = batch.clone_header();
             for call in calls {
                 let w = CALL_WEIGHT + call.entries.len();
                 if weight + w > PART_WEIGHT_MAX && weight > 0 {
+                    if !piece.calls.is_empty() {
+                        batches.push(std::mem::replace(&mut piece, batch.clone_header()));
+                    }
                     parts.push(header(std::mem::take(&mut batches)));
                     weight = 0;
-                    open = false;
-                }
-                if !open {
-                    batches.push(batch.clone_header());
-                    open = true;
                 }
                 weight += w;
-                batches.last_mut().expect("just pushed").calls.push(call);
+                piece.calls.push(call);
             }
-            if !open {
-                // A batch with no calls (never exported, but kept whole if given).
-                batches.push(batch.clone_header());
-            }
+            // A batch with no calls is never exported, but is kept whole if given.
+            batches.push(piece);
         }
         parts.push(header(batches));
-        debug_assert!(parts.iter().all(|p| p.weight() <= PART_WEIGHT_MAX || p.calls() == 1));
+        debug_assert!(
+            parts
+                .iter()
+                .all(|p| p.weight() <= PART_WEIGHT_MAX || p.calls() == 1)
+        );
         parts
     }
 
     /// Parts [`SavedState::into_parts`] made, joined: the first part's header, every part's
     /// batches in order, a batch that ends one part and starts the next (same number) made
     /// one. `None` for no parts.
-    pub fn join(parts: impl IntoIterator<Item = SavedState>) -> Option<SavedState> {
+    pub fn join(parts: impl IntoIterator<Item = Self>) -> Option<Self> {
         let mut parts = parts.into_iter();
         let mut state = parts.next()?;
         for part in parts {
@@ -87,8 +88,8 @@ impl SavedState {
 }
 
 impl SavedBatch {
-    fn clone_header(&self) -> SavedBatch {
-        SavedBatch {
+    fn clone_header(&self) -> Self {
+        Self {
             batch: self.batch,
             first: self.first,
             cancelled: self.cancelled,
@@ -167,7 +168,10 @@ mod tests {
         assert!(parts.len() > 1);
         for p in &parts {
             assert!(p.weight() <= PART_WEIGHT_MAX, "{}", p.weight());
-            assert_eq!((p.version, p.policy, p.next_batch, p.next_entry), (2, 7, 4, s.next_entry));
+            assert_eq!(
+                (p.version, p.policy, p.next_batch, p.next_entry),
+                (2, 7, 4, s.next_entry)
+            );
         }
         // The first batch is split: its header is in each part that has a piece of it.
         assert_eq!(parts[0].batches[0].batch, BatchId(1));

@@ -395,8 +395,7 @@ impl Sched {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        iface
-            .call_next_releases(&mut self.inst.store, self.s, now)
+        host_harness::next_releases(&iface, &mut self.inst.store, self.s, now)
             .unwrap_or_else(|e| panic!("next-releases trapped: {e:#}"))
     }
 
@@ -603,8 +602,7 @@ impl Sched {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        iface
-            .call_inspect(&mut self.inst.store, self.s, batch)
+        host_harness::inspect(&iface, &mut self.inst.store, self.s, batch)
             .unwrap_or_else(|e| panic!("inspect trapped: {e:#}"))
     }
 
@@ -625,9 +623,9 @@ impl Sched {
             .exports
             .turnstile_scheduler_scheduler()
             .scheduler();
-        iface
-            .call_unfinished(&mut self.inst.store, self.s)
+        host_harness::unfinished(&iface, &mut self.inst.store, self.s)
             .unwrap_or_else(|e| panic!("unfinished trapped: {e:#}"))
+            .unwrap_or_else(|e| panic!("unfinished failed: {}", e.message))
     }
 
     /// `resume` under `policy`; on success the new scheduler replaces `self.s` (the old one is

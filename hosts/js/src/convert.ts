@@ -179,6 +179,18 @@ export function savedState(s: ws.SavedState): SavedState {
   };
 }
 
+/** Appends the batches of an export's next part to `into` (WIT `saved-part`): a batch split
+ * between the two is made one. */
+export function joinSaved(into: ws.SavedState, part: ws.SavedState): void {
+  let batches = part.batches;
+  const last = into.batches[into.batches.length - 1];
+  if (last !== undefined && batches.length > 0 && batches[0].batch === last.batch) {
+    last.calls = last.calls.concat(batches[0].calls);
+    batches = batches.slice(1);
+  }
+  into.batches = into.batches.concat(batches);
+}
+
 function savedIn(value: unknown, name: string): ws.Saved {
   const s = record(value, name, ['kind', 'outcome', 'reason']);
   const kind = oneOf(s.kind, `${name}.kind`, ['started', 'ended', 'settled'] as const);

@@ -296,7 +296,7 @@ export interface RawInputs {
  * as the component returns them (each in its order; `start` and `retired` are `BigUint64Array`s,
  * possibly views of the glue's slab: build.mjs, patch 1), and the refused inputs with their list
  * and position (a refused clock first, as `now`). */
-export interface RawOutputs extends Omit<ws.Releases, 'refused'> {
+export interface RawOutputs extends Omit<ws.Releases, 'refused' | 'more'> {
   errors: InputError[];
 }
 
@@ -624,10 +624,38 @@ function soleErrors(refusals: ws.Refusal[], a: BigUint64Array, b: BigUint64Array
 
 const NONE: never[] = [];
 
+/** The most statuses one `inspect` result carries (WIT). */
+const INSPECT_PART_MAX = 65536;
+
+/** Two `list<u64>` results as one (either may be the glue's frozen empty list or a copy). */
+function joinWords(a: BigUint64Array, b: BigUint64Array): BigUint64Array {
+  const out = new BigUint64Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
 /** `next-releases`, with the round's refusals (a refused clock first: the old `step` applied the
  * clock first) and its crossings. */
 function nextReleases(raw: ws.Scheduler, now: bigint | undefined, errors: InputError[], crossings: number): RawOutputs & { crossings: number } {
-  const r = raw.nextReleases(now);
+  let r = raw.nextReleases(now);
+  while (r.more) {
+    // A round of more than 65536 actions crosses in parts (WIT `releases.more`): join them.
+    const part = raw.nextReleases(now);
+    crossings++;
+    r = {
+      refused: r.refused,
+      abort: r.abort.concat(part.abort),
+      pauseStore: r.pauseStore.concat(part.pauseStore),
+      release: r.release.concat(part.release),
+      settled: r.settled.concat(part.settled),
+      acquire: r.acquire.concat(part.acquire),
+      start: joinWords(r.start, part.start),
+      retired: joinWords(r.retired, part.retired),
+      wakeAt: part.wakeAt,
+      more: part.more,
+    };
+  }
   const refused = r.refused;
   return {
     abort: r.abort,
@@ -795,7 +823,16 @@ export class Scheduler {
   inspect(batch: bigint): EntryStatus[] | undefined {
     u64(batch, 'batch');
     const raw = this.held.get();
-    return this.held.instance.call(() => raw.inspect(batch))?.map(convert.entryStatus);
+    return this.held.instance.call(() => {
+      // A batch of more than 65536 entries is read in parts (WIT `inspect`'s offset), joined.
+      let all = raw.inspect(batch, 0);
+      for (let last = all?.length ?? 0; all !== undefined && last === INSPECT_PART_MAX; ) {
+        const part = raw.inspect(batch, all.length) ?? [];
+        last = part.length;
+        all = all.concat(part);
+      }
+      return all;
+    })?.map(convert.entryStatus);
   }
 
   /** The sentence for an entry settled with `reason`, to show a user or hand back to the model
@@ -809,7 +846,15 @@ export class Scheduler {
   /** The state to persist for `Scheduler.resume`: every live batch. Plain data (with bigints). */
   unfinished(): SavedState {
     const raw = this.held.get();
-    return convert.savedState(this.held.instance.call(() => raw.unfinished()));
+    return convert.savedState(
+      this.held.instance.call(() => {
+        // An export of more than one part (WIT `saved-part`), joined; nothing runs between.
+        const first = raw.unfinished(0);
+        const state = first.state;
+        for (let k = 1; k < first.parts; k++) convert.joinSaved(state, raw.unfinished(k).state);
+        return state;
+      }),
+    );
   }
 
   /** Frees the scheduler; any later use throws `DisposedError`. */

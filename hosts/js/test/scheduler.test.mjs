@@ -250,6 +250,29 @@ test('unfinished and resume: numbers survive; started entries run again or are i
   assert.throws(() => Scheduler.resume(policy, { ...state, version: 99 }, { started: 'run-again' }), throwsCode(ResumeError, 'unsupported-version'));
 });
 
+test('a round of more than 65536 actions and an export of more than one part cross in parts, joined', async () => {
+  // 100000 operations on one key of limit 1: a cancel aborts one and settles the rest in one
+  // round; 3 x 100000 started operations export in 3 parts.
+  const { policy, sched } = await setup('[conversation.tools.one]\nconcurrency = 1\nfan_out = true\n[conversation.tools.all]\nfan_out = true\n');
+  const one = sched.submit([{ id: 'one', tool: 'one', operations: 100_000 }]);
+  assert.deepEqual([...sched.step({ approve: one.entries() }).start], [one.first]);
+  const cancelled = sched.step({ cancel: [one.batch] });
+  assert.deepEqual(cancelled.abort.map((a) => a.entry), [one.first]);
+  assert.equal(cancelled.settle.length, 99_999);
+  assert.equal(cancelled.settle[99_998].entry, one.first + 99_999n);
+  assert.deepEqual([...sched.step({ failed: [one.first] }).retired], [one.batch]);
+
+  const all = [0, 1, 2].map((k) => sched.submit([{ id: `all${k}`, tool: 'all', operations: 100_000 }]));
+  for (const b of all) assert.equal(sched.step({ approve: b.entries() }).start.length, 100_000);
+  const state = sched.unfinished();
+  assert.deepEqual(state.batches.map((b) => [b.batch, b.calls.length, b.calls[0].entries.length]), all.map((b) => [b.batch, 1, 100_000]));
+  const { scheduler, unrestored } = Scheduler.resume(policy, state, { started: 'interrupt' });
+  assert.deepEqual(unrestored, []);
+  const out = scheduler.step();
+  assert.equal(out.settle.length, 300_000);
+  assert.deepEqual([...out.retired], all.map((b) => b.batch));
+});
+
 test('resume under a changed policy leaves out what it no longer allows', async () => {
   const { t, sched } = await setup();
   const b = sched.submit([{ id: 'f', tool: 'read', operations: 2 }, { id: 'a', tool: 'rfd_draft' }]);

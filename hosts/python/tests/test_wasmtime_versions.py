@@ -101,8 +101,8 @@ def both(interface, name, *args):
 m = "[method]scheduler."
 both("scheduler", m + "label", res, sub.first + 1)
 both("scheduler", m + "label", res, 10**9)
-both("scheduler", m + "inspect", res, sub.batch)
-both("scheduler", m + "unfinished", res)
+both("scheduler", m + "inspect", res, sub.batch, 0)
+both("scheduler", m + "unfinished", res, 0)
 both("scheduler", m + "next-releases", res, 3)
 both("scheduler", "explain", "a#1", _fastcall.Variant("stopped", 1))
 both("scheduler", "retry-after", "12", 0)

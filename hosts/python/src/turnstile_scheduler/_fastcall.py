@@ -518,7 +518,7 @@ def lift_submitted(result_type: Any, value: Any) -> tuple[int, int, int] | Any:
         ffi.wasmtime_component_val_delete(byref(value))
 
 
-_RELEASES = ("refused", "abort", "pause-store", "release", "settled", "acquire", "start", "retired", "wake-at")
+_RELEASES = ("refused", "abort", "pause-store", "release", "settled", "acquire", "start", "retired", "wake-at", "more")
 _ENTRY_SIZE = 48  # a record entry: its name (a byte vector, 16 bytes), its value (32 bytes)
 _PAIR = struct.Struct("<QQ")
 _WORD = struct.Struct("<Q")
@@ -526,7 +526,7 @@ _WORD = struct.Struct("<Q")
 
 def lift_releases(result_type: Any, value: Any) -> Any:
     """`next-releases`' `releases` record read in place, then freed with one delete: the sizes of
-    its nine fields come from one copy of its entries, empty lists cost nothing, `start` and
+    its ten fields come from one copy of its entries, empty lists cost nothing, `start` and
     `retired` are read in bulk, and only a list of records that has any is converted field by
     field (then marked taken, so the delete does not free it twice). Field by field, as the
     generic path lifts it, an empty round's record took about 26 us. A record that is not the
@@ -549,7 +549,9 @@ def lift_releases(result_type: Any, value: Any) -> Any:
         for i in range(n):
             name, ty = fields[i]
             first, second = _PAIR.unpack_from(entries, _ENTRY_SIZE * i + 24)  # the value's payload
-            if i == 0 or i == 8:  # option: `first` is the payload's box, or null
+            if i == 9:  # bool: the payload's first byte
+                v = bool(first & 0xFF)
+            elif i == 0 or i == 8:  # option: `first` is the payload's box, or null
                 if not first:
                     v = None
                 elif i == 8:

@@ -222,6 +222,16 @@ def _saved_entry(e: Any) -> SavedEntry:
     return SavedEntry(e.operation, Saved.SETTLED, reason=_reason(v))
 
 
+def _export_part(result: Any, k: int) -> Any:
+    """`unfinished(k)`'s `result<saved-part, unfinished-error>` (both records, so it lifts as a
+    `Variant` tagged `ok` or `err`): the part, or a RuntimeError, since nothing changes the
+    scheduler between one export's parts here."""
+    if result.tag != "ok":
+        e = result.payload
+        raise RuntimeError(f"unfinished part {k}: {e.code}: {e.message} (a bug in Turnstile)")
+    return result.payload
+
+
 def _saved_state(s: Any) -> SavedState:
     return SavedState(
         version=s.version,
@@ -432,6 +442,10 @@ def _ends(items: list[tuple[int, int, int]]) -> _Fields:
     return _Fields(ok=ok, failed=failed, rate_limited=limited)
 
 
+_INSPECT_PART_MAX = 65536  # the most statuses one `inspect` result carries (WIT)
+_ROUND_LISTS = ("abort", "pause-store", "release", "settled", "acquire", "start", "retired")
+
+
 def step_on(
     on_events: Any, on_ended: Any, next_releases: Any, resource: Any, inputs: Any
 ) -> tuple[list[int], list[Any], list[Any], list[int], Optional[int], list[Any], list[int], list[Any], list[Any]]:
@@ -469,6 +483,12 @@ def step_on(
         round.flush()
         errors = round.errors
     out = next_releases(resource, inputs.now)
+    while out.more:  # a round of more than 65536 actions crosses in parts: join them
+        part = next_releases(resource, inputs.now)
+        for name in _ROUND_LISTS:
+            getattr(out, name).extend(getattr(part, name))
+        setattr(out, "wake-at", getattr(part, "wake-at"))
+        out.more = part.more
     refused = out.refused
     if refused is not None:
         errors.insert(0, _Refused("now", 0, refused.code, refused.message))
@@ -739,12 +759,27 @@ class Scheduler:
         when no live batch has this number. An execution that ignores its cancellation shows
         here as `running` for as long as it runs (and holds its key's slot)."""
         batch = _u64(batch, "batch")
-        result = self._inspect(self._live(), batch)
+        resource = self._live()
+        result = self._inspect(resource, batch, 0)
+        last = 0 if result is None else len(result)
+        while last == _INSPECT_PART_MAX:  # a batch of more than 65536 entries, read in parts
+            part = self._inspect(resource, batch, len(result)) or []
+            last = len(part)
+            result.extend(part)
         return None if result is None else [_status(s) for s in result]
 
     def unfinished(self) -> SavedState:
         """The state to persist (every live batch), for `Scheduler.resume`."""
-        return _saved_state(self._unfinished(self._live()))
+        resource = self._live()
+        first = _export_part(self._unfinished(resource, 0), 0)
+        state = first.state
+        for k in range(1, first.parts):  # an export of more than one part, joined
+            batches = _export_part(self._unfinished(resource, k), k).state.batches
+            if batches and state.batches and batches[0].batch == state.batches[-1].batch:
+                state.batches[-1].calls.extend(batches[0].calls)
+                batches = batches[1:]
+            state.batches.extend(batches)
+        return _saved_state(state)
 
     def close(self) -> None:
         """Frees the scheduler (and its own instance); later use raises RuntimeError. Closing
