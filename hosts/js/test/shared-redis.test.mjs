@@ -55,6 +55,25 @@ test('redis: a server that stops answering: typed errors, no double grant when i
   await other.done();
 });
 
+// SHARED.md's table: a Redis restarted with no data (no `appendonly`) forgets every ticket. Its
+// holders learn at their next renewal; a request made before that may be granted beside them.
+test('redis: a server restarted empty: the holder learns at its next heartbeat (LeaseLostError), a new request is granted', { skip, timeout: 30000 }, async (t) => {
+  const { server, spec } = await setup(t);
+  const leaseMs = 900;
+  const holder = worker(t, { store: spec, key: 'k', limit: 1, leaseMs, name: 'holder', hang: true });
+  await holder.waitFor((e) => e.event === 'granted');
+  await server.restartEmpty();
+  const restartedMs = Date.now();
+  const lost = await holder.waitFor((e) => e.event === 'lost', leaseMs + 5000);
+  const learnedMs = Date.now() - restartedMs;
+  assert.equal(lost.error, 'LeaseLostError', JSON.stringify(lost));
+  assert.ok(learnedMs <= leaseMs + 2000, `learned ${learnedMs} ms after the restart (lease ${leaseMs} ms)`);
+  const next = worker(t, { store: spec, key: 'k', limit: 1, leaseMs, name: 'next' });
+  const granted = await next.waitFor((e) => e.event === 'granted', 5000);
+  assert.equal(granted.grant, 1, 'the key starts again: the server has no history');
+  await next.done();
+});
+
 // The grant rule's table (tests/shared/grant-rule.txt), which the engine's rule (and so the
 // SQLite stores) is tested against too, run against the Redis script: each case is written into
 // Redis as the script keeps it, relative to the server's clock, then one `renew` of the head.

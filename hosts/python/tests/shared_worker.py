@@ -202,7 +202,8 @@ def redis_missing() -> Optional[str]:
 
 class RedisServer:
     """A redis-server of our own on a free loopback port, in a temporary folder, no persistence.
-    `stop()`/`cont()` send SIGSTOP/SIGCONT; `close()` kills it."""
+    `stop()`/`cont()` send SIGSTOP/SIGCONT; `restart_empty()` starts it again with no data;
+    `close()` kills it."""
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="turnstile-redis-")
@@ -210,17 +211,20 @@ class RedisServer:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 self.port = s.getsockname()[1]
-            self.process = subprocess.Popen(
-                [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "", "--appendonly", "no"],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            self.process = self._spawn()
             if self._answers():
                 self.url = f"redis://127.0.0.1:{self.port}"
                 return
             self.process.kill()
             self.process.wait()
         raise RuntimeError("redis-server did not start")
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def _answers(self) -> bool:
         for _ in range(100):
@@ -235,6 +239,15 @@ class RedisServer:
                 pass
             time.sleep(0.05)
         return False
+
+    def restart_empty(self) -> None:
+        """Kills the server and starts a new one on the same port, with no data."""
+        self.cont()
+        self.process.kill()
+        self.process.wait()
+        self.process = self._spawn()
+        if not self._answers():
+            raise RuntimeError(f"redis-server did not come back on 127.0.0.1:{self.port}")
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGSTOP)
@@ -290,6 +303,35 @@ async def scenario_holder_killed(s: Setup) -> None:
     assert waited_ms <= lease_ms + 2000, f"granted {waited_ms:.0f} ms after the kill (lease {lease_ms} ms)"
     assert granted["grant"] == 2
     await nxt.done()
+
+
+async def scenario_holder_stopped(s: Setup) -> None:
+    """A holder stopped (SIGSTOP) past its lease: its permit is granted again when the lease
+    ends, and it learns at its next heartbeat once it runs again."""
+    lease_ms = 900
+    base = {"key": "k", "limit": 1, "leaseMs": lease_ms}
+    holder = s.worker(**base, name="holder", hang=True)
+    await holder.wait_for(lambda e: e["event"] == "granted")
+    nxt = s.worker(**base, name="next", hang=True)
+    await nxt.wait_for(lambda e: e["event"] == "requested")
+    await asyncio.sleep(lease_ms / 2000)
+    assert not [e for e in nxt.events if e["event"] == "granted"], "granted while the holder ran"
+    stopped = time.monotonic()
+    holder.process.send_signal(signal.SIGSTOP)
+    granted = await nxt.wait_for(lambda e: e["event"] == "granted", lease_ms / 1000 + 5)
+    waited_ms = (time.monotonic() - stopped) * 1000
+    assert waited_ms <= lease_ms + 2000, f"granted {waited_ms:.0f} ms after the stop (lease {lease_ms} ms)"
+    assert granted["grant"] == 2
+    assert not [e for e in holder.events if e["event"] == "lost"], "a stopped process reports nothing"
+    # Running again, it learns at once: its lease schedule sees no renewal confirmed in time and
+    # gives the ticket up (StoreUnavailableError, "not renewed in time"), or a renewal in flight
+    # at the stop comes back unknown (LeaseLostError). Its tool stops.
+    holder.process.send_signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    lost = await holder.wait_for(lambda e: e["event"] == "lost", lease_ms / 1000 + 5)
+    assert (time.monotonic() - resumed) * 1000 <= lease_ms / 3 + 2000, "learned within a heartbeat of running again"
+    assert lost["error"] in ("StoreUnavailableError", "LeaseLostError"), lost
+    assert not [e for e in nxt.events if e["event"] == "lost"], "the new holder keeps its permit"
 
 
 async def scenario_waiter_killed(s: Setup) -> None:
@@ -465,6 +507,7 @@ if __name__ == "__main__":
 
 CONFORMANCE: tuple[Callable[[Setup], Awaitable[None]], ...] = (
     scenario_holder_killed,
+    scenario_holder_stopped,
     scenario_waiter_killed,
     scenario_eight_processes,
     scenario_delay,

@@ -51,6 +51,28 @@ def test_no_server_on_the_port_is_store_unavailable_within_the_timeout() -> None
     assert e.value.store == "redis" and time.monotonic() - started < 3
 
 
+def test_a_server_restarted_empty_the_holder_learns_at_its_next_heartbeat(server: RedisServer, setup: Setup) -> None:
+    """SHARED.md's table: a Redis restarted with no data (no `appendonly`) forgets every ticket.
+    Its holders learn at their next renewal (LeaseLostError); a new request is granted."""
+
+    async def main() -> None:
+        lease_ms = 900
+        holder = setup.worker(key="k", limit=1, leaseMs=lease_ms, name="holder", hang=True)
+        await holder.wait_for(lambda e: e["event"] == "granted")
+        await asyncio.get_running_loop().run_in_executor(None, server.restart_empty)
+        restarted = time.monotonic()
+        lost = await holder.wait_for(lambda e: e["event"] == "lost", lease_ms / 1000 + 5)
+        learned_ms = (time.monotonic() - restarted) * 1000
+        assert lost["error"] == "LeaseLostError", lost
+        assert learned_ms <= lease_ms + 2000, f"learned {learned_ms:.0f} ms after the restart (lease {lease_ms} ms)"
+        nxt = setup.worker(key="k", limit=1, leaseMs=lease_ms, name="next")
+        granted = await nxt.wait_for(lambda e: e["event"] == "granted", 5)
+        assert granted["grant"] == 1, "the key starts again: the server has no history"
+        await nxt.done()
+
+    run(main())
+
+
 def test_a_server_that_stops_answering_gives_typed_errors_and_no_double_grant(server: RedisServer, setup: Setup) -> None:
     async def main() -> None:
         lease_ms = 1500
