@@ -1,6 +1,7 @@
 -- Turnstile shared keys on Postgres, schema 1: the store text both packages ship and run when a
--- store opens, in one transaction under an advisory lock (so two processes opening at once do
--- not race on the catalog). Tables are created when missing; the functions are created or
+-- store opens and the database does not hold this text's SHA-256 (`script` in
+-- turnstile_shared_meta, which the opening store writes after it), in one transaction under an
+-- advisory lock (so two processes opening at once do not race on the catalog). Tables are created when missing; the functions are created or
 -- replaced (their names carry the schema version, so a later schema never changes what a
 -- running older client calls).
 --

@@ -1,20 +1,22 @@
 // What a store holds after many made keys (`api:{host}`-style keys used once each): one process
 // acquires and releases a permit on N distinct keys (default 1,000,000) and prints, every N/10
 // keys and at the end, the keys the store still holds: SQLite's rows (`turnstile_shared_keys`,
-// `turnstile_shared_tickets`) and file size, Redis's key count and used memory. An idle key is
-// forgotten (SHARED.md), so the counts follow the live keys (here: 1), not N.
+// `turnstile_shared_tickets`) and file size, Redis's key count and used memory, Postgres's rows
+// and the tables' size with their indexes (a server of its own, as the tests start it). An idle
+// key is forgotten (SHARED.md), so the counts follow the live keys (here: 1), not N.
 //
-// node bench/shared-size.mjs [N] [--stores sqlite,redis]   (after `node build.mjs`)
+// node bench/shared-size.mjs [N] [--stores sqlite,redis,postgres]   (after `node build.mjs`)
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { RedisStore, SharedKeys, SqliteStore } from '../dist/shared/index.js';
+import { PostgresStore, RedisStore, SharedKeys, SqliteStore } from '../dist/shared/index.js';
+import { startPostgres } from '../test/fixtures/postgres-server.mjs';
 
 const N = Number(process.argv.slice(2).find((a) => /^\d+$/.test(a)) ?? 1_000_000);
-const stores = process.argv.includes('--stores') ? process.argv[process.argv.indexOf('--stores') + 1].split(',') : ['sqlite', 'redis'];
+const stores = process.argv.includes('--stores') ? process.argv[process.argv.indexOf('--stores') + 1].split(',') : ['sqlite', 'redis', 'postgres'];
 const dir = mkdtempSync(join(tmpdir(), 'turnstile-size-'));
 
 async function run(kind, store, size) {
@@ -65,5 +67,23 @@ if (stores.includes('redis')) {
   raw.disconnect();
   await store.close();
   child.kill('SIGKILL');
+}
+if (stores.includes('postgres')) {
+  const after = [];
+  const server = await startPostgres({ after: (f) => after.push(f) });
+  const store = await PostgresStore.open({ url: server.url });
+  const pg = (await import('pg')).default;
+  const raw = new pg.Client({ connectionString: server.url });
+  await raw.connect();
+  await run('postgres', store, async () => {
+    const q = async (text) => (await raw.query(text)).rows[0].n;
+    const keys = await q('SELECT count(*)::int AS n FROM turnstile_shared_keys');
+    const tickets = await q('SELECT count(*)::int AS n FROM turnstile_shared_tickets');
+    const bytes = await q("SELECT (pg_total_relation_size('turnstile_shared_keys') + pg_total_relation_size('turnstile_shared_tickets'))::bigint AS n");
+    return `${keys} key rows, ${tickets} ticket rows, tables and indexes ${bytes} B`;
+  });
+  await raw.end();
+  await store.close();
+  for (const f of after.reverse()) await f();
 }
 rmSync(dir, { recursive: true, force: true });

@@ -63,6 +63,31 @@ test('postgres: a database holding another schema version is refused at open', {
   await (await open()).close();
   await sql(url, "UPDATE turnstile_shared_meta SET value = '2' WHERE name = 'schema'");
   await assert.rejects(open(), (e) => e instanceof SharedStoreError && e.code === 'store-failed' && /schema 2; this package knows schema 1/.test(e.message));
+  // Refused before anything was written: the script did not run again over the other schema.
+  await sql(url, 'DROP FUNCTION turnstile_shared_now_v1()');
+  await assert.rejects(open(), (e) => e instanceof SharedStoreError && e.code === 'store-failed');
+  assert.deepEqual(await sql(url, "SELECT proname FROM pg_proc WHERE proname = 'turnstile_shared_now_v1'"), []);
+});
+
+test('postgres: the store text runs once per database: a second open changes nothing in the catalog, another text runs again', { skip }, async () => {
+  const { url, open } = await setup();
+  await (await open()).close();
+  const catalog = () => sql(url, "SELECT proname, xmin::text AS x FROM pg_proc WHERE proname LIKE 'turnstile_shared_%' ORDER BY proname");
+  const first = await catalog();
+  assert.ok(first.length >= 5, JSON.stringify(first));
+  await (await open()).close();
+  assert.deepEqual(await catalog(), first, 'the functions were not created again');
+  // A store text of another package version (another digest): it runs, under the lock.
+  await sql(url, "UPDATE turnstile_shared_meta SET value = 'other' WHERE name = 'script'");
+  const store = await open();
+  assert.notDeepEqual(await catalog(), first, 'the functions were created again');
+  const [{ value }] = await sql(url, "SELECT value FROM turnstile_shared_meta WHERE name = 'script'");
+  assert.match(value, /^[0-9a-f]{64}$/);
+  const keys = new SharedKeys(store, { owner: 'test' });
+  const permit = await keys.acquire('k', { limit: 1 });
+  assert.equal(await permit.release(), 'released');
+  await keys.close();
+  await store.close();
 });
 
 // The grant rule's table (tests/shared/grant-rule.txt), which the engine's rule and the Redis

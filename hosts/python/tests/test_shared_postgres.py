@@ -81,6 +81,36 @@ def test_a_database_holding_another_schema_version_is_refused(url: str) -> None:
         with pytest.raises(SharedStoreError, match="schema 2; this package knows schema 1") as e:
             await PostgresStore.open(url)
         assert e.value.code == "store-failed"
+        # Refused before anything was written: the script did not run again over the other schema.
+        sql(url, "DROP FUNCTION turnstile_shared_now_v1()")
+        with pytest.raises(SharedStoreError):
+            await PostgresStore.open(url)
+        assert sql(url, "SELECT proname FROM pg_proc WHERE proname = 'turnstile_shared_now_v1'") == []
+
+    run(main())
+
+
+def test_the_store_text_runs_once_per_database(url: str) -> None:
+    """A second open changes nothing in the catalog; a store text of another version runs."""
+
+    def catalog() -> list[tuple]:
+        return sql(url, "SELECT proname, xmin::text FROM pg_proc WHERE proname LIKE 'turnstile_shared_%%' ORDER BY proname")
+
+    async def main() -> None:
+        await (await PostgresStore.open(url)).close()
+        first = catalog()
+        assert len(first) >= 5, first
+        await (await PostgresStore.open(url)).close()
+        assert catalog() == first, "the functions were not created again"
+        sql(url, "UPDATE turnstile_shared_meta SET value = 'other' WHERE name = 'script'")
+        store = await PostgresStore.open(url)
+        assert catalog() != first, "another text runs again"
+        assert re.fullmatch(r"[0-9a-f]{64}", sql(url, "SELECT value FROM turnstile_shared_meta WHERE name = 'script'")[0][0])
+        keys = SharedKeys(store, owner="test")
+        permit = await keys.acquire("k", limit=1)
+        assert await permit.release() == "released"
+        await keys.close()
+        await store.close()
 
     run(main())
 

@@ -1,8 +1,8 @@
 // The Postgres store: processes on several machines share keys through one Postgres database,
 // for fleets that already keep their state there. Every operation is ONE call of one function
-// of the store text `shared/store/postgres.sql` (`texts.ts`), run at `open` in one transaction
-// under an advisory lock (tables created when missing, functions created or replaced): one
-// statement, so one short transaction and one round trip. Each function locks the key's row
+// of the store text `shared/store/postgres.sql` (`texts.ts`), which the first `open` of a
+// database runs in one transaction under an advisory lock (tables and functions created, the
+// text's digest recorded, so later opens only read it): one statement, so one short transaction and one round trip. Each function locks the key's row
 // first, reads the server's clock (`clock_timestamp()`) after the lock, and applies the grant
 // rule (the component's `decide`, written in PL/pgSQL as the Redis script writes it in Lua;
 // both are tested against `tests/shared/grant-rule.txt`). Nothing waits inside a transaction
@@ -18,7 +18,7 @@
 //
 // The client is `pg` (node-postgres) 8.x, an optional peer dependency (`npm install pg`): a pool
 // of up to `poolMax` connections for operations, plus the listening one.
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { postgresSchema } from './texts.js';
 import {
   SharedStoreError, StoreUnavailableError,
@@ -134,6 +134,11 @@ export class PostgresStore implements SharedStore {
     this.owner = `turnstile_${randomBytes(8).toString('hex')}`;
   }
 
+  /** Runs the store text once per database and text: it records its digest (`script` in
+   * `turnstile_shared_meta`), and an open that finds its own digest there changes nothing
+   * (re-creating the functions at every open would serialize opens on the lock and make every
+   * other session re-plan its calls). A database of another schema is refused before anything
+   * is written to it. */
   async #setup(schema: string, url: string | undefined): Promise<void> {
     let client: PoolClient;
     try {
@@ -141,13 +146,31 @@ export class PostgresStore implements SharedStore {
     } catch (e) {
       throw new StoreUnavailableError('postgres', `connect to ${redact(url ?? '(libpq environment)')}: ${e instanceof Error ? e.message : String(e)}`, e);
     }
+    const digest = createHash('sha256').update(schema).digest('hex');
+    const meta = async (): Promise<Map<string, string>> => {
+      try {
+        const rows = (await client.query({ text: "SELECT name, value FROM turnstile_shared_meta WHERE name IN ('schema', 'script')", rowMode: 'array' })).rows as [string, string][];
+        return new Map(rows);
+      } catch (e) {
+        if ((e as { code?: unknown }).code === '42P01') return new Map(); // undefined_table: a new database
+        throw e;
+      }
+    };
     let failed: Error | undefined;
     try {
-      await client.query({ text: 'BEGIN' });
-      await client.query({ text: 'SELECT pg_advisory_xact_lock($1, $2)', values: SCHEMA_LOCK });
-      await client.query({ text: schema });
-      const version = (await client.query({ text: "SELECT value FROM turnstile_shared_meta WHERE name = 'schema'", rowMode: 'array' })).rows[0]?.[0];
-      await client.query({ text: 'COMMIT' });
+      const found = await meta();
+      let version = found.get('schema');
+      if ((version ?? '1') === '1' && found.get('script') !== digest) {
+        await client.query({ text: 'BEGIN' });
+        await client.query({ text: 'SELECT pg_advisory_xact_lock($1, $2)', values: SCHEMA_LOCK });
+        await client.query({ text: schema });
+        await client.query({
+          text: "INSERT INTO turnstile_shared_meta (name, value) VALUES ('script', $1) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+          values: [digest],
+        });
+        version = (await meta()).get('schema');
+        await client.query({ text: 'COMMIT' });
+      }
       if (version !== '1') throw new SharedStoreError('store-failed', `the database holds shared-key schema ${String(version)}; this package knows schema 1`);
     } catch (e) {
       failed = e instanceof Error ? e : new Error(String(e));

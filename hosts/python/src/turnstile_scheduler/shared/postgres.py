@@ -1,9 +1,9 @@
 """The Postgres store: processes on several machines share keys through one Postgres database,
 for fleets that already keep their state there, with psycopg 3's asyncio connections (the
 optional extra: `pip install 'turnstile-scheduler[postgres]'`). Every operation is ONE call of
-one function of the store text `shared/store/postgres.sql` (`_texts`), run at `open` in one
-transaction under an advisory lock (tables created when missing, functions created or
-replaced): one statement, so one short transaction and one round trip. Each function locks the
+one function of the store text `shared/store/postgres.sql` (`_texts`), which the first `open`
+of a database runs in one transaction under an advisory lock (tables and functions created,
+the text's digest recorded, so later opens only read it): one statement, so one short transaction and one round trip. Each function locks the
 key's row first, reads the server's clock (`clock_timestamp()`) after the lock, and applies the
 grant rule (the component's `decide`, written in PL/pgSQL as the Redis script writes it in Lua;
 both are tested against `tests/shared/grant-rule.txt`). Nothing waits inside a transaction but
@@ -25,6 +25,7 @@ connection is dropped (the server also ends the statement: `statement_timeout`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import secrets
@@ -96,13 +97,35 @@ class PostgresStore:
         )
 
     async def _setup(self, schema: str) -> None:
+        """Runs the store text once per database and text: it records its digest (`script` in
+        `turnstile_shared_meta`), and an open that finds its own digest there changes nothing
+        (re-creating the functions at every open would serialize opens on the lock and make
+        every other session re-plan its calls). A database of another schema is refused before
+        anything is written to it."""
+        import psycopg
+
+        digest = hashlib.sha256(schema.encode()).hexdigest()
+
+        async def meta(conn: Any) -> dict[str, str]:
+            try:
+                cur = await conn.execute("SELECT name, value FROM turnstile_shared_meta WHERE name IN ('schema', 'script')")
+            except psycopg.errors.UndefinedTable:
+                return {}
+            return dict(await cur.fetchall())
+
         async def setup(conn: Any) -> Any:
+            found = await meta(conn)
+            if found.get("schema", "1") != "1" or found.get("script") == digest:
+                return found.get("schema")
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", _SCHEMA_LOCK)
                 await conn.execute(schema.encode())
-                cur = await conn.execute("SELECT value FROM turnstile_shared_meta WHERE name = 'schema'")
-                row = await cur.fetchone()
-            return row[0] if row else None
+                await conn.execute(
+                    "INSERT INTO turnstile_shared_meta (name, value) VALUES ('script', %s) "
+                    "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+                    (digest,),
+                )
+                return (await meta(conn)).get("schema")
 
         version = await self._call("open", "", setup)
         if version != "1":
