@@ -145,6 +145,29 @@ def test_each_input_is_judged_on_its_own() -> None:
     assert again.batch != sub.batch and again.first >= sub.first + 2
 
 
+def test_a_step_of_approvals_and_ends_only_places_each_refusal_by_list_and_position() -> None:
+    """The common step (approvals and ends alone) crosses its lists as they are; its refusals
+    come back placed as in every other step, duplicates included."""
+    s = Scheduler(policy())
+    sub = s.submit([Call("a", "rfd"), Call("b", "rfd"), Call("c", "free")])
+    a, b, c = sub.entries
+    out = s.step(approve=[NONE, a, b, c], ok=[b], failed=[NONE - 1])
+    assert out.start == [a, c]
+    assert [(e.input, e.index, e.code) for e in out.errors] == [
+        (InputKind.APPROVE, 0, InputErrorCode.UNKNOWN_ENTRY),
+        (InputKind.OK, 0, InputErrorCode.NOT_RUNNING),
+        (InputKind.FAILED, 0, InputErrorCode.UNKNOWN_ENTRY),
+    ]
+    # An entry listed twice: the second is refused at its own place, the first applies.
+    out = s.step(approve=[b, b], ok=[a, c, a])
+    assert [(e.input, e.index, e.code) for e in out.errors] == [
+        (InputKind.APPROVE, 0, InputErrorCode.ALREADY_DECIDED),
+        (InputKind.APPROVE, 1, InputErrorCode.ALREADY_DECIDED),
+        (InputKind.OK, 2, InputErrorCode.ALREADY_ENDED),
+    ]
+    assert out.start == [b]
+
+
 def test_settle_cancel_and_stop_are_reported_with_reasons() -> None:
     s = Scheduler(policy())
     sub = s.submit([Call("d", "del", 3), Call("r", "rfd"), Call("x", "rfd")])
