@@ -10,7 +10,8 @@ the driver, against an asyncio.Semaphore per key, side by side in one process, i
 
 What the driver adds on top is tasks, executions, outcomes and its bookkeeping. Reported per
 size: us per call (best of the runs) and the median of the paired ratios to the semaphores.
-`python bench/floor.py [PAIRS]` with the package installed (the JS package's bench/floor.mjs
+`python bench/floor.py [PAIRS]` with the package installed (it imports the batches and the
+semaphores from `peers.py`, beside it) (the JS package's bench/floor.mjs
 is the same measurement against p-limit)."""
 
 from __future__ import annotations
@@ -19,18 +20,10 @@ import asyncio
 import sys
 import time
 
-from turnstile_scheduler import Call, Policy, Scheduler
+from peers import CONFIG, SIZES, batch, semaphores
+from turnstile_scheduler import Policy, Scheduler
 from turnstile_scheduler.scheduler import _Fields
 from wasmtime.component import Variant
-
-KEYS = 10
-CONFIG = "".join(f'[conversation.tools.t{k}]\nconcurrency = {{ key = "k{k}", limit = {1 + k % 4} }}\n' for k in range(KEYS))
-SIZES = [(10, 400), (100, 60), (1000, 6)]
-
-
-def batch(n: int) -> list[Call]:
-    return [Call(f"c{i}", "free" if i % 10 == 9 else f"t{i % KEYS}") for i in range(n)]
-
 
 def component(policy: Policy, n: int, rounds: int) -> float:
     """The component's verbs as bound by the package (its private fast path)."""
@@ -66,26 +59,6 @@ def package(policy: Policy, n: int, rounds: int) -> float:
     elapsed = time.perf_counter() - start
     scheduler.close()
     return elapsed
-
-
-async def execute(_c: Call) -> str:
-    return "ok"
-
-
-async def semaphores(n: int, rounds: int) -> float:
-    calls = batch(n)
-    start = time.perf_counter()
-    for _ in range(rounds):
-        sems = [asyncio.Semaphore(1 + k % 4) for k in range(KEYS)]
-
-        async def one(c: Call) -> str:
-            if c.tool == "free":
-                return await execute(c)
-            async with sems[int(c.tool[1:])]:
-                return await execute(c)
-
-        await asyncio.gather(*(one(c) for c in calls))
-    return time.perf_counter() - start
 
 
 async def main(pairs: int) -> None:

@@ -69,4 +69,5 @@ async def main() -> None:
         print(f"| {n} | {rounds} | {per(min(a))} | {per(min(b))} | {min(a) / min(b):.2f}x |", flush=True)
 
 
-asyncio.run(main())
+if __name__ == "__main__":
+    asyncio.run(main())
