@@ -1,10 +1,12 @@
 // `Admission.acquire`: failure paths first (abort and timeout while queued abandon and consume
 // nothing, time queued counts against timeoutMs, shutdown rejects waiters and aborts permits,
 // would-deadlock, double release), then the happy path and the synchronous API next to it.
+// Nothing sleeps on real time: `quiet()` lets every ready promise settle, and the timeout test
+// runs on node:test's mock timers.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { AdmissionError, AdmissionTimeoutError, Permit, ShutdownError, Turnstile } from '../dist/index.js';
+import { quiet } from './fixtures/virtual-clock.mjs';
 
 async function controller(config = { maxConcurrent: 1, allowParallel: false }) {
   const t = await Turnstile.load();
@@ -17,7 +19,7 @@ test('an abort while queued rejects with the signal\'s reason, abandons the requ
   const c = new AbortController();
   const waiting = adm.acquire('call', { signal: c.signal, id: 'waiter' });
   const behind = adm.acquire('call', { id: 'behind' });
-  await sleep(2);
+  await quiet();
   c.abort(new Error('user pressed stop'));
   await assert.rejects(waiting, /user pressed stop/);
   holder.release();
@@ -38,11 +40,19 @@ test('an already aborted signal rejects at once without a request', { timeout: 1
   (await adm.acquire('call')).release();
 });
 
-test('time queued counts against timeoutMs: AdmissionTimeoutError (an AdmissionError named TimeoutError), the request abandoned', { timeout: 10_000 }, async () => {
+test('time queued counts against timeoutMs: AdmissionTimeoutError (an AdmissionError named TimeoutError), the request abandoned', { timeout: 10_000 }, async (t) => {
   const adm = await controller();
+  t.mock.timers.enable({ apis: ['setTimeout'] });
   const holder = await adm.acquire('call');
   const behind = adm.acquire('call', { id: 'behind' });
-  await assert.rejects(adm.acquire('call', { timeoutMs: 20, id: 'late' }), (e) => {
+  const late = adm.acquire('call', { timeoutMs: 20, id: 'late' });
+  let settled = false;
+  late.then(() => (settled = true), () => (settled = true));
+  t.mock.timers.tick(19);
+  await quiet();
+  assert.equal(settled, false, 'still queued 1 ms before its timeout');
+  t.mock.timers.tick(1);
+  await assert.rejects(late, (e) => {
     assert.ok(e instanceof AdmissionTimeoutError && e instanceof AdmissionError && !(e instanceof DOMException));
     assert.equal(e.name, 'TimeoutError');
     assert.equal(e.code, 'timed-out');
@@ -57,7 +67,8 @@ test('time queued counts against timeoutMs: AdmissionTimeoutError (an AdmissionE
   assert.equal(adm.inFlight(), 0);
   // Admitted in time: the timer is cleared, the permit lives on past the deadline.
   const quick = await adm.acquire('call', { timeoutMs: 20 });
-  await sleep(30);
+  t.mock.timers.tick(30);
+  await quiet();
   assert.equal(quick.signal.aborted, false);
   quick.release();
 });
@@ -68,7 +79,7 @@ test('shutdown rejects every waiter with ShutdownError and aborts the permits in
   const request = await adm.acquire('request');
   const queuedCall = adm.acquire('call');
   const queuedRequest = adm.acquire('request');
-  await sleep(1);
+  await quiet();
   const report = adm.shutdown();
   await assert.rejects(queuedCall, (e) => e instanceof ShutdownError && e instanceof AdmissionError && e.code === 'shutdown');
   await assert.rejects(queuedRequest, ShutdownError);
@@ -151,7 +162,7 @@ test('sibling re-entrant calls of one in-flight call run together within the bud
   const rc = adm.acquire('reentrant', { parent: outer, id: 'rc' });
   let admitted = false;
   rc.then(() => (admitted = true));
-  await sleep(2);
+  await quiet();
   assert.equal(admitted, false);
   ra.release();
   const third = await rc;
@@ -166,7 +177,7 @@ test('waiters are admitted first come, first served, each as a slot frees', { ti
   const work = async (id) => {
     const permit = await adm.acquire('request', { id });
     order.push(`start ${id}`);
-    await sleep(2);
+    await quiet();
     order.push(`end ${id}`);
     permit.release();
   };

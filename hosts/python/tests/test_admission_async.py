@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+import vloop
 from turnstile_scheduler import Admission, AdmissionError, AdmissionErrorCode, AdmissionTimeoutError, ShutdownError
 
 
@@ -36,7 +37,7 @@ def test_a_timeout_while_queued_abandons_and_consumes_nothing() -> None:
             assert adm.in_flight() == 1 and permit.remaining() > 0
         assert adm.in_flight() == 0
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_time_queued_counts_against_the_deadline() -> None:
@@ -50,7 +51,7 @@ def test_time_queued_counts_against_the_deadline() -> None:
                 await asyncio.sleep(1)  # cancelled at the deadline
         assert adm.in_flight() == 0
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_cancelling_a_waiter_abandons_and_consumes_nothing() -> None:
@@ -73,7 +74,7 @@ def test_cancelling_a_waiter_abandons_and_consumes_nothing() -> None:
         adm.end(t)
         assert adm.in_flight() == 0 and adm.next_admissions() == []
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_cancelled_in_the_turn_it_was_admitted_gives_the_slot_back() -> None:
@@ -90,7 +91,7 @@ def test_cancelled_in_the_turn_it_was_admitted_gives_the_slot_back() -> None:
         async with adm.slot("call"):
             assert adm.in_flight() == 1
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_shutdown_raises_in_waiters_and_cancels_permits() -> None:
@@ -131,7 +132,7 @@ def test_shutdown_raises_in_waiters_and_cancels_permits() -> None:
             adm.begin("late", "call")
         assert e.value.code == AdmissionErrorCode.SHUTDOWN == "shutdown"
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_close_shuts_down_waiters() -> None:
@@ -149,7 +150,7 @@ def test_close_shuts_down_waiters() -> None:
         with pytest.raises(ShutdownError):
             await w
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_a_refused_begin_raises_before_waiting() -> None:
@@ -166,7 +167,7 @@ def test_a_refused_begin_raises_before_waiting() -> None:
             assert e.value.code is AdmissionErrorCode.INVALID_PARENT
         assert adm.in_flight() == 0
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_an_exception_in_the_block_still_ends_the_request() -> None:
@@ -177,7 +178,7 @@ def test_an_exception_in_the_block_still_ends_the_request() -> None:
                 raise KeyError("tool failed")
         assert adm.in_flight() == 0
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_slots_queue_in_order_and_reentrant_calls_nest() -> None:
@@ -201,7 +202,7 @@ def test_slots_queue_in_order_and_reentrant_calls_nest() -> None:
                 assert adm.in_flight() == 4
         assert adm.in_flight() == 0
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_the_synchronous_api_still_sees_its_own_admissions() -> None:
@@ -212,4 +213,4 @@ def test_the_synchronous_api_still_sees_its_own_admissions() -> None:
             assert adm.next_admissions() == [t]  # drained by the slot, kept for the host
         adm.end(t)
 
-    asyncio.run(main())
+    vloop.run(main())

@@ -16,6 +16,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset, WrapperToolset
 
+import vloop
 from turnstile_scheduler import Gate, Policy
 from turnstile_scheduler.pydantic_ai import LimitedToolset, limited
 
@@ -128,7 +129,7 @@ class Script:
 def run_agent(toolset: Any) -> Script:
     script = Script()
     agent = Agent(FunctionModel(script), toolsets=[toolset], retries=5)
-    result = asyncio.run(agent.run("go"))
+    result = vloop.run(agent.run("go"))
     assert result.output == "done"
     return script
 
@@ -213,7 +214,7 @@ concurrency = { key = "fs:{path}", limit = 1 }
         return "approve"
 
     agent = Agent(FunctionModel(model), toolsets=[limited(tools, Policy.resolve([("test", config)]), decide=decide)])
-    assert asyncio.run(agent.run("go")).output == "done"
+    assert vloop.run(agent.run("go")).output == "done"
     assert overlap == []
     starts = [t for kind, t in events if kind == "start"]
     assert starts[:2] == ["w1", "w2"], "the two files ran together"

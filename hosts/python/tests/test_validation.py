@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+import vloop
 from turnstile_scheduler import (
     Admission,
     AdmissionClass,
@@ -262,14 +263,14 @@ def test_driver_arguments_are_checked_and_the_driver_keeps_working() -> None:
         [o] = await d.run([Call("a", "rfd")], ok)
         return o.entries[0].value, d.scheduler.unfinished().batches
 
-    assert asyncio.run(main()) == ("a", [])
+    assert vloop.run(main()) == ("a", [])
     for v in [-1, "1", math.nan, True, 0]:
 
         async def bad(v=v):
             with pytest.raises((TypeError, ValueError)):
                 await Driver(Scheduler(policy())).run([Call("a", "rfd")], ok, execution_timeout=v)
 
-        asyncio.run(bad())
+        vloop.run(bad())
     with pytest.raises(TypeError):
         Driver("scheduler")  # type: ignore[arg-type]
 
@@ -350,7 +351,7 @@ def test_a_broken_instance_fails_the_drivers_batches_instead_of_hanging() -> Non
         with pytest.raises(InstanceBrokenError):
             await d.run([Call("c", "rfd")], execute)
 
-    asyncio.run(main())
+    vloop.run(main())
 
 
 def test_closed_objects_refuse_use_clearly() -> None:
