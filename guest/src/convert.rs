@@ -251,14 +251,19 @@ pub(crate) const RELEASES_PART_MAX: usize = 1 << 16;
 pub(crate) const INSPECT_PART_MAX: usize = 1 << 16;
 
 /// How much of a round's output earlier parts carried: an offset into each list, in the
-/// order of the fields.
+/// order of the fields; and whether an input changed the scheduler since the round was decided.
 #[derive(Clone, Copy, Default)]
-pub(crate) struct Sent([usize; 7]);
+pub(crate) struct Sent {
+    lists: [usize; 7],
+    pub(crate) changed: bool,
+}
 
 /// The next part of the round's output from `sent` on: at most [`RELEASES_PART_MAX`]
-/// actions, lists in order, `refused` in the first part and `wake-at` in the last.
-pub(crate) fn releases_part(out: &Releases, sent: &mut Sent) -> ws::Releases {
-    let first = sent.0 == [0; 7];
+/// actions, lists in order, `refused` in the first part and `wake-at` in the last. When an
+/// input changed the scheduler between parts, the last part's `wake-at` is `now` (the clock as
+/// last given), so the host's next call runs a round that sees it.
+pub(crate) fn releases_part(out: &Releases, sent: &mut Sent, now: u64) -> ws::Releases {
+    let first = sent.lists == [0; 7];
     let mut room = RELEASES_PART_MAX;
     let mut part = Part {
         sent,
@@ -298,7 +303,7 @@ pub(crate) fn releases_part(out: &Releases, sent: &mut Sent) -> ws::Releases {
         out.start.len(),
         out.retired.len(),
     ];
-    let more = sent.0 != lens;
+    let more = sent.lists != lens;
     debug_assert!(!more || room == 0, "a part ends early only when it is full");
     ws::Releases {
         refused: if first {
@@ -313,7 +318,11 @@ pub(crate) fn releases_part(out: &Releases, sent: &mut Sent) -> ws::Releases {
         acquire,
         start,
         retired,
-        wake_at: if more { None } else { out.wake_at },
+        wake_at: match (more, sent.changed) {
+            (true, _) => None,
+            (false, true) => Some(out.wake_at.map_or(now, |w| w.min(now))),
+            (false, false) => out.wake_at,
+        },
         more,
     }
 }
@@ -326,9 +335,9 @@ struct Part<'a> {
 impl Part<'_> {
     /// The next items of list `i`, as many as the part has room for.
     fn take<T, U>(&mut self, i: usize, list: &[T], f: impl Fn(&T) -> U) -> Vec<U> {
-        let at = self.sent.0[i];
+        let at = self.sent.lists[i];
         let n = (list.len() - at).min(*self.room);
-        self.sent.0[i] += n;
+        self.sent.lists[i] += n;
         *self.room -= n;
         list[at..at + n].iter().map(f).collect()
     }

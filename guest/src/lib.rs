@@ -51,6 +51,10 @@ impl SchedulerResource {
     /// The scheduler is about to change: an export's later parts would not be of one state.
     fn changing(&self) -> std::cell::RefMut<'_, Scheduler> {
         self.export.borrow_mut().take();
+        if let Some(mut sent) = self.sent.get() {
+            sent.changed = true; // the round's last part wakes the host at once
+            self.sent.set(Some(sent));
+        }
         self.inner.borrow_mut()
     }
 }
@@ -211,13 +215,14 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
     fn next_releases(&self, now: Option<u64>) -> wit_scheduler::Releases {
         let mut out = self.out.borrow_mut();
         let mut sent = match self.sent.take() {
-            Some(sent) => sent, // the rest of a round that crossed in parts; `now` waits
+            // The rest of a round that crosses in parts; this call's `now` is not read.
+            Some(sent) => sent,
             None => {
                 self.changing().next_releases(now, &mut out);
                 convert::Sent::default()
             }
         };
-        let part = convert::releases_part(&out, &mut sent);
+        let part = convert::releases_part(&out, &mut sent, self.inner.borrow().now());
         if part.more {
             self.sent.set(Some(sent));
         }
@@ -229,13 +234,12 @@ impl wit_scheduler::GuestScheduler for SchedulerResource {
     }
 
     fn inspect(&self, batch: u64, offset: u32) -> Option<Vec<wit_scheduler::EntryStatus>> {
-        let statuses = self.inner.borrow().inspect(BatchId(batch))?;
-        let part = statuses.into_iter().skip(offset as usize);
-        Some(
-            part.take(convert::INSPECT_PART_MAX)
-                .map(convert::entry_status)
-                .collect(),
-        )
+        let statuses = self.inner.borrow().inspect_part(
+            BatchId(batch),
+            offset as usize,
+            convert::INSPECT_PART_MAX,
+        )?;
+        Some(statuses.into_iter().map(convert::entry_status).collect())
     }
 
     fn unfinished(

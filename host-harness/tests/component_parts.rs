@@ -76,6 +76,50 @@ fn a_round_of_more_than_a_part_crosses_in_parts_in_order() {
 }
 
 #[test]
+fn an_input_between_parts_applies_and_the_last_part_wakes_the_host_at_once() {
+    // A plain call on a key of limit 1 runs; then a fan-out of 100000 operations is released
+    // in two parts. Between them the plain call ends: that applies at once, the second part
+    // still hands out the round as decided, and its wake-at is the clock, so the host's next
+    // call runs a round that sees the freed slot.
+    let mut s = Sched::new(
+        "[conversation.tools.one]\nconcurrency = 1\n[conversation.tools.run]\nconcurrency = 0\nfan_out = true\n",
+    );
+    let (_, a, _) = s.submit("a", "one", &[]).expect("submitted");
+    let (_, b, _) = s.submit("b", "one", &[]).expect("submitted");
+    s.on_events(&[ws::Event::Approve(vec![a, b])]);
+    assert_eq!(s.next_releases(Some(7)).start, vec![a]);
+    let (_, first, count) = s.submit("fan", "run", &[OPERATIONS]).expect("submitted");
+    s.on_events(&[ws::Event::Approve(
+        (first..first + u64::from(count)).collect(),
+    )]);
+    let one = raw_next_releases(&mut s, Some(7));
+    assert!(one.more);
+    let ended = ws::Ends {
+        ok: vec![a],
+        failed: Vec::new(),
+        rate_limited: Vec::new(),
+    };
+    assert!(
+        s.on_ended(&ended).is_empty(),
+        "an end between parts applies at once"
+    );
+    let two = raw_next_releases(&mut s, Some(9));
+    assert!(!two.more);
+    assert_eq!(
+        two.start.len(),
+        OPERATIONS as usize - PART_MAX,
+        "the round as decided"
+    );
+    assert!(!two.start.contains(&b));
+    assert_eq!(
+        two.wake_at,
+        Some(7),
+        "the clock as last given: call again now"
+    );
+    assert_eq!(raw_next_releases(&mut s, Some(9)).start, vec![b]);
+}
+
+#[test]
 fn a_round_in_parts_keeps_the_lists_order_across_parts() {
     // 100000 operations on a key of limit 1: one runs, the rest wait; a cancel aborts the one
     // and settles the rest, in one round of 100001 actions.

@@ -77,11 +77,25 @@ impl Scheduler {
     /// Every entry of a live batch in written order, with its state and why it waits; `None`
     /// for a batch number that is not live.
     pub fn inspect(&self, batch: BatchId) -> Option<Vec<EntryStatus>> {
+        self.inspect_part(batch, 0, usize::MAX)
+    }
+
+    /// [`Scheduler::inspect`] from the batch's `offset`-th entry on, at most `max` of them
+    /// (none past its last): the cost of a part is what it reports, plus one pass over the
+    /// batch's keys' queues, so a host reading a large batch in parts pays for each status once.
+    pub fn inspect_part(
+        &self,
+        batch: BatchId,
+        offset: usize,
+        max: usize,
+    ) -> Option<Vec<EntryStatus>> {
         let slot = self.batches.find(batch.0)?;
         let rec = self.batches.slot(slot);
-        // Why each entry of this batch waits, by its index in the batch.
+        let start = offset.min(rec.entries.len());
+        let end = start.saturating_add(max).min(rec.entries.len());
+        // Why each entry of the part waits, by its index in the part.
         let mut waits: Vec<Option<Wait>> = Vec::new();
-        waits.resize_with(rec.entries.len(), || None);
+        waits.resize_with(end - start, || None);
         if rec.is_open() {
             for &k in &rec.keys {
                 let key = self.keys.key(k);
@@ -93,6 +107,14 @@ impl Scheduler {
                     ) {
                         continue;
                     }
+                    let Some(at) = e
+                        .checked_sub(rec.first)
+                        .and_then(|i| usize::try_from(i).ok())
+                        .filter(|i| (start..end).contains(i))
+                    else {
+                        previous = Some(e); // another batch's, or outside the part
+                        continue;
+                    };
                     let wait = match previous {
                         Some(p) => Wait::Behind(self.label(EntryId(p)).unwrap_or_default()),
                         None if key.has_room() && key.gate() > self.now => {
@@ -114,21 +136,16 @@ impl Scheduler {
                             running: self.running_labels(k),
                         },
                     };
-                    if let Some(slot) = e
-                        .checked_sub(rec.first)
-                        .and_then(|i| waits.get_mut(usize::try_from(i).ok()?))
-                    {
-                        *slot = Some(wait);
-                    }
+                    waits[at - start] = Some(wait);
                     previous = Some(e);
                 }
             }
         }
-        let out = rec
-            .entries
+        let out = rec.entries[start..end]
             .iter()
             .enumerate()
-            .map(|(i, entry)| {
+            .map(|(j, entry)| {
+                let i = start + j;
                 let e = rec.first + i as u64;
                 let call = &rec.calls[entry.call as usize];
                 let state = entry.life.get();
@@ -136,7 +153,7 @@ impl Scheduler {
                     State::Approved if !rec.is_open() => Some(Wait::BatchNotApproved {
                         pending: rec.pending(),
                     }),
-                    State::Approved => waits.get_mut(i).and_then(Option::take).or_else(|| {
+                    State::Approved => waits.get_mut(j).and_then(Option::take).or_else(|| {
                         self.not_before
                             .get(&e)
                             .map(|&until| Wait::RetryAt { until })

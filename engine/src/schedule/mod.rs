@@ -588,6 +588,11 @@ impl Scheduler {
         })
     }
 
+    /// The host's clock as last given (0 before any): the time every input is judged at.
+    pub const fn now(&self) -> u64 {
+        self.now
+    }
+
     /// One round's output: moves the clock to `now` (`None` leaves it; an earlier one is
     /// refused and the clock stays), wakes what became due, runs the walks the inputs since the
     /// last round made necessary, retires batches, and fills `out` (cleared first).

@@ -336,6 +336,24 @@ impl Sim {
         if got != want {
             self.fail(&format!("inspect {b}\n model: {want:#?}\nengine: {got:#?}"));
         }
+        // Read in parts of a random size, joined, it is the same list (what a host does).
+        let size = 1 + self.rng.below(4);
+        let mut parts: Option<Vec<_>> = None;
+        for offset in (0..).step_by(size) {
+            let Some(part) = self.engine.inspect_part(BatchId(b), offset, size) else {
+                break;
+            };
+            let full = part.len() == size;
+            parts.get_or_insert_with(Vec::new).extend(part);
+            if !full {
+                break;
+            }
+        }
+        if parts != got {
+            self.fail(&format!(
+                "inspect {b} in parts of {size}\n parts: {parts:#?}\nwhole: {got:#?}"
+            ));
+        }
         for _ in 0..3 {
             let n = self.mistaken_entry();
             let want = self.model.is_live(n).then(|| self.model.label(n));
