@@ -97,7 +97,9 @@ def test_the_store_text_runs_once_per_database(url: str) -> None:
         return sql(url, "SELECT proname, xmin::text FROM pg_proc WHERE proname LIKE 'turnstile_shared_%%' ORDER BY proname")
 
     async def main() -> None:
-        await (await PostgresStore.open(url)).close()
+        # Four at once on a new database: each waits for the schema lock, then finds the text run.
+        for store in await asyncio.gather(*(PostgresStore.open(url) for _ in range(4))):
+            await store.close()
         first = catalog()
         assert len(first) >= 5, first
         await (await PostgresStore.open(url)).close()

@@ -148,27 +148,31 @@ export class PostgresStore implements SharedStore {
     }
     const digest = createHash('sha256').update(schema).digest('hex');
     const meta = async (): Promise<Map<string, string>> => {
-      try {
-        const rows = (await client.query({ text: "SELECT name, value FROM turnstile_shared_meta WHERE name IN ('schema', 'script')", rowMode: 'array' })).rows as [string, string][];
-        return new Map(rows);
-      } catch (e) {
-        if ((e as { code?: unknown }).code === '42P01') return new Map(); // undefined_table: a new database
-        throw e;
-      }
+      // Asked first, so that a new database is no error (which would abort a transaction).
+      const exists = (await client.query({ text: "SELECT to_regclass('turnstile_shared_meta') IS NOT NULL", rowMode: 'array' })).rows[0]?.[0];
+      if (exists !== true) return new Map();
+      const rows = (await client.query({ text: "SELECT name, value FROM turnstile_shared_meta WHERE name IN ('schema', 'script')", rowMode: 'array' })).rows as [string, string][];
+      return new Map(rows);
     };
     let failed: Error | undefined;
     try {
-      const found = await meta();
+      const current = (found: Map<string, string>) => (found.get('schema') ?? '1') !== '1' || found.get('script') === digest;
+      let found = await meta();
       let version = found.get('schema');
-      if ((version ?? '1') === '1' && found.get('script') !== digest) {
+      if (!current(found)) {
         await client.query({ text: 'BEGIN' });
         await client.query({ text: 'SELECT pg_advisory_xact_lock($1, $2)', values: SCHEMA_LOCK });
-        await client.query({ text: schema });
-        await client.query({
-          text: "INSERT INTO turnstile_shared_meta (name, value) VALUES ('script', $1) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
-          values: [digest],
-        });
-        version = (await meta()).get('schema');
+        // Again under the lock: another process may have run a text since.
+        found = await meta();
+        version = found.get('schema');
+        if (!current(found)) {
+          await client.query({ text: schema });
+          await client.query({
+            text: "INSERT INTO turnstile_shared_meta (name, value) VALUES ('script', $1) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+            values: [digest],
+          });
+          version = (await meta()).get('schema');
+        }
         await client.query({ text: 'COMMIT' });
       }
       if (version !== '1') throw new SharedStoreError('store-failed', `the database holds shared-key schema ${String(version)}; this package knows schema 1`);

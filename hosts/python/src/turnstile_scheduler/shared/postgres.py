@@ -102,15 +102,15 @@ class PostgresStore:
         (re-creating the functions at every open would serialize opens on the lock and make
         every other session re-plan its calls). A database of another schema is refused before
         anything is written to it."""
-        import psycopg
-
         digest = hashlib.sha256(schema.encode()).hexdigest()
 
         async def meta(conn: Any) -> dict[str, str]:
-            try:
-                cur = await conn.execute("SELECT name, value FROM turnstile_shared_meta WHERE name IN ('schema', 'script')")
-            except psycopg.errors.UndefinedTable:
+            # Asked first, so that a new database is no error (which would abort a transaction).
+            cur = await conn.execute("SELECT to_regclass('turnstile_shared_meta') IS NOT NULL")
+            row = await cur.fetchone()
+            if not (row and row[0]):
                 return {}
+            cur = await conn.execute("SELECT name, value FROM turnstile_shared_meta WHERE name IN ('schema', 'script')")
             return dict(await cur.fetchall())
 
         async def setup(conn: Any) -> Any:
@@ -119,6 +119,10 @@ class PostgresStore:
                 return found.get("schema")
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", _SCHEMA_LOCK)
+                # Again under the lock: another process may have run a text since.
+                found = await meta(conn)
+                if found.get("schema", "1") != "1" or found.get("script") == digest:
+                    return found.get("schema")
                 await conn.execute(schema.encode())
                 await conn.execute(
                     "INSERT INTO turnstile_shared_meta (name, value) VALUES ('script', %s) "
