@@ -57,7 +57,7 @@ test('redis: a server that stops answering: typed errors, no double grant when i
 
 // SHARED.md's table: a Redis restarted with no data (no `appendonly`) forgets every ticket. Its
 // holders learn at their next renewal; a request made before that may be granted beside them.
-test('redis: a server restarted empty: the holder learns at its next heartbeat (LeaseLostError), a new request is granted', { skip, timeout: 30000 }, async (t) => {
+test('redis: a server restarted empty: the holder learns at its next heartbeat, a new request is granted', { skip, timeout: 30000 }, async (t) => {
   const { server, spec } = await setup(t);
   const leaseMs = 900;
   const holder = worker(t, { store: spec, key: 'k', limit: 1, leaseMs, name: 'holder', hang: true });
@@ -66,7 +66,9 @@ test('redis: a server restarted empty: the holder learns at its next heartbeat (
   const restartedMs = Date.now();
   const lost = await holder.waitFor((e) => e.event === 'lost', leaseMs + 5000);
   const learnedMs = Date.now() - restartedMs;
-  assert.equal(lost.error, 'LeaseLostError', JSON.stringify(lost));
+  // LeaseLostError when its next renewal finds the ticket gone; StoreUnavailableError when the
+  // restart took longer than a renewal period and the holder gave up first (a loaded machine).
+  assert.ok(['LeaseLostError', 'StoreUnavailableError'].includes(lost.error), JSON.stringify(lost));
   assert.ok(learnedMs <= leaseMs + 2000, `learned ${learnedMs} ms after the restart (lease ${leaseMs} ms)`);
   const next = worker(t, { store: spec, key: 'k', limit: 1, leaseMs, name: 'next' });
   const granted = await next.waitFor((e) => e.event === 'granted', 5000);

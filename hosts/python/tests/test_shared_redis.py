@@ -63,7 +63,9 @@ def test_a_server_restarted_empty_the_holder_learns_at_its_next_heartbeat(server
         restarted = time.monotonic()
         lost = await holder.wait_for(lambda e: e["event"] == "lost", lease_ms / 1000 + 5)
         learned_ms = (time.monotonic() - restarted) * 1000
-        assert lost["error"] == "LeaseLostError", lost
+        # LeaseLostError when its next renewal finds the ticket gone; StoreUnavailableError when
+        # the restart took longer than a renewal period and it gave up first (a loaded machine).
+        assert lost["error"] in ("LeaseLostError", "StoreUnavailableError"), lost
         assert learned_ms <= lease_ms + 2000, f"learned {learned_ms:.0f} ms after the restart (lease {lease_ms} ms)"
         nxt = setup.worker(key="k", limit=1, leaseMs=lease_ms, name="next")
         granted = await nxt.wait_for(lambda e: e["event"] == "granted", 5)
