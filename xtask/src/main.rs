@@ -18,7 +18,9 @@
 //! - `test`: every check CI runs: fmt, clippy, docs, the engine's tests (natively, then in wasm
 //!   as `wasm-test` does), the component build,
 //!   the harness running the corpus through the component, the import pin, the Node corpus and
-//!   driver tests, the playground in Chromium, and the Python corpus and driver tests.
+//!   driver tests, the playground in Chromium, and the Python corpus and driver tests (installs
+//!   Debian's redis-server and postgresql when missing: the shared-key tests start their own
+//!   servers, and would report skipped without them).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -340,6 +342,7 @@ fn test() -> Result<()> {
     pin(false)?;
     run(harness(&wasm).args(["cases", "tests/cases"]))?;
     js(&wasm)?;
+    ensure_stores()?;
     let js_dir = root().join("hosts/js");
     run(Command::new("npm").args(["test"]).current_dir(&js_dir))?;
     run(Command::new("node")
@@ -502,17 +505,11 @@ fn ensure_chromedriver() -> Result<PathBuf> {
     let path = PathBuf::from(
         std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".to_owned()),
     );
-    if path.exists() {
-        return Ok(path);
-    }
-    eprintln!(
-        "xtask: {} is missing; installing Debian's chromium-driver",
-        path.display()
-    );
-    run(Command::new("apt-get").arg("update"))?;
-    run(Command::new("apt-get")
-        .args(["install", "-y", "chromium-driver"])
-        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    ensure_debian(
+        path.exists(),
+        &path.display().to_string(),
+        "chromium-driver",
+    )?;
     Ok(path)
 }
 
@@ -591,13 +588,47 @@ fn py(wasm: &Path) -> Result<PathBuf> {
 /// can (as root with apt-get).
 fn ensure_chromium() -> Result<()> {
     let path = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
-    if Path::new(&path).exists() {
+    ensure_debian(Path::new(&path).exists(), &path, "chromium")
+}
+
+/// The shared-key tests start their own redis-server and Postgres server from Debian's
+/// binaries, and report skipped without them; so the test command installs them when missing,
+/// as `.ci/run` does (Postgres: its binaries, and the `postgres` user the package makes, which
+/// the server runs as when the tests run as root).
+fn ensure_stores() -> Result<()> {
+    let redis =
+        std::env::var("REDIS_SERVER").unwrap_or_else(|_| "/usr/bin/redis-server".to_owned());
+    ensure_debian(
+        Path::new(&redis).exists() || std::env::var_os("REDIS_SERVER").is_some(),
+        &redis,
+        "redis-server",
+    )?;
+    let postgres = std::fs::read_dir("/usr/lib/postgresql").is_ok_and(|versions| {
+        versions
+            .filter_map(std::result::Result::ok)
+            .any(|v| v.path().join("bin/postgres").exists())
+    });
+    let user = Command::new("id")
+        .args(["-u", "postgres"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ensure_debian(
+        (postgres && user) || std::env::var_os("PG_BIN").is_some(),
+        "Postgres (/usr/lib/postgresql/*/bin/postgres)",
+        "postgresql",
+    )
+}
+
+/// Installs Debian's `package` with apt-get unless it is `present` (`what` names what was
+/// looked for).
+fn ensure_debian(present: bool, what: &str, package: &str) -> Result<()> {
+    if present {
         return Ok(());
     }
-    eprintln!("xtask: {path} is missing; installing Debian's chromium");
+    eprintln!("xtask: {what} is missing; installing Debian's {package}");
     run(Command::new("apt-get").arg("update"))?;
     run(Command::new("apt-get")
-        .args(["install", "-y", "chromium"])
+        .args(["install", "-y", package])
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
