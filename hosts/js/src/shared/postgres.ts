@@ -2,11 +2,12 @@
 // for fleets that already keep their state there. Every operation is ONE call of one function
 // of the store text `shared/store/postgres.sql` (`texts.ts`), which the first `open` of a
 // database runs in one transaction under an advisory lock (tables and functions created, the
-// text's digest recorded, so later opens only read it): one statement, so one short transaction and one round trip. Each function locks the key's row
-// first, reads the server's clock (`clock_timestamp()`) after the lock, and applies the grant
-// rule (the component's `decide`, written in PL/pgSQL as the Redis script writes it in Lua;
-// both are tested against `tests/shared/grant-rule.txt`). Nothing waits inside a transaction
-// but for the key's row lock, which other operations hold for their own few statements.
+// text's digest recorded, so later opens only read it): one statement, so one short
+// transaction and one round trip. Each function locks the key's row first, reads the server's
+// clock (`clock_timestamp()`) after the lock, and applies the grant rule (the component's
+// `decide`, written in PL/pgSQL as the Redis script writes it in Lua; both are tested against
+// `tests/shared/grant-rule.txt`). Nothing waits inside a transaction but for the key's row
+// lock, which other operations hold for their own few statements.
 //
 // Waiting does not poll: each store instance has a random name, its `owner`, which is also its
 // wake-up channel. Every ticket is stored under its owner, so two clients never share a ticket

@@ -442,12 +442,12 @@ def _ends(items: list[tuple[int, int, int]]) -> _Fields:
     return _Fields(ok=ok, failed=failed, rate_limited=limited)
 
 
-def _plain_round(on_events: Any, on_ended: Any, resource: Any, now: Optional[int], approve: Any, ok: Any, failed: Any) -> list[Any]:
+def _plain_round(on_events: Any, on_ended: Any, resource: Any, now: Optional[int], approve: Any, ok: Any, failed: Any) -> Optional[list[Any]]:
     """The common step (approvals, then ends, nothing else): at most two crossings with the
     lists as they are, and refusals placed by their entry only when there are any. The same
     crossings `_Round` would make, without its bookkeeping per input, which cost a driver round
-    about a microsecond per entry. An entry listed twice, or lists longer than a crossing
-    carries, go through `_Round`."""
+    about a microsecond per entry. None, and nothing crossed, for an entry listed twice or lists
+    longer than a crossing carries: those go through `_Round`."""
     n_ends = len(ok) + len(failed)
     if (
         len(approve) > CROSSING_INPUTS_MAX
@@ -455,14 +455,7 @@ def _plain_round(on_events: Any, on_ended: Any, resource: Any, now: Optional[int
         or len(set(approve)) != len(approve)
         or (n_ends > 1 and len(set(ok).union(failed)) != n_ends)
     ):
-        round = _Round(on_events, on_ended, resource, now)
-        for i, e in enumerate(approve):
-            round.add(False, "approve", i, e, _ENTRY, e)
-        for kind, values, code in (("ok", ok, _OK), ("failed", failed, _FAILED)):
-            for i, e in enumerate(values):
-                round.add(True, kind, i, (code, e, 0), _ENTRY, e)
-        round.flush()
-        return round.errors
+        return None
     errors: list[Any] = []
     if approve:
         refusals = on_events(resource, [Variant("approve", list(approve))], now)
@@ -508,10 +501,10 @@ def step_on(
     approve, settle, granted, denied = inputs.approve, inputs.settle, inputs.granted, inputs.denied
     ask, answer, ok, failed, retry = inputs.ask, inputs.answer, inputs.ok, inputs.failed, inputs.retry
     cancel, pause, lift = inputs.cancel, inputs.pause, getattr(inputs, "lift_pause", ())
-    errors: list[Any] = []
+    errors: Optional[list[Any]] = None
     if (approve or ok or failed) and not (settle or granted or denied or ask or answer or retry or cancel or pause or lift):
         errors = _plain_round(on_events, on_ended, resource, inputs.now, approve, ok, failed)
-    elif approve or settle or granted or denied or ask or answer or ok or failed or retry or cancel or pause or lift:
+    if errors is None and (approve or settle or granted or denied or ask or answer or ok or failed or retry or cancel or pause or lift):
         round = _Round(on_events, on_ended, resource, inputs.now)
         add = round.add
         for i, e in enumerate(approve):
@@ -534,6 +527,8 @@ def step_on(
             add(False, "lift-pause", i, Variant("lift-pause", k), _KEY, k)
         round.flush()
         errors = round.errors
+    if errors is None:  # no inputs: only the round
+        errors = []
     out = next_releases(resource, inputs.now)
     while out.more:  # a round of more than 65536 actions crosses in parts: join them
         part = next_releases(resource, inputs.now)
