@@ -94,4 +94,31 @@ s3 search 300
 s4 search 200
 `,
   },
+  {
+    id: 'github-quota',
+    title: 'A GitHub quota with its windows (rate and burst)',
+    layers: [
+      {
+        name: 'workspace',
+        text: `# GitHub's REST quota: 100 requests at once, 900 a minute and 5,000 an hour.
+# Each window is kept as GCRA: its count at an even pace (5000/h is one
+# start per 720 ms), and a burst of 5 at once after a quiet spell.
+[conversation.tools.github_search]
+concurrency = { key = "github", limit = 100, rate = ["900/min", "5000/h"], burst = 5 }
+[conversation.tools.github_issue]
+concurrency = { key = "github", limit = 100, rate = ["900/min", "5000/h"], burst = 5 }
+`,
+      },
+    ],
+    batch: `# Five go at once; the rest follow one per 720 ms (the hourly window's pace).
+s1 github_search 300
+s2 github_search 300
+i1 github_issue 300
+i2 github_issue 300
+s3 github_search 300
+s4 github_search 300
+i3 github_issue 300
+i4 github_issue 300
+`,
+  },
 ];

@@ -74,6 +74,7 @@ function groupHeader(key, info) {
   if (info) {
     facts.push(info.limit >= 4294967295 ? 'unbounded' : `limit ${info.limit}`);
     if (info.delayMs) facts.push(`starts ${info.delayMs} ms apart`);
+    if (info.rates?.length) facts.push(`rate ${info.rates.map((w) => `${w.count} per ${w.perMs} ms`).join(' and ')}, burst ${info.burst}`);
     facts.push(`${info.retries} ${info.retries === 1 ? 'retry' : 'retries'}`);
     facts.push(`tools: ${info.tools.join(', ')}`);
   }

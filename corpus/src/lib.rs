@@ -459,6 +459,10 @@ pub struct KeyView<'a> {
     pub limit: u32,
     /// Milliseconds between starts.
     pub delay_ms: u32,
+    /// Rate windows as `(count, per_ms)`, ascending.
+    pub rates: &'a [(u32, u32)],
+    /// Starts the rate windows let through at once.
+    pub burst: u32,
     /// Rate-limit retries per entry.
     pub retries: u32,
     /// The longest rate-limit wait, in milliseconds.
@@ -467,8 +471,9 @@ pub struct KeyView<'a> {
     pub shared: bool,
 }
 
-/// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS`, ` retries=N` and ` max_wait=MS`
-/// when they are not the defaults, 0, 3 and 300000, and ` shared` for a shared key), then
+/// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS`, ` rate=N/MSms,...`, ` burst=B`,
+/// ` retries=N` and ` max_wait=MS` when they are not the defaults, 0, none, 1, 3 and 300000,
+/// and ` shared` for a shared key), then
 /// ` fan-out` and ` stop` when they apply.
 pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool) -> String {
     let mut out = match key {
@@ -476,6 +481,16 @@ pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool
             let mut s = format!("{name} {}/{}", k.key, k.limit);
             if k.delay_ms > 0 {
                 let _ = write!(s, " delay={}", k.delay_ms);
+            }
+            for (i, (count, per_ms)) in k.rates.iter().enumerate() {
+                let _ = write!(
+                    s,
+                    "{}{count}/{per_ms}ms",
+                    if i == 0 { " rate=" } else { "," }
+                );
+            }
+            if k.burst != 1 {
+                let _ = write!(s, " burst={}", k.burst);
             }
             if k.retries != RETRIES_DEFAULT {
                 let _ = write!(s, " retries={}", k.retries);

@@ -67,6 +67,17 @@ pub enum Code {
     /// Tools naming one concurrency key (or a template and a key it can make) give it
     /// different `max_wait`s.
     ConcurrencyMaxWaitConflict,
+    /// Tools naming one concurrency key (or a template and a key it can make) give it
+    /// different `rate` windows.
+    ConcurrencyRateConflict,
+    /// Tools naming one concurrency key (or a template and a key it can make) give it
+    /// different `burst`s.
+    ConcurrencyBurstConflict,
+    /// A `burst` on a key with no `rate`: it would let nothing through.
+    BurstWithoutRate,
+    /// A `rate` on a `shared` key: its store keeps limits, delays and pauses, not rate
+    /// windows, so each process would take the whole rate.
+    RateOnSharedKey,
 }
 
 impl Code {
@@ -97,6 +108,10 @@ impl Code {
         Self::ConcurrencySharedConflict,
         Self::UnknownFieldTypo,
         Self::ConcurrencyMaxWaitConflict,
+        Self::ConcurrencyRateConflict,
+        Self::ConcurrencyBurstConflict,
+        Self::BurstWithoutRate,
+        Self::RateOnSharedKey,
     ];
 
     /// The stable kebab-case spelling.
@@ -127,6 +142,10 @@ impl Code {
             Self::ConcurrencySharedConflict => "concurrency-shared-conflict",
             Self::UnknownFieldTypo => "unknown-field-typo",
             Self::ConcurrencyMaxWaitConflict => "concurrency-max-wait-conflict",
+            Self::ConcurrencyRateConflict => "concurrency-rate-conflict",
+            Self::ConcurrencyBurstConflict => "concurrency-burst-conflict",
+            Self::BurstWithoutRate => "burst-without-rate",
+            Self::RateOnSharedKey => "rate-on-shared-key",
         }
     }
 

@@ -36,6 +36,12 @@ pub const RETRIES_DEFAULT: u32 = 3;
 /// The longest `concurrency.max_wait`: 24 hours, the shared-key stores' longest pause
 /// (`DELAY_MS_MAX` in both packages), so a wait a key accepts is one its store can hold.
 pub const MAX_WAIT_MS_MAX: u32 = 24 * 60 * 60 * 1_000;
+/// Starts one rate window may count (`rate = "N/W"`: N is 1 to this).
+pub const RATE_COUNT_MAX: u32 = 1_000_000_000;
+/// Rate windows one key may carry (`rate = ["1/s", "2000/30d"]`).
+pub const RATE_WINDOWS_MAX: usize = 8;
+/// A key's `burst`: 1 to this.
+pub const BURST_MAX: u32 = 1_000_000_000;
 /// Different arguments one key template may name (`key = "fs:{path}"` names one).
 pub const PLACEHOLDERS_MAX: usize = 8;
 /// Bytes of one call's arguments (JSON) given for a templated key. Hosts pass only the fields

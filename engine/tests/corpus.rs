@@ -84,19 +84,26 @@ impl Subject for Native {
 
     fn tool_line(&mut self, name: &str) -> String {
         match self.policy.tool(name) {
-            Some(t) => corpus::tool_line(
-                name,
-                t.concurrency.as_ref().map(|c| corpus::KeyView {
-                    key: c.key.as_str(),
-                    limit: c.limit.get(),
-                    delay_ms: c.delay_ms,
-                    retries: c.retries,
-                    max_wait_ms: c.max_wait_ms,
-                    shared: c.shared,
-                }),
-                t.fan_out,
-                t.on_error == config::OnError::Stop,
-            ),
+            Some(t) => {
+                let rates: Vec<(u32, u32)> = t.concurrency.as_ref().map_or_else(Vec::new, |c| {
+                    c.rates.iter().map(|w| (w.count, w.per_ms)).collect()
+                });
+                corpus::tool_line(
+                    name,
+                    t.concurrency.as_ref().map(|c| corpus::KeyView {
+                        key: c.key.as_str(),
+                        limit: c.limit.get(),
+                        delay_ms: c.delay_ms,
+                        rates: &rates,
+                        burst: c.burst,
+                        retries: c.retries,
+                        max_wait_ms: c.max_wait_ms,
+                        shared: c.shared,
+                    }),
+                    t.fan_out,
+                    t.on_error == config::OnError::Stop,
+                )
+            }
             None => corpus::tool_line(name, None, false, false),
         }
     }

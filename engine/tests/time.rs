@@ -119,13 +119,14 @@ fn bad_delays_and_retries_are_diagnostics() {
     for (value, needle) in [
         ("-5", "negative"),
         ("\"5\"", "no unit"),
-        ("\"5x\"", "not ms, s, m or h"),
+        ("\"5x\"", "not ms, s, m, h or d"),
         ("\"1.5ms\"", "finer than a millisecond"),
         ("\"0.0001s\"", "finer than a millisecond"),
         ("\"1..5s\"", "digits"),
         ("\".5s\"", "digits"),
         ("\"5.s\"", "digits"),
-        ("\"50d\"", "not ms, s, m or h"),
+        ("\"50d\"", "longer than about 49 days"),
+        ("\"5w\"", "not ms, s, m, h or d"),
         ("\"1200h\"", "49 days"),
         ("\"99999999999999ms\"", "49 days"),
         ("4294967296", "above the largest"),
@@ -177,7 +178,7 @@ fn bad_delays_and_retries_are_diagnostics() {
     assert!(
         got[0]
             .1
-            .contains("`delay`, `retries`, `max_wait` and `shared`"),
+            .contains("`delay`, `rate`, `burst`, `retries`, `max_wait` and `shared`"),
         "{got:?}"
     );
 }

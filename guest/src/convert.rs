@@ -74,6 +74,10 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::ConcurrencySharedConflict => W::ConcurrencySharedConflict,
         Code::UnknownFieldTypo => W::UnknownFieldTypo,
         Code::ConcurrencyMaxWaitConflict => W::ConcurrencyMaxWaitConflict,
+        Code::ConcurrencyRateConflict => W::ConcurrencyRateConflict,
+        Code::ConcurrencyBurstConflict => W::ConcurrencyBurstConflict,
+        Code::BurstWithoutRate => W::BurstWithoutRate,
+        Code::RateOnSharedKey => W::RateOnSharedKey,
     }
 }
 
@@ -84,6 +88,15 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
             key: c.key.as_str().to_owned(),
             limit: Some(c.limit.get()).filter(|&l| l != u32::MAX),
             delay_ms: c.delay_ms,
+            rates: c
+                .rates
+                .iter()
+                .map(|w| wc::RateWindow {
+                    count: w.count,
+                    per_ms: w.per_ms,
+                })
+                .collect(),
+            burst: c.burst,
             retries: c.retries,
             max_wait_ms: c.max_wait_ms,
             arguments: c

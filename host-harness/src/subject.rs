@@ -384,12 +384,17 @@ impl Subject for ComponentSubject {
 
 /// The corpus rendering of a tool policy.
 pub(crate) fn tool_line(t: &wc::ToolPolicy) -> String {
+    let rates: Vec<(u32, u32)> = t.concurrency.as_ref().map_or_else(Vec::new, |c| {
+        c.rates.iter().map(|w| (w.count, w.per_ms)).collect()
+    });
     corpus::tool_line(
         &t.name,
         t.concurrency.as_ref().map(|c| corpus::KeyView {
             key: &c.key,
             limit: c.limit.unwrap_or(u32::MAX),
             delay_ms: c.delay_ms,
+            rates: &rates,
+            burst: c.burst,
             retries: c.retries,
             max_wait_ms: c.max_wait_ms,
             shared: c.shared,
@@ -721,5 +726,9 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::ConcurrencySharedConflict => "concurrency-shared-conflict",
         D::UnknownFieldTypo => "unknown-field-typo",
         D::ConcurrencyMaxWaitConflict => "concurrency-max-wait-conflict",
+        D::ConcurrencyRateConflict => "concurrency-rate-conflict",
+        D::ConcurrencyBurstConflict => "concurrency-burst-conflict",
+        D::BurstWithoutRate => "burst-without-rate",
+        D::RateOnSharedKey => "rate-on-shared-key",
     }
 }

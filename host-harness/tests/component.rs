@@ -172,6 +172,8 @@ fn config_survives_hostile_layers() {
             key: "f".to_owned(),
             limit: Some(2),
             delay_ms: 0,
+            rates: vec![],
+            burst: 1,
             retries: 3,
             max_wait_ms: 300_000,
             arguments: vec![],

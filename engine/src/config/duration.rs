@@ -1,8 +1,8 @@
-//! The duration grammar of `delay` and `max_wait`: digits with an optional fraction and a unit
-//! (`ms`, `s`, `m`, `h`), in whole milliseconds up to `u32::MAX`. `raw.rs` reads a value's form
+//! The duration grammar of `delay`, `max_wait` and a rate's window: digits with an optional
+//! fraction and a unit (`ms`, `s`, `m`, `h`, `d`), in whole milliseconds up to `u32::MAX`. `raw.rs` reads a value's form
 //! (an integer is milliseconds) and reports what this grammar refuses.
 
-/// `"250ms"`, `"1.5s"`, `"2m"`, `"1h"` in milliseconds: any number of digits, and any fraction
+/// `"250ms"`, `"1.5s"`, `"2m"`, `"1h"`, `"30d"` in milliseconds: any number of digits, and any fraction
 /// that comes to whole milliseconds (`"1.0001h"` is 3,600,360 ms; `"1.5000s"` is 1,500).
 pub(crate) fn parse_duration(text: &str) -> Result<u32, &'static str> {
     const LONG: &str = "it is longer than about 49 days";
@@ -14,14 +14,15 @@ pub(crate) fn parse_duration(text: &str) -> Result<u32, &'static str> {
     }
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or("it has no unit (ms, s, m or h)")?;
+        .ok_or("it has no unit (ms, s, m, h or d)")?;
     let (number, unit) = text.split_at(split);
     let scale: u64 = match unit {
         "ms" => 1,
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
-        _ => return Err("the unit is not ms, s, m or h"),
+        "d" => 86_400_000,
+        _ => return Err("the unit is not ms, s, m, h or d"),
     };
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     if whole.is_empty() || number.ends_with('.') || fraction.contains('.') {

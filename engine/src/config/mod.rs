@@ -21,11 +21,12 @@
 mod duration;
 mod overlap;
 mod policy;
+mod rate;
 mod raw;
 mod typo;
 mod validate;
 
-pub use policy::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
+pub use policy::{Concurrency, ConcurrencyKey, OnError, Policy, RateWindow, ToolPolicy};
 
 use crate::diagnostic::{self, Code, Diagnostic, Label, Severity, Span};
 use crate::limits::{LAYER_BYTES_MAX, LAYERS_MAX, NAME_BYTES_MAX};

@@ -1,6 +1,6 @@
 //! V5 across names: a key template makes key names at run time, so a template and a configured
 //! key, or two templates, that can make the same name must give it the same limit, delay,
-//! retries, max_wait and shared, exactly as tools naming one key do. Otherwise which limit
+//! rate, burst, retries, max_wait and shared, exactly as tools naming one key do. Otherwise which limit
 //! holds would depend on which tool's call named the key first.
 //!
 //! The rule is decided statically, from the text alone (`KeyTemplate::can_make` and
@@ -17,7 +17,7 @@
 //! order that disagrees; the message counts the others), and a key whose own tools already
 //! disagree on a field is left to that diagnostic.
 
-use super::validate::Declared;
+use super::validate::{Agreed, Declared};
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
 use crate::template::KeyTemplate;
@@ -95,7 +95,7 @@ enum Meet {
 
 /// Whether two names disagree on `f` (a key whose own tools disagree is already reported).
 fn disagree(a: &Info<'_>, b: &Info<'_>, f: Field) -> bool {
-    a.agreed[f as usize] && b.agreed[f as usize] && f.value(a.first) != f.value(b.first)
+    a.agreed[f as usize] && b.agreed[f as usize] && !f.same(a.first, b.first)
 }
 
 /// Sorted views of the names, so that a template looks only at the names that share its
@@ -241,7 +241,7 @@ impl<'a> Info<'a> {
         } else {
             None
         };
-        let agreed = Field::ALL.map(|f| list.iter().all(|(_, d)| f.value(d) == f.value(first)));
+        let agreed = Field::ALL.map(|f| list.iter().all(|(_, d)| f.same(d, first)));
         Some(Self {
             key,
             template,
@@ -256,74 +256,69 @@ impl<'a> Info<'a> {
 enum Field {
     Limit,
     Delay,
+    Rate,
+    Burst,
     Retries,
     MaxWait,
     Shared,
 }
 
 impl Field {
-    const COUNT: usize = 5;
+    const COUNT: usize = 7;
     const ALL: [Self; Self::COUNT] = [
         Self::Limit,
         Self::Delay,
+        Self::Rate,
+        Self::Burst,
         Self::Retries,
         Self::MaxWait,
         Self::Shared,
     ];
 
-    fn value(self, d: &Declared) -> u32 {
+    /// The field as the check of one key's tools knows it (`None`: the limit).
+    fn agreed(self) -> Option<Agreed> {
         match self {
-            Self::Limit => d.limit,
-            Self::Delay => d.delay.0,
-            Self::Retries => d.retries.0,
-            Self::MaxWait => d.max_wait.0,
-            Self::Shared => d.shared.0,
+            Self::Limit => None,
+            Self::Delay => Some(Agreed::Delay),
+            Self::Rate => Some(Agreed::Rate),
+            Self::Burst => Some(Agreed::Burst),
+            Self::Retries => Some(Agreed::Retries),
+            Self::MaxWait => Some(Agreed::MaxWait),
+            Self::Shared => Some(Agreed::Shared),
         }
+    }
+
+    /// Whether two declarations give the key the same value.
+    fn same(self, a: &Declared, b: &Declared) -> bool {
+        self.agreed().map_or(a.limit == b.limit, |g| g.same(a, b))
     }
 
     /// Where the value was written (the concurrency value when the field is not).
     fn at(self, d: &Declared) -> Loc {
-        let written = match self {
-            Self::Limit => None,
-            Self::Delay => d.delay.1,
-            Self::Retries => d.retries.1,
-            Self::MaxWait => d.max_wait.1,
-            Self::Shared => d.shared.1,
-        };
-        written.unwrap_or(d.loc)
+        self.agreed().and_then(|g| g.at(d)).unwrap_or(d.loc)
     }
 
     /// The code, the field, and the plural noun for "conflicting ...".
     fn names(self) -> (Code, &'static str, &'static str) {
-        match self {
-            Self::Limit => (Code::ConcurrencyLimitConflict, "limit", "limits"),
-            Self::Delay => (Code::ConcurrencyDelayConflict, "delay", "delays"),
-            Self::Retries => (Code::ConcurrencyRetriesConflict, "retries", "retry caps"),
-            Self::MaxWait => (
-                Code::ConcurrencyMaxWaitConflict,
-                "max_wait",
-                "maximum waits",
-            ),
-            Self::Shared => (Code::ConcurrencySharedConflict, "shared", "scopes"),
-        }
+        self.agreed().map_or(
+            (Code::ConcurrencyLimitConflict, "limit", "limits"),
+            Agreed::names,
+        )
     }
 
     /// `tool = value`, as the conflicts of one key write it.
     fn show(self, tool: &str, d: &Declared) -> String {
-        let (value, set) = match self {
-            Self::Limit if d.integer_form => {
+        let Some(g) = self.agreed() else {
+            if d.integer_form {
                 return format!(
                     "{tool} = {} (integer form: key is the tool's own name)",
                     d.limit
                 );
             }
-            Self::Limit => return format!("{tool} = {}", d.limit),
-            Self::Delay => (format!("{} ms", d.delay.0), d.delay.1.is_some()),
-            Self::Retries => (d.retries.0.to_string(), d.retries.1.is_some()),
-            Self::MaxWait => (format!("{} ms", d.max_wait.0), d.max_wait.1.is_some()),
-            Self::Shared => ((d.shared.0 == 1).to_string(), d.shared.1.is_some()),
+            return format!("{tool} = {}", d.limit);
         };
-        if set {
+        let value = g.show(d);
+        if g.at(d).is_some() {
             format!("{tool} = {value}")
         } else {
             format!("{tool} = {value} (not set: the default)")

@@ -44,8 +44,23 @@ impl ConcurrencyKey {
     }
 }
 
+/// One rate window of a key: on average at most `count` starts per `per_ms` milliseconds,
+/// kept as GCRA (the generic cell rate algorithm) on the host's clock: a start is let through
+/// when it would leave at most `burst` starts (the key's) ahead of the even pace of
+/// `per_ms / count` apart. With a burst of 1 no window of `per_ms` ever holds more than
+/// `count` starts; a burst of B lets B start at once after the key was idle, and at most
+/// `B + count - 1` in any window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RateWindow {
+    /// Starts per window, 1 ..= [`crate::limits::RATE_COUNT_MAX`].
+    pub count: u32,
+    /// The window's length in milliseconds, at least 1.
+    pub per_ms: u32,
+}
+
 /// A keyed limit: at most `limit` executions with `key` run at once, consecutive starts at
-/// least `delay_ms` apart, and an execution that hits a rate limit is retried up to `retries`
+/// least `delay_ms` apart, starts within every rate window of `rates` (with `burst`), and an
+/// execution that hits a rate limit is retried up to `retries`
 /// times, when the wait it asks for is at most `max_wait_ms`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Concurrency {
@@ -57,6 +72,12 @@ pub struct Concurrency {
     pub limit: NonZeroU32,
     /// Minimum milliseconds between consecutive starts on the key (0: none).
     pub delay_ms: u32,
+    /// The key's rate windows, in ascending order (empty: none). `delay_ms` is the window
+    /// `1 / delay_ms` with a burst of 1, kept beside these.
+    pub rates: Vec<RateWindow>,
+    /// Starts the rate windows let through at once after the key was idle (1 ..=
+    /// [`crate::limits::BURST_MAX`]; 1 when the key has no rate).
+    pub burst: u32,
     /// How many times one entry with this key may end rate-limited and run again.
     pub retries: u32,
     /// The longest wait a rate limit may ask for, in milliseconds (`max_wait`; at most
@@ -161,7 +182,7 @@ impl Policy {
     }
 
     /// A fingerprint of what this policy means to the scheduler: every configured tool's key,
-    /// limit, delay, retry cap, maximum wait, sharing, fan-out and stop, in configuration order
+    /// limit, delay, rates and burst, retry cap, maximum wait, sharing, fan-out and stop, in configuration order
     /// (FNV-1a, 64 bits). A saved scheduler state carries it, so a host can tell the policy
     /// changed before resuming.
     pub fn fingerprint(&self) -> u64 {
@@ -183,6 +204,15 @@ impl Policy {
                 // Only when set, so that every fingerprint from before `shared` stays the same.
                 if c.shared {
                     eat(b"shared");
+                }
+                // Likewise only when set, for fingerprints from before rates.
+                if !c.rates.is_empty() {
+                    eat(b"rate");
+                    for w in &c.rates {
+                        eat(&w.count.to_le_bytes());
+                        eat(&w.per_ms.to_le_bytes());
+                    }
+                    eat(&c.burst.to_le_bytes());
                 }
                 // Likewise only when not the default, for fingerprints from before `max_wait`.
                 if c.max_wait_ms != crate::retry_after::MAX_WAIT_DEFAULT_MS {

@@ -9,10 +9,13 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::duration::parse_duration;
-use super::policy::OnError;
+use super::policy::{OnError, RateWindow};
+use super::rate::parse_rate;
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
-use crate::limits::{KEY_BYTES_MAX, MAX_WAIT_MS_MAX, NAME_BYTES_MAX, RETRIES_MAX};
+use crate::limits::{
+    BURST_MAX, KEY_BYTES_MAX, MAX_WAIT_MS_MAX, NAME_BYTES_MAX, RATE_WINDOWS_MAX, RETRIES_MAX,
+};
 use crate::template::KeyTemplate;
 
 /// One layer's view of `conversation.tools`.
@@ -45,6 +48,10 @@ pub(crate) enum RawConcurrency {
         limit: Option<(u32, Loc)>,
         /// Milliseconds between consecutive starts on the key.
         delay: Option<(u32, Loc)>,
+        /// Rate windows (`rate`), in ascending order.
+        rate: Option<(Vec<RateWindow>, Loc)>,
+        /// Starts the rate windows let through at once (`burst`).
+        burst: Option<(u32, Loc)>,
         /// Rate-limit retries per entry.
         retries: Option<(u32, Loc)>,
         /// The longest rate-limit wait the key pauses for, in milliseconds.
@@ -133,7 +140,9 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
 /// The names Turnstile reads in a tool's table; the others are ignored.
 const TOOL_FIELDS: &[&str] = &["concurrency", "fan_out"];
 /// The fields of a concurrency table and of a fan_out table.
-const CONCURRENCY_FIELDS: &[&str] = &["key", "limit", "delay", "retries", "max_wait", "shared"];
+const CONCURRENCY_FIELDS: &[&str] = &[
+    "key", "limit", "delay", "rate", "burst", "retries", "max_wait", "shared",
+];
 const FAN_OUT_FIELDS: &[&str] = &["enabled", "on_error"];
 
 /// Warns of every name in `table` that Turnstile does not read but is a near miss of one in
@@ -260,8 +269,8 @@ fn parse_tool(
     tool
 }
 
-const CONCURRENCY_SHAPES: &str =
-    "a non-negative integer or a { key, limit, delay, retries, max_wait, shared } table";
+const CONCURRENCY_SHAPES: &str = "a non-negative integer or a { key, limit, delay, rate, burst, retries, max_wait, shared } \
+     table";
 
 fn parse_concurrency(
     layer: u32,
@@ -279,6 +288,8 @@ fn parse_concurrency(
             let mut key = None;
             let mut limit = None;
             let mut delay = None;
+            let mut rate = None;
+            let mut burst = None;
             let mut retries = None;
             let mut max_wait = None;
             let mut shared = None;
@@ -344,6 +355,27 @@ fn parse_concurrency(
                         Some(ms) => delay = Some((ms, vloc)),
                         None => ok = false,
                     },
+                    "rate" => match rates(layer, &fpath, v, sink) {
+                        Some(windows) => rate = Some((windows, vloc)),
+                        None => ok = false,
+                    },
+                    "burst" => match non_negative(layer, &fpath, v, sink) {
+                        Some(n) if (1..=BURST_MAX).contains(&n) => burst = Some((n, vloc)),
+                        Some(n) => {
+                            ok = false;
+                            sink.push(
+                                Code::ConcurrencyType,
+                                &fpath,
+                                format!("a burst of {n} is not in 1 ..= {BURST_MAX}"),
+                            )
+                            .label(vloc, "out of range")
+                            .help(
+                                "burst is how many starts the rate lets through at once after \
+                                 the key was idle: 1 (the default) or more",
+                            );
+                        }
+                        None => ok = false,
+                    },
                     "retries" => match non_negative(layer, &fpath, v, sink) {
                         Some(n) if n <= RETRIES_MAX => retries = Some((n, vloc)),
                         Some(n) => {
@@ -402,7 +434,8 @@ fn parse_concurrency(
                                 &fpath,
                                 format!(
                                     "unknown field `{other}`; concurrency accepts `key`, \
-                                     `limit`, `delay`, `retries`, `max_wait` and `shared`"
+                                     `limit`, `delay`, `rate`, `burst`, `retries`, `max_wait` \
+                                     and `shared`"
                                 ),
                             )
                             .label(floc, "unknown field");
@@ -416,6 +449,8 @@ fn parse_concurrency(
                 key,
                 limit,
                 delay,
+                rate,
+                burst,
                 retries,
                 max_wait,
                 shared,
@@ -436,6 +471,92 @@ fn parse_concurrency(
             None
         }
     }
+}
+
+/// A key's rate windows: one window string (`"5000/h"`) or an array of them (`["1/s",
+/// "2000/30d"]`), at most [`RATE_WINDOWS_MAX`], in ascending order with repeats dropped (a
+/// window written twice limits once).
+fn rates(
+    layer: u32,
+    path: &[String],
+    value: &Value<'_>,
+    sink: &mut Sink,
+) -> Option<Vec<RateWindow>> {
+    let loc = Loc::from_span(layer, value.span());
+    let help = "write rate = \"5000/h\", or several windows: rate = [\"1/s\", \"2000/30d\"] \
+                (a count, `/`, and ms, s, m, h, d or a duration)";
+    let one = |text: &str, at: Loc, sink: &mut Sink| match parse_rate(text) {
+        Ok(w) => Some(w),
+        Err(why) => {
+            sink.push(
+                Code::ConcurrencyType,
+                path,
+                format!("{text:?} is not a rate: {why}"),
+            )
+            .label(at, "not a rate")
+            .help(help);
+            None
+        }
+    };
+    let mut windows = match value.get_ref() {
+        DeValue::String(text) => vec![one(text, loc, sink)?],
+        DeValue::Array(items) if items.is_empty() || items.len() > RATE_WINDOWS_MAX => {
+            sink.push(
+                Code::ConcurrencyType,
+                path,
+                format!(
+                    "a key has 1 to {RATE_WINDOWS_MAX} rate windows; this array has {}",
+                    items.len()
+                ),
+            )
+            .label(loc, "wrong number of windows")
+            .help(help);
+            return None;
+        }
+        DeValue::Array(items) => {
+            let mut windows = Vec::with_capacity(items.len());
+            let mut ok = true;
+            for item in items.iter() {
+                let at = Loc::from_span(layer, item.span());
+                match item.get_ref() {
+                    DeValue::String(text) => match one(text, at, sink) {
+                        Some(w) => windows.push(w),
+                        None => ok = false,
+                    },
+                    other => {
+                        ok = false;
+                        sink.push(
+                            Code::ConcurrencyType,
+                            path,
+                            format!("expected a rate string, found {}", found(other)),
+                        )
+                        .label(at, "not a string")
+                        .help(help);
+                    }
+                }
+            }
+            if !ok {
+                return None;
+            }
+            windows
+        }
+        other => {
+            sink.push(
+                Code::ConcurrencyType,
+                path,
+                format!(
+                    "expected a rate string or an array of them, found {}",
+                    found(other)
+                ),
+            )
+            .label(loc, "not a rate")
+            .help(help);
+            return None;
+        }
+    };
+    windows.sort_unstable();
+    windows.dedup();
+    Some(windows)
 }
 
 /// A duration in whole milliseconds (`delay`, `max_wait`): an integer (milliseconds) or a
@@ -489,6 +610,7 @@ fn non_negative(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink)
     let help = match path.last().map(String::as_str) {
         Some("delay") => "a delay is 0 (none) or more milliseconds",
         Some("retries") => "retries is 0 (never run again) or more",
+        Some("burst") => "a burst is 1 (the default) or more starts at once",
         Some("max_wait") => {
             "a max_wait is 0 (never wait on a rate limit) or more milliseconds, 5 minutes when \
              unset"

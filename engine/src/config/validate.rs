@@ -6,7 +6,7 @@
 use crate::fx::FxHashMap;
 use std::num::NonZeroU32;
 
-use super::policy::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
+use super::policy::{Concurrency, ConcurrencyKey, OnError, Policy, RateWindow, ToolPolicy};
 use super::raw::{RawConcurrency, RawFanOut, RawLayer};
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
@@ -36,6 +36,10 @@ pub(super) struct Declared {
     pub(super) integer_form: bool,
     /// Milliseconds between starts, and where it was written.
     pub(super) delay: (u32, Option<Loc>),
+    /// Rate windows in ascending order (empty: none), and where they were written.
+    pub(super) rate: (Vec<RateWindow>, Option<Loc>),
+    /// Starts the rate windows let through at once (1 when unset), and where it was written.
+    pub(super) burst: (u32, Option<Loc>),
     /// Rate-limit retries per entry, and where it was written.
     pub(super) retries: (u32, Option<Loc>),
     /// The longest rate-limit wait in milliseconds, and where it was written.
@@ -84,6 +88,9 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 shared_delay_too_long(tool, d, sink);
             }
             if let Some(d) = declared.as_ref() {
+                rate_terms(tool, d, sink);
+            }
+            if let Some(d) = declared.as_ref() {
                 let slot = *key_index.entry(d.key.clone()).or_insert_with(|| {
                     declared_by_key.push((d.key.clone(), Vec::new()));
                     declared_by_key.len() - 1
@@ -98,6 +105,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
         // still apply).
         let concurrency = declared.and_then(|d| {
             let own_terms = d.delay.0 > 0
+                || !d.rate.0.is_empty()
                 || d.retries.0 != RETRIES_DEFAULT
                 || d.max_wait.0 != MAX_WAIT_DEFAULT_MS;
             let limit = match NonZeroU32::new(d.limit) {
@@ -113,6 +121,8 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 },
                 limit,
                 delay_ms: d.delay.0,
+                burst: if d.rate.0.is_empty() { 1 } else { d.burst.0 },
+                rates: d.rate.0,
                 retries: d.retries.0,
                 max_wait_ms: d.max_wait.0,
                 shared: d.shared.0 == 1,
@@ -132,12 +142,17 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
         }
         for what in [
             Agreed::Delay,
+            Agreed::Rate,
+            Agreed::Burst,
             Agreed::Retries,
             Agreed::MaxWait,
             Agreed::Shared,
         ] {
-            let first = list.first().map(|(_, d)| what.of(d).0);
-            if list.iter().any(|(_, d)| Some(what.of(d).0) != first) {
+            let first = list.first().map(|(_, d)| d);
+            if list
+                .iter()
+                .any(|(_, d)| first.is_some_and(|f| !what.same(f, d)))
+            {
                 disagreement(key, what, list, sink);
             }
         }
@@ -205,6 +220,8 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
                 key: old_key,
                 limit: old_limit,
                 delay: old_delay,
+                rate: old_rate,
+                burst: old_burst,
                 retries: old_retries,
                 max_wait: old_max_wait,
                 shared: old_shared,
@@ -214,6 +231,8 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
                 key,
                 limit,
                 delay,
+                rate,
+                burst,
                 retries,
                 max_wait,
                 shared,
@@ -223,6 +242,8 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
             key: key.or(old_key),
             limit: limit.or(old_limit),
             delay: delay.or(old_delay),
+            rate: rate.or(old_rate),
+            burst: burst.or(old_burst),
             retries: retries.or(old_retries),
             max_wait: max_wait.or(old_max_wait),
             shared: shared.or(old_shared),
@@ -258,6 +279,8 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             loc: *loc,
             integer_form: true,
             delay: (0, None),
+            rate: (Vec::new(), None),
+            burst: (1, None),
             retries: (RETRIES_DEFAULT, None),
             max_wait: (MAX_WAIT_DEFAULT_MS, None),
             shared: (0, None),
@@ -266,6 +289,8 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             key,
             limit,
             delay,
+            rate,
+            burst,
             retries,
             max_wait,
             shared,
@@ -294,6 +319,10 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
                 loc: *loc,
                 integer_form: false,
                 delay: delay.map_or((0, None), |(ms, l)| (ms, Some(l))),
+                rate: rate
+                    .as_ref()
+                    .map_or((Vec::new(), None), |(w, l)| (w.clone(), Some(*l))),
+                burst: burst.map_or((1, None), |(n, l)| (n, Some(l))),
                 retries: retries.map_or((RETRIES_DEFAULT, None), |(n, l)| (n, Some(l))),
                 max_wait: max_wait.map_or((MAX_WAIT_DEFAULT_MS, None), |(ms, l)| (ms, Some(l))),
                 shared: shared.map_or((0, None), |(b, l)| (u32::from(b), Some(l))),
@@ -349,6 +378,41 @@ fn shared_delay_too_long(tool: &Merged, declared: &Declared, sink: &mut Sink) {
     d.help("a shared key's store keeps its spacing, for at most 24h; use a shorter delay");
 }
 
+/// A `burst` needs a `rate` to let through; and a shared key's store keeps a limit, a delay and
+/// pauses, not (yet) rate windows, so a rate on a shared key is refused rather than kept by
+/// each process alone (which would let every process take the whole rate).
+fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
+    let path = tool_path(&tool.name, Some("concurrency"));
+    if let (Some(at), true) = (d.burst.1, d.rate.0.is_empty()) {
+        sink.push(
+            Code::BurstWithoutRate,
+            &path,
+            format!(
+                "burst = {} has no rate to let through: burst is how many starts the key's \
+                 rate windows allow at once",
+                d.burst.0
+            ),
+        )
+        .label(at, "burst without a rate")
+        .help("add a rate (rate = \"10/s\"), or remove burst");
+    }
+    if let (Some(at), Some(shared), true) = (d.rate.1, d.shared.1, d.shared.0 == 1) {
+        sink.push(
+            Code::RateOnSharedKey,
+            &path,
+            "a shared key's store keeps its limit, delay and pauses but not rate windows, so \
+             each process would take the whole rate"
+                .to_owned(),
+        )
+        .label(at, "a rate")
+        .label(shared, "on a shared key")
+        .help(
+            "use delay (the store keeps it: one start per delay across processes), or keep \
+             the rate on a key that is not shared",
+        );
+    }
+}
+
 fn conflict(key: &str, list: &[(String, Declared)], sink: &mut Sink) {
     let describe = |(tool, d): &(String, Declared)| {
         if d.integer_form {
@@ -377,55 +441,102 @@ fn conflict(key: &str, list: &[(String, Declared)], sink: &mut Sink) {
         .help("the check covers every configured tool, enabled or not");
 }
 
-/// The fields besides the limit that every tool naming a key must agree on.
+/// The fields besides the limit that every tool naming a key must agree on (and, in
+/// `overlap.rs`, a template and the keys it can make).
 #[derive(Clone, Copy)]
-enum Agreed {
+pub(super) enum Agreed {
     Delay,
+    Rate,
+    Burst,
     Retries,
     MaxWait,
     Shared,
 }
 
 impl Agreed {
-    fn of(self, d: &Declared) -> (u32, Option<Loc>) {
+    /// Whether two tools give the key the same value.
+    pub(super) fn same(self, a: &Declared, b: &Declared) -> bool {
         match self {
-            Self::Delay => d.delay,
-            Self::Retries => d.retries,
-            Self::MaxWait => d.max_wait,
-            Self::Shared => d.shared,
+            Self::Rate => a.rate.0 == b.rate.0,
+            _ => self.number(a) == self.number(b),
+        }
+    }
+
+    fn number(self, d: &Declared) -> u32 {
+        match self {
+            Self::Delay => d.delay.0,
+            Self::Rate => 0,
+            Self::Burst => d.burst.0,
+            Self::Retries => d.retries.0,
+            Self::MaxWait => d.max_wait.0,
+            Self::Shared => d.shared.0,
+        }
+    }
+
+    /// Where the tool wrote the value (`None`: it did not, and gives the default).
+    pub(super) fn at(self, d: &Declared) -> Option<Loc> {
+        match self {
+            Self::Delay => d.delay.1,
+            Self::Rate => d.rate.1,
+            Self::Burst => d.burst.1,
+            Self::Retries => d.retries.1,
+            Self::MaxWait => d.max_wait.1,
+            Self::Shared => d.shared.1,
+        }
+    }
+
+    /// The value as a diagnostic shows it.
+    pub(super) fn show(self, d: &Declared) -> String {
+        match self {
+            Self::Delay | Self::MaxWait => format!("{} ms", self.number(d)),
+            Self::Rate => show_rates(&d.rate.0),
+            Self::Shared => (d.shared.0 == 1).to_string(),
+            Self::Burst | Self::Retries => self.number(d).to_string(),
+        }
+    }
+
+    /// The code, the field, and the plural noun for "conflicting ...".
+    pub(super) fn names(self) -> (Code, &'static str, &'static str) {
+        match self {
+            Self::Delay => (Code::ConcurrencyDelayConflict, "delay", "delays"),
+            Self::Rate => (Code::ConcurrencyRateConflict, "rate", "rates"),
+            Self::Burst => (Code::ConcurrencyBurstConflict, "burst", "bursts"),
+            Self::Retries => (Code::ConcurrencyRetriesConflict, "retries", "retry caps"),
+            Self::MaxWait => (
+                Code::ConcurrencyMaxWaitConflict,
+                "max_wait",
+                "maximum waits",
+            ),
+            Self::Shared => (Code::ConcurrencySharedConflict, "shared", "scopes"),
         }
     }
 }
 
-/// V5 for `delay`, `retries`, `max_wait` and `shared`: one value per key. A tool that does not
-/// write the field gives the default (no delay, `RETRIES_DEFAULT` retries,
-/// `MAX_WAIT_DEFAULT_MS`, not shared), and the label says so.
+/// Rate windows as a config writes them: `"5000/3600000ms"`, or `none`.
+pub(super) fn show_rates(rates: &[RateWindow]) -> String {
+    if rates.is_empty() {
+        return "none".to_owned();
+    }
+    let windows: Vec<String> = rates
+        .iter()
+        .map(|w| format!("\"{}/{}ms\"", w.count, w.per_ms))
+        .collect();
+    if let [one] = windows.as_slice() {
+        return one.clone();
+    }
+    format!("[{}]", windows.join(", "))
+}
+
+/// V5 for `delay`, `rate`, `burst`, `retries`, `max_wait` and `shared`: one value per key. A
+/// tool that does not write the field gives the default (no delay, no rate, a burst of 1,
+/// `RETRIES_DEFAULT` retries, `MAX_WAIT_DEFAULT_MS`, not shared), and the label says so.
 fn disagreement(key: &str, what: Agreed, list: &[(String, Declared)], sink: &mut Sink) {
-    let (code, field, noun, unit) = match what {
-        Agreed::Delay => (Code::ConcurrencyDelayConflict, "delay", "delays", " ms"),
-        Agreed::Retries => (
-            Code::ConcurrencyRetriesConflict,
-            "retries",
-            "retry caps",
-            "",
-        ),
-        Agreed::MaxWait => (
-            Code::ConcurrencyMaxWaitConflict,
-            "max_wait",
-            "maximum waits",
-            " ms",
-        ),
-        Agreed::Shared => (Code::ConcurrencySharedConflict, "shared", "scopes", ""),
-    };
+    let (code, field, noun) = what.names();
     let describe = |(tool, d): &(String, Declared)| {
-        let (value, at) = what.of(d);
-        let value = match what {
-            Agreed::Shared => (value == 1).to_string(),
-            _ => value.to_string(),
-        };
-        match at {
-            Some(_) => format!("{tool} = {value}{unit}"),
-            None => format!("{tool} = {value}{unit} (not set: the default)"),
+        let value = what.show(d);
+        match what.at(d) {
+            Some(_) => format!("{tool} = {value}"),
+            None => format!("{tool} = {value} (not set: the default)"),
         }
     };
     let listing: Vec<String> = list.iter().map(describe).collect();
@@ -439,8 +550,7 @@ fn disagreement(key: &str, what: Agreed, list: &[(String, Declared)], sink: &mut
         ),
     );
     for (entry, text) in list.iter().zip(&listing) {
-        let (_, at) = what.of(&entry.1);
-        d.label(at.unwrap_or(entry.1.loc), text.clone());
+        d.label(what.at(&entry.1).unwrap_or(entry.1.loc), text.clone());
     }
     d.tools(list.iter().map(|(tool, _)| tool.clone()).collect())
         .help(format!(

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 
 use super::effects::Effects;
 use super::names::FxHashMap;
+use super::rate::Spacing;
 use super::time::TimeGate;
 use crate::config::{Concurrency, OnError, Policy, ToolPolicy};
 use crate::limits::RETRIES_DEFAULT;
@@ -33,15 +34,17 @@ pub(crate) struct KeyRec {
     dirty: bool,
     /// The last entry released with this key, for the FIFO assertion.
     last_released: Option<u64>,
-    /// Minimum milliseconds between consecutive starts.
+    /// Minimum milliseconds between consecutive starts (a shared key's store's term).
     pub(crate) delay: u32,
+    /// The delay and rate windows this process keeps (none on a shared key).
+    spacing: Spacing,
     /// Rate-limit retries per entry.
     pub(crate) retries: u32,
     /// Permits come from a store shared across processes (its delay is the store's to keep).
     pub(crate) shared: bool,
     /// The longest wait a rate limit may ask for before its entry is settled instead.
     pub(crate) max_wait_ms: u64,
-    /// Its last start, its pauses and its wake-up (`time.rs`).
+    /// Its pauses and its wake-up (`time.rs`).
     pub(crate) time: TimeGate,
     /// The template this key was expanded from; `None` for a configured key.
     pub(crate) template: Option<u32>,
@@ -53,14 +56,17 @@ pub(crate) struct KeyRec {
 }
 
 impl KeyRec {
-    /// The spacing this process keeps itself: none for a shared key, whose store keeps it.
-    pub(crate) fn local_delay(&self) -> u32 {
-        if self.shared { 0 } else { self.delay }
+    /// The earliest time the next entry may start: its spacing (delay and rate windows), and
+    /// the pause.
+    pub(crate) fn gate(&self) -> u64 {
+        self.spacing.opens_at().max(self.time.paused_until())
     }
 
-    /// The earliest time the next entry may start: spacing after the last start, and the pause.
-    pub(crate) fn gate(&self) -> u64 {
-        self.time.opens_at(self.local_delay())
+    /// The time from which nothing of the key's past holds a start back: its spacing is as
+    /// if it had never started and its pause is over. A key made from a template is forgotten
+    /// only then, so forgetting it never lets more through than its terms allow.
+    pub(crate) fn rested_at(&self) -> u64 {
+        self.spacing.rested_at().max(self.time.paused_until())
     }
 
     /// Entry numbers with this key not yet released or settled when last looked at, in
@@ -212,9 +218,10 @@ impl Keys {
             queue: VecDeque::new(),
             dirty: false,
             last_released: None,
-            // A shared key's spacing holds across processes: the store keeps it (the gate
-            // skips it), and permit requests carry it as the store's term.
+            // A shared key's spacing holds across processes: the store keeps it (its local
+            // spacing is empty), and permit requests carry it as the store's term.
             delay: c.delay_ms,
+            spacing: Spacing::new(c),
             retries: c.retries,
             shared: c.shared,
             max_wait_ms: crate::retry_after::max_wait_ms(Some(c)),
@@ -399,7 +406,7 @@ impl Keys {
                 key.name
             );
             debug_assert!(key.open_at(now), "started before its gate on {}", key.name);
-            key.time.started(now);
+            key.spacing.started(now);
         }
         if effects.has(Effects::FREES_SLOT) {
             debug_assert!(key.running > 0, "slot freed twice on {}", key.name);

@@ -72,6 +72,7 @@ mod lifecycle;
 mod names;
 mod packed;
 mod parts;
+mod rate;
 mod restart;
 mod shared;
 mod stale_heap;

@@ -1,5 +1,5 @@
 //! Time, which stays the host's: the engine never reads a clock. `next_releases` carries the host's `now`
-//! (monotonic milliseconds); a key's gate (spacing after its last start, and its pause) holds
+//! (monotonic milliseconds); a key's gate (its spacing, `rate.rs`, and its pause) holds
 //! back its front entry until the gate's time, and the round's output says when to wake the
 //! scheduler next (`wake_at`). A host pauses a key until a time (`pause`; a pause only ever
 //! extends), and an execution that hit a rate limit ends as `retry`: its slot is freed, its key
@@ -38,12 +38,10 @@ fn asked_seconds(wait_ms: u64) -> Option<NonZeroU32> {
     NonZeroU32::new(u32::try_from(wait_ms.div_ceil(1_000)).unwrap_or(u32::MAX))
 }
 
-/// A key's clock: when it last started an entry, until when it is paused (by the host, or by
-/// rate limits), and the wake-up queued for it. Only the methods below write it.
+/// A key's clock: until when it is paused (by the host, or by rate limits), and the wake-up
+/// queued for it (its spacing is `rate.rs`'s). Only the methods below write it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct TimeGate {
-    /// When the last entry with this key started (the host's `now` then).
-    last_start: Option<u64>,
     /// Nothing with this key starts before this time (a pause only ever extends): the later
     /// of the host's pause and `limited_until`.
     paused_until: u64,
@@ -58,23 +56,9 @@ pub(crate) struct TimeGate {
 }
 
 impl TimeGate {
-    /// The earliest time the next entry may start: `delay_ms` after the last start, and not
-    /// before the pause ends.
-    pub(crate) fn opens_at(&self, delay_ms: u32) -> u64 {
-        let spaced = self
-            .last_start
-            .map_or(0, |t| t.saturating_add(u64::from(delay_ms)));
-        spaced.max(self.paused_until)
-    }
-
     /// Until when the key is paused (0 when it never was).
     pub(crate) fn paused_until(&self) -> u64 {
         self.paused_until
-    }
-
-    /// An entry started at `now` (the caller asserted the gate was open).
-    pub(crate) fn started(&mut self, now: u64) {
-        self.last_start = Some(now);
     }
 
     /// The host pauses the key until `until`; a pause only ever extends. Whether it moved

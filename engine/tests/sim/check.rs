@@ -1,14 +1,14 @@
 //! The properties checked after every step, from inputs and outputs rather than the model's
 //! reasoning: start order, time (delay, pauses, retries, `wake_at`), states and invariants.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use turnstile_engine::schedule::{AbortCause, BatchId, EntryId, Reason};
 
 use crate::common::step::InputKind;
 
 use crate::drive::Sim;
-use crate::generate::{MAX_WAIT_MS, RETRIES_DEFAULT};
+use crate::generate::{KeyRule, MAX_WAIT_MS, RETRIES_DEFAULT};
 use crate::model::{Ins, Out, St, ix};
 
 /// What the time properties need, since the scheduler was made or resumed (a resumed
@@ -20,6 +20,8 @@ pub(super) struct Timing {
     clock: u64,
     /// Per key, the time of its last start.
     started_at: HashMap<String, u64>,
+    /// Per key, its recent start times (the longest rate window's worth).
+    recent: HashMap<String, VecDeque<u64>>,
     /// Per key, the end of its longest pause.
     paused: HashMap<String, u64>,
     /// Per key, retried entries that have not started again.
@@ -265,6 +267,7 @@ impl Sim {
                         }
                     }
                     self.timing.started_at.insert(k.name.clone(), clock);
+                    self.check_rates(&k, clock);
                 }
                 None => {
                     if let Some(until) = self.timing.alone.remove(&n) {
@@ -404,6 +407,47 @@ impl Sim {
             if self.engine.inspect(BatchId(b)).is_some() {
                 self.fail(&format!("retired batch {b} is still inspectable"));
             }
+        }
+    }
+}
+
+impl Sim {
+    /// The rate property, from the docs' bound alone: a key's starts within any span of a
+    /// window's `per_ms` number at most `burst + count - 1`, and `count` with a burst of 1.
+    fn check_rates(&mut self, k: &KeyRule, clock: u64) {
+        let Some(longest) = k.rates.windows.iter().map(|&(_, per_ms)| per_ms).max() else {
+            return;
+        };
+        let recent = self.timing.recent.entry(k.name.clone()).or_default();
+        recent.push_back(clock);
+        while recent
+            .front()
+            .is_some_and(|&t| t + u64::from(longest) <= clock)
+        {
+            recent.pop_front();
+        }
+        let mut failures = Vec::new();
+        let mut full = false;
+        for &(count, per_ms) in &k.rates.windows {
+            let within = recent
+                .iter()
+                .filter(|&&t| t + u64::from(per_ms) > clock)
+                .count();
+            let most = (k.rates.burst + count - 1) as usize;
+            if within > most {
+                failures.push(format!(
+                    "key {}: {within} starts within {per_ms} ms by {clock}, at most {most} \
+                     ({count} per {per_ms} ms, burst {}): {recent:?}",
+                    k.name, k.rates.burst
+                ));
+            }
+            full |= within == most && count > 1;
+        }
+        if let Some(f) = failures.first() {
+            self.fail(f);
+        }
+        if full {
+            self.count("start", "a rate window's last start");
         }
     }
 }

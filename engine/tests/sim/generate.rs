@@ -57,6 +57,8 @@ pub(super) struct Gen {
     limits: BTreeMap<String, u32>,
     /// Milliseconds between starts (0: none), as every table naming the key writes it.
     delays: BTreeMap<String, u32>,
+    /// Rate windows and burst, as every table naming the key writes them.
+    rates: BTreeMap<String, Rates>,
     /// Rate-limit retries per entry, as every table naming the key writes it.
     retries: BTreeMap<String, u32>,
     /// The longest rate-limit wait in ms, as every table naming the key writes it.
@@ -80,6 +82,8 @@ pub(super) struct KeyRule {
     pub(super) limit: u32,
     /// The delay the scheduler keeps: 0 on a shared key, whose store keeps it.
     pub(super) delay: u32,
+    /// The rate windows `(count, per_ms)` and their burst (none on a shared key).
+    pub(super) rates: Rates,
     pub(super) retries: u32,
     /// The longest rate-limit wait in ms; a longer one settles the entry.
     pub(super) max_wait: u64,
@@ -94,6 +98,42 @@ pub(super) struct Rules {
     pub(super) key: Option<KeyRule>,
     pub(super) fan_out: bool,
     pub(super) stop: bool,
+}
+
+/// A key's rate windows `(count, per_ms)`, ascending without repeats, and the burst they
+/// let through at once (1 when there are none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Rates {
+    pub(super) windows: Vec<(u32, u32)>,
+    pub(super) burst: u32,
+}
+
+impl Rates {
+    fn none() -> Self {
+        Self {
+            windows: Vec::new(),
+            burst: 1,
+        }
+    }
+}
+
+/// Mostly none; else one or two windows of 1 to 4 starts per 5 to 80 ms (the generated waits'
+/// scale), often with a burst.
+fn random_rates(rng: &mut Rng) -> Rates {
+    if rng.chance(65) {
+        return Rates::none();
+    }
+    let mut windows: Vec<(u32, u32)> = (0..1 + rng.below(2))
+        .map(|_| (1 + rng.below(4) as u32, 5 + rng.below(76) as u32))
+        .collect();
+    windows.sort_unstable();
+    windows.dedup();
+    let burst = if rng.chance(50) {
+        1
+    } else {
+        1 + rng.below(4) as u32
+    };
+    Rates { windows, burst }
 }
 
 fn random_delay(rng: &mut Rng) -> u32 {
@@ -140,6 +180,10 @@ impl Gen {
             .iter()
             .map(|k| (k.clone(), random_delay(rng)))
             .collect();
+        let rates = key_names
+            .iter()
+            .map(|k| (k.clone(), random_rates(rng)))
+            .collect();
         let retries = key_names
             .iter()
             .map(|k| (k.clone(), rng.below(4) as u32))
@@ -165,6 +209,7 @@ impl Gen {
             tools,
             limits,
             delays,
+            rates,
             retries,
             max_waits,
             shared,
@@ -189,6 +234,11 @@ impl Gen {
         for delay in g.delays.values_mut() {
             if rng.chance(30) {
                 *delay = random_delay(rng);
+            }
+        }
+        for rates in g.rates.values_mut() {
+            if rng.chance(30) {
+                *rates = random_rates(rng);
             }
         }
         for retries in g.retries.values_mut() {
@@ -277,6 +327,20 @@ impl Gen {
         }
     }
 
+    /// The rate windows every tool naming `key` gives it: none when the integer form names it
+    /// (it can write none) or when it is shared (the config refuses a rate there).
+    fn rates_of(&self, key: &str) -> Rates {
+        let int_form = self
+            .tools
+            .iter()
+            .any(|t| t.conc == Conc::Int && t.name == key);
+        if int_form || self.is_shared(key) {
+            Rates::none()
+        } else {
+            self.rates[key].clone()
+        }
+    }
+
     /// Whether `key` is shared: the integer form cannot say so.
     fn is_shared(&self, key: &str) -> bool {
         !self
@@ -293,8 +357,15 @@ impl Gen {
         let (delay, retries, max_wait) = self.timing(&name);
         let max_wait = u64::from(max_wait);
         let shared = self.is_shared(&name);
+        let rates = self.rates_of(&name);
         let limit = match limit {
-            0 if delay > 0 || retries != RETRIES_DEFAULT || max_wait != MAX_WAIT_MS => u32::MAX,
+            0 if delay > 0
+                || !rates.windows.is_empty()
+                || retries != RETRIES_DEFAULT
+                || max_wait != MAX_WAIT_MS =>
+            {
+                u32::MAX
+            }
             0 => return None,
             n => n,
         };
@@ -302,6 +373,7 @@ impl Gen {
             name,
             limit,
             delay: if shared { 0 } else { delay },
+            rates,
             retries,
             max_wait,
             shared,
@@ -445,6 +517,33 @@ fn time_fields(g: &Gen, key: &str, rng: &mut Rng) -> (String, String) {
             _ => format!(", delay = \"{delay}ms\""),
         };
         put(text, rng);
+    }
+    let rates = g.rates_of(key);
+    if !rates.windows.is_empty() {
+        let spell = |&(count, per_ms): &(u32, u32), rng: &mut Rng| match rng.below(3) {
+            0 if per_ms % 1_000 == 0 && per_ms > 1_000 => {
+                format!("\"{count}/{}s\"", per_ms / 1_000)
+            }
+            1 => format!("\"{count}/{per_ms}ms\""),
+            _ if per_ms % 10 == 0 => format!("\"{count}/0.{:02}s\"", per_ms / 10),
+            _ => format!("\"{count}/{per_ms}ms\""),
+        };
+        let mut written: Vec<String> = rates.windows.iter().map(|w| spell(w, rng)).collect();
+        if rng.chance(20) {
+            // A window written twice limits once.
+            written.push(spell(&rates.windows[0], rng));
+        }
+        if rng.chance(50) {
+            written.reverse();
+        }
+        let text = match written.as_slice() {
+            [one] if rng.chance(50) => format!(", rate = {one}"),
+            _ => format!(", rate = [{}]", written.join(", ")),
+        };
+        put(text, rng);
+        if rates.burst != 1 || rng.chance(30) {
+            put(format!(", burst = {}", rates.burst), rng);
+        }
     }
     if retries != RETRIES_DEFAULT || rng.chance(30) {
         put(format!(", retries = {retries}"), rng);

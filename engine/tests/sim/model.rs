@@ -301,6 +301,8 @@ pub(super) struct Time {
     paused: HashMap<String, u64>,
     /// Per key name, the host's `now` at its last start.
     last_start: HashMap<String, u64>,
+    /// Per key name, one bucket per rate window (in the rule's order), once it started.
+    buckets: HashMap<String, Vec<Bucket>>,
     /// Per entry, how many times it ran again after a rate limit.
     retried: HashMap<u64, u32>,
     /// Unkeyed retried entries that wait alone, until when.
@@ -311,6 +313,40 @@ pub(super) struct Time {
     /// Retried entries the engine does not stop although a failure before them in their call
     /// came first (a deviation, see `retry`).
     unstoppable: HashSet<u64>,
+}
+
+/// A rate window as the docs' token bucket: `count` starts per `per_ms` at an even pace and
+/// `burst` at once. Tokens are kept times `per_ms`, so a start costs `per_ms`, `count` flow in
+/// per millisecond, and the bucket holds `burst * per_ms`; as of `at`, it held `level`. What
+/// flowed in past full is dropped, except within the millisecond the bucket filled: a start
+/// then counts from the moment it filled (the docs' "a pace of 3 per second starts at 0, 334,
+/// 667, 1000").
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    level: u128,
+    at: u64,
+}
+
+/// Tokens (times `per_ms`) of window `(count, per_ms)` with `burst` at `now`.
+fn tokens(b: Option<&Bucket>, (count, per_ms): (u32, u32), burst: u32, now: u64) -> u128 {
+    let full = u128::from(burst) * u128::from(per_ms);
+    let Some(b) = b else {
+        return full; // never started: full
+    };
+    let flowed = b.level + u128::from(now - b.at) * u128::from(count);
+    if flowed < full + u128::from(count) {
+        flowed
+    } else {
+        full
+    }
+}
+
+/// The earliest time from `now` at which a bucket holds `want` (times `per_ms`).
+fn holds_at(have: u128, want: u128, count: u32, now: u64) -> u64 {
+    if have >= want {
+        return now;
+    }
+    now + u64::try_from((want - have).div_ceil(u128::from(count))).unwrap()
 }
 
 /// The index of entry `n` (numbers start at 1) in the model's history.
@@ -405,7 +441,79 @@ impl Model {
             .last_start
             .get(&k.name)
             .map_or(0, |&t| t + u64::from(k.delay));
-        spaced.max(self.time.paused.get(&k.name).copied().unwrap_or(0))
+        let rated = self.windows(k).map(|(w, b)| {
+            let have = tokens(b, w, k.rates.burst, self.time.now);
+            holds_at(have, u128::from(w.1), w.0, self.time.now)
+        });
+        rated
+            .fold(spaced, u64::max)
+            .max(self.time.paused.get(&k.name).copied().unwrap_or(0))
+    }
+
+    /// Key `k`'s rate windows with their buckets (none before its first start).
+    fn windows<'a>(
+        &'a self,
+        k: &'a KeyRule,
+    ) -> impl Iterator<Item = ((u32, u32), Option<&'a Bucket>)> + 'a {
+        let buckets = self.time.buckets.get(&k.name);
+        k.rates
+            .windows
+            .iter()
+            .enumerate()
+            .map(move |(i, &w)| (w, buckets.and_then(|b| b.get(i))))
+    }
+
+    /// When key `k` has rested: its delay past, every bucket as a fresh one (full, and
+    /// nothing kept from the millisecond it filled), its pause over. A key made from the
+    /// template is forgotten only then.
+    fn rested(&self, k: &KeyRule) -> u64 {
+        let spaced = self
+            .time
+            .last_start
+            .get(&k.name)
+            .map_or(0, |&t| t + u64::from(k.delay));
+        let now = self.time.now;
+        let full = self.windows(k).map(|((count, per_ms), b)| {
+            let Some(b) = b else {
+                return now;
+            };
+            let (count, full) = (
+                u128::from(count),
+                u128::from(k.rates.burst) * u128::from(per_ms),
+            );
+            let flowed = b.level + u128::from(now - b.at) * count;
+            if flowed == full || flowed >= full + count {
+                return now;
+            }
+            // Exactly full at some millisecond, or else past full by a millisecond's flow.
+            let short = if flowed < full && (full - flowed).is_multiple_of(count) {
+                full - flowed
+            } else {
+                full + count - flowed
+            };
+            now + u64::try_from(short.div_ceil(count)).unwrap()
+        });
+        full.fold(spaced, u64::max)
+            .max(self.time.paused.get(&k.name).copied().unwrap_or(0))
+    }
+
+    /// Key `k` started an entry at the clock: its delay counts from now, each bucket pays one
+    /// start.
+    fn spend(&mut self, k: &KeyRule) {
+        let now = self.time.now;
+        let paid: Vec<Bucket> = self
+            .windows(k)
+            .map(|(w, b)| {
+                let have = tokens(b, w, k.rates.burst, now);
+                assert!(have >= u128::from(w.1), "model: a start without a token");
+                Bucket {
+                    level: have - u128::from(w.1),
+                    at: now,
+                }
+            })
+            .collect();
+        self.time.last_start.insert(k.name.clone(), now);
+        self.time.buckets.insert(k.name.clone(), paid);
     }
 
     /// Whether a key made from the template still exists: a live call has it, or its gate
@@ -419,7 +527,7 @@ impl Model {
         });
         live || self.cfg.template_rule().is_some_and(|mut k| {
             k.name = name.to_owned();
-            self.gate(&k) > self.time.now
+            self.rested(&k) > self.time.now
         })
     }
 
@@ -884,9 +992,9 @@ impl Model {
                 continue;
             }
             self.start(n, out);
-            if let Some((k, _)) = self.key(n) {
-                let k = k.to_owned();
-                self.time.last_start.insert(k, self.time.now);
+            if let Some(k) = self.rule(n) {
+                let k = k.clone();
+                self.spend(&k);
             }
         }
     }

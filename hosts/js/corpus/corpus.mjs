@@ -12,6 +12,8 @@ export const NOTHING = 18446744073709551615n;
 export function toolLine(t) {
   let out = t.concurrency ? `${t.name} ${t.concurrency.key}/${t.concurrency.limit}` : `${t.name} unbounded`;
   if (t.concurrency?.delayMs) out += ` delay=${t.concurrency.delayMs}`;
+  if (t.concurrency?.rates.length) out += ` rate=${t.concurrency.rates.map((w) => `${w.count}/${w.perMs}ms`).join(',')}`;
+  if (t.concurrency && t.concurrency.burst !== 1) out += ` burst=${t.concurrency.burst}`;
   if (t.concurrency && t.concurrency.retries !== 3) out += ` retries=${t.concurrency.retries}`;
   if (t.concurrency && t.concurrency.maxWaitMs !== 300000) out += ` max_wait=${t.concurrency.maxWaitMs}`;
   if (t.concurrency?.shared) out += ' shared';

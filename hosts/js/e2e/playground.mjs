@@ -298,6 +298,27 @@ async function deleteStop(page) {
   await layout(page, 'delete, interrupted');
 }
 
+/** GitHub's quota as rate windows with a burst: five at once, then the hourly window's pace. */
+async function githubQuota(page) {
+  const ids = ['s1', 's2', 'i1', 'i2', 's3', 's4', 'i3', 'i4'];
+  const calls = ids.map((id) => ({ id, tool: id.startsWith('s') ? 'github_search' : 'github_issue' }));
+  await choose(page, 'github-quota');
+  await click(page, '#approve-all');
+  let s = await shown(page);
+  assert.match(s.entries.s4.why, /waiting: github spaces its starts; the next may start in 720 ms/);
+  await click(page, '#run');
+  s = await shown(page);
+  const ref = reference(example('github-quota').layers, calls, [
+    { now: 0, approve: ids }, { now: 300, ok: ['s1', 's2', 'i1', 'i2', 's3'] }, { now: 720 }, { now: 1020, ok: ['s4'] },
+    { now: 1440 }, { now: 1740, ok: ['i3'] }, { now: 2160 },
+  ]);
+  assert.deepEqual(s.starts, ref.starts);
+  assert.deepEqual(s.starts, [['s1', 0], ['s2', 0], ['i1', 0], ['i2', 0], ['s3', 0], ['s4', 720], ['i3', 1440], ['i4', 2160]]);
+  assert.ok(await page.locator('.tl-row[data-label="i4"] .seg.wait-key-spacing').count() >= 1, 'the pace shows as spacing');
+  await layout(page, 'github quota, run');
+  await shot(page, 'github-quota');
+}
+
 /** The rate-limited API: spacing, a 429 from the batch, then a 429 by hand and a key pause. */
 async function rateLimit(page) {
   const calls = ['s1', 's2', 's3', 's4'].map((id) => ({ id, tool: 'search' }));
@@ -455,6 +476,7 @@ try {
     await github(page);
     await deleteStop(page);
     await rateLimit(page);
+    await githubQuota(page);
     await shareLink(context, page);
     await diagnostics(page);
     assert.deepEqual(errors, []);

@@ -20,7 +20,17 @@ export function toolPolicy(p: wc.ToolPolicy): ToolPolicy {
   if (c === undefined) return { name: p.name, fanOut: p.fanOut, onError: p.onError };
   return {
     name: p.name,
-    concurrency: { key: c.key, limit: c.limit ?? UNBOUNDED, delayMs: c.delayMs, retries: c.retries, maxWaitMs: c.maxWaitMs, arguments: c.arguments, shared: c.shared },
+    concurrency: {
+      key: c.key,
+      limit: c.limit ?? UNBOUNDED,
+      delayMs: c.delayMs,
+      rates: c.rates.map((w) => ({ count: w.count, perMs: w.perMs })),
+      burst: c.burst,
+      retries: c.retries,
+      maxWaitMs: c.maxWaitMs,
+      arguments: c.arguments,
+      shared: c.shared,
+    },
     fanOut: p.fanOut,
     onError: p.onError,
   };

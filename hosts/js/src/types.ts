@@ -39,7 +39,15 @@ export type DiagnosticCode =
   /** A warning: a field or table name a small edit away from one Turnstile reads. */
   | 'unknown-field-typo'
   /** Tools naming one concurrency key give it different `max_wait`s. */
-  | 'concurrency-max-wait-conflict';
+  | 'concurrency-max-wait-conflict'
+  /** Tools naming one concurrency key give it different `rate` windows. */
+  | 'concurrency-rate-conflict'
+  /** Tools naming one concurrency key give it different `burst`s. */
+  | 'concurrency-burst-conflict'
+  /** A `burst` on a key with no `rate`. */
+  | 'burst-without-rate'
+  /** A `rate` on a `shared` key (its store keeps delays, not rate windows). */
+  | 'rate-on-shared-key';
 
 /** An error stops resolution; a warning is reported beside a resolved policy
  * (`Policy.warnings()`). */
@@ -78,12 +86,21 @@ export interface Diagnostic {
 /** What a failed operation does to the later operations of its call. */
 export type OnError = 'continue' | 'stop';
 
+/** One rate window of a key: on average at most `count` starts per `perMs` milliseconds. */
+export interface RateWindow {
+  count: number;
+  perMs: number;
+}
+
 /** One tool's resolved policy; `concurrency` is absent when the tool is unbounded. `delayMs` is
  * the minimum gap between consecutive starts on the key, `retries` how many times one entry may
  * hit a rate limit and run again (a key with `limit = 0` and a delay has limit 4294967295),
  * `maxWaitMs` the longest wait a rate limit may ask for (`max_wait`, 300000 = 5 minutes unless
  * the config says otherwise; 0 waits for nothing): an entry asked to wait longer is settled
- * `rate-limited` at once and its key is not paused.
+ * `rate-limited` at once and its key is not paused. `rates` are the key's rate windows
+ * (`rate = "5000/h"` is `{ count: 5000, perMs: 3600000 }`; ascending, empty when none), kept as
+ * GCRA with `burst` (1 when there is no rate): `count` starts per `perMs` at an even pace, and
+ * `burst` of them at once after the key was idle (at most `burst + count - 1` in any `perMs`).
  * A key with placeholders (`"fs:{path}"`) is a template: each call's key is made from its
  * arguments, and `arguments` lists the top-level argument names it uses (empty for a plain
  * key); every key made from one template has the template's limit and delay. `shared`: the
@@ -91,7 +108,17 @@ export type OnError = 'continue' | 'stop';
  * `sharedKeys` option); the scheduler lists such entries in `acquire` instead of `start`. */
 export interface ToolPolicy {
   name: string;
-  concurrency?: { key: string; limit: number; delayMs: number; retries: number; maxWaitMs: number; arguments: string[]; shared: boolean };
+  concurrency?: {
+    key: string;
+    limit: number;
+    delayMs: number;
+    rates: RateWindow[];
+    burst: number;
+    retries: number;
+    maxWaitMs: number;
+    arguments: string[];
+    shared: boolean;
+  };
   fanOut: boolean;
   onError: OnError;
 }

@@ -51,7 +51,7 @@ test('a plain object resolves exactly like its TOML', async () => {
   assert.equal(fromObject.fingerprint(), fromText.fingerprint());
   // Fields RFD 129 does not own are ignored, as in TOML; odd keys are quoted.
   const rich = t.resolve([{ conversation: { tools: { 'a.b': { concurrency: 2, source: 'mcp', parameters: [{ name: 'x', 'needs "quotes"': true }], created: new Date(0) } } }, assistant: { model: 'm' } }]);
-  assert.deepEqual(rich.tools(), [{ name: 'a.b', concurrency: { key: 'a.b', limit: 2, delayMs: 0, retries: 3, maxWaitMs: 300000, arguments: [], shared: false }, fanOut: false, onError: 'continue' }]);
+  assert.deepEqual(rich.tools(), [{ name: 'a.b', concurrency: { key: 'a.b', limit: 2, delayMs: 0, rates: [], burst: 1, retries: 3, maxWaitMs: 300000, arguments: [], shared: false }, fanOut: false, onError: 'continue' }]);
 });
 
 test('max_wait resolves to maxWaitMs (a number), 300000 when unset, and tools naming a key agree on it', async () => {
@@ -63,6 +63,32 @@ test('max_wait resolves to maxWaitMs (a number), 300000 when unset, and tools na
   assert.throws(
     () => t.resolve([{ conversation: { tools: { a: { concurrency: { key: 'k', max_wait: '10m' } }, b: { concurrency: { key: 'k' } } } } }]),
     (e) => e.diagnostics.length === 1 && e.diagnostics[0].code === 'concurrency-max-wait-conflict' && e.diagnostics[0].tools.join() === 'a,b',
+  );
+});
+
+test('rate windows resolve to { count, perMs } in ascending order with their burst; their mistakes are typed diagnostics', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ conversation: { tools: { web: { concurrency: { key: 'brave', limit: 0, rate: ['2000/30d', '1/s'], burst: 10 } }, plain: { concurrency: 1 } } } }]);
+  assert.deepEqual(policy.tool('web').concurrency.rates, [{ count: 1, perMs: 1000 }, { count: 2000, perMs: 2592000000 }]);
+  assert.equal(policy.tool('web').concurrency.burst, 10);
+  assert.equal(policy.tool('web').concurrency.limit, 4294967295);
+  assert.deepEqual(policy.tool('plain').concurrency.rates, []);
+  assert.equal(policy.tool('plain').concurrency.burst, 1);
+  for (const [concurrency, code] of [
+    [{ key: 'k', rate: '5000' }, 'concurrency-type'],
+    [{ key: 'k', rate: 5 }, 'concurrency-type'],
+    [{ key: 'k', delay: 100, burst: 3 }, 'burst-without-rate'],
+    [{ key: 'k', rate: '1/s', shared: true }, 'rate-on-shared-key'],
+  ]) {
+    assert.throws(
+      () => t.resolve([{ conversation: { tools: { a: { concurrency } } } }]),
+      (e) => e instanceof ConfigError && e.diagnostics.length === 1 && e.diagnostics[0].code === code,
+      JSON.stringify(concurrency),
+    );
+  }
+  assert.throws(
+    () => t.resolve([{ conversation: { tools: { a: { concurrency: { key: 'k', rate: '1/s' } }, b: { concurrency: { key: 'k', rate: '2/s' } } } } }]),
+    (e) => e.diagnostics[0].code === 'concurrency-rate-conflict' && e.diagnostics[0].tools.join() === 'a,b',
   );
 });
 

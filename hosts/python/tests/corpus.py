@@ -80,6 +80,10 @@ def tool_line(t) -> str:
     out = f"{t.name} {t.key}/{t.limit}" if t.key is not None else f"{t.name} unbounded"
     if t.key is not None and t.delay_ms:
         out += f" delay={t.delay_ms}"
+    if t.rates:
+        out += " rate=" + ",".join(f"{w.count}/{w.per_ms}ms" for w in t.rates)
+    if t.key is not None and t.burst != 1:
+        out += f" burst={t.burst}"
     if t.key is not None and t.retries != RETRIES_DEFAULT:
         out += f" retries={t.retries}"
     if t.key is not None and t.max_wait_ms != MAX_WAIT_DEFAULT_MS:

@@ -23,6 +23,7 @@ from turnstile_scheduler import (
     OutcomeStatus,
     Policy,
     RateLimited,
+    RateWindow,
     Reason,
     ReasonKind,
     RefusedInputError,
@@ -124,6 +125,34 @@ def test_policy_reports_delay_and_retries_and_the_new_diagnostics_are_typed() ->
         DiagnosticCode.CONCURRENCY_RETRIES_CONFLICT,
     ]
     assert e.value.diagnostics[0].code == "concurrency-delay-conflict"
+
+
+def test_rate_windows_resolve_ascending_with_their_burst_and_their_mistakes_are_typed() -> None:
+    p = Policy.resolve(
+        [("t", '[conversation.tools.web]\nconcurrency = { key = "brave", limit = 0, '
+               'rate = ["2000/30d", "1/s"], burst = 10 }\n[conversation.tools.plain]\nconcurrency = 1\n')]
+    )
+    web = p.tool("web")
+    assert web.rates == (RateWindow(1, 1000), RateWindow(2000, 2_592_000_000))
+    assert (web.burst, web.limit) == (10, 2**32 - 1)
+    assert (p.tool("plain").rates, p.tool("plain").burst) == ((), 1)
+    for table, code in [
+        ('{ key = "k", rate = "5000" }', DiagnosticCode.CONCURRENCY_TYPE),
+        ('{ key = "k", rate = 5 }', DiagnosticCode.CONCURRENCY_TYPE),
+        ('{ key = "k", delay = 100, burst = 3 }', DiagnosticCode.BURST_WITHOUT_RATE),
+        ('{ key = "k", rate = "1/s", shared = true }', DiagnosticCode.RATE_ON_SHARED_KEY),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            Policy.resolve([("t", f"[conversation.tools.a]\nconcurrency = {table}\n")])
+        assert [d.code for d in e.value.diagnostics] == [code], table
+    with pytest.raises(ConfigError) as e:
+        Policy.resolve(
+            [("t", '[conversation.tools.a]\nconcurrency = { key = "k", rate = "1/s" }\n'
+                   '[conversation.tools.b]\nconcurrency = { key = "k", rate = "2/s" }\n')]
+        )
+    assert [(d.code, d.tools) for d in e.value.diagnostics] == [
+        (DiagnosticCode.CONCURRENCY_RATE_CONFLICT, ["a", "b"])
+    ]
 
 
 def test_wake_at_and_every_time_wait_cross_typed() -> None:

@@ -47,7 +47,8 @@ impl Keys {
     }
 
     /// A batch that used key `k` retired: an expanded key no live batch uses is forgotten
-    /// once its gate has passed (at once, or when [`Keys::forget_idle`] sees the time come).
+    /// once it has rested (its spacing as if it never started, its pause over: at once, or when
+    /// [`Keys::forget_idle`] sees the time come).
     pub(crate) fn batch_retired(&mut self, k: u32, now: u64) {
         let key = &mut self.recs[k as usize];
         if key.template.is_none() {
@@ -60,7 +61,7 @@ impl Keys {
         );
         key.uses.refs = key.uses.refs.saturating_sub(1);
         if key.uses.refs == 0 {
-            let gate = key.gate();
+            let gate = key.rested_at();
             if gate <= now {
                 self.forget(k);
             } else if key.uses.idle_at != Some(gate) {
@@ -70,7 +71,7 @@ impl Keys {
         }
     }
 
-    /// Forgets the idle expanded keys whose gate passed by `now`.
+    /// Forgets the idle expanded keys that rested by `now`.
     pub(crate) fn forget_idle(&mut self, now: u64) {
         while let Some((at, k)) = self.idle.heap.pop_due(now) {
             // The item may be stale: another replaced it, the key is used again, or it was
@@ -83,7 +84,7 @@ impl Keys {
             if key.template.is_none() || key.uses.refs > 0 {
                 continue;
             }
-            let gate = key.gate();
+            let gate = key.rested_at();
             if gate <= now {
                 self.forget(k);
             } else {

@@ -15,7 +15,17 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from . import _check, _toml
 from ._component import Instance, shared_instance
 from .errors import ConfigError, DisposedError
-from .types import MAX_WAIT_DEFAULT_MS, Diagnostic, DiagnosticCode, Label, OnError, Severity, Span, ToolPolicy
+from .types import (
+    MAX_WAIT_DEFAULT_MS,
+    Diagnostic,
+    DiagnosticCode,
+    Label,
+    OnError,
+    RateWindow,
+    Severity,
+    Span,
+    ToolPolicy,
+)
 
 LIMIT_UNBOUNDED = 2**32 - 1
 """`ToolPolicy.limit` of a key that is unbounded but spaced (`limit = 0` with a delay or a
@@ -218,4 +228,8 @@ def _tool(t: Any) -> ToolPolicy:
         shared=bool(getattr(c, "shared", False)) if c is not None else False,
         # A component from before `max-wait-ms`: every key then has the default.
         max_wait_ms=getattr(c, "max-wait-ms", MAX_WAIT_DEFAULT_MS) if c is not None else None,
+        rates=tuple(RateWindow(w.count, getattr(w, "per-ms")) for w in getattr(c, "rates", ()))
+        if c is not None
+        else (),
+        burst=getattr(c, "burst", 1) if c is not None else 1,
     )

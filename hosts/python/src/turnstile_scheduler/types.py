@@ -152,6 +152,14 @@ class DiagnosticCode(str, Enum):
     otherwise ignored, so the limit it meant would silently not apply."""
     CONCURRENCY_MAX_WAIT_CONFLICT = "concurrency-max-wait-conflict"
     """Tools naming one concurrency key give it different `max_wait`s."""
+    CONCURRENCY_RATE_CONFLICT = "concurrency-rate-conflict"
+    """Tools naming one concurrency key give it different `rate` windows."""
+    CONCURRENCY_BURST_CONFLICT = "concurrency-burst-conflict"
+    """Tools naming one concurrency key give it different `burst`s."""
+    BURST_WITHOUT_RATE = "burst-without-rate"
+    """A `burst` on a key with no `rate`."""
+    RATE_ON_SHARED_KEY = "rate-on-shared-key"
+    """A `rate` on a `shared` key (its store keeps delays, not rate windows)."""
 
 
 class Severity(str, Enum):
@@ -300,6 +308,15 @@ MAX_WAIT_DEFAULT_MS = 300_000
 
 
 @dataclass(frozen=True)
+class RateWindow:
+    """One rate window of a key (`rate = "5000/h"` is `RateWindow(5000, 3600000)`): on average
+    at most `count` starts per `per_ms` milliseconds."""
+
+    count: int
+    per_ms: int
+
+
+@dataclass(frozen=True)
 class ToolPolicy:
     """A tool's resolved policy; `key`, `limit`, `delay_ms` and `retries` are None when it is
     unbounded. `delay_ms` is the minimum gap in milliseconds between consecutive starts on the
@@ -328,6 +345,12 @@ class ToolPolicy:
     (`concurrency = { key, limit, shared = true }`): a `Driver` needs `shared_keys=`."""
     max_wait_ms: Optional[int] = None
     """The key's maximum wait on a rate limit in milliseconds (None when unbounded)."""
+    rates: tuple[RateWindow, ...] = ()
+    """The key's rate windows, ascending (empty when none), kept as GCRA with `burst`: `count`
+    starts per `per_ms` at an even pace, and `burst` of them at once after the key was idle
+    (at most `burst + count - 1` in any `per_ms`)."""
+    burst: int = 1
+    """Starts the rate windows let through at once (1 when the key has no rate)."""
 
 
 # ---------------------------------------------------------------------------------------------

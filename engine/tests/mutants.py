@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Proves the simulator and the corpus can disagree: each mutant below breaks one rule of the
+engine in place, the simulator (`--test sim`) and the native corpus (`--test corpus`) must then
+fail, and the file is restored whatever happens. Not part of CI (each mutant recompiles the
+engine's tests); run it after changing a rule or its checks:
+
+    python3 engine/tests/mutants.py            # every mutant
+    python3 engine/tests/mutants.py rate       # those whose name contains "rate"
+
+Prints one line per mutant, `caught` or `MISSED`, and exits 1 if any was missed.
+"""
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (name, file, text, replacement): every occurrence of the text is replaced.
+MUTANTS = [
+    (
+        "a rate window off by one (opens a millisecond early)",
+        "engine/src/schedule/rate.rs",
+        "u64::try_from(due.div_ceil(u128::from(self.count))).unwrap_or(u64::MAX)",
+        "u64::try_from(due / u128::from(self.count)).unwrap_or(u64::MAX)",
+    ),
+    (
+        "a burst one larger than configured",
+        "engine/src/schedule/rate.rs",
+        "let slack = u128::from(self.burst - 1) * u128::from(self.per_ms);",
+        "let slack = u128::from(self.burst) * u128::from(self.per_ms);",
+    ),
+    (
+        "an idle window keeps its credit (the bucket overflows)",
+        "engine/src/schedule/rate.rs",
+        "let base = if self.tat_n + u128::from(self.count) > paced {",
+        "let base = if true || self.tat_n + u128::from(self.count) > paced {",
+    ),
+    (
+        "a made key forgotten when its next start is due, not when it rested",
+        "engine/src/schedule/keys/made.rs",
+        "let gate = key.rested_at();",
+        "let gate = key.gate();",
+    ),
+]
+
+
+def run(cmd):
+    return subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+
+
+def main():
+    only = sys.argv[1] if len(sys.argv) > 1 else ""
+    missed = 0
+    for name, path, text, replacement in MUTANTS:
+        if only not in name:
+            continue
+        full = os.path.join(ROOT, path)
+        with open(full) as f:
+            original = f.read()
+        if text not in original:
+            print(f"STALE   {name}: the text to mutate is not in {path}")
+            missed += 1
+            continue
+        try:
+            with open(full, "w") as f:
+                f.write(original.replace(text, replacement))
+            rc = run(["cargo", "test", "-q", "-p", "turnstile-engine", "--release", "--test", "sim", "--test", "corpus"])
+        finally:
+            with open(full, "w") as f:
+                f.write(original)
+        if rc == 0:
+            print(f"MISSED  {name}")
+            missed += 1
+        else:
+            print(f"caught  {name}")
+    sys.exit(1 if missed else 0)
+
+
+if __name__ == "__main__":
+    main()
