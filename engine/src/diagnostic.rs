@@ -78,6 +78,11 @@ pub enum Code {
     /// A `rate` on a `shared` key: its store keeps limits, delays and pauses, not rate
     /// windows, so each process would take the whole rate.
     RateOnSharedKey,
+    /// Tools naming one concurrency key (or a template and a key it can make) disagree on
+    /// whether its limit adapts, or on its floor.
+    ConcurrencyAdaptConflict,
+    /// An adaptive limit on a `shared` key: its store keeps one fixed limit for every process.
+    AdaptOnSharedKey,
 }
 
 impl Code {
@@ -112,6 +117,8 @@ impl Code {
         Self::ConcurrencyBurstConflict,
         Self::BurstWithoutRate,
         Self::RateOnSharedKey,
+        Self::ConcurrencyAdaptConflict,
+        Self::AdaptOnSharedKey,
     ];
 
     /// The stable kebab-case spelling.
@@ -146,6 +153,8 @@ impl Code {
             Self::ConcurrencyBurstConflict => "concurrency-burst-conflict",
             Self::BurstWithoutRate => "burst-without-rate",
             Self::RateOnSharedKey => "rate-on-shared-key",
+            Self::ConcurrencyAdaptConflict => "concurrency-adapt-conflict",
+            Self::AdaptOnSharedKey => "adapt-on-shared-key",
         }
     }
 

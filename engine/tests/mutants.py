@@ -42,6 +42,30 @@ MUTANTS = [
         "let gate = key.rested_at();",
         "let gate = key.gate();",
     ),
+    (
+        "adapt above the ceiling",
+        "engine/src/schedule/adapt.rs",
+        "if *limit >= self.max {",
+        "if *limit >= self.max + 1 {",
+    ),
+    (
+        "adapt below the floor",
+        "engine/src/schedule/adapt.rs",
+        "*limit = (*limit / 2).max(self.min);",
+        "*limit = (*limit / 2).max(1);",
+    ),
+    (
+        "a clean end that grows the limit at once",
+        "engine/src/schedule/adapt.rs",
+        "if self.clean < *limit {",
+        "if self.clean < 1 {",
+    ),
+    (
+        "a made key forgotten with what its adaptive limit learned",
+        "engine/src/schedule/keys/made.rs",
+        "if key.uses.refs == 0 && !key.adapted_down() {",
+        "if key.uses.refs == 0 {",
+    ),
 ]
 
 

@@ -78,6 +78,8 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::ConcurrencyBurstConflict => W::ConcurrencyBurstConflict,
         Code::BurstWithoutRate => W::BurstWithoutRate,
         Code::RateOnSharedKey => W::RateOnSharedKey,
+        Code::ConcurrencyAdaptConflict => W::ConcurrencyAdaptConflict,
+        Code::AdaptOnSharedKey => W::AdaptOnSharedKey,
     }
 }
 
@@ -104,6 +106,7 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
                 .template()
                 .map_or_else(Vec::new, |t| t.fields().to_vec()),
             shared: c.shared,
+            adapt_min: c.adapt_min.map(std::num::NonZeroU32::get),
         }),
         fan_out: t.fan_out,
         on_error: match t.on_error {

@@ -178,6 +178,7 @@ fn config_survives_hostile_layers() {
             max_wait_ms: 300_000,
             arguments: vec![],
             shared: false,
+            adapt_min: None,
         })
     );
     // The same instance still schedules.

@@ -261,10 +261,11 @@ enum Field {
     Retries,
     MaxWait,
     Shared,
+    Adapt,
 }
 
 impl Field {
-    const COUNT: usize = 7;
+    const COUNT: usize = 8;
     const ALL: [Self; Self::COUNT] = [
         Self::Limit,
         Self::Delay,
@@ -273,6 +274,7 @@ impl Field {
         Self::Retries,
         Self::MaxWait,
         Self::Shared,
+        Self::Adapt,
     ];
 
     /// The field as the check of one key's tools knows it (`None`: the limit).
@@ -285,6 +287,7 @@ impl Field {
             Self::Retries => Some(Agreed::Retries),
             Self::MaxWait => Some(Agreed::MaxWait),
             Self::Shared => Some(Agreed::Shared),
+            Self::Adapt => Some(Agreed::Adapt),
         }
     }
 

@@ -86,6 +86,11 @@ pub struct Concurrency {
     /// its key is not paused; 0 waits for nothing (a rate limit asking for no wait still runs
     /// again at once, up to `retries`).
     pub max_wait_ms: u32,
+    /// `Some(min)`: the limit adapts (AIMD) between `min` and `limit`, its ceiling: it halves
+    /// (never below `min`) each time an execution on the key ends rate-limited, and grows by
+    /// one (up to `limit`) after as many clean ends as the limit then is. Driven only by the
+    /// ends the host reports, so it is deterministic; it starts at the ceiling.
+    pub adapt_min: Option<NonZeroU32>,
     /// The limit (and delay, and pauses) hold across every process that uses the same store:
     /// an entry with room locally is handed to the host as a permit to acquire, and starts
     /// when the host reports the store granted it.
@@ -213,6 +218,11 @@ impl Policy {
                         eat(&w.per_ms.to_le_bytes());
                     }
                     eat(&c.burst.to_le_bytes());
+                }
+                // Likewise only when set, for fingerprints from before adaptive limits.
+                if let Some(min) = c.adapt_min {
+                    eat(b"aimd");
+                    eat(&min.get().to_le_bytes());
                 }
                 // Likewise only when not the default, for fingerprints from before `max_wait`.
                 if c.max_wait_ms != crate::retry_after::MAX_WAIT_DEFAULT_MS {

@@ -45,7 +45,10 @@ pub(crate) enum RawConcurrency {
     },
     Table {
         key: Option<(String, Loc)>,
-        limit: Option<(u32, Loc)>,
+        /// The limit (an adaptive one's ceiling, `max`), the floor it adapts down to when it
+        /// is adaptive (`limit = { max, min, adapt = "aimd" }`), and where it was written: a
+        /// limit written in a layer replaces the whole of a lower one's.
+        limit: Option<(u32, Option<u32>, Loc)>,
         /// Milliseconds between consecutive starts on the key.
         delay: Option<(u32, Loc)>,
         /// Rate windows (`rate`), in ascending order.
@@ -347,9 +350,15 @@ fn parse_concurrency(
                             .label(vloc, "not a string");
                         }
                     },
-                    "limit" => match non_negative(layer, &fpath, v, sink) {
-                        Some(n) => limit = Some((n, vloc)),
-                        None => ok = false,
+                    "limit" => match v.get_ref() {
+                        DeValue::Table(t) => match adaptive_limit(layer, &fpath, t, vloc, sink) {
+                            Some((max, min)) => limit = Some((max, Some(min), vloc)),
+                            None => ok = false,
+                        },
+                        _ => match non_negative(layer, &fpath, v, sink) {
+                            Some(n) => limit = Some((n, None, vloc)),
+                            None => ok = false,
+                        },
                     },
                     "delay" => match duration(layer, &fpath, v, sink) {
                         Some(ms) => delay = Some((ms, vloc)),
@@ -471,6 +480,101 @@ fn parse_concurrency(
             None
         }
     }
+}
+
+/// An adaptive limit, `{ max = 8, min = 1, adapt = "aimd" }`: its ceiling and its floor
+/// (default 1), with 1 <= min <= max, and `adapt` naming the rule (`"aimd"`, the one there is).
+fn adaptive_limit(
+    layer: u32,
+    path: &[String],
+    table: &DeTable<'_>,
+    loc: Loc,
+    sink: &mut Sink,
+) -> Option<(u32, u32)> {
+    let help = "an adaptive limit is limit = { max = 8, min = 1, adapt = \"aimd\" }: it halves \
+                (never below min) when a call on the key hits a rate limit, and grows by one \
+                after a limit's worth of clean ends, up to max";
+    let (mut max, mut min, mut adapt, mut ok) = (None, None, false, true);
+    for (field, v) in table.iter() {
+        let mut fpath = path.to_vec();
+        fpath.push(field.get_ref().to_string());
+        let vloc = Loc::from_span(layer, v.span());
+        match field.get_ref().as_ref() {
+            "max" | "min" => match non_negative(layer, &fpath, v, sink) {
+                Some(0) => {
+                    ok = false;
+                    sink.push(
+                        Code::ConcurrencyType,
+                        &fpath,
+                        format!("an adaptive limit's `{}` is 1 or more", field.get_ref()),
+                    )
+                    .label(vloc, "0 here")
+                    .help(help);
+                }
+                Some(n) if field.get_ref() == "max" => max = Some(n),
+                Some(n) => min = Some((n, vloc)),
+                None => ok = false,
+            },
+            "adapt" => match v.get_ref() {
+                DeValue::String(s) if s == "aimd" => adapt = true,
+                other => {
+                    ok = false;
+                    sink.push(
+                        Code::ConcurrencyType,
+                        &fpath,
+                        format!("expected \"aimd\", found {}", found(other)),
+                    )
+                    .label(vloc, "not a rule Turnstile knows")
+                    .help(help);
+                }
+            },
+            other => {
+                ok = false;
+                let floc = Loc::from_span(layer, field.span()).to(v.span());
+                sink.push(
+                    Code::ConcurrencyUnknownField,
+                    &fpath,
+                    format!(
+                        "unknown field `{other}`; an adaptive limit accepts `max`, `min` and \
+                         `adapt`"
+                    ),
+                )
+                .label(floc, "unknown field")
+                .help(help);
+            }
+        }
+    }
+    if !ok {
+        return None;
+    }
+    let missing = match (max, adapt) {
+        (None, _) => Some("`max`, the limit it never grows past"),
+        (_, false) => Some("`adapt = \"aimd\"`, the rule it adapts by"),
+        _ => None,
+    };
+    if let Some(missing) = missing {
+        sink.push(
+            Code::ConcurrencyType,
+            path,
+            format!("the limit table has no {missing}"),
+        )
+        .label(loc, "incomplete adaptive limit")
+        .help(help);
+        return None;
+    }
+    let max = max?;
+    let (min, min_loc) = min.map_or((1, loc), |(n, l)| (n, l));
+    if min > max {
+        sink.push(
+            Code::ConcurrencyType,
+            path,
+            format!("an adaptive limit's min ({min}) is above its max ({max})"),
+        )
+        .label(min_loc, "above max")
+        .help(help);
+        return None;
+    }
+    Some((max, min))
 }
 
 /// A key's rate windows: one window string (`"5000/h"`) or an array of them (`["1/s",

@@ -46,6 +46,9 @@ pub(super) struct Declared {
     pub(super) max_wait: (u32, Option<Loc>),
     /// Whether the limit holds across processes (1) or not (0), and where it was written.
     pub(super) shared: (u32, Option<Loc>),
+    /// The floor of an adaptive limit (0: the limit does not adapt), and where the limit was
+    /// written.
+    pub(super) adapt: (u32, Option<Loc>),
 }
 
 pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &mut Sink) -> Policy {
@@ -126,6 +129,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 retries: d.retries.0,
                 max_wait_ms: d.max_wait.0,
                 shared: d.shared.0 == 1,
+                adapt_min: NonZeroU32::new(d.adapt.0),
             })
         });
         policies.push(ToolPolicy {
@@ -147,6 +151,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
             Agreed::Retries,
             Agreed::MaxWait,
             Agreed::Shared,
+            Agreed::Adapt,
         ] {
             let first = list.first().map(|(_, d)| d);
             if list
@@ -284,6 +289,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             retries: (RETRIES_DEFAULT, None),
             max_wait: (MAX_WAIT_DEFAULT_MS, None),
             shared: (0, None),
+            adapt: (0, None),
         }),
         RawConcurrency::Table {
             key,
@@ -299,7 +305,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             let Some((key, _)) = key else {
                 if let Some(sink) = sink.filter(|_| !tool.bad_concurrency) {
                     let path = tool_path(&tool.name, Some("concurrency"));
-                    let hint = limit.as_ref().map_or(1, |(n, _)| *n);
+                    let hint = limit.as_ref().map_or(1, |(n, _, _)| *n);
                     sink.push(
                         Code::ConcurrencyKeyMissing,
                         &path,
@@ -315,7 +321,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             };
             Some(Declared {
                 key: key.clone(),
-                limit: limit.as_ref().map_or(1, |(n, _)| *n),
+                limit: limit.as_ref().map_or(1, |(n, _, _)| *n),
                 loc: *loc,
                 integer_form: false,
                 delay: delay.map_or((0, None), |(ms, l)| (ms, Some(l))),
@@ -326,6 +332,9 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
                 retries: retries.map_or((RETRIES_DEFAULT, None), |(n, l)| (n, Some(l))),
                 max_wait: max_wait.map_or((MAX_WAIT_DEFAULT_MS, None), |(ms, l)| (ms, Some(l))),
                 shared: shared.map_or((0, None), |(b, l)| (u32::from(b), Some(l))),
+                adapt: limit
+                    .as_ref()
+                    .map_or((0, None), |(_, min, l)| (min.unwrap_or(0), Some(*l))),
             })
         }
     }
@@ -411,6 +420,20 @@ fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
              the rate on a key that is not shared",
         );
     }
+    if let (Some(at), Some(shared), true, true) =
+        (d.adapt.1, d.shared.1, d.shared.0 == 1, d.adapt.0 > 0)
+    {
+        sink.push(
+            Code::AdaptOnSharedKey,
+            &path,
+            "a shared key's store keeps one fixed limit for every process, so an adaptive limit \
+             would adapt in each process alone"
+                .to_owned(),
+        )
+        .label(at, "an adaptive limit")
+        .label(shared, "on a shared key")
+        .help("give the shared key a fixed limit (limit = 4), or keep it local to adapt");
+    }
 }
 
 fn conflict(key: &str, list: &[(String, Declared)], sink: &mut Sink) {
@@ -451,6 +474,7 @@ pub(super) enum Agreed {
     Retries,
     MaxWait,
     Shared,
+    Adapt,
 }
 
 impl Agreed {
@@ -470,6 +494,7 @@ impl Agreed {
             Self::Retries => d.retries.0,
             Self::MaxWait => d.max_wait.0,
             Self::Shared => d.shared.0,
+            Self::Adapt => d.adapt.0,
         }
     }
 
@@ -482,6 +507,9 @@ impl Agreed {
             Self::Retries => d.retries.1,
             Self::MaxWait => d.max_wait.1,
             Self::Shared => d.shared.1,
+            // A limit written as an integer says "not adaptive" as plainly as a table says
+            // "adaptive", so only an unwritten limit is the default.
+            Self::Adapt => d.adapt.1,
         }
     }
 
@@ -491,6 +519,8 @@ impl Agreed {
             Self::Delay | Self::MaxWait => format!("{} ms", self.number(d)),
             Self::Rate => show_rates(&d.rate.0),
             Self::Shared => (d.shared.0 == 1).to_string(),
+            Self::Adapt if d.adapt.0 == 0 => "fixed".to_owned(),
+            Self::Adapt => format!("adapts down to {}", d.adapt.0),
             Self::Burst | Self::Retries => self.number(d).to_string(),
         }
     }
@@ -508,6 +538,11 @@ impl Agreed {
                 "maximum waits",
             ),
             Self::Shared => (Code::ConcurrencySharedConflict, "shared", "scopes"),
+            Self::Adapt => (
+                Code::ConcurrencyAdaptConflict,
+                "adaptive limit",
+                "adaptations",
+            ),
         }
     }
 }

@@ -96,6 +96,8 @@ impl Scheduler {
         // Why each entry of the part waits, by its index in the part.
         let mut waits: Vec<Option<Wait>> = Vec::new();
         waits.resize_with(end - start, || None);
+        // What the sentences add about adaptive limits that keep entries waiting, by key.
+        let mut adapted: Vec<(String, String)> = Vec::new();
         if rec.is_open() {
             for &k in &rec.keys {
                 let key = self.keys.key(k);
@@ -130,11 +132,18 @@ impl Scheduler {
                                 }
                             }
                         }
-                        None => Wait::KeyFull {
-                            key: key.name.clone(),
-                            limit: key.limit,
-                            running: self.running_labels(k),
-                        },
+                        None => {
+                            if let Some(note) = key.adaptive_note()
+                                && adapted.last().is_none_or(|(name, _)| *name != key.name)
+                            {
+                                adapted.push((key.name.clone(), note));
+                            }
+                            Wait::KeyFull {
+                                key: key.name.clone(),
+                                limit: key.limit,
+                                running: self.running_labels(k),
+                            }
+                        }
                     };
                     waits[at - start] = Some(wait);
                     previous = Some(e);
@@ -176,9 +185,15 @@ impl Scheduler {
                     _ => None,
                 };
                 let key = entry.key.get().map(|k| self.keys.key(k).name.clone());
-                let why = wait
-                    .as_ref()
-                    .map(|w| explain::wait_sentence(w, key.as_deref(), self.now));
+                let why = wait.as_ref().map(|w| {
+                    let mut why = explain::wait_sentence(w, key.as_deref(), self.now);
+                    if let Wait::KeyFull { key, .. } = w
+                        && let Some((_, note)) = adapted.iter().find(|(name, _)| name == key)
+                    {
+                        why.push_str(note);
+                    }
+                    why
+                });
                 EntryStatus {
                     entry: EntryId(e),
                     label: rec.label(i as u32),

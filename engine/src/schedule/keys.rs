@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 
+use super::adapt::{Aimd, Moved};
 use super::effects::Effects;
 use super::names::FxHashMap;
 use super::rate::Spacing;
@@ -23,7 +24,10 @@ mod made;
 #[derive(Debug)]
 pub(crate) struct KeyRec {
     pub(crate) name: String,
+    /// The limit now: the configured one, or an adaptive limit where `adapt` last moved it.
     pub(crate) limit: u32,
+    /// An adaptive limit's rule (`adapt.rs`), the only writer of `limit` after the key is made.
+    pub(crate) adapt: Option<Aimd>,
     /// Entries holding a slot (running, asking, or waiting for a permit); written only by
     /// [`Keys::commit`].
     running: u32,
@@ -83,6 +87,28 @@ impl KeyRec {
     /// Whether one more entry may take a slot.
     pub(crate) fn has_room(&self) -> bool {
         self.running < self.limit
+    }
+
+    /// Whether the key's adaptive limit is below its ceiling (a made key is kept while it is).
+    pub(crate) fn adapted_down(&self) -> bool {
+        self.adapt.is_some_and(|a| self.limit < a.bounds().1)
+    }
+
+    /// What a sentence about the key being full adds when its limit adapts: its bounds and
+    /// what last moved it (nothing of its history at the ceiling, which is where a key made
+    /// afresh starts).
+    pub(crate) fn adaptive_note(&self) -> Option<String> {
+        let adapt = self.adapt.as_ref()?;
+        let (min, max) = adapt.bounds();
+        let why = match adapt.last() {
+            _ if self.limit == max => "at its ceiling",
+            Some(Moved::Halved) | None => "halved after a rate limit",
+            Some(Moved::Grew) => "growing back by clean ends",
+        };
+        Some(format!(
+            "; its limit adapts between {min} and {max} and is {} now, {why}",
+            self.limit
+        ))
     }
 
     /// Whether the front entry may start by the clock at `now` (paired with `gate`).
@@ -214,6 +240,7 @@ impl Keys {
         let rec = KeyRec {
             name: name.to_owned(),
             limit: c.limit.get(),
+            adapt: c.adapt_min.map(|min| Aimd::new(min.get(), c.limit.get())),
             running: 0,
             queue: VecDeque::new(),
             dirty: false,
@@ -384,6 +411,26 @@ impl Keys {
             "queued out of order"
         );
         queue.extend(first..end);
+    }
+
+    /// An execution on key `k` ended rate-limited: an adaptive limit halves.
+    pub(crate) fn rate_limited(&mut self, k: u32) {
+        let key = &mut self.recs[k as usize];
+        if let Some(adapt) = key.adapt.as_mut() {
+            adapt.rate_limited(&mut key.limit);
+        }
+    }
+
+    /// An execution on key `k` ended clean: an adaptive limit that grew lets the key walk.
+    pub(crate) fn ended_clean(&mut self, k: u32) {
+        let key = &mut self.recs[k as usize];
+        if key
+            .adapt
+            .as_mut()
+            .is_some_and(|a| a.clean_end(&mut key.limit))
+        {
+            self.mark_dirty(k);
+        }
     }
 
     /// Applies what a transition implies for its key `k`: slots taken and freed, the start

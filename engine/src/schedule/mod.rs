@@ -60,6 +60,7 @@
 //! - Queries change nothing: [`label`](Scheduler::label), [`inspect`](Scheduler::inspect),
 //!   [`unfinished`](Scheduler::unfinished).
 
+mod adapt;
 mod batch;
 mod deadline;
 mod effects;
@@ -578,8 +579,8 @@ impl Scheduler {
     /// Applies one execution's end.
     pub fn on_ended(&mut self, e: EntryId, end: End) -> Result<(), Refusal> {
         let result = match end {
-            End::Ok => self.apply(e, HostEvent::End(Outcome::Ok)),
-            End::Failed => self.apply(e, HostEvent::End(Outcome::Failed)),
+            End::Ok => self.end_clean(e, Outcome::Ok),
+            End::Failed => self.end_clean(e, Outcome::Failed),
             End::RateLimited(until) => self.retry(e, until),
         };
         result.map_err(|(code, message)| Refusal {
@@ -601,6 +602,20 @@ impl Scheduler {
         // The number vectors are empty here, or hold what the inputs (or `resume`) decided.
         self.advance(now);
         self.finish_round(out);
+    }
+
+    /// An execution ended `ok` or `failed` (not rate-limited): a clean end for its key's
+    /// adaptive limit, once the transition table accepts it.
+    fn end_clean(&mut self, e: EntryId, outcome: Outcome) -> Result<(), (InputErrorCode, String)> {
+        let key = self
+            .batches
+            .locate(e.0)
+            .and_then(|(slot, index)| self.batches.slot(slot).entries[index as usize].key.get());
+        self.apply(e, HostEvent::End(outcome))?;
+        if let Some(k) = key {
+            self.keys.ended_clean(k);
+        }
+        Ok(())
     }
 
     /// Applies a host's report about entry `e`, or refuses it and changes nothing.

@@ -150,6 +150,7 @@ mod tests {
             retries: 3,
             max_wait_ms: 300_000,
             shared: false,
+            adapt_min: None,
         })
     }
 
@@ -285,6 +286,7 @@ mod tests {
                 retries: 3,
                 max_wait_ms: 300_000,
                 shared: false,
+                adapt_min: None,
             }
         });
         assert_eq!(c, Spacing::default());

@@ -310,6 +310,9 @@ impl Scheduler {
             let label = self.batches.slot(slot).label(index);
             return Err((illegal.code, illegal.message(&label)));
         }
+        if let Some(k) = key {
+            self.keys.rate_limited(k);
+        }
         match key {
             // Its slot and permit went back with the transition; a wait the key's maximum
             // allows pauses the key.

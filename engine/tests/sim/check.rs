@@ -367,7 +367,8 @@ impl Sim {
         }
     }
 
-    /// Every live entry's state agrees; per key, running <= limit; retired numbers are unknown.
+    /// Every live entry's state agrees; per key, running <= limit (an adaptive limit's ceiling:
+    /// a limit that drops takes no slot back); retired numbers are unknown.
     pub(super) fn check_states(&self, retired: &[u64]) {
         let mut running: HashMap<&str, (u32, u32)> = HashMap::new();
         let mut live = 0;
@@ -381,7 +382,8 @@ impl Sim {
                     self.model.label(n)
                 ));
             }
-            if let (Some((k, limit)), true) = (self.model.key(n), want.is_started_unended()) {
+            if let (Some(rule), true) = (self.model.rule(n), want.is_started_unended()) {
+                let (k, limit) = (rule.name.as_str(), rule.limit);
                 let count = running.entry(k).or_insert((0, limit));
                 count.0 += 1;
                 if count.0 > count.1 {

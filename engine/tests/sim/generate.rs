@@ -59,6 +59,8 @@ pub(super) struct Gen {
     delays: BTreeMap<String, u32>,
     /// Rate windows and burst, as every table naming the key writes them.
     rates: BTreeMap<String, Rates>,
+    /// Whether the key's limit adapts, and its floor (clamped to the limit when written).
+    adapts: BTreeMap<String, Option<u32>>,
     /// Rate-limit retries per entry, as every table naming the key writes it.
     retries: BTreeMap<String, u32>,
     /// The longest rate-limit wait in ms, as every table naming the key writes it.
@@ -84,6 +86,8 @@ pub(super) struct KeyRule {
     pub(super) delay: u32,
     /// The rate windows `(count, per_ms)` and their burst (none on a shared key).
     pub(super) rates: Rates,
+    /// The floor of an adaptive limit (`limit` is then its ceiling); none on a shared key.
+    pub(super) adapt_min: Option<u32>,
     pub(super) retries: u32,
     /// The longest rate-limit wait in ms; a longer one settles the entry.
     pub(super) max_wait: u64,
@@ -136,6 +140,11 @@ fn random_rates(rng: &mut Rng) -> Rates {
     Rates { windows, burst }
 }
 
+/// Mostly a fixed limit; else an adaptive one with a floor of 1 to 3 (at most the ceiling).
+fn random_adapt(rng: &mut Rng) -> Option<u32> {
+    rng.chance(30).then(|| 1 + rng.below(3) as u32)
+}
+
 fn random_delay(rng: &mut Rng) -> u32 {
     match rng.below(10) {
         0..=4 => 0,
@@ -184,6 +193,10 @@ impl Gen {
             .iter()
             .map(|k| (k.clone(), random_rates(rng)))
             .collect();
+        let adapts = key_names
+            .iter()
+            .map(|k| (k.clone(), random_adapt(rng)))
+            .collect();
         let retries = key_names
             .iter()
             .map(|k| (k.clone(), rng.below(4) as u32))
@@ -210,6 +223,7 @@ impl Gen {
             limits,
             delays,
             rates,
+            adapts,
             retries,
             max_waits,
             shared,
@@ -239,6 +253,11 @@ impl Gen {
         for rates in g.rates.values_mut() {
             if rng.chance(30) {
                 *rates = random_rates(rng);
+            }
+        }
+        for adapt in g.adapts.values_mut() {
+            if rng.chance(30) {
+                *adapt = random_adapt(rng);
             }
         }
         for retries in g.retries.values_mut() {
@@ -341,6 +360,30 @@ impl Gen {
         }
     }
 
+    /// The floor of `key`'s adaptive limit: none when the integer form names it, when it is
+    /// shared, or when its limit is 0 (unbounded).
+    fn adapt_of(&self, key: &str) -> Option<u32> {
+        let int_form = self
+            .tools
+            .iter()
+            .any(|t| t.conc == Conc::Int && t.name == key);
+        let limit = self.limits[key];
+        if int_form || self.is_shared(key) || limit == 0 {
+            return None;
+        }
+        self.adapts[key].map(|min| min.min(limit))
+    }
+
+    /// `key`'s limit as a table writes it: `N`, or `{ max = N, min = M, adapt = "aimd" }`.
+    fn limit_text(&self, key: &str, rng: &mut Rng) -> String {
+        let limit = self.limits[key];
+        match self.adapt_of(key) {
+            None => limit.to_string(),
+            Some(1) if rng.chance(50) => format!("{{ adapt = \"aimd\", max = {limit} }}"),
+            Some(min) => format!("{{ max = {limit}, min = {min}, adapt = \"aimd\" }}"),
+        }
+    }
+
     /// Whether `key` is shared: the integer form cannot say so.
     fn is_shared(&self, key: &str) -> bool {
         !self
@@ -358,6 +401,7 @@ impl Gen {
         let max_wait = u64::from(max_wait);
         let shared = self.is_shared(&name);
         let rates = self.rates_of(&name);
+        let adapt_min = self.adapt_of(&name);
         let limit = match limit {
             0 if delay > 0
                 || !rates.windows.is_empty()
@@ -374,6 +418,7 @@ impl Gen {
             limit,
             delay: if shared { 0 } else { delay },
             rates,
+            adapt_min,
             retries,
             max_wait,
             shared,
@@ -583,7 +628,7 @@ fn conc_lines(g: &Gen, tool: &ToolGen, n: usize, rng: &mut Rng) -> Vec<(usize, S
             let all = format!("{below_fields}{top_fields}");
             match rng.below(4) {
                 // `{ key }` is a limit of 1; a table below would lend it its limit.
-                1 if limit == 1 => {
+                1 if limit == 1 && g.adapt_of(key).is_none() => {
                     conc_noise_below(&mut out, top, false, rng);
                     out.push((top, format!("concurrency = {{ key = \"{key}\"{all} }}")));
                 }
@@ -600,6 +645,7 @@ fn conc_lines(g: &Gen, tool: &ToolGen, n: usize, rng: &mut Rng) -> Vec<(usize, S
                         )
                     };
                     out.push((below, line));
+                    let limit = g.limit_text(key, rng);
                     out.push((
                         top,
                         format!("concurrency = {{ limit = {limit}{top_fields} }}"),
@@ -609,6 +655,7 @@ fn conc_lines(g: &Gen, tool: &ToolGen, n: usize, rng: &mut Rng) -> Vec<(usize, S
                 3 if top >= 1 => {
                     let below = rng.below(top);
                     conc_noise_below(&mut out, below, true, rng);
+                    let limit = g.limit_text(key, rng);
                     out.push((
                         below,
                         format!("concurrency = {{ limit = {limit}{below_fields} }}"),
@@ -620,6 +667,7 @@ fn conc_lines(g: &Gen, tool: &ToolGen, n: usize, rng: &mut Rng) -> Vec<(usize, S
                 }
                 _ => {
                     conc_noise_below(&mut out, top, true, rng);
+                    let limit = g.limit_text(key, rng);
                     out.push((
                         top,
                         format!("concurrency = {{ key = \"{key}\", limit = {limit}{all} }}"),

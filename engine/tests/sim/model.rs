@@ -303,6 +303,9 @@ pub(super) struct Time {
     last_start: HashMap<String, u64>,
     /// Per key name, one bucket per rate window (in the rule's order), once it started.
     buckets: HashMap<String, Vec<Bucket>>,
+    /// Per adaptive key name, its limit now, the clean ends since it last moved, and whether
+    /// it last halved (true) or grew (absent: at its ceiling, never moved).
+    adapted: HashMap<String, (u32, u32, bool)>,
     /// Per entry, how many times it ran again after a rate limit.
     retried: HashMap<u64, u32>,
     /// Unkeyed retried entries that wait alone, until when.
@@ -426,7 +429,57 @@ impl Model {
         self.call(n)
             .key
             .as_ref()
-            .map(|k| (k.name.as_str(), k.limit))
+            .map(|k| (k.name.as_str(), self.limit_now(k)))
+    }
+
+    /// Key `k`'s limit now: its ceiling, or where its adaptation moved it.
+    pub(super) fn limit_now(&self, k: &KeyRule) -> u32 {
+        self.time
+            .adapted
+            .get(&k.name)
+            .map_or(k.limit, |&(limit, _, _)| limit)
+    }
+
+    /// The docs' AIMD: a rate-limited end halves an adaptive limit (not below its floor) and
+    /// starts the count of clean ends over; a clean end counts, and as many as the limit is
+    /// grow it by one (not past its ceiling), counting from zero again.
+    fn adapt(&mut self, k: &KeyRule, clean: bool) {
+        let Some(min) = k.adapt_min else {
+            return;
+        };
+        let Some(&(limit, ends, halved)) = self.time.adapted.get(&k.name) else {
+            if !clean {
+                self.time
+                    .adapted
+                    .insert(k.name.clone(), ((k.limit / 2).max(min), 0, true));
+            }
+            return;
+        };
+        let next = if !clean {
+            ((limit / 2).max(min), 0, true)
+        } else if limit == k.limit {
+            (limit, 0, halved)
+        } else if ends + 1 == limit {
+            (limit + 1, 0, false)
+        } else {
+            (limit, ends + 1, halved)
+        };
+        self.time.adapted.insert(k.name.clone(), next);
+    }
+
+    /// What the docs say a sentence adds about a full key whose limit adapts.
+    fn adaptive_note(&self, k: &KeyRule) -> Option<String> {
+        let min = k.adapt_min?;
+        let (limit, why) = match self.time.adapted.get(&k.name) {
+            Some(&(limit, _, _)) if limit == k.limit => (limit, "at its ceiling"),
+            None => (k.limit, "at its ceiling"),
+            Some(&(limit, _, true)) => (limit, "halved after a rate limit"),
+            Some(&(limit, _, false)) => (limit, "growing back by clean ends"),
+        };
+        Some(format!(
+            "; its limit adapts between {min} and {} and is {limit} now, {why}",
+            k.limit
+        ))
     }
 
     pub(super) fn rule(&self, n: u64) -> Option<&KeyRule> {
@@ -527,7 +580,7 @@ impl Model {
         });
         live || self.cfg.template_rule().is_some_and(|mut k| {
             k.name = name.to_owned();
-            self.rested(&k) > self.time.now
+            self.rested(&k) > self.time.now || self.limit_now(&k) < k.limit
         })
     }
 
@@ -562,7 +615,7 @@ impl Model {
             let gate = self.gate(k);
             (self.st(front) == St::Approved
                 && self.open(self.entries[ix(front)].batch)
-                && self.running(&k.name) < k.limit as usize
+                && self.running(&k.name) < self.limit_now(k) as usize
                 && gate > self.time.now)
                 .then_some(gate)
         });
@@ -827,6 +880,7 @@ impl Model {
         let too_long =
             (wait > max_wait).then(|| u32::try_from(wait.div_ceil(1_000)).unwrap_or(u32::MAX));
         if let Some(k) = &rule {
+            self.adapt(k, false);
             if too_long.is_none() {
                 self.pause_key(&k.name, until, k.shared, out);
             }
@@ -904,6 +958,11 @@ impl Model {
                 // An end gives a shared key's permit back.
                 if matches!(kind, InputKind::Ok | InputKind::Failed) && self.shared(n) {
                     out.release.push(n);
+                }
+                if matches!(kind, InputKind::Ok | InputKind::Failed)
+                    && let Some(k) = self.rule(n).cloned()
+                {
+                    self.adapt(&k, true);
                 }
                 self.set(n, st);
                 self.immediate(out);
@@ -1295,9 +1354,14 @@ impl Model {
                 let key = key.map(|(k, _)| k.to_owned());
                 // The sentence is the engine's own text for the wait (tested on its own); the
                 // model checks that it is given for exactly the waits it expects.
-                let why = wait
-                    .as_ref()
-                    .map(|w| explain::wait_sentence(w, key.as_deref(), self.time.now));
+                let note = match &wait {
+                    Some(Wait::KeyFull { .. }) => self.rule(n).and_then(|k| self.adaptive_note(k)),
+                    _ => None,
+                };
+                let why = wait.as_ref().map(|w| {
+                    explain::wait_sentence(w, key.as_deref(), self.time.now)
+                        + note.as_deref().unwrap_or_default()
+                });
                 EntryStatus {
                     entry: EntryId(n),
                     label: self.label(n),

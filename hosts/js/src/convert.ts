@@ -30,6 +30,7 @@ export function toolPolicy(p: wc.ToolPolicy): ToolPolicy {
       maxWaitMs: c.maxWaitMs,
       arguments: c.arguments,
       shared: c.shared,
+      ...(c.adaptMin === undefined ? {} : { adaptMin: c.adaptMin }),
     },
     fanOut: p.fanOut,
     onError: p.onError,

@@ -47,7 +47,11 @@ export type DiagnosticCode =
   /** A `burst` on a key with no `rate`. */
   | 'burst-without-rate'
   /** A `rate` on a `shared` key (its store keeps delays, not rate windows). */
-  | 'rate-on-shared-key';
+  | 'rate-on-shared-key'
+  /** Tools naming one concurrency key disagree on whether its limit adapts, or on its floor. */
+  | 'concurrency-adapt-conflict'
+  /** An adaptive limit on a `shared` key (its store keeps one fixed limit). */
+  | 'adapt-on-shared-key';
 
 /** An error stops resolution; a warning is reported beside a resolved policy
  * (`Policy.warnings()`). */
@@ -118,6 +122,10 @@ export interface ToolPolicy {
     maxWaitMs: number;
     arguments: string[];
     shared: boolean;
+    /** Present when the limit adapts (`limit = { max, min, adapt = "aimd" }`): its floor;
+     * `limit` is its ceiling. It halves on each rate-limited end (not below this) and grows by
+     * one after as many clean ends as it then is. */
+    adaptMin?: number;
   };
   fanOut: boolean;
   onError: OnError;

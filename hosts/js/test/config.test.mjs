@@ -3,7 +3,7 @@
 // tools and the layer, and spans into the generated text.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, Turnstile, TurnstileError } from '../dist/index.js';
+import { ConfigError, Scheduler, Turnstile, TurnstileError } from '../dist/index.js';
 
 const TOML = `
 [conversation.tools.github_issues]
@@ -90,6 +90,36 @@ test('rate windows resolve to { count, perMs } in ascending order with their bur
     () => t.resolve([{ conversation: { tools: { a: { concurrency: { key: 'k', rate: '1/s' } }, b: { concurrency: { key: 'k', rate: '2/s' } } } } }]),
     (e) => e.diagnostics[0].code === 'concurrency-rate-conflict' && e.diagnostics[0].tools.join() === 'a,b',
   );
+});
+
+test('an adaptive limit resolves to its ceiling and adaptMin; a fixed one has no adaptMin; a shared key refuses it', async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ conversation: { tools: { api: { concurrency: { key: 'api', limit: { max: 8, min: 2, adapt: 'aimd' } } }, plain: { concurrency: 3 } } } }]);
+  assert.equal(policy.tool('api').concurrency.limit, 8);
+  assert.equal(policy.tool('api').concurrency.adaptMin, 2);
+  assert.equal('adaptMin' in policy.tool('plain').concurrency, false);
+  for (const [limit, extra, code] of [
+    [{ max: 4 }, {}, 'concurrency-type'],
+    [{ max: 2, min: 3, adapt: 'aimd' }, {}, 'concurrency-type'],
+    [{ max: 4, adapt: 'aimd' }, { shared: true }, 'adapt-on-shared-key'],
+  ]) {
+    assert.throws(
+      () => t.resolve([{ conversation: { tools: { a: { concurrency: { key: 'k', limit, ...extra } } } } }]),
+      (e) => e instanceof ConfigError && e.diagnostics.length === 1 && e.diagnostics[0].code === code,
+      JSON.stringify(limit),
+    );
+  }
+  // The scheduler halves it on a rate-limited end: four start, then a 429 leaves room for two.
+  const s = new Scheduler(t.resolve([{ conversation: { tools: { api: { concurrency: { key: 'api', limit: { max: 4, adapt: 'aimd' } } } } } }]));
+  const batch = s.submit(['a', 'b', 'c', 'd', 'e', 'f'].map((id) => ({ id, tool: 'api' })));
+  const e = (l) => batch.entry(l);
+  assert.deepEqual([...s.step({ now: 0, approve: ['a', 'b', 'c', 'd', 'e', 'f'].map(e) }).start], ['a', 'b', 'c', 'd'].map(e));
+  s.step({ now: 1, retry: [{ entry: e('a'), until: 1 }] });
+  // b's end frees a slot, but two (c, d) is the limit now.
+  assert.deepEqual([...s.step({ now: 2, ok: [e('b')] }).start], []);
+  const why = s.inspect(batch.batch).find((x) => x.label === 'a').why;
+  assert.match(why, /its limit adapts between 1 and 4 and is 2 now, halved after a rate limit/);
+  s.dispose();
 });
 
 test('text and objects mix, lowest precedence first; a later object lifts a limit', async () => {

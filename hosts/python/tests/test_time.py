@@ -155,6 +155,30 @@ def test_rate_windows_resolve_ascending_with_their_burst_and_their_mistakes_are_
     ]
 
 
+def test_an_adaptive_limit_resolves_to_its_ceiling_and_halves_on_a_rate_limit() -> None:
+    text = '[conversation.tools.api]\nconcurrency = { key = "api", limit = { max = 4, adapt = "aimd" } }\n'
+    p = Policy.resolve([("t", text + "[conversation.tools.plain]\nconcurrency = 3\n")])
+    assert (p.tool("api").limit, p.tool("api").adapt_min) == (4, 1)
+    assert p.tool("plain").adapt_min is None
+    for table, code in [
+        ('{ key = "k", limit = { max = 4 } }', DiagnosticCode.CONCURRENCY_TYPE),
+        ('{ key = "k", limit = { max = 2, min = 3, adapt = "aimd" } }', DiagnosticCode.CONCURRENCY_TYPE),
+        ('{ key = "k", limit = { max = 4, adapt = "aimd" }, shared = true }', DiagnosticCode.ADAPT_ON_SHARED_KEY),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            Policy.resolve([("t", f"[conversation.tools.a]\nconcurrency = {table}\n")])
+        assert [d.code for d in e.value.diagnostics] == [code], table
+    with Scheduler(Policy.resolve([("t", text)])) as s:
+        sub = s.submit([Call(c, "api") for c in "abcdef"])
+        a, b, c, d, e_, f = sub.entries
+        assert s.step(now=0, approve=list(sub.entries)).start == [a, b, c, d]
+        s.step(now=1, retry=[(a, 1)])
+        # b's end frees a slot, but two (c, d) is the limit now.
+        assert s.step(now=2, ok=[b]).start == []
+        why = next(st.why for st in s.inspect(sub.batch) if st.label == "a")
+        assert "its limit adapts between 1 and 4 and is 2 now, halved after a rate limit" in why
+
+
 def test_wake_at_and_every_time_wait_cross_typed() -> None:
     with Scheduler(policy()) as s:
         sub = s.submit([Call("sp1", "spaced"), Call("sp2", "spaced"), Call("w1", "write"), Call("f1", "free")])

@@ -2,7 +2,10 @@
 //! expanded keys only) and the last batch that listed it, so a batch lists a key once. When
 //! its last user retires, a made key whose gate has passed is forgotten at once; one whose
 //! gate lies ahead waits in the idle heap (one live item per key, `idle_at`, like a key's
-//! wake-up; stale items are skipped, and dropped once they outnumber the live ones).
+//! wake-up; stale items are skipped, and dropped once they outnumber the live ones). A made
+//! key whose adaptive limit is below its ceiling is kept while it is: what it learned from
+//! rate limits would otherwise be lost with it (its limit only moves on ends, so it is looked
+//! at again when a batch that used it retires).
 
 use std::collections::VecDeque;
 
@@ -60,7 +63,7 @@ impl Keys {
             key.name
         );
         key.uses.refs = key.uses.refs.saturating_sub(1);
-        if key.uses.refs == 0 {
+        if key.uses.refs == 0 && !key.adapted_down() {
             let gate = key.rested_at();
             if gate <= now {
                 self.forget(k);
@@ -81,7 +84,7 @@ impl Keys {
                 continue;
             }
             key.uses.idle_at = None;
-            if key.template.is_none() || key.uses.refs > 0 {
+            if key.template.is_none() || key.uses.refs > 0 || key.adapted_down() {
                 continue;
             }
             let gate = key.rested_at();

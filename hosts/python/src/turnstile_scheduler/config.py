@@ -232,4 +232,5 @@ def _tool(t: Any) -> ToolPolicy:
         if c is not None
         else (),
         burst=getattr(c, "burst", 1) if c is not None else 1,
+        adapt_min=getattr(c, "adapt-min", None) if c is not None else None,
     )

@@ -160,6 +160,10 @@ class DiagnosticCode(str, Enum):
     """A `burst` on a key with no `rate`."""
     RATE_ON_SHARED_KEY = "rate-on-shared-key"
     """A `rate` on a `shared` key (its store keeps delays, not rate windows)."""
+    CONCURRENCY_ADAPT_CONFLICT = "concurrency-adapt-conflict"
+    """Tools naming one concurrency key disagree on whether its limit adapts, or its floor."""
+    ADAPT_ON_SHARED_KEY = "adapt-on-shared-key"
+    """An adaptive limit on a `shared` key (its store keeps one fixed limit)."""
 
 
 class Severity(str, Enum):
@@ -351,6 +355,10 @@ class ToolPolicy:
     (at most `burst + count - 1` in any `per_ms`)."""
     burst: int = 1
     """Starts the rate windows let through at once (1 when the key has no rate)."""
+    adapt_min: Optional[int] = None
+    """The floor of an adaptive limit (`limit = { max, min, adapt = "aimd" }`; `limit` is then
+    its ceiling), None when the limit is fixed. It halves on each rate-limited end (not below
+    this) and grows by one after as many clean ends as it then is."""
 
 
 # ---------------------------------------------------------------------------------------------
