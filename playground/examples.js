@@ -95,6 +95,31 @@ s4 search 200
 `,
   },
   {
+    id: 'adaptive',
+    title: 'A 429 storm with an adaptive limit (AIMD)',
+    layers: [
+      {
+        name: 'workspace',
+        text: `# An endpoint whose right limit is unknown: start at 4, halve on each 429
+# (never below 1), grow by one after as many clean ends as the limit is.
+[conversation.tools.llm]
+concurrency = { key = "llm", limit = { max = 4, min = 1, adapt = "aimd" }, retries = 3 }
+`,
+      },
+    ],
+    batch: `# Three of the first four get a 429: the limit halves to 2, then to 1, and
+# grows back as calls end clean. Hover a waiting call to read where it is.
+a llm 300 429=200
+b llm 300 429=200
+c llm 300 429=200
+d llm 300
+e llm 300
+f llm 300
+g llm 300
+h llm 300
+`,
+  },
+  {
     id: 'github-quota',
     title: 'A GitHub quota with its windows (rate and burst)',
     layers: [

@@ -204,7 +204,7 @@ fn scaling(quick: bool, only: Option<&str>) -> Result<(), String> {
     println!("| batches | executions | keys | ns/execution | vs previous size |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     type Make = fn(usize, usize) -> Workload;
-    let rows: [(&str, usize, Make); 7] = [
+    let rows: [(&str, usize, Make); 9] = [
         ("~1,000 executions", 1, Workload::large),
         ("~1,000 executions", 10, Workload::large),
         ("~1,000 executions", 1000, Workload::large),
@@ -215,6 +215,14 @@ fn scaling(quick: bool, only: Option<&str>) -> Result<(), String> {
         }),
         ("~1,000, delay = 1", 1000, |n, k| {
             Workload::large(n, k).spaced()
+        }),
+        // Two rate windows and a burst on every key (GCRA lanes in exact integers).
+        ("~1,000, rate 4/ms + 1000/s, burst 4", 10, |n, k| {
+            Workload::large(n, k).rated()
+        }),
+        // Every key's limit adaptive (AIMD), every end clean.
+        ("~1,000, adaptive limits", 10, |n, k| {
+            Workload::large(n, k).adaptive()
         }),
         // Keys from arguments: `fs:{path}`, each key made, forgotten when idle, made again.
         ("1,000 plain, key fs:{path}", 100_000, Workload::templated),

@@ -163,6 +163,27 @@ impl Workload {
         self
     }
 
+    /// The same drive with every key under two rate windows and a burst (issue 21): 4 per ms
+    /// and 1,000 per second, a burst of 4, so the host steps at each wake-up.
+    pub(crate) fn rated(mut self) -> Self {
+        self.policy_text = self
+            .policy_text
+            .replace(" }\n", ", rate = [\"4/ms\", \"1000/s\"], burst = 4 }\n");
+        self
+    }
+
+    /// The same drive with every key's limit adaptive (AIMD, ceiling the fixed limit): every
+    /// execution ends `ok`, so this is the cost of counting clean ends.
+    pub(crate) fn adaptive(mut self) -> Self {
+        for limit in 1..=4 {
+            self.policy_text = self.policy_text.replace(
+                &format!("limit = {limit} }}"),
+                &format!("limit = {{ max = {limit}, adapt = \"aimd\" }} }}"),
+            );
+        }
+        self
+    }
+
     pub(crate) fn batch(&self, round: usize) -> &Batch {
         &self.patterns[round % self.patterns.len()]
     }

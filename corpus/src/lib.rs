@@ -463,6 +463,8 @@ pub struct KeyView<'a> {
     pub rates: &'a [(u32, u32)],
     /// Starts the rate windows let through at once.
     pub burst: u32,
+    /// Units of the rate one call of the tool costs.
+    pub weight: u32,
     /// The floor of an adaptive limit (`limit` is then its ceiling).
     pub adapt_min: Option<u32>,
     /// Rate-limit retries per entry.
@@ -474,7 +476,7 @@ pub struct KeyView<'a> {
 }
 
 /// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS`, ` rate=N/MSms,...`, ` burst=B`,
-/// ` adapt=MIN` for an adaptive limit whose ceiling is LIMIT,
+/// ` weight=W`, ` adapt=MIN` for an adaptive limit whose ceiling is LIMIT,
 /// ` retries=N` and ` max_wait=MS` when they are not the defaults, 0, none, 1, 3 and 300000,
 /// and ` shared` for a shared key), then
 /// ` fan-out` and ` stop` when they apply.
@@ -494,6 +496,9 @@ pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool
             }
             if k.burst != 1 {
                 let _ = write!(s, " burst={}", k.burst);
+            }
+            if k.weight != 1 {
+                let _ = write!(s, " weight={}", k.weight);
             }
             if let Some(min) = k.adapt_min {
                 let _ = write!(s, " adapt={min}");

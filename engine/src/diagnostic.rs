@@ -83,6 +83,10 @@ pub enum Code {
     ConcurrencyAdaptConflict,
     /// An adaptive limit on a `shared` key: its store keeps one fixed limit for every process.
     AdaptOnSharedKey,
+    /// A `weight` above 1 on a key with no `rate`: it would count against nothing.
+    WeightWithoutRate,
+    /// A `weight` above the key's `burst`: such a call could never start.
+    WeightAboveBurst,
 }
 
 impl Code {
@@ -119,6 +123,8 @@ impl Code {
         Self::RateOnSharedKey,
         Self::ConcurrencyAdaptConflict,
         Self::AdaptOnSharedKey,
+        Self::WeightWithoutRate,
+        Self::WeightAboveBurst,
     ];
 
     /// The stable kebab-case spelling.
@@ -155,6 +161,8 @@ impl Code {
             Self::RateOnSharedKey => "rate-on-shared-key",
             Self::ConcurrencyAdaptConflict => "concurrency-adapt-conflict",
             Self::AdaptOnSharedKey => "adapt-on-shared-key",
+            Self::WeightWithoutRate => "weight-without-rate",
+            Self::WeightAboveBurst => "weight-above-burst",
         }
     }
 

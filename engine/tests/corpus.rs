@@ -96,6 +96,7 @@ impl Subject for Native {
                         delay_ms: c.delay_ms,
                         rates: &rates,
                         burst: c.burst,
+                        weight: c.weight,
                         adapt_min: c.adapt_min.map(std::num::NonZeroU32::get),
                         retries: c.retries,
                         max_wait_ms: c.max_wait_ms,

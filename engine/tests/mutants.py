@@ -66,6 +66,12 @@ MUTANTS = [
         "if key.uses.refs == 0 && !key.adapted_down() {",
         "if key.uses.refs == 0 {",
     ),
+    (
+        "a heavy call that costs one unit",
+        "engine/src/schedule/rate.rs",
+        "self.tat_n = base + u128::from(weight) * u128::from(self.per_ms);",
+        "self.tat_n = base + u128::from(self.per_ms);",
+    ),
 ]
 
 

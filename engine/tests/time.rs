@@ -178,7 +178,7 @@ fn bad_delays_and_retries_are_diagnostics() {
     assert!(
         got[0]
             .1
-            .contains("`delay`, `rate`, `burst`, `retries`, `max_wait` and `shared`"),
+            .contains("`delay`, `rate`, `burst`, `weight`, `retries`, `max_wait` and `shared`"),
         "{got:?}"
     );
 }

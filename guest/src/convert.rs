@@ -80,6 +80,8 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::RateOnSharedKey => W::RateOnSharedKey,
         Code::ConcurrencyAdaptConflict => W::ConcurrencyAdaptConflict,
         Code::AdaptOnSharedKey => W::AdaptOnSharedKey,
+        Code::WeightWithoutRate => W::WeightWithoutRate,
+        Code::WeightAboveBurst => W::WeightAboveBurst,
     }
 }
 
@@ -99,6 +101,7 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
                 })
                 .collect(),
             burst: c.burst,
+            weight: c.weight,
             retries: c.retries,
             max_wait_ms: c.max_wait_ms,
             arguments: c

@@ -395,6 +395,7 @@ pub(crate) fn tool_line(t: &wc::ToolPolicy) -> String {
             delay_ms: c.delay_ms,
             rates: &rates,
             burst: c.burst,
+            weight: c.weight,
             adapt_min: c.adapt_min,
             retries: c.retries,
             max_wait_ms: c.max_wait_ms,
@@ -733,5 +734,7 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::RateOnSharedKey => "rate-on-shared-key",
         D::ConcurrencyAdaptConflict => "concurrency-adapt-conflict",
         D::AdaptOnSharedKey => "adapt-on-shared-key",
+        D::WeightWithoutRate => "weight-without-rate",
+        D::WeightAboveBurst => "weight-above-burst",
     }
 }

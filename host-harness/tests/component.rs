@@ -174,6 +174,7 @@ fn config_survives_hostile_layers() {
             delay_ms: 0,
             rates: vec![],
             burst: 1,
+            weight: 1,
             retries: 3,
             max_wait_ms: 300_000,
             arguments: vec![],

@@ -78,6 +78,11 @@ pub struct Concurrency {
     /// Starts the rate windows let through at once after the key was idle (1 ..=
     /// [`crate::limits::BURST_MAX`]; 1 when the key has no rate).
     pub burst: u32,
+    /// Units of the rate windows one call of this tool costs (1 ..= `burst`; 1 when the key
+    /// has no rate). The tool's own: tools sharing a key may weigh differently (GitHub's
+    /// content-creating requests cost more points than reads). It counts against rates only,
+    /// not against the limit or a `delay`.
+    pub weight: u32,
     /// How many times one entry with this key may end rate-limited and run again.
     pub retries: u32,
     /// The longest wait a rate limit may ask for, in milliseconds (`max_wait`; at most
@@ -218,6 +223,10 @@ impl Policy {
                         eat(&w.per_ms.to_le_bytes());
                     }
                     eat(&c.burst.to_le_bytes());
+                    if c.weight != 1 {
+                        eat(b"weight");
+                        eat(&c.weight.to_le_bytes());
+                    }
                 }
                 // Likewise only when set, for fingerprints from before adaptive limits.
                 if let Some(min) = c.adapt_min {

@@ -37,6 +37,8 @@ pub(crate) struct RawTool {
     pub(crate) bad_fan_out: bool,
 }
 
+// One per tool per layer, made once at parse: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub(crate) enum RawConcurrency {
     Int {
@@ -55,6 +57,8 @@ pub(crate) enum RawConcurrency {
         rate: Option<(Vec<RateWindow>, Loc)>,
         /// Starts the rate windows let through at once (`burst`).
         burst: Option<(u32, Loc)>,
+        /// Units of the key's rate windows one call of this tool costs (`weight`).
+        weight: Option<(u32, Loc)>,
         /// Rate-limit retries per entry.
         retries: Option<(u32, Loc)>,
         /// The longest rate-limit wait the key pauses for, in milliseconds.
@@ -144,7 +148,7 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
 const TOOL_FIELDS: &[&str] = &["concurrency", "fan_out"];
 /// The fields of a concurrency table and of a fan_out table.
 const CONCURRENCY_FIELDS: &[&str] = &[
-    "key", "limit", "delay", "rate", "burst", "retries", "max_wait", "shared",
+    "key", "limit", "delay", "rate", "burst", "weight", "retries", "max_wait", "shared",
 ];
 const FAN_OUT_FIELDS: &[&str] = &["enabled", "on_error"];
 
@@ -272,8 +276,8 @@ fn parse_tool(
     tool
 }
 
-const CONCURRENCY_SHAPES: &str = "a non-negative integer or a { key, limit, delay, rate, burst, retries, max_wait, shared } \
-     table";
+const CONCURRENCY_SHAPES: &str = "a non-negative integer or a { key, limit, delay, rate, burst, \
+     weight, retries, max_wait, shared } table";
 
 fn parse_concurrency(
     layer: u32,
@@ -293,6 +297,7 @@ fn parse_concurrency(
             let mut delay = None;
             let mut rate = None;
             let mut burst = None;
+            let mut weight = None;
             let mut retries = None;
             let mut max_wait = None;
             let mut shared = None;
@@ -385,6 +390,23 @@ fn parse_concurrency(
                         }
                         None => ok = false,
                     },
+                    "weight" => match non_negative(layer, &fpath, v, sink) {
+                        Some(n) if (1..=BURST_MAX).contains(&n) => weight = Some((n, vloc)),
+                        Some(n) => {
+                            ok = false;
+                            sink.push(
+                                Code::ConcurrencyType,
+                                &fpath,
+                                format!("a weight of {n} is not in 1 ..= {BURST_MAX}"),
+                            )
+                            .label(vloc, "out of range")
+                            .help(
+                                "weight is how many units of the key's rate one call of this \
+                                 tool costs: 1 (the default) or more",
+                            );
+                        }
+                        None => ok = false,
+                    },
                     "retries" => match non_negative(layer, &fpath, v, sink) {
                         Some(n) if n <= RETRIES_MAX => retries = Some((n, vloc)),
                         Some(n) => {
@@ -443,8 +465,8 @@ fn parse_concurrency(
                                 &fpath,
                                 format!(
                                     "unknown field `{other}`; concurrency accepts `key`, \
-                                     `limit`, `delay`, `rate`, `burst`, `retries`, `max_wait` \
-                                     and `shared`"
+                                     `limit`, `delay`, `rate`, `burst`, `weight`, `retries`, \
+                                     `max_wait` and `shared`"
                                 ),
                             )
                             .label(floc, "unknown field");
@@ -460,6 +482,7 @@ fn parse_concurrency(
                 delay,
                 rate,
                 burst,
+                weight,
                 retries,
                 max_wait,
                 shared,
@@ -715,6 +738,7 @@ fn non_negative(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink)
         Some("delay") => "a delay is 0 (none) or more milliseconds",
         Some("retries") => "retries is 0 (never run again) or more",
         Some("burst") => "a burst is 1 (the default) or more starts at once",
+        Some("weight") => "a weight is 1 (the default) or more units of the key's rate",
         Some("max_wait") => {
             "a max_wait is 0 (never wait on a rate limit) or more milliseconds, 5 minutes when \
              unset"

@@ -40,6 +40,9 @@ pub(super) struct Declared {
     pub(super) rate: (Vec<RateWindow>, Option<Loc>),
     /// Starts the rate windows let through at once (1 when unset), and where it was written.
     pub(super) burst: (u32, Option<Loc>),
+    /// Units of the rate one call of this tool costs (1 when unset; the tool's own, not
+    /// agreed across tools), and where it was written.
+    pub(super) weight: (u32, Option<Loc>),
     /// Rate-limit retries per entry, and where it was written.
     pub(super) retries: (u32, Option<Loc>),
     /// The longest rate-limit wait in milliseconds, and where it was written.
@@ -125,6 +128,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 limit,
                 delay_ms: d.delay.0,
                 burst: if d.rate.0.is_empty() { 1 } else { d.burst.0 },
+                weight: if d.rate.0.is_empty() { 1 } else { d.weight.0 },
                 rates: d.rate.0,
                 retries: d.retries.0,
                 max_wait_ms: d.max_wait.0,
@@ -227,6 +231,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
                 delay: old_delay,
                 rate: old_rate,
                 burst: old_burst,
+                weight: old_weight,
                 retries: old_retries,
                 max_wait: old_max_wait,
                 shared: old_shared,
@@ -238,6 +243,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
                 delay,
                 rate,
                 burst,
+                weight,
                 retries,
                 max_wait,
                 shared,
@@ -249,6 +255,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
             delay: delay.or(old_delay),
             rate: rate.or(old_rate),
             burst: burst.or(old_burst),
+            weight: weight.or(old_weight),
             retries: retries.or(old_retries),
             max_wait: max_wait.or(old_max_wait),
             shared: shared.or(old_shared),
@@ -286,6 +293,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             delay: (0, None),
             rate: (Vec::new(), None),
             burst: (1, None),
+            weight: (1, None),
             retries: (RETRIES_DEFAULT, None),
             max_wait: (MAX_WAIT_DEFAULT_MS, None),
             shared: (0, None),
@@ -297,6 +305,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
             delay,
             rate,
             burst,
+            weight,
             retries,
             max_wait,
             shared,
@@ -329,6 +338,7 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
                     .as_ref()
                     .map_or((Vec::new(), None), |(w, l)| (w.clone(), Some(*l))),
                 burst: burst.map_or((1, None), |(n, l)| (n, Some(l))),
+                weight: weight.map_or((1, None), |(n, l)| (n, Some(l))),
                 retries: retries.map_or((RETRIES_DEFAULT, None), |(n, l)| (n, Some(l))),
                 max_wait: max_wait.map_or((MAX_WAIT_DEFAULT_MS, None), |(ms, l)| (ms, Some(l))),
                 shared: shared.map_or((0, None), |(b, l)| (u32::from(b), Some(l))),
@@ -387,7 +397,8 @@ fn shared_delay_too_long(tool: &Merged, declared: &Declared, sink: &mut Sink) {
     d.help("a shared key's store keeps its spacing, for at most 24h; use a shorter delay");
 }
 
-/// A `burst` needs a `rate` to let through; and a shared key's store keeps a limit, a delay and
+/// A `burst` and a `weight` need a `rate`, and a weight above the burst could never start; a
+/// shared key's store keeps a limit, a delay and
 /// pauses, not (yet) rate windows, so a rate on a shared key is refused rather than kept by
 /// each process alone (which would let every process take the whole rate).
 fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
@@ -404,6 +415,37 @@ fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
         )
         .label(at, "burst without a rate")
         .help("add a rate (rate = \"10/s\"), or remove burst");
+    }
+    if let (Some(at), true) = (d.weight.1, d.rate.0.is_empty() && d.weight.0 > 1) {
+        sink.push(
+            Code::WeightWithoutRate,
+            &path,
+            format!(
+                "weight = {} has no rate to count against: a weight is how many units of the \
+                 key's rate windows one call costs",
+                d.weight.0
+            ),
+        )
+        .label(at, "weight without a rate")
+        .help("add a rate (rate = \"900/min\"), or remove weight");
+    }
+    if let (Some(at), false, true) = (d.weight.1, d.rate.0.is_empty(), d.weight.0 > d.burst.0) {
+        // The message names the burst; a second label on the same line would collide with
+        // this one in the renderer's (annotate-snippets') layout.
+        sink.push(
+            Code::WeightAboveBurst,
+            &path,
+            format!(
+                "weight = {} is above the key's burst of {}: a call that costs more than the \
+                 rate ever lets through at once could never start",
+                d.weight.0, d.burst.0
+            ),
+        )
+        .label(at, "heavier than the burst")
+        .help(format!(
+            "raise burst to {} or more, or lower the weight",
+            d.weight.0
+        ));
     }
     if let (Some(at), Some(shared), true) = (d.rate.1, d.shared.1, d.shared.0 == 1) {
         sink.push(

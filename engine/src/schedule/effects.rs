@@ -157,7 +157,12 @@ impl Scheduler {
     fn commit(&mut self, slot: u32, index: u32, key: Option<u32>, effects: Effects) {
         let e = self.batches.slot(slot).first + u64::from(index);
         if let Some(k) = key {
-            let shared = self.keys.commit(k, effects, self.now);
+            let weight = if effects.has(Effects::STARTS) {
+                self.weight(slot, index)
+            } else {
+                1
+            };
+            let shared = self.keys.commit(k, effects, self.now, weight);
             if shared && effects.has(Effects::RETURNS_PERMIT) {
                 self.released.push(e);
             }

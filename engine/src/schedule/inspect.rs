@@ -117,10 +117,15 @@ impl Scheduler {
                         previous = Some(e); // another batch's, or outside the part
                         continue;
                     };
+                    let weight = self
+                        .batches
+                        .locate(e)
+                        .map_or(1, |(slot, index)| self.weight(slot, index));
+                    let gate = key.gate(weight);
                     let wait = match previous {
                         Some(p) => Wait::Behind(self.label(EntryId(p)).unwrap_or_default()),
-                        None if key.has_room() && key.gate() > self.now => {
-                            if key.time.paused_until() >= key.gate() {
+                        None if key.has_room() && gate > self.now => {
+                            if key.time.paused_until() >= gate {
                                 Wait::KeyPaused {
                                     key: key.name.clone(),
                                     until: key.time.paused_until(),
@@ -128,7 +133,7 @@ impl Scheduler {
                             } else {
                                 Wait::KeySpacing {
                                     key: key.name.clone(),
-                                    until: key.gate(),
+                                    until: gate,
                                 }
                             }
                         }
@@ -170,11 +175,12 @@ impl Scheduler {
                     State::Acquiring | State::Granted => entry.key.get().map(|k| {
                         let rec = self.keys.key(k);
                         let key = rec.name.clone();
-                        if state == State::Granted && rec.gate() > self.now {
-                            // A pause holds granted entries too (its gate is the pause).
+                        // A shared key keeps no rate here: its gate is the pause.
+                        if state == State::Granted && rec.gate(1) > self.now {
+                            // A pause holds granted entries too.
                             Wait::KeyPaused {
                                 key,
-                                until: rec.gate(),
+                                until: rec.gate(1),
                             }
                         } else if state == State::Granted {
                             Wait::PermitGranted { key }

@@ -60,10 +60,10 @@ pub(crate) struct KeyRec {
 }
 
 impl KeyRec {
-    /// The earliest time the next entry may start: its spacing (delay and rate windows), and
-    /// the pause.
-    pub(crate) fn gate(&self) -> u64 {
-        self.spacing.opens_at().max(self.time.paused_until())
+    /// The earliest time the next entry, of `weight` units of the key's rate, may start: its
+    /// spacing (delay and rate windows), and the pause.
+    pub(crate) fn gate(&self, weight: u32) -> u64 {
+        self.spacing.opens_at(weight).max(self.time.paused_until())
     }
 
     /// The time from which nothing of the key's past holds a start back: its spacing is as
@@ -112,8 +112,8 @@ impl KeyRec {
     }
 
     /// Whether the front entry may start by the clock at `now` (paired with `gate`).
-    pub(crate) fn open_at(&self, now: u64) -> bool {
-        self.gate() <= now
+    pub(crate) fn open_at(&self, now: u64, weight: u32) -> bool {
+        self.gate(weight) <= now
     }
 }
 
@@ -131,6 +131,8 @@ pub(crate) enum KeyOf {
 pub(crate) struct ToolRec {
     pub(crate) name: String,
     pub(crate) key: KeyOf,
+    /// Units of its key's rate one call costs (1 unless the tool says).
+    pub(crate) weight: u32,
     pub(crate) fan_out: bool,
     pub(crate) stop: bool,
 }
@@ -219,6 +221,7 @@ impl Keys {
         self.tools.push(ToolRec {
             name: name.to_owned(),
             key,
+            weight: tool.concurrency.as_ref().map_or(1, |c| c.weight),
             fan_out: tool.fan_out,
             stop: tool.on_error == OnError::Stop,
         });
@@ -438,7 +441,7 @@ impl Keys {
     /// only when taken; a start passes the gate; a granted start holds the slot its request
     /// took. Returns whether the key is shared (its permits go back to a store).
     #[inline]
-    pub(crate) fn commit(&mut self, k: u32, effects: Effects, now: u64) -> bool {
+    pub(crate) fn commit(&mut self, k: u32, effects: Effects, now: u64, weight: u32) -> bool {
         let key = &mut self.recs[k as usize];
         if effects.has(Effects::TAKES_SLOT) {
             debug_assert!(key.running < key.limit, "limit exceeded on {}", key.name);
@@ -452,8 +455,12 @@ impl Keys {
                 "a permit on {} without a slot",
                 key.name
             );
-            debug_assert!(key.open_at(now), "started before its gate on {}", key.name);
-            key.spacing.started(now);
+            debug_assert!(
+                key.open_at(now, weight),
+                "started before its gate on {}",
+                key.name
+            );
+            key.spacing.started(now, weight);
         }
         if effects.has(Effects::FREES_SLOT) {
             debug_assert!(key.running > 0, "slot freed twice on {}", key.name);

@@ -801,7 +801,7 @@ impl Scheduler {
             return Turn::Pass;
         };
         let key = self.keys.key(k);
-        let (room, gate) = (key.has_room(), key.gate());
+        let (room, gate) = (key.has_room(), key.gate(self.weight(slot, index)));
         let batch = self.batches.slot(slot);
         match batch.entries[index as usize].life.get() {
             State::Pending => Turn::Wait,
@@ -813,6 +813,14 @@ impl Scheduler {
             State::Approved => Turn::Go(slot, index),
             _ => Turn::Pass,
         }
+    }
+
+    /// Units of its key's rate entry `index` of batch `slot` costs: its tool's weight.
+    #[inline]
+    pub(super) fn weight(&self, slot: u32, index: u32) -> u32 {
+        let batch = self.batches.slot(slot);
+        let call = &batch.calls[batch.entries[index as usize].call as usize];
+        self.keys.tool(call.tool).weight
     }
 
     /// The label of a live entry: `call` for a plain call, `call#i` for an operation.

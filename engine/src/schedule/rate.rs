@@ -35,14 +35,17 @@ struct Lane {
     count: u32,
     per_ms: u32,
     burst: u32,
+    /// Whether a start costs its tool's weight here (a rate window) or one (a delay).
+    weighs: bool,
     /// The theoretical arrival time times `count` (0: as if the key never started).
     tat_n: u128,
 }
 
 impl Lane {
-    /// The earliest time this lane lets a start through.
-    fn opens_at(&self) -> u64 {
-        let slack = u128::from(self.burst - 1) * u128::from(self.per_ms);
+    /// The earliest time this lane lets a start of `weight` units through.
+    fn opens_at(&self, weight: u32) -> u64 {
+        let (weight, burst) = self.units(weight);
+        let slack = u128::from(burst - weight) * u128::from(self.per_ms);
         let due = self.tat_n.saturating_sub(slack);
         u64::try_from(due.div_ceil(u128::from(self.count))).unwrap_or(u64::MAX)
     }
@@ -61,18 +64,32 @@ impl Lane {
         u64::try_from(at).unwrap_or(u64::MAX)
     }
 
-    fn started(&mut self, now: u64) {
+    /// A start of `weight` units costs that many intervals on a rate window; a delay's lane
+    /// (a count of 1 and a burst of 1) counts every start as one.
+    fn units(&self, weight: u32) -> (u32, u32) {
+        if !self.weighs {
+            return (1, self.burst);
+        }
         debug_assert!(
-            self.opens_at() <= now,
+            (1..=self.burst).contains(&weight),
+            "a weight outside 1 ..= burst resolved"
+        );
+        (weight.clamp(1, self.burst), self.burst)
+    }
+
+    fn started(&mut self, now: u64, weight: u32) {
+        debug_assert!(
+            self.opens_at(weight) <= now,
             "a start before its rate window opened"
         );
+        let (weight, _) = self.units(weight);
         let paced = u128::from(now) * u128::from(self.count);
         let base = if self.tat_n + u128::from(self.count) > paced {
             self.tat_n // on the pace, or ahead of it within the burst
         } else {
             paced // late: the key was idle
         };
-        self.tat_n = base + u128::from(self.per_ms);
+        self.tat_n = base + u128::from(weight) * u128::from(self.per_ms);
     }
 }
 
@@ -95,12 +112,14 @@ impl Spacing {
             count: 1,
             per_ms: c.delay_ms,
             burst: 1,
+            weighs: false,
             tat_n: 0,
         });
         let rates = c.rates.iter().map(|w| Lane {
             count: w.count,
             per_ms: w.per_ms,
             burst: c.burst,
+            weighs: true,
             tat_n: 0,
         });
         let lanes: Box<[Lane]> = delay.into_iter().chain(rates).collect();
@@ -112,9 +131,14 @@ impl Spacing {
         Self { lanes }
     }
 
-    /// The earliest time every lane lets the next start through (0 with no lanes).
-    pub(crate) fn opens_at(&self) -> u64 {
-        self.lanes.iter().map(Lane::opens_at).max().unwrap_or(0)
+    /// The earliest time every lane lets the next start, of `weight` units, through (0 with
+    /// no lanes).
+    pub(crate) fn opens_at(&self, weight: u32) -> u64 {
+        self.lanes
+            .iter()
+            .map(|l| l.opens_at(weight))
+            .max()
+            .unwrap_or(0)
     }
 
     /// The time from which the key's spacing is as if it had never started: a key made from
@@ -123,10 +147,11 @@ impl Spacing {
         self.lanes.iter().map(Lane::rested_at).max().unwrap_or(0)
     }
 
-    /// An entry started at `now` (the caller asserted `opens_at() <= now`).
-    pub(crate) fn started(&mut self, now: u64) {
+    /// An entry of `weight` units started at `now` (the caller asserted `opens_at(weight) <=
+    /// now`).
+    pub(crate) fn started(&mut self, now: u64, weight: u32) {
         for lane in &mut self.lanes {
-            lane.started(now);
+            lane.started(now, weight);
         }
     }
 }
@@ -147,6 +172,7 @@ mod tests {
                 .map(|&(count, per_ms)| RateWindow { count, per_ms })
                 .collect(),
             burst,
+            weight: 1,
             retries: 3,
             max_wait_ms: 300_000,
             shared: false,
@@ -158,8 +184,8 @@ mod tests {
     fn greedy(s: &mut Spacing, from: u64, n: usize) -> Vec<u64> {
         (0..n)
             .map(|_| {
-                let at = s.opens_at().max(from);
-                s.started(at);
+                let at = s.opens_at(1).max(from);
+                s.started(at, 1);
                 at
             })
             .collect()
@@ -168,11 +194,11 @@ mod tests {
     #[test]
     fn a_delay_is_the_last_start_plus_the_delay() {
         let mut s = terms(250, &[], 1);
-        assert_eq!(s.opens_at(), 0);
-        s.started(1_000);
-        assert_eq!(s.opens_at(), 1_250);
-        s.started(5_000); // long after: the gate counts from the last start only
-        assert_eq!(s.opens_at(), 5_250);
+        assert_eq!(s.opens_at(1), 0);
+        s.started(1_000, 1);
+        assert_eq!(s.opens_at(1), 1_250);
+        s.started(5_000, 1); // long after: the gate counts from the last start only
+        assert_eq!(s.opens_at(1), 5_250);
         assert_eq!(s.rested_at(), 5_250);
     }
 
@@ -180,10 +206,10 @@ mod tests {
     fn a_rate_of_one_per_window_is_a_delay() {
         let (mut d, mut r) = (terms(300, &[], 1), terms(0, &[(1, 300)], 1));
         for now in [0, 10, 300, 301, 900, 1_000, 1_300, 5_000] {
-            assert_eq!(d.opens_at(), r.opens_at());
-            let at = d.opens_at().max(now);
-            d.started(at);
-            r.started(at);
+            assert_eq!(d.opens_at(1), r.opens_at(1));
+            let at = d.opens_at(1).max(now);
+            d.started(at, 1);
+            r.started(at, 1);
         }
     }
 
@@ -232,9 +258,9 @@ mod tests {
             let mut starts = Vec::new();
             for _ in 0..60 {
                 now = s
-                    .opens_at()
+                    .opens_at(1)
                     .max(now + next(3) * next(per_ms as u64 / 2 + 1));
-                s.started(now);
+                s.started(now, 1);
                 starts.push(now);
             }
             let most = (burst + count - 1) as usize;
@@ -252,6 +278,22 @@ mod tests {
     }
 
     #[test]
+    fn a_heavy_start_costs_its_weight_on_rate_windows_and_one_on_a_delay() {
+        // 10 per second, burst 10: a call of weight 5 and then one of weight 6 waits for one
+        // unit to refill (100 ms); the delay of 20 ms counts each start once.
+        let mut s = terms(20, &[(10, 1_000)], 10);
+        assert_eq!(s.opens_at(5), 0);
+        s.started(0, 5);
+        assert_eq!(s.opens_at(5), 20);
+        assert_eq!(s.opens_at(6), 100);
+        s.started(100, 6);
+        // Burst spent: one unit refills every 100 ms.
+        assert_eq!(s.opens_at(1), 200);
+        assert_eq!(s.opens_at(10), 1_100);
+        assert_eq!(s.rested_at(), 1_100);
+    }
+
+    #[test]
     fn an_idle_key_rests_and_a_burst_refills() {
         let mut s = terms(0, &[(1, 100)], 2);
         assert_eq!(greedy(&mut s, 0, 2), [0, 0]);
@@ -266,8 +308,8 @@ mod tests {
             &[(1_000_000_000, 1), (1, u32::MAX)],
             1_000_000_000,
         );
-        s.started(u64::MAX - 1);
-        assert_eq!(s.opens_at(), u64::MAX);
+        s.started(u64::MAX - 1, 1);
+        assert_eq!(s.opens_at(1), u64::MAX);
         assert_eq!(s.rested_at(), u64::MAX);
     }
 
@@ -283,6 +325,7 @@ mod tests {
                 delay_ms: 500,
                 rates: Vec::new(),
                 burst: 1,
+                weight: 1,
                 retries: 3,
                 max_wait_ms: 300_000,
                 shared: false,

@@ -54,7 +54,8 @@ impl Scheduler {
     /// permit and its local slot, and the key's wake-up is armed for the pause's end. (A shared
     /// key's spacing is the store's, so only a pause closes its gate.)
     pub(super) fn granted_may_start(&mut self, k: u32) -> bool {
-        let gate = self.keys.key(k).gate();
+        // A shared key keeps no rate here (its store keeps its terms), so weight is moot.
+        let gate = self.keys.key(k).gate(1);
         if gate <= self.now {
             return true;
         }

@@ -20,8 +20,8 @@ pub(super) struct Timing {
     clock: u64,
     /// Per key, the time of its last start.
     started_at: HashMap<String, u64>,
-    /// Per key, its recent start times (the longest rate window's worth).
-    recent: HashMap<String, VecDeque<u64>>,
+    /// Per key, its recent starts with their weights (the longest rate window's worth).
+    recent: HashMap<String, VecDeque<(u64, u32)>>,
     /// Per key, the end of its longest pause.
     paused: HashMap<String, u64>,
     /// Per key, retried entries that have not started again.
@@ -414,27 +414,29 @@ impl Sim {
 }
 
 impl Sim {
-    /// The rate property, from the docs' bound alone: a key's starts within any span of a
-    /// window's `per_ms` number at most `burst + count - 1`, and `count` with a burst of 1.
+    /// The rate property, from the docs' bound alone: the units (weights) of a key's starts
+    /// within any span of a window's `per_ms` add up to at most `burst + count - 1`, and
+    /// `count` with a burst of 1.
     fn check_rates(&mut self, k: &KeyRule, clock: u64) {
         let Some(longest) = k.rates.windows.iter().map(|&(_, per_ms)| per_ms).max() else {
             return;
         };
         let recent = self.timing.recent.entry(k.name.clone()).or_default();
-        recent.push_back(clock);
+        recent.push_back((clock, k.weight));
         while recent
             .front()
-            .is_some_and(|&t| t + u64::from(longest) <= clock)
+            .is_some_and(|&(t, _)| t + u64::from(longest) <= clock)
         {
             recent.pop_front();
         }
         let mut failures = Vec::new();
         let mut full = false;
         for &(count, per_ms) in &k.rates.windows {
-            let within = recent
+            let within: usize = recent
                 .iter()
-                .filter(|&&t| t + u64::from(per_ms) > clock)
-                .count();
+                .filter(|&&(t, _)| t + u64::from(per_ms) > clock)
+                .map(|&(_, w)| w as usize)
+                .sum();
             let most = (k.rates.burst + count - 1) as usize;
             if within > most {
                 failures.push(format!(

@@ -47,6 +47,8 @@ pub(super) struct ToolGen {
     conc: Conc,
     fan_out: bool,
     stop: bool,
+    /// Units of its key's rate one call costs, when the key has a rate (at most its burst).
+    weight: u32,
 }
 
 /// A generated config: the tools, one limit (0 to 5), one delay, one retry cap and one
@@ -88,6 +90,8 @@ pub(super) struct KeyRule {
     pub(super) rates: Rates,
     /// The floor of an adaptive limit (`limit` is then its ceiling); none on a shared key.
     pub(super) adapt_min: Option<u32>,
+    /// Units of the key's rate one call of this tool costs (1 when the key has no rate).
+    pub(super) weight: u32,
     pub(super) retries: u32,
     /// The longest rate-limit wait in ms; a longer one settles the entry.
     pub(super) max_wait: u64,
@@ -212,6 +216,7 @@ impl Gen {
         let tools = names
             .into_iter()
             .map(|name| ToolGen {
+                weight: 1 + rng.below(3) as u32,
                 name,
                 conc: Conc::Unset,
                 fan_out: false,
@@ -360,6 +365,16 @@ impl Gen {
         }
     }
 
+    /// The weight a tool's calls have on its key's rate: its own, at most the burst, and 1
+    /// when the key has no rate (then it is not written).
+    fn weight_of(&self, t: &ToolGen, rates: &Rates) -> u32 {
+        if rates.windows.is_empty() {
+            1
+        } else {
+            t.weight.min(rates.burst)
+        }
+    }
+
     /// The floor of `key`'s adaptive limit: none when the integer form names it, when it is
     /// shared, or when its limit is 0 (unbounded).
     fn adapt_of(&self, key: &str) -> Option<u32> {
@@ -402,6 +417,7 @@ impl Gen {
         let shared = self.is_shared(&name);
         let rates = self.rates_of(&name);
         let adapt_min = self.adapt_of(&name);
+        let weight = self.weight_of(t, &rates);
         let limit = match limit {
             0 if delay > 0
                 || !rates.windows.is_empty()
@@ -419,6 +435,7 @@ impl Gen {
             delay: if shared { 0 } else { delay },
             rates,
             adapt_min,
+            weight,
             retries,
             max_wait,
             shared,
@@ -624,7 +641,11 @@ fn conc_lines(g: &Gen, tool: &ToolGen, n: usize, rng: &mut Rng) -> Vec<(usize, S
         }
         Conc::Table(key) => {
             let limit = g.limits[key];
-            let (below_fields, top_fields) = time_fields(g, key, rng);
+            let (below_fields, mut top_fields) = time_fields(g, key, rng);
+            let weight = g.weight_of(tool, &g.rates_of(key));
+            if weight > 1 || (!g.rates_of(key).windows.is_empty() && rng.chance(20)) {
+                top_fields.push_str(&format!(", weight = {weight}"));
+            }
             let all = format!("{below_fields}{top_fields}");
             match rng.below(4) {
                 // `{ key }` is a limit of 1; a table below would lend it its limit.

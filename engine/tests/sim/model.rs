@@ -494,9 +494,10 @@ impl Model {
             .last_start
             .get(&k.name)
             .map_or(0, |&t| t + u64::from(k.delay));
+        let cost = |per_ms: u32| u128::from(k.weight) * u128::from(per_ms);
         let rated = self.windows(k).map(|(w, b)| {
             let have = tokens(b, w, k.rates.burst, self.time.now);
-            holds_at(have, u128::from(w.1), w.0, self.time.now)
+            holds_at(have, cost(w.1), w.0, self.time.now)
         });
         rated
             .fold(spaced, u64::max)
@@ -558,9 +559,10 @@ impl Model {
             .windows(k)
             .map(|(w, b)| {
                 let have = tokens(b, w, k.rates.burst, now);
-                assert!(have >= u128::from(w.1), "model: a start without a token");
+                let cost = u128::from(k.weight) * u128::from(w.1);
+                assert!(have >= cost, "model: a start without its tokens");
                 Bucket {
-                    level: have - u128::from(w.1),
+                    level: have - cost,
                     at: now,
                 }
             })
@@ -612,7 +614,8 @@ impl Model {
         }
         let keys = names.into_iter().filter_map(|k| {
             let front = self.front(&k.name)?;
-            let gate = self.gate(k);
+            // The front entry's own rule: its tool's weight decides when its rate lets it go.
+            let gate = self.gate(self.rule(front).unwrap_or(k));
             (self.st(front) == St::Approved
                 && self.open(self.entries[ix(front)].batch)
                 && self.running(&k.name) < self.limit_now(k) as usize

@@ -14,6 +14,7 @@ export function toolLine(t) {
   if (t.concurrency?.delayMs) out += ` delay=${t.concurrency.delayMs}`;
   if (t.concurrency?.rates.length) out += ` rate=${t.concurrency.rates.map((w) => `${w.count}/${w.perMs}ms`).join(',')}`;
   if (t.concurrency && t.concurrency.burst !== 1) out += ` burst=${t.concurrency.burst}`;
+  if (t.concurrency && t.concurrency.weight !== 1) out += ` weight=${t.concurrency.weight}`;
   if (t.concurrency?.adaptMin !== undefined) out += ` adapt=${t.concurrency.adaptMin}`;
   if (t.concurrency && t.concurrency.retries !== 3) out += ` retries=${t.concurrency.retries}`;
   if (t.concurrency && t.concurrency.maxWaitMs !== 300000) out += ` max_wait=${t.concurrency.maxWaitMs}`;

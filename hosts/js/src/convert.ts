@@ -26,6 +26,7 @@ export function toolPolicy(p: wc.ToolPolicy): ToolPolicy {
       delayMs: c.delayMs,
       rates: c.rates.map((w) => ({ count: w.count, perMs: w.perMs })),
       burst: c.burst,
+      weight: c.weight,
       retries: c.retries,
       maxWaitMs: c.maxWaitMs,
       arguments: c.arguments,

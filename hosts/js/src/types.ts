@@ -51,7 +51,11 @@ export type DiagnosticCode =
   /** Tools naming one concurrency key disagree on whether its limit adapts, or on its floor. */
   | 'concurrency-adapt-conflict'
   /** An adaptive limit on a `shared` key (its store keeps one fixed limit). */
-  | 'adapt-on-shared-key';
+  | 'adapt-on-shared-key'
+  /** A `weight` above 1 on a key with no `rate`. */
+  | 'weight-without-rate'
+  /** A `weight` above the key's `burst` (such a call could never start). */
+  | 'weight-above-burst';
 
 /** An error stops resolution; a warning is reported beside a resolved policy
  * (`Policy.warnings()`). */
@@ -118,6 +122,9 @@ export interface ToolPolicy {
     delayMs: number;
     rates: RateWindow[];
     burst: number;
+    /** Units of the key's rate windows one call of this tool costs (1 ..= `burst`; 1 without
+     * a rate). The tool's own: tools sharing a key may weigh differently. */
+    weight: number;
     retries: number;
     maxWaitMs: number;
     arguments: string[];

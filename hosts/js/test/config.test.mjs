@@ -51,7 +51,7 @@ test('a plain object resolves exactly like its TOML', async () => {
   assert.equal(fromObject.fingerprint(), fromText.fingerprint());
   // Fields RFD 129 does not own are ignored, as in TOML; odd keys are quoted.
   const rich = t.resolve([{ conversation: { tools: { 'a.b': { concurrency: 2, source: 'mcp', parameters: [{ name: 'x', 'needs "quotes"': true }], created: new Date(0) } } }, assistant: { model: 'm' } }]);
-  assert.deepEqual(rich.tools(), [{ name: 'a.b', concurrency: { key: 'a.b', limit: 2, delayMs: 0, rates: [], burst: 1, retries: 3, maxWaitMs: 300000, arguments: [], shared: false }, fanOut: false, onError: 'continue' }]);
+  assert.deepEqual(rich.tools(), [{ name: 'a.b', concurrency: { key: 'a.b', limit: 2, delayMs: 0, rates: [], burst: 1, weight: 1, retries: 3, maxWaitMs: 300000, arguments: [], shared: false }, fanOut: false, onError: 'continue' }]);
 });
 
 test('max_wait resolves to maxWaitMs (a number), 300000 when unset, and tools naming a key agree on it', async () => {

@@ -84,6 +84,8 @@ def tool_line(t) -> str:
         out += " rate=" + ",".join(f"{w.count}/{w.per_ms}ms" for w in t.rates)
     if t.key is not None and t.burst != 1:
         out += f" burst={t.burst}"
+    if t.key is not None and t.weight != 1:
+        out += f" weight={t.weight}"
     if t.adapt_min is not None:
         out += f" adapt={t.adapt_min}"
     if t.key is not None and t.retries != RETRIES_DEFAULT:

@@ -134,7 +134,7 @@ def test_rate_windows_resolve_ascending_with_their_burst_and_their_mistakes_are_
     )
     web = p.tool("web")
     assert web.rates == (RateWindow(1, 1000), RateWindow(2000, 2_592_000_000))
-    assert (web.burst, web.limit) == (10, 2**32 - 1)
+    assert (web.burst, web.limit, web.weight) == (10, 2**32 - 1, 1)
     assert (p.tool("plain").rates, p.tool("plain").burst) == ((), 1)
     for table, code in [
         ('{ key = "k", rate = "5000" }', DiagnosticCode.CONCURRENCY_TYPE),

@@ -232,5 +232,6 @@ def _tool(t: Any) -> ToolPolicy:
         if c is not None
         else (),
         burst=getattr(c, "burst", 1) if c is not None else 1,
+        weight=getattr(c, "weight", 1) if c is not None else 1,
         adapt_min=getattr(c, "adapt-min", None) if c is not None else None,
     )

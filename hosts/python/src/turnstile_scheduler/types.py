@@ -164,6 +164,10 @@ class DiagnosticCode(str, Enum):
     """Tools naming one concurrency key disagree on whether its limit adapts, or its floor."""
     ADAPT_ON_SHARED_KEY = "adapt-on-shared-key"
     """An adaptive limit on a `shared` key (its store keeps one fixed limit)."""
+    WEIGHT_WITHOUT_RATE = "weight-without-rate"
+    """A `weight` above 1 on a key with no `rate`."""
+    WEIGHT_ABOVE_BURST = "weight-above-burst"
+    """A `weight` above the key's `burst` (such a call could never start)."""
 
 
 class Severity(str, Enum):
@@ -355,6 +359,9 @@ class ToolPolicy:
     (at most `burst + count - 1` in any `per_ms`)."""
     burst: int = 1
     """Starts the rate windows let through at once (1 when the key has no rate)."""
+    weight: int = 1
+    """Units of the key's rate windows one call of this tool costs (1 ..= `burst`; 1 without a
+    rate). The tool's own: tools sharing a key may weigh differently."""
     adapt_min: Optional[int] = None
     """The floor of an adaptive limit (`limit = { max, min, adapt = "aimd" }`; `limit` is then
     its ceiling), None when the limit is fixed. It halves on each rate-limited end (not below
