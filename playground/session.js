@@ -75,7 +75,7 @@ export class Session {
     for (const tool of this.policy.tools()) {
       const c = tool.concurrency;
       if (!c) continue;
-      if (!keys.has(c.key)) keys.set(c.key, { key: c.key, limit: c.limit, delayMs: c.delayMs, rates: c.rates, burst: c.burst, retries: c.retries, tools: [] });
+      if (!keys.has(c.key)) keys.set(c.key, { key: c.key, limit: c.limit, delayMs: c.delayMs, rates: c.rates, burst: c.burst, adaptMin: c.adaptMin, retries: c.retries, tools: [] });
       keys.get(c.key).tools.push(tool.name);
     }
     this.keys = [...keys.values()];

@@ -72,7 +72,7 @@ function niceStep(raw) {
 function groupHeader(key, info) {
   const facts = [];
   if (info) {
-    facts.push(info.limit >= 4294967295 ? 'unbounded' : `limit ${info.limit}`);
+    facts.push(info.limit >= 4294967295 ? 'unbounded' : info.adaptMin !== undefined ? `limit adapts between ${info.adaptMin} and ${info.limit} (AIMD)` : `limit ${info.limit}`);
     if (info.delayMs) facts.push(`starts ${info.delayMs} ms apart`);
     if (info.rates?.length) facts.push(`rate ${info.rates.map((w) => `${w.count} per ${w.perMs} ms`).join(' and ')}, burst ${info.burst}`);
     facts.push(`${info.retries} ${info.retries === 1 ? 'retry' : 'retries'}`);

@@ -298,6 +298,23 @@ async function deleteStop(page) {
   await layout(page, 'delete, interrupted');
 }
 
+/** A 429 storm on an adaptive limit: the limit halves, what waits says why, and it grows back. */
+async function adaptive(page) {
+  await choose(page, 'adaptive');
+  await click(page, '#approve-all');
+  await click(page, '#run');
+  const s = await shown(page);
+  // Eight calls, three of them run twice (their first run got a 429).
+  assert.equal(s.starts.length, 11, JSON.stringify(s.starts));
+  assert.deepEqual(s.starts.slice(0, 4).map(([l, t]) => [l, t]), [['a', 0], ['b', 0], ['c', 0], ['d', 0]]);
+  // After the storm no more than the halved limit run at once: a, b, c ran again only as
+  // slots under the new limit allowed, never four together again before d ended.
+  const rerun = s.starts.slice(4).map(([l]) => l);
+  assert.deepEqual([...rerun].sort(), ['a', 'b', 'c', 'e', 'f', 'g', 'h']);
+  await layout(page, 'adaptive, run');
+  await shot(page, 'adaptive');
+}
+
 /** GitHub's quota as rate windows with a burst: five at once, then the hourly window's pace. */
 async function githubQuota(page) {
   const ids = ['s1', 's2', 'i1', 'i2', 's3', 's4', 'i3', 'i4'];
@@ -477,6 +494,7 @@ try {
     await deleteStop(page);
     await rateLimit(page);
     await githubQuota(page);
+    await adaptive(page);
     await shareLink(context, page);
     await diagnostics(page);
     assert.deepEqual(errors, []);
