@@ -459,8 +459,8 @@ pub struct KeyView<'a> {
     pub limit: u32,
     /// Milliseconds between starts.
     pub delay_ms: u32,
-    /// Rate windows as `(count, per_ms)`, ascending.
-    pub rates: &'a [(u32, u32)],
+    /// Rate windows as `(count, per_ms, burst)`, ascending.
+    pub rates: &'a [(u32, u32, u32)],
     /// Starts the rate windows let through at once.
     pub burst: u32,
     /// Units of the rate one call of the tool costs.
@@ -475,7 +475,8 @@ pub struct KeyView<'a> {
     pub shared: bool,
 }
 
-/// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS`, ` rate=N/MSms,...`, ` burst=B`,
+/// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS`, ` rate=N/MSms,...` with `:B` after
+/// a window whose burst is its own, ` burst=B`,
 /// ` weight=W`, ` adapt=MIN` for an adaptive limit whose ceiling is LIMIT,
 /// ` retries=N` and ` max_wait=MS` when they are not the defaults, 0, none, 1, 3 and 300000,
 /// and ` shared` for a shared key), then
@@ -487,12 +488,15 @@ pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool
             if k.delay_ms > 0 {
                 let _ = write!(s, " delay={}", k.delay_ms);
             }
-            for (i, (count, per_ms)) in k.rates.iter().enumerate() {
+            for (i, (count, per_ms, burst)) in k.rates.iter().enumerate() {
                 let _ = write!(
                     s,
                     "{}{count}/{per_ms}ms",
                     if i == 0 { " rate=" } else { "," }
                 );
+                if *burst != k.burst {
+                    let _ = write!(s, ":{burst}");
+                }
             }
             if k.burst != 1 {
                 let _ = write!(s, " burst={}", k.burst);

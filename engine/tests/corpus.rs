@@ -85,9 +85,13 @@ impl Subject for Native {
     fn tool_line(&mut self, name: &str) -> String {
         match self.policy.tool(name) {
             Some(t) => {
-                let rates: Vec<(u32, u32)> = t.concurrency.as_ref().map_or_else(Vec::new, |c| {
-                    c.rates.iter().map(|w| (w.count, w.per_ms)).collect()
-                });
+                let rates: Vec<(u32, u32, u32)> =
+                    t.concurrency.as_ref().map_or_else(Vec::new, |c| {
+                        c.rates
+                            .iter()
+                            .map(|w| (w.count, w.per_ms, w.burst))
+                            .collect()
+                    });
                 corpus::tool_line(
                     name,
                     t.concurrency.as_ref().map(|c| corpus::KeyView {

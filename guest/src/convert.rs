@@ -98,6 +98,7 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
                 .map(|w| wc::RateWindow {
                     count: w.count,
                     per_ms: w.per_ms,
+                    burst: w.burst,
                 })
                 .collect(),
             burst: c.burst,

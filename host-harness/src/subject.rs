@@ -384,8 +384,11 @@ impl Subject for ComponentSubject {
 
 /// The corpus rendering of a tool policy.
 pub(crate) fn tool_line(t: &wc::ToolPolicy) -> String {
-    let rates: Vec<(u32, u32)> = t.concurrency.as_ref().map_or_else(Vec::new, |c| {
-        c.rates.iter().map(|w| (w.count, w.per_ms)).collect()
+    let rates: Vec<(u32, u32, u32)> = t.concurrency.as_ref().map_or_else(Vec::new, |c| {
+        c.rates
+            .iter()
+            .map(|w| (w.count, w.per_ms, w.burst))
+            .collect()
     });
     corpus::tool_line(
         &t.name,

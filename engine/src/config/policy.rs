@@ -46,7 +46,7 @@ impl ConcurrencyKey {
 
 /// One rate window of a key: on average at most `count` starts per `per_ms` milliseconds,
 /// kept as GCRA (the generic cell rate algorithm) on the host's clock: a start is let through
-/// when it would leave at most `burst` starts (the key's) ahead of the even pace of
+/// when it would leave at most `burst` starts (the window's) ahead of the even pace of
 /// `per_ms / count` apart. With a burst of 1 no window of `per_ms` ever holds more than
 /// `count` starts; a burst of B lets B start at once after the key was idle, and at most
 /// `B + count - 1` in any window.
@@ -56,6 +56,9 @@ pub struct RateWindow {
     pub count: u32,
     /// The window's length in milliseconds, at least 1.
     pub per_ms: u32,
+    /// Starts this window lets through at once after the key was idle: its own (`{ rate =
+    /// "2000/30d", burst = 2000 }`), or else the key's `burst`.
+    pub burst: u32,
 }
 
 /// A keyed limit: at most `limit` executions with `key` run at once, consecutive starts at
@@ -75,10 +78,10 @@ pub struct Concurrency {
     /// The key's rate windows, in ascending order (empty: none). `delay_ms` is the window
     /// `1 / delay_ms` with a burst of 1, kept beside these.
     pub rates: Vec<RateWindow>,
-    /// Starts the rate windows let through at once after the key was idle (1 ..=
-    /// [`crate::limits::BURST_MAX`]; 1 when the key has no rate).
+    /// Starts the rate windows without their own burst let through at once after the key was
+    /// idle (1 ..= [`crate::limits::BURST_MAX`]; 1 when the key has no rate).
     pub burst: u32,
-    /// Units of the rate windows one call of this tool costs (1 ..= `burst`; 1 when the key
+    /// Units of the rate windows one call of this tool costs (1 ..= every window's burst; 1 when the key
     /// has no rate). The tool's own: tools sharing a key may weigh differently (GitHub's
     /// content-creating requests cost more points than reads). It counts against rates only,
     /// not against the limit or a `delay`.
@@ -221,6 +224,7 @@ impl Policy {
                     for w in &c.rates {
                         eat(&w.count.to_le_bytes());
                         eat(&w.per_ms.to_le_bytes());
+                        eat(&w.burst.to_le_bytes());
                     }
                     eat(&c.burst.to_le_bytes());
                     if c.weight != 1 {

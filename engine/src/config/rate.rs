@@ -28,6 +28,15 @@ pub(crate) fn parse_rate(text: &str) -> Result<RateWindow, &'static str> {
             .ok_or("the count is above 1000000000")?,
     };
     let window = window.trim();
+    // `min` for minutes reads naturally in a rate ("900/min", "10/2min").
+    let minutes;
+    let window = match window.strip_suffix("min") {
+        Some(n) if !n.is_empty() => {
+            minutes = format!("{n}m");
+            minutes.as_str()
+        }
+        _ => window,
+    };
     let per_ms = match window {
         "ms" => 1,
         "s" => 1_000,
@@ -40,7 +49,12 @@ pub(crate) fn parse_rate(text: &str) -> Result<RateWindow, &'static str> {
     if per_ms == 0 {
         return Err("the window is 0 ms long");
     }
-    Ok(RateWindow { count, per_ms })
+    // The key's burst is filled in once the layers are merged (`validate.rs`).
+    Ok(RateWindow {
+        count,
+        per_ms,
+        burst: 0,
+    })
 }
 
 #[cfg(test)]
@@ -56,11 +70,17 @@ mod tests {
             ("80/m", 80, 60_000),
             ("2000/30d", 2000, 2_592_000_000),
             ("10/1.5s", 10, 1_500),
+            ("10/2min", 10, 120_000),
             ("3/250ms", 3, 250),
             (" 7 / d ", 7, 86_400_000),
             ("007/s", 7, 1_000),
         ] {
-            assert_eq!(parse_rate(text), Ok(RateWindow { count, per_ms }), "{text}");
+            let want = RateWindow {
+                count,
+                per_ms,
+                burst: 0,
+            };
+            assert_eq!(parse_rate(text), Ok(want), "{text}");
         }
     }
 

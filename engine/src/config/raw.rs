@@ -601,7 +601,7 @@ fn adaptive_limit(
 }
 
 /// A key's rate windows: one window string (`"5000/h"`) or an array of them (`["1/s",
-/// "2000/30d"]`), at most [`RATE_WINDOWS_MAX`], in ascending order with repeats dropped (a
+/// "2000/30d"]`), at most [`RATE_WINDOWS_MAX`] (`[]`: none, which lifts a lower layer's), in ascending order with repeats dropped (a
 /// window written twice limits once).
 fn rates(
     layer: u32,
@@ -627,12 +627,12 @@ fn rates(
     };
     let mut windows = match value.get_ref() {
         DeValue::String(text) => vec![one(text, loc, sink)?],
-        DeValue::Array(items) if items.is_empty() || items.len() > RATE_WINDOWS_MAX => {
+        DeValue::Array(items) if items.len() > RATE_WINDOWS_MAX => {
             sink.push(
                 Code::ConcurrencyType,
                 path,
                 format!(
-                    "a key has 1 to {RATE_WINDOWS_MAX} rate windows; this array has {}",
+                    "a key has at most {RATE_WINDOWS_MAX} rate windows; this array has {}",
                     items.len()
                 ),
             )
@@ -650,14 +650,21 @@ fn rates(
                         Some(w) => windows.push(w),
                         None => ok = false,
                     },
+                    DeValue::Table(t) => match own_burst(layer, path, t, at, sink, &one) {
+                        Some(w) => windows.push(w),
+                        None => ok = false,
+                    },
                     other => {
                         ok = false;
                         sink.push(
                             Code::ConcurrencyType,
                             path,
-                            format!("expected a rate string, found {}", found(other)),
+                            format!(
+                                "expected a rate string or {{ rate, burst }}, found {}",
+                                found(other)
+                            ),
                         )
-                        .label(at, "not a string")
+                        .label(at, "not a rate")
                         .help(help);
                     }
                 }
@@ -684,6 +691,81 @@ fn rates(
     windows.sort_unstable();
     windows.dedup();
     Some(windows)
+}
+
+/// A rate window with its own burst, `{ rate = "2000/30d", burst = 2000 }`: a long window's
+/// quota spent freely while a short window keeps the pace.
+fn own_burst(
+    layer: u32,
+    path: &[String],
+    table: &DeTable<'_>,
+    at: Loc,
+    sink: &mut Sink,
+    one: &dyn Fn(&str, Loc, &mut Sink) -> Option<RateWindow>,
+) -> Option<RateWindow> {
+    let help = "a window with its own burst is { rate = \"2000/30d\", burst = 2000 }";
+    let (mut window, mut burst, mut ok) = (None, None, true);
+    for (field, v) in table.iter() {
+        let mut fpath = path.to_vec();
+        fpath.push(field.get_ref().to_string());
+        let vloc = Loc::from_span(layer, v.span());
+        match (field.get_ref().as_ref(), v.get_ref()) {
+            ("rate", DeValue::String(text)) => match one(text, vloc, sink) {
+                Some(w) => window = Some(w),
+                None => ok = false,
+            },
+            ("burst", _) => match non_negative(layer, &fpath, v, sink) {
+                Some(n) if (1..=BURST_MAX).contains(&n) => burst = Some(n),
+                Some(n) => {
+                    ok = false;
+                    sink.push(
+                        Code::ConcurrencyType,
+                        &fpath,
+                        format!("a burst of {n} is not in 1 ..= {BURST_MAX}"),
+                    )
+                    .label(vloc, "out of range")
+                    .help(help);
+                }
+                None => ok = false,
+            },
+            ("rate", other) => {
+                ok = false;
+                sink.push(
+                    Code::ConcurrencyType,
+                    &fpath,
+                    format!("expected a rate string, found {}", found(other)),
+                )
+                .label(vloc, "not a rate")
+                .help(help);
+            }
+            (name, _) => {
+                ok = false;
+                let floc = Loc::from_span(layer, field.span()).to(v.span());
+                sink.push(
+                    Code::ConcurrencyUnknownField,
+                    &fpath,
+                    format!("unknown field `{name}`; a rate window accepts `rate` and `burst`"),
+                )
+                .label(floc, "unknown field")
+                .help(help);
+            }
+        }
+    }
+    if !ok {
+        return None;
+    }
+    let Some(mut window) = window else {
+        sink.push(
+            Code::ConcurrencyType,
+            path,
+            "the rate window table has no `rate`".to_owned(),
+        )
+        .label(at, "no rate")
+        .help(help);
+        return None;
+    };
+    window.burst = burst.unwrap_or(0);
+    Some(window)
 }
 
 /// A duration in whole milliseconds (`delay`, `max_wait`): an integer (milliseconds) or a

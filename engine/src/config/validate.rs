@@ -334,9 +334,20 @@ fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
                 loc: *loc,
                 integer_form: false,
                 delay: delay.map_or((0, None), |(ms, l)| (ms, Some(l))),
-                rate: rate
-                    .as_ref()
-                    .map_or((Vec::new(), None), |(w, l)| (w.clone(), Some(*l))),
+                rate: rate.as_ref().map_or((Vec::new(), None), |(windows, l)| {
+                    // A window without its own burst takes the key's.
+                    let key_burst = burst.map_or(1, |(n, _)| n);
+                    let mut windows: Vec<RateWindow> = windows
+                        .iter()
+                        .map(|w| RateWindow {
+                            burst: if w.burst == 0 { key_burst } else { w.burst },
+                            ..*w
+                        })
+                        .collect();
+                    windows.sort_unstable();
+                    windows.dedup();
+                    (windows, Some(*l))
+                }),
                 burst: burst.map_or((1, None), |(n, l)| (n, Some(l))),
                 weight: weight.map_or((1, None), |(n, l)| (n, Some(l))),
                 retries: retries.map_or((RETRIES_DEFAULT, None), |(n, l)| (n, Some(l))),
@@ -403,7 +414,9 @@ fn shared_delay_too_long(tool: &Merged, declared: &Declared, sink: &mut Sink) {
 /// each process alone (which would let every process take the whole rate).
 fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
     let path = tool_path(&tool.name, Some("concurrency"));
-    if let (Some(at), true) = (d.burst.1, d.rate.0.is_empty()) {
+    // A rate lifted by a higher layer (`rate = []`) leaves a lower layer's burst and weights
+    // harmless: only a burst or weight where no layer writes a rate is refused.
+    if let (Some(at), true) = (d.burst.1, d.rate.1.is_none()) {
         sink.push(
             Code::BurstWithoutRate,
             &path,
@@ -416,7 +429,7 @@ fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
         .label(at, "burst without a rate")
         .help("add a rate (rate = \"10/s\"), or remove burst");
     }
-    if let (Some(at), true) = (d.weight.1, d.rate.0.is_empty() && d.weight.0 > 1) {
+    if let (Some(at), true) = (d.weight.1, d.rate.1.is_none() && d.weight.0 > 1) {
         sink.push(
             Code::WeightWithoutRate,
             &path,
@@ -429,21 +442,23 @@ fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
         .label(at, "weight without a rate")
         .help("add a rate (rate = \"900/min\"), or remove weight");
     }
-    if let (Some(at), false, true) = (d.weight.1, d.rate.0.is_empty(), d.weight.0 > d.burst.0) {
+    let least = d.rate.0.iter().map(|w| w.burst).min();
+    if let (Some(at), Some(least)) = (d.weight.1, least.filter(|&b| d.weight.0 > b)) {
         // The message names the burst; a second label on the same line would collide with
         // this one in the renderer's (annotate-snippets') layout.
         sink.push(
             Code::WeightAboveBurst,
             &path,
             format!(
-                "weight = {} is above the key's burst of {}: a call that costs more than the \
-                 rate ever lets through at once could never start",
-                d.weight.0, d.burst.0
+                "weight = {} is above the burst of {least} (the smallest of its rate windows'): \
+                 a call that costs more than the rate ever lets through at once could never \
+                 start",
+                d.weight.0
             ),
         )
         .label(at, "heavier than the burst")
         .help(format!(
-            "raise burst to {} or more, or lower the weight",
+            "raise that burst to {} or more, or lower the weight",
             d.weight.0
         ));
     }
@@ -523,7 +538,8 @@ impl Agreed {
     /// Whether two tools give the key the same value.
     pub(super) fn same(self, a: &Declared, b: &Declared) -> bool {
         match self {
-            Self::Rate => a.rate.0 == b.rate.0,
+            // Each window as written: a burst that is the key's is compared as `burst`.
+            Self::Rate => written_rates(a) == written_rates(b),
             _ => self.number(a) == self.number(b),
         }
     }
@@ -559,7 +575,7 @@ impl Agreed {
     pub(super) fn show(self, d: &Declared) -> String {
         match self {
             Self::Delay | Self::MaxWait => format!("{} ms", self.number(d)),
-            Self::Rate => show_rates(&d.rate.0),
+            Self::Rate => show_rates(&d.rate.0, d.burst.0),
             Self::Shared => (d.shared.0 == 1).to_string(),
             Self::Adapt if d.adapt.0 == 0 => "fixed".to_owned(),
             Self::Adapt => format!("adapts down to {}", d.adapt.0),
@@ -589,14 +605,34 @@ impl Agreed {
     }
 }
 
-/// Rate windows as a config writes them: `"5000/3600000ms"`, or `none`.
-pub(super) fn show_rates(rates: &[RateWindow]) -> String {
+/// A tool's windows with the key's burst left out (0), so that a key's `burst` that differs is
+/// `burst`'s conflict alone.
+fn written_rates(d: &Declared) -> Vec<(u32, u32, u32)> {
+    d.rate
+        .0
+        .iter()
+        .map(|w| {
+            (
+                w.count,
+                w.per_ms,
+                if w.burst == d.burst.0 { 0 } else { w.burst },
+            )
+        })
+        .collect()
+}
+
+/// Rate windows as a config writes them: `"5000/3600000ms"` (with ` burst N` when a window's
+/// own differs from the key's `burst`), or `none`.
+pub(super) fn show_rates(rates: &[RateWindow], key_burst: u32) -> String {
     if rates.is_empty() {
         return "none".to_owned();
     }
     let windows: Vec<String> = rates
         .iter()
-        .map(|w| format!("\"{}/{}ms\"", w.count, w.per_ms))
+        .map(|w| match w.burst {
+            b if b == key_burst => format!("\"{}/{}ms\"", w.count, w.per_ms),
+            b => format!("\"{}/{}ms\" burst {b}", w.count, w.per_ms),
+        })
         .collect();
     if let [one] = windows.as_slice() {
         return one.clone();

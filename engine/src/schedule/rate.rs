@@ -118,7 +118,7 @@ impl Spacing {
         let rates = c.rates.iter().map(|w| Lane {
             count: w.count,
             per_ms: w.per_ms,
-            burst: c.burst,
+            burst: w.burst,
             weighs: true,
             tat_n: 0,
         });
@@ -169,7 +169,11 @@ mod tests {
             delay_ms,
             rates: rates
                 .iter()
-                .map(|&(count, per_ms)| RateWindow { count, per_ms })
+                .map(|&(count, per_ms)| RateWindow {
+                    count,
+                    per_ms,
+                    burst,
+                })
                 .collect(),
             burst,
             weight: 1,

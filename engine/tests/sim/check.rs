@@ -418,7 +418,7 @@ impl Sim {
     /// within any span of a window's `per_ms` add up to at most `burst + count - 1`, and
     /// `count` with a burst of 1.
     fn check_rates(&mut self, k: &KeyRule, clock: u64) {
-        let Some(longest) = k.rates.windows.iter().map(|&(_, per_ms)| per_ms).max() else {
+        let Some(longest) = k.rates.windows.iter().map(|&(_, per_ms, _)| per_ms).max() else {
             return;
         };
         let recent = self.timing.recent.entry(k.name.clone()).or_default();
@@ -431,18 +431,18 @@ impl Sim {
         }
         let mut failures = Vec::new();
         let mut full = false;
-        for &(count, per_ms) in &k.rates.windows {
+        for (count, per_ms, burst) in (0..k.rates.windows.len()).map(|i| k.rates.window(i)) {
             let within: usize = recent
                 .iter()
                 .filter(|&&(t, _)| t + u64::from(per_ms) > clock)
                 .map(|&(_, w)| w as usize)
                 .sum();
-            let most = (k.rates.burst + count - 1) as usize;
+            let most = (burst + count - 1) as usize;
             if within > most {
                 failures.push(format!(
                     "key {}: {within} starts within {per_ms} ms by {clock}, at most {most} \
                      ({count} per {per_ms} ms, burst {}): {recent:?}",
-                    k.name, k.rates.burst
+                    k.name, burst
                 ));
             }
             full |= within == most && count > 1;

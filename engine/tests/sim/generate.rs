@@ -112,11 +112,26 @@ pub(super) struct Rules {
 /// let through at once (1 when there are none).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Rates {
-    pub(super) windows: Vec<(u32, u32)>,
+    /// `(count, per_ms, own burst)`; a window without its own takes `burst`.
+    pub(super) windows: Vec<(u32, u32, Option<u32>)>,
     pub(super) burst: u32,
 }
 
 impl Rates {
+    /// A window's `(count, per_ms, burst)`, its burst its own or the key's.
+    pub(super) fn window(&self, i: usize) -> (u32, u32, u32) {
+        let (count, per_ms, own) = self.windows[i];
+        (count, per_ms, own.unwrap_or(self.burst))
+    }
+
+    /// The smallest burst of any window (what one call may weigh at most).
+    fn least_burst(&self) -> u32 {
+        (0..self.windows.len())
+            .map(|i| self.window(i).2)
+            .min()
+            .unwrap_or(1)
+    }
+
     fn none() -> Self {
         Self {
             windows: Vec::new(),
@@ -136,6 +151,17 @@ fn random_rates(rng: &mut Rng) -> Rates {
         .collect();
     windows.sort_unstable();
     windows.dedup();
+    // Sometimes a window has its own burst (a long window's quota spent freely).
+    let windows = windows
+        .into_iter()
+        .map(|(count, per_ms)| {
+            (
+                count,
+                per_ms,
+                rng.chance(20).then(|| 1 + rng.below(6) as u32),
+            )
+        })
+        .collect();
     let burst = if rng.chance(50) {
         1
     } else {
@@ -371,7 +397,7 @@ impl Gen {
         if rates.windows.is_empty() {
             1
         } else {
-            t.weight.min(rates.burst)
+            t.weight.min(rates.least_burst())
         }
     }
 
@@ -582,13 +608,19 @@ fn time_fields(g: &Gen, key: &str, rng: &mut Rng) -> (String, String) {
     }
     let rates = g.rates_of(key);
     if !rates.windows.is_empty() {
-        let spell = |&(count, per_ms): &(u32, u32), rng: &mut Rng| match rng.below(3) {
-            0 if per_ms % 1_000 == 0 && per_ms > 1_000 => {
-                format!("\"{count}/{}s\"", per_ms / 1_000)
+        let spell = |&(count, per_ms, own): &(u32, u32, Option<u32>), rng: &mut Rng| {
+            let text = match rng.below(3) {
+                0 if per_ms % 1_000 == 0 && per_ms > 1_000 => {
+                    format!("\"{count}/{}s\"", per_ms / 1_000)
+                }
+                1 => format!("\"{count}/{per_ms}ms\""),
+                _ if per_ms % 10 == 0 => format!("\"{count}/0.{:02}s\"", per_ms / 10),
+                _ => format!("\"{count}/{per_ms}ms\""),
+            };
+            match own {
+                Some(b) => format!("{{ rate = {text}, burst = {b} }}"),
+                None => text,
             }
-            1 => format!("\"{count}/{per_ms}ms\""),
-            _ if per_ms % 10 == 0 => format!("\"{count}/0.{:02}s\"", per_ms / 10),
-            _ => format!("\"{count}/{per_ms}ms\""),
         };
         let mut written: Vec<String> = rates.windows.iter().map(|w| spell(w, rng)).collect();
         if rng.chance(20) {
@@ -599,7 +631,7 @@ fn time_fields(g: &Gen, key: &str, rng: &mut Rng) -> (String, String) {
             written.reverse();
         }
         let text = match written.as_slice() {
-            [one] if rng.chance(50) => format!(", rate = {one}"),
+            [one] if rng.chance(50) && !one.starts_with('{') => format!(", rate = {one}"),
             _ => format!(", rate = [{}]", written.join(", ")),
         };
         put(text, rng);

@@ -495,8 +495,8 @@ impl Model {
             .get(&k.name)
             .map_or(0, |&t| t + u64::from(k.delay));
         let cost = |per_ms: u32| u128::from(k.weight) * u128::from(per_ms);
-        let rated = self.windows(k).map(|(w, b)| {
-            let have = tokens(b, w, k.rates.burst, self.time.now);
+        let rated = self.windows(k).map(|((w, burst), b)| {
+            let have = tokens(b, w, burst, self.time.now);
             holds_at(have, cost(w.1), w.0, self.time.now)
         });
         rated
@@ -504,17 +504,17 @@ impl Model {
             .max(self.time.paused.get(&k.name).copied().unwrap_or(0))
     }
 
-    /// Key `k`'s rate windows with their buckets (none before its first start).
+    /// Key `k`'s rate windows `((count, per_ms), burst)` with their buckets (none before its
+    /// first start).
     fn windows<'a>(
         &'a self,
         k: &'a KeyRule,
-    ) -> impl Iterator<Item = ((u32, u32), Option<&'a Bucket>)> + 'a {
+    ) -> impl Iterator<Item = (((u32, u32), u32), Option<&'a Bucket>)> + 'a {
         let buckets = self.time.buckets.get(&k.name);
-        k.rates
-            .windows
-            .iter()
-            .enumerate()
-            .map(move |(i, &w)| (w, buckets.and_then(|b| b.get(i))))
+        (0..k.rates.windows.len()).map(move |i| {
+            let (count, per_ms, burst) = k.rates.window(i);
+            (((count, per_ms), burst), buckets.and_then(|b| b.get(i)))
+        })
     }
 
     /// When key `k` has rested: its delay past, every bucket as a fresh one (full, and
@@ -527,14 +527,11 @@ impl Model {
             .get(&k.name)
             .map_or(0, |&t| t + u64::from(k.delay));
         let now = self.time.now;
-        let full = self.windows(k).map(|((count, per_ms), b)| {
+        let full = self.windows(k).map(|(((count, per_ms), burst), b)| {
             let Some(b) = b else {
                 return now;
             };
-            let (count, full) = (
-                u128::from(count),
-                u128::from(k.rates.burst) * u128::from(per_ms),
-            );
+            let (count, full) = (u128::from(count), u128::from(burst) * u128::from(per_ms));
             let flowed = b.level + u128::from(now - b.at) * count;
             if flowed == full || flowed >= full + count {
                 return now;
@@ -557,8 +554,8 @@ impl Model {
         let now = self.time.now;
         let paid: Vec<Bucket> = self
             .windows(k)
-            .map(|(w, b)| {
-                let have = tokens(b, w, k.rates.burst, now);
+            .map(|((w, burst), b)| {
+                let have = tokens(b, w, burst, now);
                 let cost = u128::from(k.weight) * u128::from(w.1);
                 assert!(have >= cost, "model: a start without its tokens");
                 Bucket {

@@ -12,7 +12,10 @@ export const NOTHING = 18446744073709551615n;
 export function toolLine(t) {
   let out = t.concurrency ? `${t.name} ${t.concurrency.key}/${t.concurrency.limit}` : `${t.name} unbounded`;
   if (t.concurrency?.delayMs) out += ` delay=${t.concurrency.delayMs}`;
-  if (t.concurrency?.rates.length) out += ` rate=${t.concurrency.rates.map((w) => `${w.count}/${w.perMs}ms`).join(',')}`;
+  if (t.concurrency?.rates.length) {
+    const b = t.concurrency.burst;
+    out += ` rate=${t.concurrency.rates.map((w) => `${w.count}/${w.perMs}ms${w.burst === b ? '' : `:${w.burst}`}`).join(',')}`;
+  }
   if (t.concurrency && t.concurrency.burst !== 1) out += ` burst=${t.concurrency.burst}`;
   if (t.concurrency && t.concurrency.weight !== 1) out += ` weight=${t.concurrency.weight}`;
   if (t.concurrency?.adaptMin !== undefined) out += ` adapt=${t.concurrency.adaptMin}`;

@@ -24,7 +24,7 @@ export function toolPolicy(p: wc.ToolPolicy): ToolPolicy {
       key: c.key,
       limit: c.limit ?? UNBOUNDED,
       delayMs: c.delayMs,
-      rates: c.rates.map((w) => ({ count: w.count, perMs: w.perMs })),
+      rates: c.rates.map((w) => ({ count: w.count, perMs: w.perMs, burst: w.burst })),
       burst: c.burst,
       weight: c.weight,
       retries: c.retries,

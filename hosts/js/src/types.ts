@@ -94,10 +94,12 @@ export interface Diagnostic {
 /** What a failed operation does to the later operations of its call. */
 export type OnError = 'continue' | 'stop';
 
-/** One rate window of a key: on average at most `count` starts per `perMs` milliseconds. */
+/** One rate window of a key: on average at most `count` starts per `perMs` milliseconds, and
+ * `burst` of them at once after the key was idle (the window's own, or else the key's). */
 export interface RateWindow {
   count: number;
   perMs: number;
+  burst: number;
 }
 
 /** One tool's resolved policy; `concurrency` is absent when the tool is unbounded. `delayMs` is

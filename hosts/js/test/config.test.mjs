@@ -69,7 +69,9 @@ test('max_wait resolves to maxWaitMs (a number), 300000 when unset, and tools na
 test('rate windows resolve to { count, perMs } in ascending order with their burst; their mistakes are typed diagnostics', async () => {
   const t = await Turnstile.load();
   const policy = t.resolve([{ conversation: { tools: { web: { concurrency: { key: 'brave', limit: 0, rate: ['2000/30d', '1/s'], burst: 10 } }, plain: { concurrency: 1 } } } }]);
-  assert.deepEqual(policy.tool('web').concurrency.rates, [{ count: 1, perMs: 1000 }, { count: 2000, perMs: 2592000000 }]);
+  assert.deepEqual(policy.tool('web').concurrency.rates, [{ count: 1, perMs: 1000, burst: 10 }, { count: 2000, perMs: 2592000000, burst: 10 }]);
+  const own = t.resolve([{ conversation: { tools: { web: { concurrency: { key: 'brave', rate: ['1/s', { rate: '2000/30d', burst: 2000 }] } } } } }]);
+  assert.deepEqual(own.tool('web').concurrency.rates, [{ count: 1, perMs: 1000, burst: 1 }, { count: 2000, perMs: 2592000000, burst: 2000 }]);
   assert.equal(policy.tool('web').concurrency.burst, 10);
   assert.equal(policy.tool('web').concurrency.limit, 4294967295);
   assert.deepEqual(policy.tool('plain').concurrency.rates, []);

@@ -81,7 +81,9 @@ def tool_line(t) -> str:
     if t.key is not None and t.delay_ms:
         out += f" delay={t.delay_ms}"
     if t.rates:
-        out += " rate=" + ",".join(f"{w.count}/{w.per_ms}ms" for w in t.rates)
+        out += " rate=" + ",".join(
+            f"{w.count}/{w.per_ms}ms" + ("" if w.burst == t.burst else f":{w.burst}") for w in t.rates
+        )
     if t.key is not None and t.burst != 1:
         out += f" burst={t.burst}"
     if t.key is not None and t.weight != 1:

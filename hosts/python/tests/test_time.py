@@ -133,7 +133,12 @@ def test_rate_windows_resolve_ascending_with_their_burst_and_their_mistakes_are_
                'rate = ["2000/30d", "1/s"], burst = 10 }\n[conversation.tools.plain]\nconcurrency = 1\n')]
     )
     web = p.tool("web")
-    assert web.rates == (RateWindow(1, 1000), RateWindow(2000, 2_592_000_000))
+    assert web.rates == (RateWindow(1, 1000, 10), RateWindow(2000, 2_592_000_000, 10))
+    own = Policy.resolve(
+        [("t", '[conversation.tools.web]\nconcurrency = { key = "brave", '
+               'rate = ["1/s", { rate = "2000/30d", burst = 2000 }] }\n')]
+    )
+    assert own.tool("web").rates == (RateWindow(1, 1000, 1), RateWindow(2000, 2_592_000_000, 2000))
     assert (web.burst, web.limit, web.weight) == (10, 2**32 - 1, 1)
     assert (p.tool("plain").rates, p.tool("plain").burst) == ((), 1)
     for table, code in [

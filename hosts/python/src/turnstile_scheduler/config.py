@@ -228,7 +228,9 @@ def _tool(t: Any) -> ToolPolicy:
         shared=bool(getattr(c, "shared", False)) if c is not None else False,
         # A component from before `max-wait-ms`: every key then has the default.
         max_wait_ms=getattr(c, "max-wait-ms", MAX_WAIT_DEFAULT_MS) if c is not None else None,
-        rates=tuple(RateWindow(w.count, getattr(w, "per-ms")) for w in getattr(c, "rates", ()))
+        rates=tuple(
+            RateWindow(w.count, getattr(w, "per-ms"), getattr(w, "burst", 1)) for w in getattr(c, "rates", ())
+        )
         if c is not None
         else (),
         burst=getattr(c, "burst", 1) if c is not None else 1,

@@ -317,11 +317,13 @@ MAX_WAIT_DEFAULT_MS = 300_000
 
 @dataclass(frozen=True)
 class RateWindow:
-    """One rate window of a key (`rate = "5000/h"` is `RateWindow(5000, 3600000)`): on average
-    at most `count` starts per `per_ms` milliseconds."""
+    """One rate window of a key (`rate = "5000/h"` is `RateWindow(5000, 3600000, 1)`): on
+    average at most `count` starts per `per_ms` milliseconds, and `burst` of them at once after
+    the key was idle (the window's own, `{ rate = "2000/30d", burst = 2000 }`, or the key's)."""
 
     count: int
     per_ms: int
+    burst: int = 1
 
 
 @dataclass(frozen=True)
