@@ -373,38 +373,12 @@ fn parse_concurrency(
                         Some(windows) => rate = Some((windows, vloc)),
                         None => ok = false,
                     },
-                    "burst" => match non_negative(layer, &fpath, v, sink) {
-                        Some(n) if (1..=BURST_MAX).contains(&n) => burst = Some((n, vloc)),
-                        Some(n) => {
-                            ok = false;
-                            sink.push(
-                                Code::ConcurrencyType,
-                                &fpath,
-                                format!("a burst of {n} is not in 1 ..= {BURST_MAX}"),
-                            )
-                            .label(vloc, "out of range")
-                            .help(
-                                "burst is how many starts the rate lets through at once after \
-                                 the key was idle: 1 (the default) or more",
-                            );
-                        }
+                    "burst" => match units(layer, &fpath, v, sink) {
+                        Some(n) => burst = Some((n, vloc)),
                         None => ok = false,
                     },
-                    "weight" => match non_negative(layer, &fpath, v, sink) {
-                        Some(n) if (1..=BURST_MAX).contains(&n) => weight = Some((n, vloc)),
-                        Some(n) => {
-                            ok = false;
-                            sink.push(
-                                Code::ConcurrencyType,
-                                &fpath,
-                                format!("a weight of {n} is not in 1 ..= {BURST_MAX}"),
-                            )
-                            .label(vloc, "out of range")
-                            .help(
-                                "weight is how many units of the key's rate one call of this \
-                                 tool costs: 1 (the default) or more",
-                            );
-                        }
+                    "weight" => match units(layer, &fpath, v, sink) {
+                        Some(n) => weight = Some((n, vloc)),
                         None => ok = false,
                     },
                     "retries" => match non_negative(layer, &fpath, v, sink) {
@@ -693,6 +667,34 @@ fn rates(
     Some(windows)
 }
 
+/// A `burst` or a `weight`: 1 ..= [`BURST_MAX`] units of a rate.
+fn units(layer: u32, path: &[String], value: &Value<'_>, sink: &mut Sink) -> Option<u32> {
+    let n = non_negative(layer, path, value, sink)?;
+    if (1..=BURST_MAX).contains(&n) {
+        return Some(n);
+    }
+    let (what, help) = match path.last().map(String::as_str) {
+        Some("weight") => (
+            "weight",
+            "weight is how many units of the key's rate one call of this tool costs: 1 (the \
+             default) or more",
+        ),
+        _ => (
+            "burst",
+            "burst is how many starts the rate lets through at once after the key was idle: 1 \
+             (the default) or more",
+        ),
+    };
+    sink.push(
+        Code::ConcurrencyType,
+        path,
+        format!("a {what} of {n} is not in 1 ..= {BURST_MAX}"),
+    )
+    .label(Loc::from_span(layer, value.span()), "out of range")
+    .help(help);
+    None
+}
+
 /// A rate window with its own burst, `{ rate = "2000/30d", burst = 2000 }`: a long window's
 /// quota spent freely while a short window keeps the pace.
 fn own_burst(
@@ -714,18 +716,8 @@ fn own_burst(
                 Some(w) => window = Some(w),
                 None => ok = false,
             },
-            ("burst", _) => match non_negative(layer, &fpath, v, sink) {
-                Some(n) if (1..=BURST_MAX).contains(&n) => burst = Some(n),
-                Some(n) => {
-                    ok = false;
-                    sink.push(
-                        Code::ConcurrencyType,
-                        &fpath,
-                        format!("a burst of {n} is not in 1 ..= {BURST_MAX}"),
-                    )
-                    .label(vloc, "out of range")
-                    .help(help);
-                }
+            ("burst", _) => match units(layer, &fpath, v, sink) {
+                Some(n) => burst = Some(n),
                 None => ok = false,
             },
             ("rate", other) => {
