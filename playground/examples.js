@@ -107,8 +107,8 @@ concurrency = { key = "llm", limit = { max = 4, min = 1, adapt = "aimd" }, retri
 `,
       },
     ],
-    batch: `# Three of the first four get a 429: the limit halves to 2, then to 1, and
-# grows back as calls end clean. Hover a waiting call to read where it is.
+    batch: `# Three of the first four get a 429: they started together, so the limit halves
+# once, to 2, and grows back as calls started since end clean.
 a llm 300 429=200
 b llm 300 429=200
 c llm 300 429=200

@@ -72,6 +72,12 @@ MUTANTS = [
         "self.tat_n = base + u128::from(weight) * u128::from(self.per_ms);",
         "self.tat_n = base + u128::from(self.per_ms);",
     ),
+    (
+        "every 429 halves, not once per generation",
+        "engine/src/schedule/adapt.rs",
+        "        if started != self.generation {\n            return;\n        }\n        self.generation += 1;",
+        "        self.generation += 1;",
+    ),
 ]
 
 

@@ -95,9 +95,10 @@ pub struct Concurrency {
     /// again at once, up to `retries`).
     pub max_wait_ms: u32,
     /// `Some(min)`: the limit adapts (AIMD) between `min` and `limit`, its ceiling: it halves
-    /// (never below `min`) each time an execution on the key ends rate-limited, and grows by
-    /// one (up to `limit`) after as many clean ends as the limit then is. Driven only by the
-    /// ends the host reports, so it is deterministic; it starts at the ceiling.
+    /// (never below `min`) when an execution on the key ends rate-limited, and grows by one
+    /// (up to `limit`) after as many clean ends as the limit then is; only executions started
+    /// since the last halving move it. Driven only by the ends the host reports, so it is
+    /// deterministic; it starts at the ceiling.
     pub adapt_min: Option<NonZeroU32>,
     /// The limit (and delay, and pauses) hold across every process that uses the same store:
     /// an entry with room locally is handed to the host as a permit to acquire, and starts

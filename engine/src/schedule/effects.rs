@@ -171,6 +171,10 @@ impl Scheduler {
             }
         }
         if effects.has(Effects::STARTS) {
+            // An execution on an adaptive key joins its limit's current generation.
+            if let Some(generation) = key.and_then(|k| self.keys.generation(k)) {
+                self.generations.insert(e, u64::from(generation));
+            }
             self.started.push(e);
             self.arm_execution(slot, index);
         }

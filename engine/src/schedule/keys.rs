@@ -416,21 +416,29 @@ impl Keys {
         queue.extend(first..end);
     }
 
-    /// An execution on key `k` ended rate-limited: an adaptive limit halves.
-    pub(crate) fn rate_limited(&mut self, k: u32) {
+    /// The generation of key `k`'s adaptive limit, which an execution starting now joins
+    /// (`None`: its limit is fixed).
+    pub(crate) fn generation(&self, k: u32) -> Option<u32> {
+        self.recs[k as usize].adapt.as_ref().map(Aimd::generation)
+    }
+
+    /// An execution of generation `started` on key `k` ended rate-limited: an adaptive limit
+    /// halves (once per generation).
+    pub(crate) fn rate_limited(&mut self, k: u32, started: u32) {
         let key = &mut self.recs[k as usize];
         if let Some(adapt) = key.adapt.as_mut() {
-            adapt.rate_limited(&mut key.limit);
+            adapt.rate_limited(&mut key.limit, started);
         }
     }
 
-    /// An execution on key `k` ended clean: an adaptive limit that grew lets the key walk.
-    pub(crate) fn ended_clean(&mut self, k: u32) {
+    /// An execution of generation `started` on key `k` ended clean: an adaptive limit that
+    /// grew lets the key walk.
+    pub(crate) fn ended_clean(&mut self, k: u32, started: u32) {
         let key = &mut self.recs[k as usize];
         if key
             .adapt
             .as_mut()
-            .is_some_and(|a| a.clean_end(&mut key.limit))
+            .is_some_and(|a| a.clean_end(&mut key.limit, started))
         {
             self.mark_dirty(k);
         }

@@ -375,6 +375,9 @@ pub struct Scheduler {
     retries: FxHashMap<u64, u64>,
     /// Unkeyed retried entries and the time they may run again.
     not_before: FxHashMap<u64, u64>,
+    /// Executions on keys with adaptive limits, and the generation they started in
+    /// (`adapt.rs`); an entry leaves at its end, or with its batch.
+    generations: FxHashMap<u64, u64>,
     /// Execution deadlines and abort graces (`deadline.rs`).
     deadlines: deadline::Deadlines,
     /// Entries aborted since the last round.
@@ -404,6 +407,7 @@ impl Scheduler {
             timers: StaleHeap::default(),
             retries: FxHashMap::default(),
             not_before: FxHashMap::default(),
+            generations: FxHashMap::default(),
             deadlines: deadline::Deadlines::default(),
             aborts: Vec::new(),
         }
@@ -612,8 +616,8 @@ impl Scheduler {
             .locate(e.0)
             .and_then(|(slot, index)| self.batches.slot(slot).entries[index as usize].key.get());
         self.apply(e, HostEvent::End(outcome))?;
-        if let Some(k) = key {
-            self.keys.ended_clean(k);
+        if let (Some(k), Some(started)) = (key, self.generations.remove(&e.0)) {
+            self.keys.ended_clean(k, started as u32);
         }
         Ok(())
     }

@@ -310,8 +310,8 @@ impl Scheduler {
             let label = self.batches.slot(slot).label(index);
             return Err((illegal.code, illegal.message(&label)));
         }
-        if let Some(k) = key {
-            self.keys.rate_limited(k);
+        if let (Some(k), Some(started)) = (key, self.generations.remove(&e.0)) {
+            self.keys.rate_limited(k, started as u32);
         }
         match key {
             // Its slot and permit went back with the transition; a wait the key's maximum
@@ -354,7 +354,11 @@ impl Scheduler {
     /// over the maps (each is then no larger than the batch).
     pub(super) fn forget_times(&mut self, first: u64, end: u64) {
         let len = end - first;
-        for map in [&mut self.retries, &mut self.not_before] {
+        for map in [
+            &mut self.retries,
+            &mut self.not_before,
+            &mut self.generations,
+        ] {
             if map.is_empty() {
                 continue;
             }

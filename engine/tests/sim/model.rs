@@ -303,9 +303,12 @@ pub(super) struct Time {
     last_start: HashMap<String, u64>,
     /// Per key name, one bucket per rate window (in the rule's order), once it started.
     buckets: HashMap<String, Vec<Bucket>>,
-    /// Per adaptive key name, its limit now, the clean ends since it last moved, and whether
-    /// it last halved (true) or grew (absent: at its ceiling, never moved).
-    adapted: HashMap<String, (u32, u32, bool)>,
+    /// Per adaptive key name, its limit now, the clean ends since it last moved, whether it
+    /// last halved (true) or grew, and its generation, the times it halved (absent: at its
+    /// ceiling, never moved, generation 0).
+    adapted: HashMap<String, (u32, u32, bool, u32)>,
+    /// Executions on adaptive keys, and the generation of their key when they started.
+    adapt_started: HashMap<u64, u32>,
     /// Per entry, how many times it ran again after a rate limit.
     retried: HashMap<u64, u32>,
     /// Unkeyed retried entries that wait alone, until when.
@@ -437,44 +440,59 @@ impl Model {
         self.time
             .adapted
             .get(&k.name)
-            .map_or(k.limit, |&(limit, _, _)| limit)
+            .map_or(k.limit, |&(limit, ..)| limit)
     }
 
     /// The docs' AIMD: a rate-limited end halves an adaptive limit (not below its floor) and
     /// starts the count of clean ends over; a clean end counts, and as many as the limit is
     /// grow it by one (not past its ceiling), counting from zero again.
-    fn adapt(&mut self, k: &KeyRule, clean: bool) {
+    ///
+    /// Only an execution `n` started in the key's current generation (since its last halving)
+    /// moves it: a storm from executions that started together halves it once.
+    fn adapt(&mut self, k: &KeyRule, n: u64, clean: bool) {
         let Some(min) = k.adapt_min else {
             return;
         };
-        let Some(&(limit, ends, halved)) = self.time.adapted.get(&k.name) else {
-            if !clean {
-                self.time
-                    .adapted
-                    .insert(k.name.clone(), ((k.limit / 2).max(min), 0, true));
-            }
+        let Some(started) = self.time.adapt_started.remove(&n) else {
             return;
         };
+        let (limit, ends, halved, generation) = self
+            .time
+            .adapted
+            .get(&k.name)
+            .copied()
+            .unwrap_or((k.limit, 0, false, 0));
+        if started != generation {
+            return;
+        }
         let next = if !clean {
-            ((limit / 2).max(min), 0, true)
+            ((limit / 2).max(min), 0, true, generation + 1)
         } else if limit == k.limit {
-            (limit, 0, halved)
+            (limit, 0, halved, generation)
         } else if ends + 1 == limit {
-            (limit + 1, 0, false)
+            (limit + 1, 0, false, generation)
         } else {
-            (limit, ends + 1, halved)
+            (limit, ends + 1, halved, generation)
         };
         self.time.adapted.insert(k.name.clone(), next);
+    }
+
+    /// Execution `n` of an adaptive key starts: it joins the key's current generation.
+    fn join_generation(&mut self, k: &KeyRule, n: u64) {
+        if k.adapt_min.is_some() {
+            let generation = self.time.adapted.get(&k.name).map_or(0, |a| a.3);
+            self.time.adapt_started.insert(n, generation);
+        }
     }
 
     /// What the docs say a sentence adds about a full key whose limit adapts.
     fn adaptive_note(&self, k: &KeyRule) -> Option<String> {
         let min = k.adapt_min?;
         let (limit, why) = match self.time.adapted.get(&k.name) {
-            Some(&(limit, _, _)) if limit == k.limit => (limit, "at its ceiling"),
+            Some(&(limit, ..)) if limit == k.limit => (limit, "at its ceiling"),
             None => (k.limit, "at its ceiling"),
-            Some(&(limit, _, true)) => (limit, "halved after a rate limit"),
-            Some(&(limit, _, false)) => (limit, "growing back by clean ends"),
+            Some(&(limit, _, true, _)) => (limit, "halved after a rate limit"),
+            Some(&(limit, _, false, _)) => (limit, "growing back by clean ends"),
         };
         Some(format!(
             "; its limit adapts between {min} and {} and is {limit} now, {why}",
@@ -880,7 +898,7 @@ impl Model {
         let too_long =
             (wait > max_wait).then(|| u32::try_from(wait.div_ceil(1_000)).unwrap_or(u32::MAX));
         if let Some(k) = &rule {
-            self.adapt(k, false);
+            self.adapt(k, n, false);
             if too_long.is_none() {
                 self.pause_key(&k.name, until, k.shared, out);
             }
@@ -962,7 +980,7 @@ impl Model {
                 if matches!(kind, InputKind::Ok | InputKind::Failed)
                     && let Some(k) = self.rule(n).cloned()
                 {
-                    self.adapt(&k, true);
+                    self.adapt(&k, n, true);
                 }
                 self.set(n, st);
                 self.immediate(out);
@@ -1054,6 +1072,7 @@ impl Model {
             if let Some(k) = self.rule(n) {
                 let k = k.clone();
                 self.spend(&k);
+                self.join_generation(&k, n);
             }
         }
     }
