@@ -134,6 +134,10 @@ fn run() -> Result<(), String> {
     if flag("templated") {
         return scaling(flag("--quick"), Some("fs:{path}"));
     }
+    // `--only TEXT`: the scaling rows whose label contains TEXT, side by side in one run.
+    if let Some(only) = value("--only", 1) {
+        return scaling(flag("--quick"), Some(only.as_str()));
+    }
     scaling(flag("--quick"), None)?;
     let harness = harness()?;
     boundary(&harness)?;

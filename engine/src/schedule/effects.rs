@@ -157,7 +157,7 @@ impl Scheduler {
     fn commit(&mut self, slot: u32, index: u32, key: Option<u32>, effects: Effects) {
         let e = self.batches.slot(slot).first + u64::from(index);
         if let Some(k) = key {
-            let weight = if effects.has(Effects::STARTS) {
+            let weight = if effects.has(Effects::STARTS) && self.keys.key(k).weighs() {
                 self.weight(slot, index)
             } else {
                 1

@@ -117,10 +117,10 @@ impl Scheduler {
                         previous = Some(e); // another batch's, or outside the part
                         continue;
                     };
-                    let weight = self
-                        .batches
-                        .locate(e)
-                        .map_or(1, |(slot, index)| self.weight(slot, index));
+                    let weight = match self.batches.locate(e) {
+                        Some((slot, index)) if key.weighs() => self.weight(slot, index),
+                        _ => 1,
+                    };
                     let gate = key.gate(weight);
                     let wait = match previous {
                         Some(p) => Wait::Behind(self.label(EntryId(p)).unwrap_or_default()),

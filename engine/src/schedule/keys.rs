@@ -60,6 +60,11 @@ pub(crate) struct KeyRec {
 }
 
 impl KeyRec {
+    /// Whether the weight of an entry changes when it may start (else 1 will do).
+    pub(crate) fn weighs(&self) -> bool {
+        self.spacing.weighs()
+    }
+
     /// The earliest time the next entry, of `weight` units of the key's rate, may start: its
     /// spacing (delay and rate windows), and the pause.
     pub(crate) fn gate(&self, weight: u32) -> u64 {

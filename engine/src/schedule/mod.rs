@@ -611,13 +611,15 @@ impl Scheduler {
     /// An execution ended `ok` or `failed` (not rate-limited): a clean end for its key's
     /// adaptive limit, once the transition table accepts it.
     fn end_clean(&mut self, e: EntryId, outcome: Outcome) -> Result<(), (InputErrorCode, String)> {
-        let key = self
-            .batches
-            .locate(e.0)
-            .and_then(|(slot, index)| self.batches.slot(slot).entries[index as usize].key.get());
         self.apply(e, HostEvent::End(outcome))?;
-        if let (Some(k), Some(started)) = (key, self.generations.remove(&e.0)) {
-            self.keys.ended_clean(k, started as u32);
+        // Only executions on adaptive keys have a generation, so other ends look nothing up.
+        if let Some(started) = self.generations.remove(&e.0) {
+            let key = self.batches.locate(e.0).and_then(|(slot, index)| {
+                self.batches.slot(slot).entries[index as usize].key.get()
+            });
+            if let Some(k) = key {
+                self.keys.ended_clean(k, started as u32);
+            }
         }
         Ok(())
     }
@@ -805,7 +807,12 @@ impl Scheduler {
             return Turn::Pass;
         };
         let key = self.keys.key(k);
-        let (room, gate) = (key.has_room(), key.gate(self.weight(slot, index)));
+        let weight = if key.weighs() {
+            self.weight(slot, index)
+        } else {
+            1
+        };
+        let (room, gate) = (key.has_room(), key.gate(weight));
         let batch = self.batches.slot(slot);
         match batch.entries[index as usize].life.get() {
             State::Pending => Turn::Wait,

@@ -43,25 +43,19 @@ struct Lane {
 
 impl Lane {
     /// The earliest time this lane lets a start of `weight` units through.
+    #[inline]
     fn opens_at(&self, weight: u32) -> u64 {
         let (weight, burst) = self.units(weight);
         let slack = u128::from(burst - weight) * u128::from(self.per_ms);
         let due = self.tat_n.saturating_sub(slack);
-        u64::try_from(due.div_ceil(u128::from(self.count))).unwrap_or(u64::MAX)
+        per_count(due, self.count, 1)
     }
 
     /// The time from which this lane is as if the key had never started: a start then is
     /// paced from its own time, as on a fresh lane (`tat_n` at most one millisecond's worth
     /// before it, or exactly on it).
     fn rested_at(&self) -> u64 {
-        let count = u128::from(self.count);
-        let whole = self.tat_n / count;
-        let at = if self.tat_n.is_multiple_of(count) {
-            whole
-        } else {
-            whole + 2
-        };
-        u64::try_from(at).unwrap_or(u64::MAX)
+        per_count(self.tat_n, self.count, 2)
     }
 
     /// A start of `weight` units costs that many intervals on a rate window; a delay's lane
@@ -93,11 +87,35 @@ impl Lane {
     }
 }
 
+/// `n / count` in milliseconds: exact when it divides, else the whole quotient plus `past` (1
+/// rounds up; 2 is `rested_at`'s one millisecond further), saturating. A walk asks a lane
+/// when it opens for every start, so the common cases (a count of 1, as every delay is, and
+/// values within 64 bits) skip the 128-bit division.
+#[inline]
+fn per_count(n: u128, count: u32, past: u64) -> u64 {
+    if count == 1 {
+        return u64::try_from(n).unwrap_or(u64::MAX);
+    }
+    let (whole, rest) = match u64::try_from(n) {
+        Ok(n) => (u128::from(n / u64::from(count)), n % u64::from(count) != 0),
+        Err(_) => (n / u128::from(count), !n.is_multiple_of(u128::from(count))),
+    };
+    let at = if rest {
+        whole + u128::from(past)
+    } else {
+        whole
+    };
+    u64::try_from(at).unwrap_or(u64::MAX)
+}
+
 /// A key's lanes: its delay's, then one per rate window. Most keys have none, and cost no
 /// allocation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Spacing {
     lanes: Box<[Lane]>,
+    /// Whether a start's weight matters here (some lane is a rate window with a burst past
+    /// 1): only then does a walk look the weight up.
+    weighs: bool,
 }
 
 impl Spacing {
@@ -128,7 +146,13 @@ impl Spacing {
                 .iter()
                 .all(|l| l.count > 0 && l.per_ms > 0 && l.burst > 0)
         );
-        Self { lanes }
+        let weighs = lanes.iter().any(|l| l.weighs && l.burst > 1);
+        Self { lanes, weighs }
+    }
+
+    /// Whether a start's weight changes anything here (else any weight may be given as 1).
+    pub(crate) fn weighs(&self) -> bool {
+        self.weighs
     }
 
     /// The earliest time every lane lets the next start, of `weight` units, through (0 with
