@@ -21,14 +21,14 @@ MUTANTS = [
     (
         "a rate window off by one (opens a millisecond early)",
         "engine/src/schedule/rate.rs",
-        "u64::try_from(due.div_ceil(u128::from(self.count))).unwrap_or(u64::MAX)",
-        "u64::try_from(due / u128::from(self.count)).unwrap_or(u64::MAX)",
+        "per_count(due, self.count, 1)",
+        "per_count(due, self.count, 0)",
     ),
     (
         "a burst one larger than configured",
         "engine/src/schedule/rate.rs",
-        "let slack = u128::from(self.burst - 1) * u128::from(self.per_ms);",
-        "let slack = u128::from(self.burst) * u128::from(self.per_ms);",
+        "let slack = u128::from(burst - weight) * u128::from(self.per_ms);",
+        "let slack = u128::from(burst + 1 - weight) * u128::from(self.per_ms);",
     ),
     (
         "an idle window keeps its credit (the bucket overflows)",
