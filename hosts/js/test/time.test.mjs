@@ -113,6 +113,52 @@ test('a 429 storm: every call is rate limited once, runs again in its place, the
   drained(driver);
 });
 
+test('rate windows and an adaptive limit through the driver: a burst, then the pace; a 429 storm halves the limit once', { timeout: 10_000 }, async () => {
+  const t = await Turnstile.load();
+  const policy = t.resolve([{ name: 'rates', text: `
+[conversation.tools.paced]
+concurrency = { key = "paced", limit = 0, rate = "2/100ms", burst = 3 }
+[conversation.tools.llm]
+concurrency = { key = "llm", limit = { max = 4, adapt = "aimd" }, retries = 3 }
+` }]);
+  stopClock();
+  clock = new VirtualClock();
+  stopClock = clock.auto();
+  const driver = new Driver(new Scheduler(policy), { clock });
+  const at = [];
+  await driver.run(calls('paced', 'p1', 'p2', 'p3', 'p4', 'p5'), async () => {
+    at.push(clock.now());
+    return 'ok';
+  });
+  // Three at once (the burst), then one per 50 ms (2 per 100 ms).
+  assert.deepEqual(at.map((x) => x - at[0]), [0, 0, 0, 50, 100]);
+  // Four start together; three of them get a 429: they started together, so the limit halves
+  // once, to 2, and the reruns start two at a time.
+  const seen = new Set();
+  let running = 0;
+  const starts = [];
+  const out = await driver.run(calls('llm', 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'), async ({ label }) => {
+    running += 1;
+    starts.push([label, running, clock.now()]);
+    try {
+      await sleep(10);
+      if (['a', 'b', 'c'].includes(label) && !seen.has(label)) {
+        seen.add(label);
+        throw new RateLimitedError(20);
+      }
+      return 'ok';
+    } finally {
+      running -= 1;
+    }
+  });
+  assert.deepEqual(out.map((o) => o.entries[0].status), Array(8).fill('ok'));
+  assert.deepEqual(starts.slice(0, 4).map(([l, r]) => [l, r]), [['a', 1], ['b', 2], ['c', 3], ['d', 4]]);
+  assert.deepEqual(starts.slice(4, 6).map(([l, r]) => [l, r]), [['a', 1], ['b', 2]]);
+  assert.ok(starts[6][2] >= starts[4][2] + 10, `c waited for a slot under the halved limit: ${JSON.stringify(starts)}`);
+  drained(driver);
+  driver.dispose();
+});
+
 test('cancelling a batch while its entry waits to run again settles it; nothing runs after', { timeout: 10_000 }, async () => {
   const driver = await setup();
   const controller = new AbortController();

@@ -393,6 +393,47 @@ def armed(driver: Driver) -> list[asyncio.TimerHandle]:
     return [h for h in loop._scheduled if not h.cancelled() and getattr(h._callback, "__self__", None) is driver]  # type: ignore[attr-defined]
 
 
+def test_rate_windows_and_an_adaptive_limit_through_the_driver() -> None:
+    # A burst, then the pace; a 429 storm from calls that started together halves the limit once.
+    text = (
+        '[conversation.tools.paced]\nconcurrency = { key = "paced", limit = 0, rate = "2/100ms", burst = 3 }\n'
+        '[conversation.tools.llm]\nconcurrency = { key = "llm", limit = { max = 4, adapt = "aimd" }, retries = 3 }\n'
+    )
+    at: list[float] = []
+    starts: list[tuple[str, int, float]] = []
+    seen: set[str] = set()
+    running = 0
+
+    async def paced(x) -> str:
+        at.append(asyncio.get_running_loop().time())
+        return "ok"
+
+    async def llm(x) -> str:
+        nonlocal running
+        running += 1
+        starts.append((x.label, running, asyncio.get_running_loop().time()))
+        try:
+            await asyncio.sleep(0.01)
+            if x.label in ("a", "b", "c") and x.label not in seen:
+                seen.add(x.label)
+                raise RateLimited(0.02)
+            return "ok"
+        finally:
+            running -= 1
+
+    async def main():
+        async with Driver(Scheduler(Policy.resolve([("t", text)])), owns_scheduler=True) as d:
+            await asyncio.wait_for(d.run([Call(f"p{i}", "paced") for i in range(5)], paced), 10)
+            return await asyncio.wait_for(d.run([Call(c, "llm") for c in "abcdefgh"], llm), 10)
+
+    out = vloop.run(main())
+    assert [round((t - at[0]) * 1000) for t in at] == [0, 0, 0, 50, 100]
+    assert all(e.status is OutcomeStatus.OK for c in out for e in c.entries)
+    assert [(l, r) for l, r, _ in starts[:4]] == [("a", 1), ("b", 2), ("c", 3), ("d", 4)]
+    assert [(l, r) for l, r, _ in starts[4:6]] == [("a", 1), ("b", 2)]
+    assert starts[6][2] >= starts[4][2] + 0.01, starts
+
+
 def test_a_429_storm_backs_off_every_call_on_the_key_keeps_order_and_gives_one_outcome_each() -> None:
     # Every call of a fanned-out batch gets 429 once, then succeeds.
     api = FakeApi(k=0, retry_after=0.05, window=10.0, limits={"api": 2, "disk": 1}, once_each=True)
