@@ -27,8 +27,8 @@ MUTANTS = [
     (
         "a burst one larger than configured",
         "engine/src/schedule/rate.rs",
-        "let slack = u128::from(burst - weight) * u128::from(self.per_ms);",
-        "let slack = u128::from(burst + 1 - weight) * u128::from(self.per_ms);",
+        "let slack = u128::from(self.burst - self.units(weight)) * u128::from(self.per_ms);",
+        "let slack = u128::from(self.burst + 1 - self.units(weight)) * u128::from(self.per_ms);",
     ),
     (
         "an idle window keeps its credit (the bucket overflows)",

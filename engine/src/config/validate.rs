@@ -95,8 +95,6 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
             }
             if let Some(d) = declared.as_ref() {
                 rate_terms(tool, d, sink);
-            }
-            if let Some(d) = declared.as_ref() {
                 let slot = *key_index.entry(d.key.clone()).or_insert_with(|| {
                     declared_by_key.push((d.key.clone(), Vec::new()));
                     declared_by_key.len() - 1
@@ -408,10 +406,10 @@ fn shared_delay_too_long(tool: &Merged, declared: &Declared, sink: &mut Sink) {
     d.help("a shared key's store keeps its spacing, for at most 24h; use a shorter delay");
 }
 
-/// A `burst` and a `weight` need a `rate`, and a weight above the burst could never start; a
-/// shared key's store keeps a limit, a delay and
-/// pauses, not (yet) rate windows, so a rate on a shared key is refused rather than kept by
-/// each process alone (which would let every process take the whole rate).
+/// A `burst` and a `weight` need a `rate`, and a weight above the burst could never start. A
+/// shared key's store keeps a limit, a delay and pauses, not (yet) rate windows or an adaptive
+/// limit, so either on a shared key is refused rather than kept by each process alone (which
+/// would let every process take the whole rate, or adapt on its own).
 fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
     let path = tool_path(&tool.name, Some("concurrency"));
     // A rate lifted by a higher layer (`rate = []`) leaves a lower layer's burst and weights
@@ -623,7 +621,7 @@ fn written_rates(d: &Declared) -> Vec<(u32, u32, u32)> {
 
 /// Rate windows as a config writes them: `"5000/3600000ms"` (with ` burst N` when a window's
 /// own differs from the key's `burst`), or `none`.
-pub(super) fn show_rates(rates: &[RateWindow], key_burst: u32) -> String {
+fn show_rates(rates: &[RateWindow], key_burst: u32) -> String {
     if rates.is_empty() {
         return "none".to_owned();
     }

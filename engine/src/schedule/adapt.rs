@@ -104,19 +104,19 @@ impl Aimd {
 mod tests {
     use super::*;
 
+    /// A 429 from an execution of the current generation.
+    fn halve(a: &mut Aimd, limit: &mut u32) {
+        let started = a.generation();
+        a.rate_limited(limit, started);
+    }
+
     #[test]
     fn halves_to_the_floor_and_grows_by_one_per_window_to_the_ceiling() {
         let (mut a, mut limit) = (Aimd::new(2, 8), 8);
-        {
-            let g = a.generation();
-            a.rate_limited(&mut limit, g);
-        }
+        halve(&mut a, &mut limit);
         assert_eq!((limit, a.last()), (4, Some(Moved::Halved)));
         for want in [2, 2, 2] {
-            {
-                let g = a.generation();
-                a.rate_limited(&mut limit, g);
-            }
+            halve(&mut a, &mut limit);
             assert_eq!(limit, want);
         }
         // Two clean ends grow 2 to 3; three more grow 3 to 4.
@@ -129,10 +129,7 @@ mod tests {
         assert_eq!(limit, 4);
         // A rate limit mid-window starts the count over.
         assert!(!a.clean_end(&mut limit, a.generation()));
-        {
-            let g = a.generation();
-            a.rate_limited(&mut limit, g);
-        }
+        halve(&mut a, &mut limit);
         assert_eq!(limit, 2);
         assert!(!a.clean_end(&mut limit, a.generation()));
         assert!(a.clean_end(&mut limit, a.generation()));
@@ -163,10 +160,7 @@ mod tests {
             assert!(!a.clean_end(&mut limit, a.generation()));
         }
         assert_eq!(limit, 3);
-        {
-            let g = a.generation();
-            a.rate_limited(&mut limit, g);
-        }
+        halve(&mut a, &mut limit);
         assert_eq!(limit, 1);
         let grew = (0..20)
             .filter(|_| a.clean_end(&mut limit, a.generation()))

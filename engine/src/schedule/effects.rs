@@ -157,8 +157,8 @@ impl Scheduler {
     fn commit(&mut self, slot: u32, index: u32, key: Option<u32>, effects: Effects) {
         let e = self.batches.slot(slot).first + u64::from(index);
         if let Some(k) = key {
-            let weight = if effects.has(Effects::STARTS) && self.keys.key(k).weighs() {
-                self.weight(slot, index)
+            let weight = if effects.has(Effects::STARTS) {
+                self.weight(k, slot, index)
             } else {
                 1
             };

@@ -96,8 +96,6 @@ impl Scheduler {
         // Why each entry of the part waits, by its index in the part.
         let mut waits: Vec<Option<Wait>> = Vec::new();
         waits.resize_with(end - start, || None);
-        // What the sentences add about adaptive limits that keep entries waiting, by key.
-        let mut adapted: Vec<(String, String)> = Vec::new();
         if rec.is_open() {
             for &k in &rec.keys {
                 let key = self.keys.key(k);
@@ -117,38 +115,29 @@ impl Scheduler {
                         previous = Some(e); // another batch's, or outside the part
                         continue;
                     };
-                    let weight = match self.batches.locate(e) {
-                        Some((slot, index)) if key.weighs() => self.weight(slot, index),
-                        _ => 1,
-                    };
-                    let gate = key.gate(weight);
                     let wait = match previous {
                         Some(p) => Wait::Behind(self.label(EntryId(p)).unwrap_or_default()),
-                        None if key.has_room() && gate > self.now => {
-                            if key.time.paused_until() >= gate {
-                                Wait::KeyPaused {
-                                    key: key.name.clone(),
-                                    until: key.time.paused_until(),
-                                }
-                            } else {
-                                Wait::KeySpacing {
-                                    key: key.name.clone(),
-                                    until: gate,
+                        // The front entry: its own weight decides when the key's rate lets it.
+                        None => match key.gate(self.weight(k, slot, at as u32)) {
+                            gate if key.has_room() && gate > self.now => {
+                                if key.time.paused_until() >= gate {
+                                    Wait::KeyPaused {
+                                        key: key.name.clone(),
+                                        until: key.time.paused_until(),
+                                    }
+                                } else {
+                                    Wait::KeySpacing {
+                                        key: key.name.clone(),
+                                        until: gate,
+                                    }
                                 }
                             }
-                        }
-                        None => {
-                            if let Some(note) = key.adaptive_note()
-                                && adapted.last().is_none_or(|(name, _)| *name != key.name)
-                            {
-                                adapted.push((key.name.clone(), note));
-                            }
-                            Wait::KeyFull {
+                            _ => Wait::KeyFull {
                                 key: key.name.clone(),
                                 limit: key.limit,
                                 running: self.running_labels(k),
-                            }
-                        }
+                            },
+                        },
                     };
                     waits[at - start] = Some(wait);
                     previous = Some(e);
@@ -193,10 +182,11 @@ impl Scheduler {
                 let key = entry.key.get().map(|k| self.keys.key(k).name.clone());
                 let why = wait.as_ref().map(|w| {
                     let mut why = explain::wait_sentence(w, key.as_deref(), self.now);
-                    if let Wait::KeyFull { key, .. } = w
-                        && let Some((_, note)) = adapted.iter().find(|(name, _)| name == key)
+                    // A full key is the entry's own: its adaptive limit says where it is.
+                    if let (Wait::KeyFull { .. }, Some(k)) = (w, entry.key.get())
+                        && let Some(note) = self.keys.key(k).adaptive_note()
                     {
-                        why.push_str(note);
+                        why.push_str(&note);
                     }
                     why
                 });

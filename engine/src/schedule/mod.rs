@@ -807,12 +807,7 @@ impl Scheduler {
             return Turn::Pass;
         };
         let key = self.keys.key(k);
-        let weight = if key.weighs() {
-            self.weight(slot, index)
-        } else {
-            1
-        };
-        let (room, gate) = (key.has_room(), key.gate(weight));
+        let (room, gate) = (key.has_room(), key.gate(self.weight(k, slot, index)));
         let batch = self.batches.slot(slot);
         match batch.entries[index as usize].life.get() {
             State::Pending => Turn::Wait,
@@ -826,9 +821,13 @@ impl Scheduler {
         }
     }
 
-    /// Units of its key's rate entry `index` of batch `slot` costs: its tool's weight.
+    /// Units of key `k`'s rate entry `index` of batch `slot` costs: its tool's weight, looked
+    /// up only where weight matters (1 does elsewhere).
     #[inline]
-    pub(super) fn weight(&self, slot: u32, index: u32) -> u32 {
+    pub(super) fn weight(&self, k: u32, slot: u32, index: u32) -> u32 {
+        if !self.keys.key(k).weighs() {
+            return 1;
+        }
         let batch = self.batches.slot(slot);
         let call = &batch.calls[batch.entries[index as usize].call as usize];
         self.keys.tool(call.tool).weight

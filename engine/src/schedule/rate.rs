@@ -4,21 +4,23 @@
 //! A window lets `count` starts through per `per_ms` on average, so one start costs an
 //! emission interval of `per_ms / count` milliseconds, and the window remembers a theoretical
 //! arrival time (TAT): when the key would have caught up had every start come at the even
-//! pace. A start is let through at `now` when the TAT lies at most `burst - 1` intervals ahead
-//! of `now`, and moves the TAT to `max(TAT, now)` plus one interval. To stay exact, a lane
+//! pace. A start of `weight` units (its tool's; 1 on a delay's lane) is let through at `now`
+//! when the TAT lies at most `burst - weight` intervals ahead of `now`, and moves the TAT to
+//! `max(TAT, now)` plus `weight` intervals. To stay exact, a lane
 //! keeps its TAT multiplied by `count` (`tat_n`), so an interval is `per_ms` and nothing is
 //! ever rounded but the time a lane opens, which is rounded up to the next millisecond. A
 //! start in the millisecond its lane opened counts from the opening, not from the end of the
 //! rounding, so a pace of 3 per second starts at 0, 334, 667, 1000 and never drifts:
 //!
 //! ```text
-//! open at now  <=>  tat_n - (burst - 1) * per_ms <= now * count
-//! on a start:       tat_n = (tat_n if tat_n > (now - 1) * count, else now * count) + per_ms
+//! open at now  <=>  tat_n - (burst - weight) * per_ms <= now * count
+//! on a start:       tat_n = (tat_n if tat_n > (now - 1) * count, else now * count)
+//!                           + weight * per_ms
 //! ```
 //!
-//! That stays within the terms: each start is recorded at or before its time, so with a
-//! burst of 1 the `count`-th start after one at `s` comes at or after `s + per_ms` (the
-//! recorded time plus `per_ms`, rounded up to a whole millisecond).
+//! That stays within the terms: each start is recorded less than a millisecond before its
+//! time, never after it, so with a burst of 1 the `count`-th start after one at `s` comes at
+//! or after `s + per_ms` (the recorded time plus `per_ms`, rounded up to a whole millisecond).
 //!
 //! `delay = d` is the lane `1 / d` with a burst of 1: `tat_n` is then the last start plus
 //! `d`, which is exactly the old rule (each start at least `d` after the last). With a burst
@@ -45,8 +47,7 @@ impl Lane {
     /// The earliest time this lane lets a start of `weight` units through.
     #[inline]
     fn opens_at(&self, weight: u32) -> u64 {
-        let (weight, burst) = self.units(weight);
-        let slack = u128::from(burst - weight) * u128::from(self.per_ms);
+        let slack = u128::from(self.burst - self.units(weight)) * u128::from(self.per_ms);
         let due = self.tat_n.saturating_sub(slack);
         per_count(due, self.count, 1)
     }
@@ -60,15 +61,15 @@ impl Lane {
 
     /// A start of `weight` units costs that many intervals on a rate window; a delay's lane
     /// (a count of 1 and a burst of 1) counts every start as one.
-    fn units(&self, weight: u32) -> (u32, u32) {
+    fn units(&self, weight: u32) -> u32 {
         if !self.weighs {
-            return (1, self.burst);
+            return 1;
         }
         debug_assert!(
             (1..=self.burst).contains(&weight),
             "a weight outside 1 ..= burst resolved"
         );
-        (weight.clamp(1, self.burst), self.burst)
+        weight.clamp(1, self.burst)
     }
 
     fn started(&mut self, now: u64, weight: u32) {
@@ -76,7 +77,7 @@ impl Lane {
             self.opens_at(weight) <= now,
             "a start before its rate window opened"
         );
-        let (weight, _) = self.units(weight);
+        let weight = self.units(weight);
         let paced = u128::from(now) * u128::from(self.count);
         let base = if self.tat_n + u128::from(self.count) > paced {
             self.tat_n // on the pace, or ahead of it within the burst
