@@ -252,7 +252,7 @@ function renderEntries(view) {
     const state = e.state.kind === 'ended' ? e.state.outcome : e.state.kind === 'settled' ? e.state.reason.kind : STATE_TEXT[e.state.kind];
     head.innerHTML = '<code class="label"></code> <span class="tool"></span> <span class="badge"></span>';
     head.querySelector('.label').textContent = e.label;
-    head.querySelector('.tool').textContent = e.key === null ? e.tool : `${e.tool} · key ${e.key}`;
+    head.querySelector('.tool').textContent = e.key === null ? e.tool : `${e.tool} · ${e.key.includes(' + ') ? 'keys' : 'key'} ${e.key}`;
     head.querySelector('.badge').textContent = state;
     const why = document.createElement('p');
     why.className = 'why';

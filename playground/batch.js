@@ -6,8 +6,9 @@
 //
 // Options: a duration in milliseconds (`120` or `120ms`; default 100); `fail` (every entry of
 // the call fails at its end) or `fail#1` / `fail#0,2` (those operations only); `429` (the first
-// run hits a rate limit with Retry-After 300 ms), `429=600`, `429#1=600`. `#` after a space (or
-// at the start of a line) starts a comment.
+// run hits a rate limit with Retry-After 300 ms), `429=600`, `429#1=600`; `NAME:VALUE` is an
+// argument of the call (`id:008 new:011`), what a key template (`rfd:{id}`) makes its key
+// from. `#` after a space (or at the start of a line) starts a comment.
 
 export const DURATION_MS_DEFAULT = 100;
 export const RETRY_AFTER_MS_DEFAULT = 300;
@@ -62,6 +63,12 @@ function callOf(line, id, spec) {
 }
 
 function option(line, word, plan, call) {
+  const argument = /^([A-Za-z_][A-Za-z0-9_]*):(.+)$/.exec(word);
+  if (argument) {
+    call.args ??= {};
+    call.args[argument[1]] = argument[2];
+    return;
+  }
   const duration = /^(\d+)(ms)?$/.exec(word);
   if (duration) {
     plan.durationMs = Number(duration[1]);
@@ -69,7 +76,7 @@ function option(line, word, plan, call) {
     return;
   }
   const m = /^(fail|429)(?:#(\d+(?:,\d+)*))?(?:=(\d+)(?:ms)?)?$/.exec(word);
-  if (!m || (m[1] === 'fail' && m[3] !== undefined)) throw new BatchError(line, `unexpected \`${word}\`: options are a duration (\`120\`), \`fail\`, \`fail#1\`, \`429\`, \`429=600\``);
+  if (!m || (m[1] === 'fail' && m[3] !== undefined)) throw new BatchError(line, `unexpected \`${word}\`: options are a duration (\`120\`), \`fail\`, \`fail#1\`, \`429\`, \`429=600\`, an argument \`name:value\``);
   let ops = 'all';
   if (m[2] !== undefined) {
     if (call.operations === undefined) throw new BatchError(line, `\`${word}\`: #i names an operation, and ${call.id} is a plain call`);

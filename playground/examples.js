@@ -120,6 +120,30 @@ h llm 300
 `,
   },
   {
+    id: 'renumber-chain',
+    title: "RFD 129's renumber chain with a key set",
+    layers: [
+      {
+        name: 'workspace',
+        text: `# A renumber frees one draft and takes another: it takes both numbers' keys
+# at once, so it waits only for calls on either number, never for the rest.
+[conversation.tools.rfd_renumber]
+concurrency = [{ key = "rfd:{id}" }, { key = "rfd:{new}" }]
+[conversation.tools.rfd_read]
+concurrency = { key = "rfd:{id}" }
+`,
+      },
+    ],
+    batch: `# 008 -> 011 -> 012 is a chain: the second step waits for the first, and the
+# read of 012 for the second. 003 -> 004 and the read of 005 run beside them.
+n1 rfd_renumber 300 id:008 new:011
+n2 rfd_renumber 300 id:011 new:012
+n3 rfd_renumber 300 id:003 new:004
+r1 rfd_read 100 id:012
+r2 rfd_read 100 id:005
+`,
+  },
+  {
     id: 'github-quota',
     title: 'A GitHub quota with its windows (rate and burst)',
     layers: [

@@ -15,7 +15,12 @@
  */
 export function explain(status) {
   const { label, key, state, why, message } = status;
-  const slot = key === undefined ? 'needs no slot (its tool has no concurrency key)' : `holds a slot on key ${key}`;
+  // A key set's keys come joined by ` + `: it holds a slot on each.
+  const set = key?.includes(' + ') ? key.split(' + ').join(' and ') : undefined;
+  const slots = set ? `its slots on keys ${set}` : `its slot on key ${key}`;
+  const slot = key === undefined
+    ? 'needs no slot (its tool has no concurrency key)'
+    : set ? `holds a slot on each of keys ${set}` : `holds a slot on key ${key}`;
   switch (state.kind) {
     case 'pending':
       return `${label} waits for your decision: approve or reject it. Nothing in its batch starts until every entry is decided.`;
@@ -26,11 +31,11 @@ export function explain(status) {
     case 'asking':
       return key === undefined
         ? `${label} asked a question and waits for the answer.`
-        : `${label} asked a question and keeps its slot on key ${key} while it waits for the answer: another call slipping in would see half its work.`;
+        : `${label} asked a question and keeps ${slots} while it waits for the answer: another call slipping in would see half its work.`;
     case 'ended':
       return state.outcome === 'ok'
-        ? `${label} ended ok${key === undefined ? '' : ` and freed its slot on key ${key}`}.`
-        : `${label} failed${key === undefined ? '' : ` and freed its slot on key ${key}`}; a failure stops nothing else, except later operations of its call under on_error = "stop".`;
+        ? `${label} ended ok${key === undefined ? '' : ` and freed ${slots}`}.`
+        : `${label} failed${key === undefined ? '' : ` and freed ${slots}`}; a failure stops nothing else, except later operations of its call under on_error = "stop".`;
     case 'settled':
       return `${label}: ${message}`;
     default:

@@ -73,10 +73,10 @@ export class Session {
     }
     const keys = new Map();
     for (const tool of this.policy.tools()) {
-      const c = tool.concurrency;
-      if (!c) continue;
+      for (const c of tool.concurrency) {
       if (!keys.has(c.key)) keys.set(c.key, { key: c.key, limit: c.limit, delayMs: c.delayMs, rates: c.rates, burst: c.burst, adaptMin: c.adaptMin, retries: c.retries, tools: [] });
       keys.get(c.key).tools.push(tool.name);
+      }
     }
     this.keys = [...keys.values()];
     return true;
@@ -188,7 +188,8 @@ export class Session {
     this.#input(inputs, (out) => {
       for (const [rec, [list, index, outcome]] of outcomes) {
         if (refused(out, list, index)) continue;
-        if (outcome === 'rate-limited') this.#pauseBand(rec.key, at, inputs.retry[index].until);
+        // A rate limit pauses every key of the entry's set.
+        if (outcome === 'rate-limited') for (const k of rec.keys ?? []) this.#pauseBand(k, at, inputs.retry[index].until);
         this.#closeRun(rec, outcome);
       }
     });
@@ -231,7 +232,7 @@ export class Session {
     this.#log('end', `${rec.label} hits a rate limit (429, Retry-After ${ms} ms)`, rec);
     this.#input({ retry: [{ entry: rec.entry, until }] }, (out) => {
       if (refused(out, 'retry', 0) || !rec.run) return;
-      this.#pauseBand(rec.key, this.now, until);
+      for (const k of rec.keys ?? []) this.#pauseBand(k, this.now, until);
       this.#closeRun(rec, 'rate-limited');
     });
   }
@@ -323,7 +324,9 @@ export class Session {
       rec.why = status.why ?? null;
       // A response the host made (a rejection): the step reported no settlement, so no sentence.
       if (status.state.kind === 'settled' && !rec.message) rec.message = this.sched.explain(rec.label, status.state.reason);
-      rec.key = status.key;
+      // Its keys: one, a key set's (shown joined), or none.
+      rec.keys = status.keys;
+      rec.key = status.keys.length ? status.keys.join(' + ') : undefined;
     }
     for (const rec of this.recs) {
       const wait = rec.state.kind === 'pending' ? { kind: 'pending' } : rec.state.kind === 'approved' ? rec.wait : null;

@@ -208,7 +208,7 @@ fn scaling(quick: bool, only: Option<&str>) -> Result<(), String> {
     println!("| batches | executions | keys | ns/execution | vs previous size |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     type Make = fn(usize, usize) -> Workload;
-    let rows: [(&str, usize, Make); 9] = [
+    let rows: [(&str, usize, Make); 11] = [
         ("~1,000 executions", 1, Workload::large),
         ("~1,000 executions", 10, Workload::large),
         ("~1,000 executions", 1000, Workload::large),
@@ -227,6 +227,13 @@ fn scaling(quick: bool, only: Option<&str>) -> Result<(), String> {
         // Every key's limit adaptive (AIMD), every end clean.
         ("~1,000, adaptive limits", 10, |n, k| {
             Workload::large(n, k).adaptive()
+        }),
+        // Key sets: every call takes its own key and the next one (or three), all at once.
+        ("~1,000, key sets of 2", 10, |n, k| {
+            Workload::large(n, k).sets(k, 2)
+        }),
+        ("~1,000, key sets of 4", 10, |n, k| {
+            Workload::large(n, k).sets(k, 4)
         }),
         // Keys from arguments: `fs:{path}`, each key made, forgotten when idle, made again.
         ("1,000 plain, key fs:{path}", 100_000, Workload::templated),

@@ -184,6 +184,28 @@ impl Workload {
         self
     }
 
+    /// The same drive with every tool taking a key set of `size` keys: its own key and the
+    /// next `size - 1` (wrapping), each with that key's limit, so calls of neighbouring tools
+    /// contend on the keys they share.
+    pub(crate) fn sets(mut self, keys: usize, size: usize) -> Self {
+        let mut text = String::new();
+        for k in 0..keys {
+            let members: Vec<String> = (0..size)
+                .map(|i| {
+                    let j = (k + i) % keys;
+                    format!("{{ key = \"k{j}\", limit = {} }}", 1 + j % 4)
+                })
+                .collect();
+            let set = members.join(", ");
+            text.push_str(&format!(
+                "[conversation.tools.t{k}]\nconcurrency = [{set}]\n\
+                 [conversation.tools.f{k}]\nconcurrency = [{set}]\nfan_out = true\n"
+            ));
+        }
+        self.policy_text = text;
+        self
+    }
+
     pub(crate) fn batch(&self, round: usize) -> &Batch {
         &self.patterns[round % self.patterns.len()]
     }

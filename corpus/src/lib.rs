@@ -475,50 +475,22 @@ pub struct KeyView<'a> {
     pub shared: bool,
 }
 
-/// `NAME unbounded` or `NAME KEY/LIMIT` (then ` delay=MS`, ` rate=N/MSms,...` with `:B` after
+/// `NAME unbounded`, or `NAME` and each key of its set joined by ` + `: `KEY/LIMIT` (then ` delay=MS`, ` rate=N/MSms,...` with `:B` after
 /// a window whose burst is its own, ` burst=B`,
 /// ` weight=W`, ` adapt=MIN` for an adaptive limit whose ceiling is LIMIT,
 /// ` retries=N` and ` max_wait=MS` when they are not the defaults, 0, none, 1, 3 and 300000,
-/// and ` shared` for a shared key), then
+/// and ` shared` for a shared key); then
 /// ` fan-out` and ` stop` when they apply.
-pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool) -> String {
-    let mut out = match key {
-        Some(k) => {
-            let mut s = format!("{name} {}/{}", k.key, k.limit);
-            if k.delay_ms > 0 {
-                let _ = write!(s, " delay={}", k.delay_ms);
-            }
-            for (i, (count, per_ms, burst)) in k.rates.iter().enumerate() {
-                let _ = write!(
-                    s,
-                    "{}{count}/{per_ms}ms",
-                    if i == 0 { " rate=" } else { "," }
-                );
-                if *burst != k.burst {
-                    let _ = write!(s, ":{burst}");
-                }
-            }
-            if k.burst != 1 {
-                let _ = write!(s, " burst={}", k.burst);
-            }
-            if k.weight != 1 {
-                let _ = write!(s, " weight={}", k.weight);
-            }
-            if let Some(min) = k.adapt_min {
-                let _ = write!(s, " adapt={min}");
-            }
-            if k.retries != RETRIES_DEFAULT {
-                let _ = write!(s, " retries={}", k.retries);
-            }
-            if k.max_wait_ms != MAX_WAIT_DEFAULT_MS {
-                let _ = write!(s, " max_wait={}", k.max_wait_ms);
-            }
-            if k.shared {
-                s.push_str(" shared");
-            }
-            s
+pub fn tool_line(name: &str, keys: &[KeyView<'_>], fan_out: bool, stop: bool) -> String {
+    let mut out = if keys.is_empty() {
+        format!("{name} unbounded")
+    } else {
+        let mut s = name.to_owned();
+        for (i, k) in keys.iter().enumerate() {
+            s.push_str(if i == 0 { " " } else { " + " });
+            key_text(&mut s, k);
         }
-        None => format!("{name} unbounded"),
+        s
     };
     if fan_out {
         out.push_str(" fan-out");
@@ -527,6 +499,42 @@ pub fn tool_line(name: &str, key: Option<KeyView<'_>>, fan_out: bool, stop: bool
         out.push_str(" stop");
     }
     out
+}
+
+/// One key of a tool line: `KEY/LIMIT` and its terms.
+fn key_text(s: &mut String, k: &KeyView<'_>) {
+    let _ = write!(s, "{}/{}", k.key, k.limit);
+    if k.delay_ms > 0 {
+        let _ = write!(s, " delay={}", k.delay_ms);
+    }
+    for (i, (count, per_ms, burst)) in k.rates.iter().enumerate() {
+        let _ = write!(
+            s,
+            "{}{count}/{per_ms}ms",
+            if i == 0 { " rate=" } else { "," }
+        );
+        if *burst != k.burst {
+            let _ = write!(s, ":{burst}");
+        }
+    }
+    if k.burst != 1 {
+        let _ = write!(s, " burst={}", k.burst);
+    }
+    if k.weight != 1 {
+        let _ = write!(s, " weight={}", k.weight);
+    }
+    if let Some(min) = k.adapt_min {
+        let _ = write!(s, " adapt={min}");
+    }
+    if k.retries != RETRIES_DEFAULT {
+        let _ = write!(s, " retries={}", k.retries);
+    }
+    if k.max_wait_ms != MAX_WAIT_DEFAULT_MS {
+        let _ = write!(s, " max_wait={}", k.max_wait_ms);
+    }
+    if k.shared {
+        s.push_str(" shared");
+    }
 }
 
 /// `LABEL REASON`, or `LABEL stopped AFTER`.
@@ -551,8 +559,13 @@ pub enum WaitView<'a> {
         /// Labels running with it.
         running: &'a [String],
     },
-    /// Behind an earlier entry.
-    Behind(&'a str),
+    /// Behind an earlier entry, on a key they share.
+    Behind {
+        /// The earlier entry.
+        label: &'a str,
+        /// The key.
+        key: &'a str,
+    },
     /// First in line with room, the key paused until a time.
     KeyPaused {
         /// The key.
@@ -579,7 +592,7 @@ pub enum WaitView<'a> {
 }
 
 /// `LABEL STATE`, then ` waits batch-not-approved`, ` waits key-full KEY LIMIT R1,R2`,
-/// ` waits behind LABEL`, ` waits key-paused KEY UNTIL`, ` waits key-spacing KEY UNTIL`,
+/// ` waits behind LABEL on KEY`, ` waits key-paused KEY UNTIL`, ` waits key-spacing KEY UNTIL`,
 /// ` waits retry-at UNTIL`, ` waits permit-requested KEY` or ` waits permit-granted KEY`. A
 /// stopped entry's state is `stopped AFTER`.
 pub fn inspect_line(
@@ -599,8 +612,8 @@ pub fn inspect_line(
         }) => {
             let _ = write!(out, " waits key-full {key} {limit} {}", running.join(","));
         }
-        Some(WaitView::Behind(label)) => {
-            let _ = write!(out, " waits behind {label}");
+        Some(WaitView::Behind { label, key }) => {
+            let _ = write!(out, " waits behind {label} on {key}");
         }
         Some(WaitView::KeyPaused { key, until }) => {
             let _ = write!(out, " waits key-paused {key} {until}");

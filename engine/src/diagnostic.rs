@@ -87,6 +87,14 @@ pub enum Code {
     WeightWithoutRate,
     /// A `weight` above the key's `burst`: such a call could never start.
     WeightAboveBurst,
+    /// One key named twice in one tool's key set.
+    ConcurrencyKeyRepeated,
+    /// A `shared` key in a key set: its store grants one key's permits, not a set's all or
+    /// none.
+    SharedKeyInSet,
+    /// Two adaptive limits in one key set: a rate limit on its call could not say which one
+    /// to halve.
+    AdaptiveKeysInSet,
 }
 
 impl Code {
@@ -125,6 +133,9 @@ impl Code {
         Self::AdaptOnSharedKey,
         Self::WeightWithoutRate,
         Self::WeightAboveBurst,
+        Self::ConcurrencyKeyRepeated,
+        Self::SharedKeyInSet,
+        Self::AdaptiveKeysInSet,
     ];
 
     /// The stable kebab-case spelling.
@@ -163,6 +174,9 @@ impl Code {
             Self::AdaptOnSharedKey => "adapt-on-shared-key",
             Self::WeightWithoutRate => "weight-without-rate",
             Self::WeightAboveBurst => "weight-above-burst",
+            Self::ConcurrencyKeyRepeated => "concurrency-key-repeated",
+            Self::SharedKeyInSet => "shared-key-in-set",
+            Self::AdaptiveKeysInSet => "adaptive-keys-in-set",
         }
     }
 

@@ -42,6 +42,8 @@ pub const RATE_COUNT_MAX: u32 = 1_000_000_000;
 pub const RATE_WINDOWS_MAX: usize = 8;
 /// A key's `burst`: 1 to this.
 pub const BURST_MAX: u32 = 1_000_000_000;
+/// Keys one tool's calls may take at once (a key set, `concurrency = [{ key }, { key }]`).
+pub const KEYS_PER_CALL_MAX: usize = 8;
 /// Different arguments one key template may name (`key = "fs:{path}"` names one).
 pub const PLACEHOLDERS_MAX: usize = 8;
 /// Bytes of one call's arguments (JSON) given for a templated key. Hosts pass only the fields

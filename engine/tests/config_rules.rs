@@ -109,7 +109,7 @@ fn a_made_key_longer_than_a_key_may_be_takes_the_templates_own_key() {
         .inspect(submitted.batch)
         .unwrap()
         .iter()
-        .map(|e| e.key.clone())
+        .map(|e| e.keys.first().cloned())
         .collect();
     assert_eq!(
         keys,

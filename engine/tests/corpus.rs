@@ -85,32 +85,36 @@ impl Subject for Native {
     fn tool_line(&mut self, name: &str) -> String {
         match self.policy.tool(name) {
             Some(t) => {
-                let rates: Vec<(u32, u32, u32)> =
-                    t.concurrency.as_ref().map_or_else(Vec::new, |c| {
+                let rates: Vec<Vec<(u32, u32, u32)>> = t
+                    .concurrency
+                    .iter()
+                    .map(|c| {
                         c.rates
                             .iter()
                             .map(|w| (w.count, w.per_ms, w.burst))
                             .collect()
-                    });
-                corpus::tool_line(
-                    name,
-                    t.concurrency.as_ref().map(|c| corpus::KeyView {
+                    })
+                    .collect();
+                let keys: Vec<corpus::KeyView<'_>> = t
+                    .concurrency
+                    .iter()
+                    .zip(&rates)
+                    .map(|(c, rates)| corpus::KeyView {
                         key: c.key.as_str(),
                         limit: c.limit.get(),
                         delay_ms: c.delay_ms,
-                        rates: &rates,
+                        rates,
                         burst: c.burst,
                         weight: c.weight,
                         adapt_min: c.adapt_min.map(std::num::NonZeroU32::get),
                         retries: c.retries,
                         max_wait_ms: c.max_wait_ms,
                         shared: c.shared,
-                    }),
-                    t.fan_out,
-                    t.on_error == config::OnError::Stop,
-                )
+                    })
+                    .collect();
+                corpus::tool_line(name, &keys, t.fan_out, t.on_error == config::OnError::Stop)
             }
-            None => corpus::tool_line(name, None, false, false),
+            None => corpus::tool_line(name, &[], false, false),
         }
     }
 
@@ -251,7 +255,7 @@ impl Subject for Native {
                             limit: *limit,
                             running,
                         },
-                        Wait::Behind(label) => WaitView::Behind(label),
+                        Wait::Behind { label, key } => WaitView::Behind { label, key },
                         Wait::KeyPaused { key, until } => {
                             WaitView::KeyPaused { key, until: *until }
                         }

@@ -46,7 +46,7 @@ fn deeply_nested_arguments_name_their_key() {
         .inspect(submitted.batch)
         .unwrap()
         .iter()
-        .map(|e| e.key.clone())
+        .map(|e| e.keys.first().cloned())
         .collect();
     let key = |k: &str| Some(k.to_owned());
     assert_eq!(keys, [key("fs:/a"), key("fs:/a"), key("fs:/b")]);

@@ -84,7 +84,10 @@ impl T {
     }
 
     fn key_of(&self, batch: BatchId, i: usize) -> Option<String> {
-        self.s.inspect(batch).expect("live")[i].key.clone()
+        self.s.inspect(batch).expect("live")[i]
+            .keys
+            .first()
+            .cloned()
     }
 }
 
@@ -109,7 +112,7 @@ fn bad_templates_are_diagnostics_naming_the_tool() {
     assert!(
         p.tools()[0]
             .concurrency
-            .as_ref()
+            .first()
             .unwrap()
             .key
             .template()
@@ -127,7 +130,7 @@ fn bad_templates_are_diagnostics_naming_the_tool() {
     assert!(
         p.tools()[0]
             .concurrency
-            .as_ref()
+            .first()
             .unwrap()
             .key
             .template()
@@ -301,11 +304,17 @@ fn restart_gives_each_call_its_key_again() {
     let keys: Vec<Option<&str>> = saved.batches[0]
         .calls
         .iter()
-        .map(|c| c.key.as_deref())
+        .map(|c| c.keys.first().map(String::as_str))
         .collect();
     assert_eq!(
         keys,
-        vec![Some("fs:/a"), Some("fs:/a"), Some("fs:/b"), None]
+        // Arguments that made no key: the template's own text, its fallback key.
+        vec![
+            Some("fs:/a"),
+            Some("fs:/a"),
+            Some("fs:/b"),
+            Some("fs:{path}")
+        ]
     );
     let (mut s, unrestored) = Scheduler::resume(policy(FS), &saved, Started::RunAgain).unwrap();
     assert!(unrestored.is_empty());

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Proves the simulator and the corpus can disagree: each mutant below breaks one rule of the
-engine in place, the simulator (`--test sim`) and the native corpus (`--test corpus`) must then
-fail, and the file is restored whatever happens. Not part of CI (each mutant recompiles the
-engine's tests); run it after changing a rule or its checks:
+engine in place, the simulator (`--test sim`), the native corpus (`--test corpus`) and the key
+set oracle (`--test key_sets`) must then fail, and the file is restored whatever happens. Not
+part of CI (each mutant recompiles the engine's tests); run it after changing a rule or its
+checks:
 
     python3 engine/tests/mutants.py            # every mutant
     python3 engine/tests/mutants.py rate       # those whose name contains "rate"
@@ -78,6 +79,18 @@ MUTANTS = [
         "        if started != self.generation {\n            return;\n        }\n        self.generation += 1;",
         "        self.generation += 1;",
     ),
+    (
+        "a key set acquired partly (its other keys' room unchecked)",
+        "engine/src/schedule/key_set.rs",
+        "if !key.has_room() {",
+        "if false && !key.has_room() {",
+    ),
+    (
+        "a key set's call overtakes on one of its keys (queue front unchecked)",
+        "engine/src/schedule/key_set.rs",
+        "if q == e {",
+        "if true || q == e {",
+    ),
 ]
 
 
@@ -101,7 +114,7 @@ def main():
         try:
             with open(full, "w") as f:
                 f.write(original.replace(text, replacement))
-            rc = run(["cargo", "test", "-q", "-p", "turnstile-engine", "--release", "--test", "sim", "--test", "corpus"])
+            rc = run(["cargo", "test", "-q", "-p", "turnstile-engine", "--release", "--test", "sim", "--test", "corpus", "--test", "key_sets"])
         finally:
             with open(full, "w") as f:
                 f.write(original)

@@ -158,7 +158,7 @@ fn bad_delays_and_retries_are_diagnostics() {
         let p = policy(&format!(
             "[conversation.tools.t.concurrency]\nkey = \"k\"\ndelay = {value}\n"
         ));
-        let c = p.tool("t").unwrap().concurrency.as_ref().unwrap();
+        let c = p.tool("t").unwrap().concurrency.first().unwrap();
         assert_eq!(c.delay_ms, ms, "delay = {value}");
     }
     let diags = config::resolve(&[Layer::new(
@@ -234,12 +234,12 @@ retries = 5
 fn a_delay_keeps_a_key_with_limit_zero_and_is_exposed() {
     let p =
         policy("[conversation.tools.t.concurrency]\nkey = \"k\"\nlimit = 0\ndelay = \"1.5s\"\n");
-    let c = p.tool("t").unwrap().concurrency.as_ref().unwrap();
+    let c = p.tool("t").unwrap().concurrency.first().unwrap();
     assert_eq!((c.limit.get(), c.delay_ms, c.retries), (u32::MAX, 1500, 3));
     let p = policy("[conversation.tools.t.concurrency]\nkey = \"k\"\nlimit = 0\n");
-    assert!(p.tool("t").unwrap().concurrency.is_none());
+    assert!(p.tool("t").unwrap().concurrency.is_empty());
     let p = policy("[conversation.tools.t]\nconcurrency = 2\n");
-    let c = p.tool("t").unwrap().concurrency.as_ref().unwrap();
+    let c = p.tool("t").unwrap().concurrency.first().unwrap();
     assert_eq!((c.delay_ms, c.retries), (0, 3));
 }
 
@@ -304,7 +304,7 @@ fn inspect_says_when_an_entry_waits_on_time() {
             until: 140
         })
     );
-    assert!(matches!(st[2].wait, Some(Wait::Behind(ref l)) if l == "b"));
+    assert!(matches!(st[2].wait, Some(Wait::Behind { ref label, .. }) if label == "b"));
     t.step(Inputs {
         pause: &[("api", 5000)],
         ..Inputs::default()
@@ -759,7 +759,7 @@ fn max_wait_is_configured_like_delay() {
             .tool("t")
             .unwrap()
             .concurrency
-            .as_ref()
+            .first()
             .map(|c| c.max_wait_ms);
         (c, p.fingerprint())
     };
@@ -782,7 +782,7 @@ fn max_wait_is_configured_like_delay() {
     );
     let lifted = "[conversation.tools.t]\nconcurrency = { key = \"k\", limit = 0, max_wait = 0 }\n";
     let p = policy(lifted);
-    let c = p.tool("t").unwrap().concurrency.as_ref().unwrap();
+    let c = p.tool("t").unwrap().concurrency.first().unwrap();
     assert_eq!((c.limit.get(), c.max_wait_ms), (u32::MAX, 0));
     for (value, code) in [
         ("-1", "concurrency-negative"),

@@ -90,7 +90,7 @@ fn near_misses_of_what_turnstile_reads_warn() {
     // why.
     let text = "[conversation.tools.rfd]\nconcurency = { key = \"rfd\" }\n";
     let policy = config::resolve(&[Layer::new("rules.toml", text)]).unwrap();
-    assert!(policy.tool("rfd").is_none_or(|t| t.concurrency.is_none()));
+    assert!(policy.tool("rfd").is_none_or(|t| t.concurrency.is_empty()));
     let w = &policy.warnings()[0];
     assert_eq!(w.severity, Severity::Warning);
     assert_eq!(w.tools, ["rfd"]);

@@ -13,6 +13,8 @@ const CONCURRENCY: &[&str] = &[
     "{ key = \"k\" }", "{ key = \"k\", limit = 0 }", "{ key = \"k\", limit = 2 }",
     "{ key = \"j\", limit = 3 }", "{ limit = 4 }", "{ key = \"\" }", "{ key = 5 }",
     "{ key = \"k\", delay = 1 }", "{ key = \"a\" }",
+    "[{ key = \"k\" }, { key = \"a\", limit = 2 }]", "[]", "[{ key = \"x:{p}\" }, { key = \"x:{q}\" }]",
+    "[{ key = \"k\", shared = true }, 2]",
 ];
 const FAN_OUT: &[&str] = &[
     "true", "false", "{}", "{ on_error = \"stop\" }", "{ on_error = \"continue\" }",
@@ -43,7 +45,8 @@ fuzz_target!(|data: &[u8]| {
     match config::resolve(&layers) {
         Ok(policy) => {
             for tool in policy.tools() {
-                if let Some(c) = &tool.concurrency {
+                assert!(tool.concurrency.len() <= 8);
+                for c in &tool.concurrency {
                     assert!(c.limit.get() >= 1 && !c.key.as_str().is_empty());
                 }
             }

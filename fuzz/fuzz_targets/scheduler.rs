@@ -17,12 +17,12 @@ use turnstile_engine::schedule::{
 };
 
 /// The policies a restart may switch between: `a` stops to fanning out, limits change, `c`
-/// loses its limit, `t` takes its key from its arguments (one config spaces it), `k` becomes a
+/// takes a key set (its own key and `k`) and then loses its limits, `t` takes its key from its arguments (one config spaces it), `k` becomes a
 /// shared key (permits from a store), and one knows no tool at all.
 const CONFIGS: [&str; 3] = [
     "[conversation.tools.a]\nconcurrency = { key = \"k\", limit = 2 }\nfan_out = { on_error = \"stop\" }\n\
      [conversation.tools.b]\nconcurrency = { key = \"k\", limit = 2 }\n\
-     [conversation.tools.c]\nconcurrency = 1\nfan_out = true\n\
+     [conversation.tools.c]\nconcurrency = [{ key = \"c\" }, { key = \"k\", limit = 2 }]\nfan_out = true\n\
      [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 1 }\nfan_out = true\n",
     "[conversation.tools.a]\nconcurrency = { key = \"k\", shared = true }\n\
      [conversation.tools.b]\nconcurrency = { key = \"k\", shared = true }\nfan_out = true\n\

@@ -82,36 +82,43 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::AdaptOnSharedKey => W::AdaptOnSharedKey,
         Code::WeightWithoutRate => W::WeightWithoutRate,
         Code::WeightAboveBurst => W::WeightAboveBurst,
+        Code::ConcurrencyKeyRepeated => W::ConcurrencyKeyRepeated,
+        Code::SharedKeyInSet => W::SharedKeyInSet,
+        Code::AdaptiveKeysInSet => W::AdaptiveKeysInSet,
     }
 }
 
 pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
     wc::ToolPolicy {
         name: t.name.clone(),
-        concurrency: t.concurrency.as_ref().map(|c| wc::Concurrency {
-            key: c.key.as_str().to_owned(),
-            limit: Some(c.limit.get()).filter(|&l| l != u32::MAX),
-            delay_ms: c.delay_ms,
-            rates: c
-                .rates
-                .iter()
-                .map(|w| wc::RateWindow {
-                    count: w.count,
-                    per_ms: w.per_ms,
-                    burst: w.burst,
-                })
-                .collect(),
-            burst: c.burst,
-            weight: c.weight,
-            retries: c.retries,
-            max_wait_ms: c.max_wait_ms,
-            arguments: c
-                .key
-                .template()
-                .map_or_else(Vec::new, |t| t.fields().to_vec()),
-            shared: c.shared,
-            adapt_min: c.adapt_min.map(std::num::NonZeroU32::get),
-        }),
+        concurrency: t
+            .concurrency
+            .iter()
+            .map(|c| wc::Concurrency {
+                key: c.key.as_str().to_owned(),
+                limit: Some(c.limit.get()).filter(|&l| l != u32::MAX),
+                delay_ms: c.delay_ms,
+                rates: c
+                    .rates
+                    .iter()
+                    .map(|w| wc::RateWindow {
+                        count: w.count,
+                        per_ms: w.per_ms,
+                        burst: w.burst,
+                    })
+                    .collect(),
+                burst: c.burst,
+                weight: c.weight,
+                retries: c.retries,
+                max_wait_ms: c.max_wait_ms,
+                arguments: c
+                    .key
+                    .template()
+                    .map_or_else(Vec::new, |t| t.fields().to_vec()),
+                shared: c.shared,
+                adapt_min: c.adapt_min.map(std::num::NonZeroU32::get),
+            })
+            .collect(),
         fan_out: t.fan_out,
         on_error: match t.on_error {
             OnError::Continue => wc::OnError::Continue,
@@ -382,7 +389,7 @@ pub(crate) fn entry_status(st: EntryStatus) -> ws::EntryStatus {
         entry: st.entry.0,
         label: st.label,
         tool: st.tool,
-        key: st.key,
+        keys: st.keys,
         why: st.why,
         state: state_out(st.state),
         wait: st.wait.map(|w| match w {
@@ -396,7 +403,7 @@ pub(crate) fn entry_status(st: EntryStatus) -> ws::EntryStatus {
                 limit,
                 running,
             }),
-            Wait::Behind(label) => ws::Wait::Behind(label),
+            Wait::Behind { label, key } => ws::Wait::Behind(ws::KeyBehind { label, key }),
             Wait::KeyPaused { key, until } => ws::Wait::KeyPaused(ws::KeyUntil { key, until }),
             Wait::KeySpacing { key, until } => ws::Wait::KeySpacing(ws::KeyUntil { key, until }),
             Wait::RetryAt { until } => ws::Wait::RetryAt(until),
@@ -443,7 +450,7 @@ pub(crate) fn saved_state_out(s: SavedState) -> ws::SavedState {
                         id: c.id,
                         tool: c.tool,
                         operations: c.operations,
-                        key: c.key,
+                        keys: c.keys,
                         entries: c
                             .entries
                             .into_iter()
@@ -480,7 +487,7 @@ pub(crate) fn saved_state_in(s: ws::SavedState) -> SavedState {
                         id: c.id,
                         tool: c.tool,
                         operations: c.operations,
-                        key: c.key,
+                        keys: c.keys,
                         entries: c
                             .entries
                             .into_iter()

@@ -298,9 +298,10 @@ impl Sim<'_> {
             .map_err(trap)?
             .unwrap_or_default();
         for st in statuses {
-            let key = match &st.key {
-                Some(k) => format!("{} key {k}", st.tool),
-                None => format!("{} unkeyed", st.tool),
+            let key = match st.keys.as_slice() {
+                [] => format!("{} unkeyed", st.tool),
+                [k] => format!("{} key {k}", st.tool),
+                keys => format!("{} keys {}", st.tool, keys.join(" + ")),
             };
             self.labels.push(st.label.clone());
             self.entries.insert(st.entry, (st.label, key));

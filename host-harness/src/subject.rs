@@ -384,29 +384,34 @@ impl Subject for ComponentSubject {
 
 /// The corpus rendering of a tool policy.
 pub(crate) fn tool_line(t: &wc::ToolPolicy) -> String {
-    let rates: Vec<(u32, u32, u32)> = t.concurrency.as_ref().map_or_else(Vec::new, |c| {
-        c.rates
-            .iter()
-            .map(|w| (w.count, w.per_ms, w.burst))
-            .collect()
-    });
-    corpus::tool_line(
-        &t.name,
-        t.concurrency.as_ref().map(|c| corpus::KeyView {
+    let rates: Vec<Vec<(u32, u32, u32)>> = t
+        .concurrency
+        .iter()
+        .map(|c| {
+            c.rates
+                .iter()
+                .map(|w| (w.count, w.per_ms, w.burst))
+                .collect()
+        })
+        .collect();
+    let keys: Vec<corpus::KeyView<'_>> = t
+        .concurrency
+        .iter()
+        .zip(&rates)
+        .map(|(c, rates)| corpus::KeyView {
             key: &c.key,
             limit: c.limit.unwrap_or(u32::MAX),
             delay_ms: c.delay_ms,
-            rates: &rates,
+            rates,
             burst: c.burst,
             weight: c.weight,
             adapt_min: c.adapt_min,
             retries: c.retries,
             max_wait_ms: c.max_wait_ms,
             shared: c.shared,
-        }),
-        t.fan_out,
-        t.on_error == wc::OnError::Stop,
-    )
+        })
+        .collect();
+    corpus::tool_line(&t.name, &keys, t.fan_out, t.on_error == wc::OnError::Stop)
 }
 
 fn reason(r: &ws::Reason) -> (&'static str, Option<u32>) {
@@ -625,7 +630,10 @@ pub(crate) fn inspect_line(st: &ws::EntryStatus) -> String {
             limit: full.limit,
             running: &full.running,
         },
-        ws::Wait::Behind(label) => WaitView::Behind(label),
+        ws::Wait::Behind(b) => WaitView::Behind {
+            label: &b.label,
+            key: &b.key,
+        },
         ws::Wait::KeyPaused(k) => WaitView::KeyPaused {
             key: &k.key,
             until: k.until,
@@ -739,5 +747,8 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::AdaptOnSharedKey => "adapt-on-shared-key",
         D::WeightWithoutRate => "weight-without-rate",
         D::WeightAboveBurst => "weight-above-burst",
+        D::ConcurrencyKeyRepeated => "concurrency-key-repeated",
+        D::SharedKeyInSet => "shared-key-in-set",
+        D::AdaptiveKeysInSet => "adaptive-keys-in-set",
     }
 }

@@ -158,7 +158,7 @@ fn config_survives_hostile_layers() {
             .unwrap_or_else(|e| panic!("tool trapped: {e:#}"));
         let unbounded = wc::ToolPolicy {
             name: name.clone(),
-            concurrency: None,
+            concurrency: Vec::new(),
             fan_out: false,
             on_error: wc::OnError::Continue,
         };
@@ -168,7 +168,7 @@ fn config_survives_hostile_layers() {
     assert_eq!(tools.len(), 1);
     assert_eq!(
         tools[0].concurrency,
-        Some(wc::Concurrency {
+        vec![wc::Concurrency {
             key: "f".to_owned(),
             limit: Some(2),
             delay_ms: 0,
@@ -180,7 +180,7 @@ fn config_survives_hostile_layers() {
             arguments: vec![],
             shared: false,
             adapt_min: None,
-        })
+        }]
     );
     // The same instance still schedules.
     let mut s = Sched::in_instance(inst, STOP_POLICY);

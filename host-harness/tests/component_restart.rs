@@ -110,7 +110,7 @@ fn saved_call(
         id: id.to_owned(),
         tool: tool.to_owned(),
         operations,
-        key: None,
+        keys: Vec::new(),
         entries: entries
             .iter()
             .map(|&(operation, state)| ws::SavedEntry { operation, state })
@@ -444,7 +444,7 @@ fn resume_refuses_bad_states() {
             tool: tool.to_owned(),
             operations,
             entries,
-            key: None,
+            keys: Vec::new(),
         }
     };
     let batch = |batch: u64, first: u64, calls: Vec<ws::SavedCall>| ws::SavedBatch {

@@ -121,8 +121,12 @@ pub enum OnError {
 pub struct ToolPolicy {
     /// The configured name (the key under `conversation.tools`).
     pub name: String,
-    /// The effective limit; `None` is unbounded (unset, `0`, or `{ key, limit = 0 }`).
-    pub concurrency: Option<Concurrency>,
+    /// The keys each call takes, in written order: one (`concurrency = 2`, or a table), the
+    /// members of a key set (`concurrency = [{ key = "fs:{src}" }, { key = "fs:{dst}" }]`), or
+    /// none when the tool is unbounded (unset, `0`, `{ key, limit = 0 }`, or `[]`). A call
+    /// starts only when every key of its set has room and it is first in line on each, and
+    /// holds them all until it ends.
+    pub concurrency: Vec<Concurrency>,
     /// Whether a call may be an envelope of operations.
     pub fan_out: bool,
     /// What a failed operation does to the later operations of its call.
@@ -134,7 +138,7 @@ impl ToolPolicy {
     pub fn unconfigured(name: &str) -> Self {
         Self {
             name: name.to_owned(),
-            concurrency: None,
+            concurrency: Vec::new(),
             fan_out: false,
             on_error: OnError::Continue,
         }
@@ -185,7 +189,7 @@ impl Policy {
     pub fn concurrency_of_key(&self, key: &str) -> Option<&Concurrency> {
         self.tools
             .iter()
-            .filter_map(|t| t.concurrency.as_ref())
+            .flat_map(|t| &t.concurrency)
             .find(|c| c.key.as_str() == key)
     }
 
@@ -210,7 +214,13 @@ impl Policy {
         for tool in &self.tools {
             eat(tool.name.as_bytes());
             eat(&[0]);
-            if let Some(c) = &tool.concurrency {
+            // A key set's members one after another, marked, so that a single key's
+            // fingerprint is what it was before key sets.
+            if tool.concurrency.len() > 1 {
+                eat(b"set");
+                eat(&(tool.concurrency.len() as u32).to_le_bytes());
+            }
+            for c in &tool.concurrency {
                 eat(c.key.as_str().as_bytes());
                 eat(&c.limit.get().to_le_bytes());
                 eat(&c.delay_ms.to_le_bytes());

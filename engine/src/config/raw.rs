@@ -14,7 +14,8 @@ use super::rate::parse_rate;
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
 use crate::limits::{
-    BURST_MAX, KEY_BYTES_MAX, MAX_WAIT_MS_MAX, NAME_BYTES_MAX, RATE_WINDOWS_MAX, RETRIES_MAX,
+    BURST_MAX, KEY_BYTES_MAX, KEYS_PER_CALL_MAX, MAX_WAIT_MS_MAX, NAME_BYTES_MAX, RATE_WINDOWS_MAX,
+    RETRIES_MAX,
 };
 use crate::template::KeyTemplate;
 
@@ -66,6 +67,12 @@ pub(crate) enum RawConcurrency {
         /// Whether the limit holds across processes (a store grants permits).
         shared: Option<(bool, Loc)>,
         loc: Loc,
+    },
+    /// A key set, `[{ key = "fs:{src}" }, { key = "fs:{dst}" }]`: each call takes every
+    /// member's key. Its members are tables; an empty set leaves the tool unbounded. A set
+    /// replaces whatever a lower layer wrote, and is replaced whole by a higher one.
+    Set {
+        members: Vec<Self>,
     },
 }
 
@@ -276,8 +283,8 @@ fn parse_tool(
     tool
 }
 
-const CONCURRENCY_SHAPES: &str = "a non-negative integer or a { key, limit, delay, rate, burst, \
-     weight, retries, max_wait, shared } table";
+const CONCURRENCY_SHAPES: &str = "a non-negative integer, a { key, limit, delay, rate, burst, \
+     weight, retries, max_wait, shared } table, or an array of such tables (a key set)";
 
 fn parse_concurrency(
     layer: u32,
@@ -291,6 +298,7 @@ fn parse_concurrency(
             let n = non_negative(layer, path, value, sink)?;
             Some(RawConcurrency::Int { n, loc })
         }
+        DeValue::Array(items) => key_set(layer, path, items, loc, sink),
         DeValue::Table(table) => {
             let mut key = None;
             let mut limit = None;
@@ -469,7 +477,7 @@ fn parse_concurrency(
                 path,
                 format!("expected {CONCURRENCY_SHAPES}, found {}", found(other)),
             )
-            .label(loc, "not an integer or a table")
+            .label(loc, "not an integer, a table or an array")
             .help(
                 "write concurrency = 1, or concurrency = { key = \"name\", limit = 2 }, \
                  optionally with delay = \"250ms\"",
@@ -477,6 +485,54 @@ fn parse_concurrency(
             None
         }
     }
+}
+
+/// A key set: an array of 0 to [`KEYS_PER_CALL_MAX`] tables, each parsed as the table form.
+fn key_set(
+    layer: u32,
+    path: &[String],
+    items: &[Value<'_>],
+    loc: Loc,
+    sink: &mut Sink,
+) -> Option<RawConcurrency> {
+    let help = "write a key set as an array of tables: concurrency = [{ key = \"fs:{src}\" }, \
+                { key = \"fs:{dst}\" }]";
+    if items.len() > KEYS_PER_CALL_MAX {
+        sink.push(
+            Code::ConcurrencyType,
+            path,
+            format!(
+                "a key set has at most {KEYS_PER_CALL_MAX} keys; this array has {}",
+                items.len()
+            ),
+        )
+        .label(loc, "too many keys")
+        .help(help);
+        return None;
+    }
+    let mut members = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for item in items {
+        if let DeValue::Table(_) = item.get_ref() {
+            match parse_concurrency(layer, path, item, sink) {
+                Some(member) => members.push(member),
+                None => ok = false,
+            }
+        } else {
+            ok = false;
+            sink.push(
+                Code::ConcurrencyType,
+                path,
+                format!(
+                    "a key set's members are {{ key, limit, ... }} tables, found {}",
+                    found(item.get_ref())
+                ),
+            )
+            .label(Loc::from_span(layer, item.span()), "not a table")
+            .help(help);
+        }
+    }
+    ok.then_some(RawConcurrency::Set { members })
 }
 
 /// An adaptive limit, `{ max = 8, min = 1, adapt = "aimd" }`: its ceiling and its floor

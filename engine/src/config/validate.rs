@@ -76,24 +76,27 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
     for tool in &tools {
         let declared = declared(tool, if check { Some(&mut *sink) } else { None });
         if check && !tool.bad_concurrency {
-            let keyless = matches!(
-                tool.concurrency,
-                Some(RawConcurrency::Table { key: None, .. })
-            );
+            let keyless = match &tool.concurrency {
+                Some(RawConcurrency::Table { key: None, .. }) => true,
+                Some(RawConcurrency::Set { members, .. }) => members
+                    .iter()
+                    .any(|m| matches!(m, RawConcurrency::Table { key: None, .. })),
+                _ => false,
+            };
             if tool.on_error == OnError::Stop
                 && !tool.bad_fan_out
                 && !keyless
-                && declared.as_ref().is_none_or(|d| d.limit == 0)
+                && declared.iter().all(|d| d.limit == 0)
             {
-                stop_without_limit(tool, declared.as_ref(), sink);
+                stop_without_limit(tool, declared.first(), sink);
             }
-            if let Some(d) = declared
-                .as_ref()
-                .filter(|d| d.shared.0 == 1 && d.delay.0 > SHARED_DELAY_MS_MAX)
-            {
-                shared_delay_too_long(tool, d, sink);
+            if declared.len() > 1 {
+                key_set_terms(tool, &declared, sink);
             }
-            if let Some(d) = declared.as_ref() {
+            for d in &declared {
+                if d.shared.0 == 1 && d.delay.0 > SHARED_DELAY_MS_MAX {
+                    shared_delay_too_long(tool, d, sink);
+                }
                 rate_terms(tool, d, sink);
                 let slot = *key_index.entry(d.key.clone()).or_insert_with(|| {
                     declared_by_key.push((d.key.clone(), Vec::new()));
@@ -106,8 +109,8 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
         }
         // A limit of 0 lifts the key, unless it spaces starts or has its own retry cap or
         // maximum wait: then it stays, unbounded (its delay, retry cap, maximum wait and pauses
-        // still apply).
-        let concurrency = declared.and_then(|d| {
+        // still apply). In a key set, a lifted member drops out and the others stay.
+        let concurrency = declared.into_iter().filter_map(|d| {
             let own_terms = d.delay.0 > 0
                 || !d.rate.0.is_empty()
                 || d.retries.0 != RETRIES_DEFAULT
@@ -134,6 +137,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 adapt_min: NonZeroU32::new(d.adapt.0),
             })
         });
+        let concurrency = concurrency.collect();
         policies.push(ToolPolicy {
             name: tool.name.clone(),
             concurrency,
@@ -263,9 +267,24 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
     }
 }
 
-/// What the merged tool declares. Reports V4 (a table without `key`) when `sink` is given.
-fn declared(tool: &Merged, sink: Option<&mut Sink>) -> Option<Declared> {
-    match tool.concurrency.as_ref()? {
+/// What the merged tool declares: one key, every key of its key set in written order, or
+/// none. Reports V4 (a table without `key`) when `sink` is given.
+fn declared(tool: &Merged, mut sink: Option<&mut Sink>) -> Vec<Declared> {
+    match tool.concurrency.as_ref() {
+        None => Vec::new(),
+        Some(RawConcurrency::Set { members, .. }) => members
+            .iter()
+            .filter_map(|m| declared_one(tool, m, sink.as_deref_mut()))
+            .collect(),
+        Some(one) => declared_one(tool, one, sink).into_iter().collect(),
+    }
+}
+
+/// What one integer or table (a tool's concurrency, or a member of its key set) declares.
+fn declared_one(tool: &Merged, raw: &RawConcurrency, sink: Option<&mut Sink>) -> Option<Declared> {
+    match raw {
+        // A set's members are tables (`raw.rs`).
+        RawConcurrency::Set { .. } => None,
         RawConcurrency::Int { n: 0, .. } => None,
         RawConcurrency::Int { loc, .. } if tool.name.len() > KEY_BYTES_MAX => {
             // The integer form's key is the tool's name, and a key has one length limit.
@@ -404,6 +423,58 @@ fn shared_delay_too_long(tool: &Merged, declared: &Declared, sink: &mut Sink) {
         d.label(loc, "shared here");
     }
     d.help("a shared key's store keeps its spacing, for at most 24h; use a shorter delay");
+}
+
+/// A key set names each key once, and none of its keys is shared: a shared key's store grants
+/// one key's permits, and a set's must be taken all or none (not yet at the stores), so a
+/// shared key in a set is refused rather than held partly.
+fn key_set_terms(tool: &Merged, set: &[Declared], sink: &mut Sink) {
+    let path = tool_path(&tool.name, Some("concurrency"));
+    for (i, d) in set.iter().enumerate() {
+        if let Some(first) = set[..i].iter().find(|e| e.key == d.key) {
+            sink.push(
+                Code::ConcurrencyKeyRepeated,
+                &path,
+                format!("the key set names {:?} twice", d.key),
+            )
+            .label(d.loc, "named again here")
+            .label(first.loc, "first named here")
+            .help("name each key once; two templates that make one key (fs:{src}, fs:{dst}) are fine and count once");
+        }
+        if let (Some(at), true) = (d.shared.1, d.shared.0 == 1) {
+            sink.push(
+                Code::SharedKeyInSet,
+                &path,
+                format!(
+                    "{:?} is shared, and a shared key's store grants one key's permits, not a \
+                     key set's all or none",
+                    d.key
+                ),
+            )
+            .label(at, "shared, in a key set")
+            .help(
+                "give this tool the shared key alone, or keep the set's keys local to this process",
+            );
+        }
+    }
+    let mut adaptive = set.iter().filter(|d| d.adapt.0 > 0);
+    if let (Some(first), Some(second)) = (adaptive.next(), adaptive.next()) {
+        let d = sink.push(
+            Code::AdaptiveKeysInSet,
+            &path,
+            format!(
+                "{:?} and {:?} both adapt their limit, and a rate limit on a call of the set \
+                 could not say which one to halve",
+                first.key, second.key
+            ),
+        );
+        for d2 in [first, second] {
+            if let Some(at) = d2.adapt.1 {
+                d.label(at, "an adaptive limit");
+            }
+        }
+        d.help("let one key of the set adapt (the endpoint that answers 429), and give the others fixed limits");
+    }
 }
 
 /// A `burst` and a `weight` need a `rate`, and a weight above the burst could never start. A

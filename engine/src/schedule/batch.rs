@@ -28,6 +28,11 @@ impl OptU32 {
     }
 }
 
+/// The weight a key set's member records when its key is one an earlier member of the set
+/// made (`{src}` and `{dst}` equal): it is kept, so a saved call names every member's key,
+/// and skipped wherever the set's keys are taken.
+pub(crate) const DUPLICATE: u32 = 0;
+
 /// An entry: 12 bytes, most of what a queued execution costs.
 #[derive(Debug)]
 pub(crate) struct Entry {
@@ -48,6 +53,10 @@ pub(crate) struct CallRec {
     pub(crate) id_end: u32,
     /// The lowest failed operation, under `on_error = "stop"`.
     pub(crate) first_failed: OptU32,
+    /// The other keys of its key set: `set_keys[set_start..set_start + set_len]` of its batch
+    /// (none for a call with one key or none).
+    pub(crate) set_start: u32,
+    pub(crate) set_len: u32,
     pub(crate) fan_out: bool,
     pub(crate) stop: bool,
 }
@@ -64,6 +73,9 @@ pub(crate) struct Batch {
     pub(crate) ids: String,
     /// Keys its entries use, each once.
     pub(crate) keys: Vec<u32>,
+    /// The keys of its calls' key sets beyond each call's first, with the units of each key's
+    /// rate one call costs (`CallRec::set_start`).
+    pub(crate) set_keys: Vec<(u32, u32)>,
     /// Entries still pending (the approval barrier). Written only by `push_entries` and
     /// `decided`, so it always counts the pending entries.
     pending: u32,
@@ -94,6 +106,16 @@ impl Batch {
         } else {
             id.to_owned()
         }
+    }
+
+    /// The keys of entry `index`'s key set beyond its first (its call's), with the units of
+    /// each key's rate one call costs; a member that made a key an earlier member made
+    /// ([`DUPLICATE`]) counts once, at the earlier one.
+    #[inline]
+    pub(crate) fn more_keys(&self, index: u32) -> &[(u32, u32)] {
+        let call = &self.calls[self.entries[index as usize].call as usize];
+        let start = call.set_start as usize;
+        &self.set_keys[start..start + call.set_len as usize]
     }
 
     /// Entries still pending (the approval barrier).
@@ -170,6 +192,7 @@ impl Batch {
         self.calls.clear();
         self.ids.clear();
         self.keys.clear();
+        self.set_keys.clear();
         self.pending = 0;
         self.unanswered = 0;
         self.open = false;
@@ -403,8 +426,11 @@ pub(crate) fn push_call(
     count: u32,
     fan_out: bool,
     stop: bool,
+    more: &[(u32, u32)],
 ) {
     let id_start = batch.ids.len() as u32;
+    let set_start = batch.set_keys.len() as u32;
+    batch.set_keys.extend_from_slice(more);
     batch.ids.push_str(id);
     batch.calls.push(CallRec {
         first: batch.entries.len() as u32,
@@ -413,6 +439,8 @@ pub(crate) fn push_call(
         id_start,
         id_end: batch.ids.len() as u32,
         first_failed: OptU32::NONE,
+        set_start,
+        set_len: more.len() as u32,
         fan_out,
         stop,
     });

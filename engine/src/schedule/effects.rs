@@ -169,10 +169,27 @@ impl Scheduler {
             if effects.has(Effects::REQUEUED) {
                 self.requeue(k, e, shared);
             }
+            // A key set's other keys take, give back and walk alike (`key_set.rs`).
+            for j in self.set_span(slot, index) {
+                let Some((k, weight)) = self.set_key(slot, j) else {
+                    continue;
+                };
+                let weight = if effects.has(Effects::STARTS) {
+                    weight
+                } else {
+                    1
+                };
+                let shared = self.keys.commit(k, effects, self.now, weight);
+                debug_assert!(!shared, "a shared key in a key set");
+                if effects.has(Effects::REQUEUED) {
+                    self.keys.requeue(k, e);
+                }
+            }
         }
         if effects.has(Effects::STARTS) {
             // An execution on an adaptive key joins its limit's current generation.
-            if let Some(generation) = key.and_then(|k| self.keys.generation(k)) {
+            let adaptive = key.and_then(|_| self.adaptive_key(slot, index));
+            if let Some(generation) = adaptive.and_then(|k| self.keys.generation(k)) {
                 self.generations.insert(e, u64::from(generation));
             }
             self.started.push(e);

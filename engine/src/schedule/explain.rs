@@ -32,9 +32,9 @@ pub fn duration(ms: u64) -> String {
     }
 }
 
-/// Why an approved entry waits, as one sentence starting `waiting: `. `key` is the entry's
-/// key (for `behind`) and `now` the scheduler's clock (for waits on time).
-pub fn wait_sentence(wait: &Wait, key: Option<&str>, now: u64) -> String {
+/// Why an approved entry waits, as one sentence starting `waiting: `. `now` is the
+/// scheduler's clock (for waits on time).
+pub fn wait_sentence(wait: &Wait, now: u64) -> String {
     match wait {
         Wait::BatchNotApproved { pending } => format!(
             "waiting: {pending} {} of this batch still {} a decision (nothing of a batch starts \
@@ -65,10 +65,9 @@ pub fn wait_sentence(wait: &Wait, key: Option<&str>, now: u64) -> String {
             s.push(')');
             s
         }
-        Wait::Behind(label) => match key {
-            Some(key) => format!("waiting: behind {label}, which comes first on {key}"),
-            None => format!("waiting: behind {label}"),
-        },
+        Wait::Behind { label, key } => {
+            format!("waiting: behind {label}, which comes first on {key}")
+        }
         Wait::KeyPaused { key, until } => format!(
             "waiting: {key} is paused for {} more (a rate limit or the host asked to wait)",
             duration(until.saturating_sub(now))
@@ -178,7 +177,7 @@ mod tests {
             running: vec!["g1".into(), "g2".into()],
         };
         assert_eq!(
-            wait_sentence(&full, Some("github"), 0),
+            wait_sentence(&full, 0),
             "waiting: github is full (2 of 2 running: g1, g2)"
         );
         let many = Wait::KeyFull {
@@ -187,7 +186,7 @@ mod tests {
             running: (1..=7).map(|i| format!("c{i}")).collect(),
         };
         assert_eq!(
-            wait_sentence(&many, Some("k"), 0),
+            wait_sentence(&many, 0),
             "waiting: k is full (7 of 7 running: c1, c2, c3, c4, c5 and 2 more)"
         );
         let paused = Wait::KeyPaused {
@@ -195,7 +194,7 @@ mod tests {
             until: 5_000,
         };
         assert_eq!(
-            wait_sentence(&paused, Some("github"), 800),
+            wait_sentence(&paused, 800),
             "waiting: github is paused for 4.2 s more (a rate limit or the host asked to wait)"
         );
         assert_eq!(

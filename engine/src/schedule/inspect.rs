@@ -11,8 +11,9 @@ pub struct EntryStatus {
     pub label: String,
     /// The tool it calls.
     pub tool: String,
-    /// Its concurrency key, `None` when unbounded.
-    pub key: Option<String>,
+    /// Its concurrency keys: one, every key of its key set (in written order, each once), or
+    /// none when unbounded.
+    pub keys: Vec<String>,
     /// Where it is.
     pub state: State,
     /// Why an approved (or acquiring, or granted) entry is not running yet.
@@ -38,8 +39,13 @@ pub enum Wait {
         /// The labels of the executions holding its slots, in entry order.
         running: Vec<String>,
     },
-    /// An earlier entry with the same key (this label) has not started yet.
-    Behind(String),
+    /// An earlier entry with one of its keys has not started yet.
+    Behind {
+        /// The earlier entry's label.
+        label: String,
+        /// The key they share (for a key set, the first of its keys found holding it).
+        key: String,
+    },
     /// It is first in line for its key and there is room, but the key is paused (by the host,
     /// or after a rate limit) until `until`.
     KeyPaused {
@@ -96,6 +102,8 @@ impl Scheduler {
         // Why each entry of the part waits, by its index in the part.
         let mut waits: Vec<Option<Wait>> = Vec::new();
         waits.resize_with(end - start, || None);
+        // What holds each key set's entry, key by key: `(index, key, wait)`.
+        let mut set_waits: Vec<(usize, u32, Wait)> = Vec::new();
         if rec.is_open() {
             for &k in &rec.keys {
                 let key = self.keys.key(k);
@@ -115,12 +123,16 @@ impl Scheduler {
                         previous = Some(e); // another batch's, or outside the part
                         continue;
                     };
+                    let in_set = !self.set_span(slot, at as u32).is_empty();
                     let wait = match previous {
-                        Some(p) => Wait::Behind(self.label(EntryId(p)).unwrap_or_default()),
+                        Some(p) => Some(Wait::Behind {
+                            label: self.label(EntryId(p)).unwrap_or_default(),
+                            key: key.name.clone(),
+                        }),
                         // The front entry: its own weight decides when the key's rate lets it.
                         None => match key.gate(self.weight(k, slot, at as u32)) {
                             gate if key.has_room() && gate > self.now => {
-                                if key.time.paused_until() >= gate {
+                                Some(if key.time.paused_until() >= gate {
                                     Wait::KeyPaused {
                                         key: key.name.clone(),
                                         until: key.time.paused_until(),
@@ -130,18 +142,42 @@ impl Scheduler {
                                         key: key.name.clone(),
                                         until: gate,
                                     }
-                                }
+                                })
                             }
-                            _ => Wait::KeyFull {
+                            // This key of a set lets it go: another one holds it.
+                            _ if in_set && key.has_room() => None,
+                            _ => Some(Wait::KeyFull {
                                 key: key.name.clone(),
                                 limit: key.limit,
                                 running: self.running_labels(k),
-                            },
+                            }),
                         },
                     };
-                    waits[at - start] = Some(wait);
+                    match wait {
+                        Some(wait) if in_set => set_waits.push((at, k, wait)),
+                        wait => waits[at - start] = wait,
+                    }
                     previous = Some(e);
                 }
+            }
+        }
+        // A key set's entry waits on the first key of its set, in written order, that holds it.
+        for (at, k, wait) in set_waits {
+            let keys = self.keys_of(slot, at as u32);
+            let rank = |k: u32| keys.iter().position(|&j| j == k).unwrap_or(usize::MAX);
+            let place = &mut waits[at - start];
+            let earlier = match place {
+                Some(Wait::KeyFull { key, .. })
+                | Some(Wait::Behind { key, .. })
+                | Some(Wait::KeyPaused { key, .. })
+                | Some(Wait::KeySpacing { key, .. }) => keys
+                    .iter()
+                    .position(|&j| self.keys.key(j).name == *key)
+                    .unwrap_or(usize::MAX),
+                _ => usize::MAX,
+            };
+            if rank(k) < earlier {
+                *place = Some(wait);
             }
         }
         let out = rec.entries[start..end]
@@ -179,22 +215,27 @@ impl Scheduler {
                     }),
                     _ => None,
                 };
-                let key = entry.key.get().map(|k| self.keys.key(k).name.clone());
+                let keys = self.keys_of(slot, i as u32);
                 let why = wait.as_ref().map(|w| {
-                    let mut why = explain::wait_sentence(w, key.as_deref(), self.now);
-                    // A full key is the entry's own: its adaptive limit says where it is.
-                    if let (Wait::KeyFull { .. }, Some(k)) = (w, entry.key.get())
+                    let mut why = explain::wait_sentence(w, self.now);
+                    // A full key is one of the entry's own: its adaptive limit says where it is.
+                    if let Wait::KeyFull { key: full, .. } = w
+                        && let Some(&k) = keys.iter().find(|&&k| self.keys.key(k).name == *full)
                         && let Some(note) = self.keys.key(k).adaptive_note()
                     {
                         why.push_str(&note);
                     }
                     why
                 });
+                let keys = keys
+                    .iter()
+                    .map(|&k| self.keys.key(k).name.clone())
+                    .collect();
                 EntryStatus {
                     entry: EntryId(e),
                     label: rec.label(i as u32),
                     tool: self.keys.tool(call.tool).name.clone(),
-                    key,
+                    keys,
                     state,
                     wait,
                     why,
@@ -211,8 +252,13 @@ impl Scheduler {
             let b = self.batches.slot(slot);
             for (i, e) in b.entries.iter().enumerate() {
                 let state = e.life.get();
-                if e.key.get() == Some(k)
-                    && (state.is_started_unended() || state.holds_permit_unstarted())
+                let holds = |index: u32| {
+                    e.key.get() == Some(k)
+                        || b.more_keys(index)
+                            .iter()
+                            .any(|&(j, w)| j == k && w != super::batch::DUPLICATE)
+                };
+                if (state.is_started_unended() || state.holds_permit_unstarted()) && holds(i as u32)
                 {
                     out.push(b.label(i as u32));
                 }

@@ -135,11 +135,24 @@ pub(crate) enum KeyOf {
 #[derive(Debug)]
 pub(crate) struct ToolRec {
     pub(crate) name: String,
+    /// The key its calls take (the first of its key set).
     pub(crate) key: KeyOf,
     /// Units of its key's rate one call costs (1 unless the tool says).
     pub(crate) weight: u32,
+    /// The other keys of its key set, in written order, each with the units of its rate one
+    /// call costs (empty for a tool with one key or none).
+    pub(crate) more: Box<[(KeyOf, u32)]>,
     pub(crate) fan_out: bool,
     pub(crate) stop: bool,
+}
+
+impl ToolRec {
+    /// Whether a key of its set is made from its calls' arguments.
+    pub(crate) fn has_template(&self) -> bool {
+        std::iter::once(&self.key)
+            .chain(self.more.iter().map(|(k, _)| k))
+            .any(|k| matches!(k, KeyOf::Template(_)))
+    }
 }
 
 /// A key template.
@@ -215,18 +228,21 @@ impl Keys {
             .tool(name)
             .cloned()
             .unwrap_or_else(|| ToolPolicy::unconfigured(name));
-        let key = match &tool.concurrency {
-            None => KeyOf::Unkeyed,
-            Some(c) => match c.key.template() {
+        let mut set = tool.concurrency.iter().map(|c| {
+            let key = match c.key.template() {
                 None => KeyOf::Fixed(self.intern_key(c)),
                 Some(template) => KeyOf::Template(self.intern_template(c, template)),
-            },
-        };
+            };
+            (key, c.weight)
+        });
+        let (key, weight) = set.next().unwrap_or((KeyOf::Unkeyed, 1));
+        let more = set.collect();
         let t = self.tools.len() as u32;
         self.tools.push(ToolRec {
             name: name.to_owned(),
             key,
-            weight: tool.concurrency.as_ref().map_or(1, |c| c.weight),
+            weight,
+            more,
             fan_out: tool.fan_out,
             stop: tool.on_error == OnError::Stop,
         });

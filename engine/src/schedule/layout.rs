@@ -21,6 +21,9 @@ pub(super) struct Layout<'a> {
     /// A fan-out envelope (its entries are operations).
     pub(super) fan_out: bool,
     pub(super) key: Option<u32>,
+    /// The other keys of its key set, with their weights ([`batch::DUPLICATE`] for a key an
+    /// earlier member made).
+    pub(super) more: &'a [(u32, u32)],
     /// Its tool's `on_error = "stop"`.
     pub(super) stop: bool,
 }
@@ -29,8 +32,9 @@ pub(super) struct Layout<'a> {
 pub(super) enum MadeFrom<'a> {
     /// Its arguments (a new call).
     Arguments(Option<&'a str>),
-    /// The key name a saved state kept (its arguments were not saved).
-    Saved(Option<&'a str>),
+    /// The key names a saved state kept, one per member of the tool's key set (its arguments
+    /// were not saved); a missing or malformed one takes its template's own key.
+    Saved(&'a [String]),
 }
 
 impl Scheduler {
@@ -47,6 +51,7 @@ impl Scheduler {
             let (hash, count) = self.scratch[c];
             let tool = self.keys.intern_tool(&self.policy, call.tool);
             let (key, stop) = self.call_key(tool, MadeFrom::Arguments(call.arguments));
+            let more = std::mem::take(&mut self.scratch_set);
             let layout = Layout {
                 id: call.id,
                 hash,
@@ -54,29 +59,50 @@ impl Scheduler {
                 count,
                 fan_out: call.operations.is_some(),
                 key,
+                more: &more,
                 stop,
             };
             self.lay_out(slot, c as u32, &layout, |_| Lifecycle::PENDING);
+            self.scratch_set = more;
         }
         self.batches.sealed(slot);
     }
 
-    /// The key of a call of tool `tool` and whether the tool stops on a failure.
+    /// The key of a call of tool `tool` (the first of its key set) and whether the tool stops
+    /// on a failure; the rest of its key set goes to `scratch_set`, a key an earlier member
+    /// made marked [`batch::DUPLICATE`].
     pub(super) fn call_key(&mut self, tool: u32, made: MadeFrom<'_>) -> (Option<u32>, bool) {
         let rec = self.keys.tool(tool);
-        let (key_of, stop) = (rec.key, rec.stop);
-        let key = match key_of {
+        let (first, stop, members) = (rec.key, rec.stop, rec.more.len());
+        let key = self.member_key(first, &made, 0);
+        self.scratch_set.clear();
+        for m in 0..members {
+            let (of, weight) = self.keys.tool(tool).more[m];
+            let Some(k) = self.member_key(of, &made, m + 1) else {
+                continue;
+            };
+            let repeated = key == Some(k) || self.scratch_set.iter().any(|&(j, _)| j == k);
+            let weight = if repeated { batch::DUPLICATE } else { weight };
+            self.scratch_set.push((k, weight));
+        }
+        (key, stop)
+    }
+
+    /// The key member `m` of a tool's key set takes.
+    fn member_key(&mut self, of: KeyOf, made: &MadeFrom<'_>, m: usize) -> Option<u32> {
+        match of {
             KeyOf::Unkeyed => None,
             KeyOf::Fixed(k) => Some(k),
             KeyOf::Template(t) => Some(match made {
-                MadeFrom::Arguments(arguments) => self.keys.expand(&self.policy, t, arguments),
-                MadeFrom::Saved(Some(name)) if batch::check_name("key", name, false).is_ok() => {
-                    self.keys.expanded_key(&self.policy, t, name)
-                }
-                MadeFrom::Saved(_) => self.keys.fallback(t),
+                MadeFrom::Arguments(arguments) => self.keys.expand(&self.policy, t, *arguments),
+                MadeFrom::Saved(names) => match names.get(m) {
+                    Some(name) if batch::check_name("key", name, false).is_ok() => {
+                        self.keys.expanded_key(&self.policy, t, name)
+                    }
+                    _ => self.keys.fallback(t),
+                },
             }),
-        };
-        (key, stop)
+        }
     }
 
     /// Lays out call `c` of the batch being built in `slot`, its entries in the states `life`
@@ -91,7 +117,15 @@ impl Scheduler {
         life: impl Fn(u32) -> Lifecycle,
     ) {
         let b = self.batches.slot_mut(slot);
-        batch::push_call(b, call.id, call.tool, call.count, call.fan_out, call.stop);
+        batch::push_call(
+            b,
+            call.id,
+            call.tool,
+            call.count,
+            call.fan_out,
+            call.stop,
+            call.more,
+        );
         let start = b.entries.len();
         let first = b.first + start as u64;
         let key = OptU32::new(call.key);
@@ -108,7 +142,9 @@ impl Scheduler {
             let failed = entries.iter().position(|e| e.life.get().is_failure());
             rec.first_failed = OptU32::new(failed.map(|op| op as u32));
         }
-        if let Some(k) = call.key {
+        // Each key of its set, once: a key set's entries wait in every one of its keys' queues.
+        let others = call.more.iter().filter(|&&(_, w)| w != batch::DUPLICATE);
+        for k in call.key.into_iter().chain(others.map(|&(k, _)| k)) {
             if self.keys.first_use(k, b.id) {
                 b.keys.push(k);
             }

@@ -67,6 +67,7 @@ mod effects;
 mod error;
 pub mod explain;
 mod inspect;
+mod key_set;
 mod keys;
 mod layout;
 mod lifecycle;
@@ -366,6 +367,8 @@ pub struct Scheduler {
     /// Scratch for `submit_batch`: each call's id hash and entry count.
     scratch: Vec<(u64, u32)>,
     scratch_ids: FxHashMap<u64, u64>,
+    /// Scratch for laying a call out: the rest of its key set (`layout.rs`).
+    scratch_set: Vec<(u32, u32)>,
     /// The host's clock as last given (`time.rs`).
     now: u64,
     /// Wake-ups, earliest first; stale items are skipped.
@@ -403,6 +406,7 @@ impl Scheduler {
             clock_refused: None,
             scratch: Vec::new(),
             scratch_ids: FxHashMap::default(),
+            scratch_set: Vec::new(),
             now: 0,
             timers: StaleHeap::default(),
             retries: FxHashMap::default(),
@@ -614,9 +618,10 @@ impl Scheduler {
         self.apply(e, HostEvent::End(outcome))?;
         // Only executions on adaptive keys have a generation, so other ends look nothing up.
         if let Some(started) = self.generations.remove(&e.0) {
-            let key = self.batches.locate(e.0).and_then(|(slot, index)| {
-                self.batches.slot(slot).entries[index as usize].key.get()
-            });
+            let key = self
+                .batches
+                .locate(e.0)
+                .and_then(|(slot, index)| self.adaptive_key(slot, index));
             if let Some(k) = key {
                 self.keys.ended_clean(k, started as u32);
             }
@@ -790,6 +795,9 @@ impl Scheduler {
                 Turn::Go(slot, index) => {
                     self.keys.released_in_order(k, e);
                     self.release(slot, index);
+                    if !self.set_span(slot, index).is_empty() {
+                        self.set_released(k, e, slot, index);
+                    }
                 }
                 Turn::Pass => {}
             }
@@ -816,6 +824,12 @@ impl Scheduler {
                 self.arm_key(k, gate);
                 Turn::Wait
             }
+            // A key set's entry needs every key of its set (`key_set.rs`).
+            State::Approved
+                if batch.calls[batch.entries[index as usize].call as usize].set_len > 0 =>
+            {
+                self.set_turn(k, e, slot, index)
+            }
             State::Approved => Turn::Go(slot, index),
             _ => Turn::Pass,
         }
@@ -829,8 +843,13 @@ impl Scheduler {
             return 1;
         }
         let batch = self.batches.slot(slot);
-        let call = &batch.calls[batch.entries[index as usize].call as usize];
-        self.keys.tool(call.tool).weight
+        let entry = &batch.entries[index as usize];
+        if entry.key.get() != Some(k) {
+            // Another key of its set: the member's own weight.
+            let mut more = batch.more_keys(index).iter();
+            return more.find(|&&(j, _)| j == k).map_or(1, |&(_, w)| w.max(1));
+        }
+        self.keys.tool(batch.calls[entry.call as usize].tool).weight
     }
 
     /// The label of a live entry: `call` for a plain call, `call#i` for an operation.

@@ -122,7 +122,7 @@ mod tests {
                             id: format!("b{b}c{c}"),
                             tool: "t".into(),
                             operations: Some(n.max(1) as u32),
-                            key: None,
+                            keys: Vec::new(),
                             entries: (0..n as u32).map(|i| (i, Saved::Started)).collect(),
                         }
                     })

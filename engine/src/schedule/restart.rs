@@ -59,9 +59,11 @@ pub struct SavedCall {
     pub tool: String,
     /// `None` for a plain call, else its operation count.
     pub operations: Option<u32>,
-    /// The key its arguments expanded to, for a tool whose key is a template (`None`
-    /// otherwise, or when they did not expand); `resume` gives the call this key again.
-    pub key: Option<String>,
+    /// The keys its arguments made, for a tool with a key template: the name of every key of
+    /// its key set, one per member in written order (a template's own text where the
+    /// arguments made none); empty for other tools. `resume` gives the call these keys again.
+    /// A state saved before key sets has at most one name, its one template's key.
+    pub keys: Vec<String>,
     /// `(operation, state)` of each entry that was neither pending nor approved (operation 0
     /// for a plain call).
     pub entries: Vec<(u32, Saved)>,
@@ -109,11 +111,7 @@ impl Scheduler {
                         id: b.call_id(c as u32).to_owned(),
                         tool: self.keys.tool(call.tool).name.clone(),
                         operations: call.fan_out.then_some(call.count),
-                        key: b.entries[call.first as usize]
-                            .key
-                            .get()
-                            .filter(|&k| self.keys.key(k).template.is_some())
-                            .map(|k| self.keys.key(k).name.clone()),
+                        keys: self.made_keys(slot, call.first),
                         entries: (0..call.count)
                             .filter_map(|op| {
                                 let index = call.first + op;
@@ -250,9 +248,13 @@ impl Scheduler {
             let tool = self.keys.intern_tool(&self.policy, &call.tool);
             let (key, stop) = match problem {
                 // The key the call had: saved by name, since its arguments are not.
-                None => self.call_key(tool, MadeFrom::Saved(call.key.as_deref())),
-                Some(_) => (None, false),
+                None => self.call_key(tool, MadeFrom::Saved(&call.keys)),
+                Some(_) => {
+                    self.scratch_set.clear();
+                    (None, false)
+                }
             };
+            let more = std::mem::take(&mut self.scratch_set);
             let layout = Layout {
                 id: &call.id,
                 hash: id_hash(&call.id),
@@ -260,6 +262,7 @@ impl Scheduler {
                 count,
                 fan_out: call.operations.is_some(),
                 key,
+                more: &more,
                 stop,
             };
             // A left-out call keeps its id while its batch lives, like any live call.
@@ -270,6 +273,7 @@ impl Scheduler {
                     None => Lifecycle::restored(saved_state, rerun, saved.cancelled),
                 }
             });
+            self.scratch_set = more;
             // Settled by this restart (not before it): the first `next_releases` reports it.
             let b = self.batches.slot(slot);
             let first = b.entries.len() - count as usize;
@@ -354,5 +358,25 @@ impl Scheduler {
             ));
         }
         None
+    }
+}
+
+impl Scheduler {
+    /// The names a saved call keeps for the keys its arguments made: every member's key of
+    /// its set, in written order, when one of them was made from a template (else none: a
+    /// configured key needs no name to be found again).
+    fn made_keys(&self, slot: u32, index: u32) -> Vec<String> {
+        let b = self.batches.slot(slot);
+        let Some(first) = b.entries[index as usize].key.get() else {
+            return Vec::new();
+        };
+        let keys = std::iter::once(first).chain(b.more_keys(index).iter().map(|&(k, _)| k));
+        let tool = self
+            .keys
+            .tool(b.calls[b.entries[index as usize].call as usize].tool);
+        if !tool.has_template() {
+            return Vec::new();
+        }
+        keys.map(|k| self.keys.key(k).name.clone()).collect()
     }
 }

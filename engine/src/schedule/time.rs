@@ -275,11 +275,23 @@ impl Scheduler {
         let batch = self.batches.slot(slot);
         let entry = &batch.entries[index as usize];
         let key = entry.key.get();
+        // A key set's call is held to the strictest of its keys (`key_set.rs`).
+        let set = self.keys_of(slot, index);
+        let (cap, max_wait) = match set.as_slice() {
+            [] | [_] => (self.keys.retry_cap(key), self.keys.max_wait_ms(key)),
+            keys => keys.iter().fold((u32::MAX, u64::MAX), |(cap, wait), &k| {
+                let k = Some(k);
+                (
+                    cap.min(self.keys.retry_cap(k)),
+                    wait.min(self.keys.max_wait_ms(k)),
+                )
+            }),
+        };
+        let batch = self.batches.slot(slot);
+        let entry = &batch.entries[index as usize];
         let done = u32::try_from(self.retries.get(&e.0).copied().unwrap_or(0)).unwrap_or(u32::MAX);
         let wait = until.saturating_sub(self.now);
-        let too_long = (wait > self.keys.max_wait_ms(key))
-            .then(|| asked_seconds(wait))
-            .flatten();
+        let too_long = (wait > max_wait).then(|| asked_seconds(wait)).flatten();
         // Only an execution can hit a rate limit: anything else is refused by the transition
         // table (as a retry) before the scheduler decides whether it may run again. It may not
         // when its batch was cancelled, when an earlier operation of its call failed under
@@ -297,7 +309,7 @@ impl Scheduler {
             Some(Reason::Cancelled)
         } else if let Some(after) = self.stopped_by(slot, index) {
             Some(Reason::Stopped { after })
-        } else if done >= self.keys.retry_cap(key) || too_long.is_some() {
+        } else if done >= cap || too_long.is_some() {
             Some(Reason::RateLimited {
                 retries: done,
                 asked_s: too_long,
@@ -310,15 +322,19 @@ impl Scheduler {
             let label = self.batches.slot(slot).label(index);
             return Err((illegal.code, illegal.message(&label)));
         }
-        if let (Some(k), Some(started)) = (key, self.generations.remove(&e.0)) {
+        if let Some(started) = self.generations.remove(&e.0)
+            && let Some(k) = self.adaptive_key(slot, index)
+        {
             self.keys.rate_limited(k, started as u32);
         }
         match key {
             // Its slot and permit went back with the transition; a wait the key's maximum
-            // allows pauses the key.
-            Some(k) if too_long.is_none() => {
-                if self.keys.key_mut(k).time.rate_limited(until) {
-                    self.pause_store(k);
+            // allows pauses the key, every key of its set.
+            Some(_) if too_long.is_none() => {
+                for k in set {
+                    if self.keys.key_mut(k).time.rate_limited(until) {
+                        self.pause_store(k);
+                    }
                 }
             }
             Some(_) => {}

@@ -1199,7 +1199,16 @@ impl Model {
                             id: c.id.clone(),
                             tool: c.tool.clone(),
                             operations: c.ops,
-                            key: c.made.clone(),
+                            // Arguments that made no key: the template's own text.
+                            keys: c
+                                .made
+                                .clone()
+                                .or_else(|| {
+                                    let k = c.key.as_ref().filter(|k| k.name == TEMPLATE);
+                                    k.map(|k| k.name.clone())
+                                })
+                                .into_iter()
+                                .collect(),
                             entries: (0..c.count())
                                 .filter_map(|op| self.saved(c.first + op).map(|s| (op as u32, s)))
                                 .collect(),
@@ -1322,7 +1331,10 @@ impl Model {
                         let paused = self.time.paused.get(k).copied().unwrap_or(0);
                         let room = self.running(k) < limit as usize;
                         Some(match ahead {
-                            Some(m) => Wait::Behind(self.label(m)),
+                            Some(m) => Wait::Behind {
+                                label: self.label(m),
+                                key: k.to_owned(),
+                            },
                             None if room && gate > self.time.now && paused >= gate => {
                                 Wait::KeyPaused {
                                     key: k.to_owned(),
@@ -1370,7 +1382,7 @@ impl Model {
                     }
                     _ => None,
                 };
-                let key = key.map(|(k, _)| k.to_owned());
+                let keys = key.map(|(k, _)| k.to_owned()).into_iter().collect();
                 // The sentence is the engine's own text for the wait (tested on its own); the
                 // model checks that it is given for exactly the waits it expects.
                 let note = match &wait {
@@ -1378,14 +1390,13 @@ impl Model {
                     _ => None,
                 };
                 let why = wait.as_ref().map(|w| {
-                    explain::wait_sentence(w, key.as_deref(), self.time.now)
-                        + note.as_deref().unwrap_or_default()
+                    explain::wait_sentence(w, self.time.now) + note.as_deref().unwrap_or_default()
                 });
                 EntryStatus {
                     entry: EntryId(n),
                     label: self.label(n),
                     tool: self.call(n).tool.clone(),
-                    key,
+                    keys,
                     state: self.st(n).engine(),
                     wait,
                     why,

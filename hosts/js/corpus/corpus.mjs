@@ -9,21 +9,26 @@ import { AdmissionError, ConfigError, ResumeError, Scheduler, SubmitError, Turns
 /** A number no scheduler or controller hands out: labels and batches that name nothing. */
 export const NOTHING = 18446744073709551615n;
 
+/** `NAME unbounded`, or `NAME` and each key of its set joined by ` + ` (corpus/src/lib.rs
+ * `tool_line`); then ` fan-out` and ` stop` when they apply. */
 export function toolLine(t) {
-  let out = t.concurrency ? `${t.name} ${t.concurrency.key}/${t.concurrency.limit}` : `${t.name} unbounded`;
-  if (t.concurrency?.delayMs) out += ` delay=${t.concurrency.delayMs}`;
-  if (t.concurrency?.rates.length) {
-    const b = t.concurrency.burst;
-    out += ` rate=${t.concurrency.rates.map((w) => `${w.count}/${w.perMs}ms${w.burst === b ? '' : `:${w.burst}`}`).join(',')}`;
-  }
-  if (t.concurrency && t.concurrency.burst !== 1) out += ` burst=${t.concurrency.burst}`;
-  if (t.concurrency && t.concurrency.weight !== 1) out += ` weight=${t.concurrency.weight}`;
-  if (t.concurrency?.adaptMin !== undefined) out += ` adapt=${t.concurrency.adaptMin}`;
-  if (t.concurrency && t.concurrency.retries !== 3) out += ` retries=${t.concurrency.retries}`;
-  if (t.concurrency && t.concurrency.maxWaitMs !== 300000) out += ` max_wait=${t.concurrency.maxWaitMs}`;
-  if (t.concurrency?.shared) out += ' shared';
+  let out = t.concurrency.length === 0 ? `${t.name} unbounded` : `${t.name} ${t.concurrency.map(keyText).join(' + ')}`;
   if (t.fanOut) out += ' fan-out';
   if (t.onError === 'stop') out += ' stop';
+  return out;
+}
+
+/** One key of a tool line: `KEY/LIMIT` and its terms (corpus/src/lib.rs `key_text`). */
+function keyText(c) {
+  let out = `${c.key}/${c.limit}`;
+  if (c.delayMs) out += ` delay=${c.delayMs}`;
+  if (c.rates.length) out += ` rate=${c.rates.map((w) => `${w.count}/${w.perMs}ms${w.burst === c.burst ? '' : `:${w.burst}`}`).join(',')}`;
+  if (c.burst !== 1) out += ` burst=${c.burst}`;
+  if (c.weight !== 1) out += ` weight=${c.weight}`;
+  if (c.adaptMin !== undefined) out += ` adapt=${c.adaptMin}`;
+  if (c.retries !== 3) out += ` retries=${c.retries}`;
+  if (c.maxWaitMs !== 300000) out += ` max_wait=${c.maxWaitMs}`;
+  if (c.shared) out += ' shared';
   return out;
 }
 
@@ -53,7 +58,7 @@ export function inspectLine(st) {
   if (st.wait) {
     if (st.wait.kind === 'batch-not-approved') out += ' waits batch-not-approved';
     else if (st.wait.kind === 'key-full') out += ` waits key-full ${st.wait.key} ${st.wait.limit} ${st.wait.running.join(',')}`;
-    else if (st.wait.kind === 'behind') out += ` waits behind ${st.wait.label}`;
+    else if (st.wait.kind === 'behind') out += ` waits behind ${st.wait.label} on ${st.wait.key}`;
     else if (st.wait.kind === 'retry-at') out += ` waits retry-at ${st.wait.until}`;
     else if (st.wait.kind === 'permit-requested' || st.wait.kind === 'permit-granted') out += ` waits ${st.wait.kind} ${st.wait.key}`;
     else out += ` waits ${st.wait.kind} ${st.wait.key} ${st.wait.until}`;

@@ -315,6 +315,26 @@ async function adaptive(page) {
   await shot(page, 'adaptive');
 }
 
+/** RFD 129's renumber chain with a key set: each step waits only for calls on its numbers. */
+async function renumberChain(page) {
+  const args = { n1: { id: '008', new: '011' }, n2: { id: '011', new: '012' }, n3: { id: '003', new: '004' }, r1: { id: '012' }, r2: { id: '005' } };
+  const calls = Object.entries(args).map(([id, a]) => ({ id, tool: id.startsWith('n') ? 'rfd_renumber' : 'rfd_read', args: a }));
+  await choose(page, 'renumber-chain');
+  await click(page, '#approve-all');
+  let s = await shown(page);
+  assert.match(s.entries.n2.why, /waiting: rfd:011 is full/);
+  assert.match(s.entries.r1.why, /waiting: behind n2, which comes first on rfd:012/);
+  await click(page, '#run');
+  s = await shown(page);
+  const ref = reference(example('renumber-chain').layers, calls, [
+    { now: 0, approve: Object.keys(args) }, { now: 100, ok: ['r2'] }, { now: 300, ok: ['n1', 'n3'] }, { now: 600, ok: ['n2'] },
+  ]);
+  assert.deepEqual(s.starts, ref.starts);
+  assert.deepEqual(s.starts, [['n1', 0], ['n3', 0], ['r2', 0], ['n2', 300], ['r1', 600]]);
+  await layout(page, 'renumber chain, run');
+  await shot(page, 'renumber-chain');
+}
+
 /** GitHub's quota as rate windows with a burst: five at once, then the hourly window's pace. */
 async function githubQuota(page) {
   const ids = ['s1', 's2', 'i1', 'i2', 's3', 's4', 'i3', 'i4'];
@@ -494,6 +514,7 @@ try {
     await deleteStop(page);
     await rateLimit(page);
     await githubQuota(page);
+    await renumberChain(page);
     await adaptive(page);
     await shareLink(context, page);
     await diagnostics(page);

@@ -22,7 +22,12 @@ unreadable file.
 `;
 
 function line(t: ToolPolicy): string {
-  let out = t.concurrency ? `${t.name}: key ${t.concurrency.key}, limit ${t.concurrency.limit}` : `${t.name}: unbounded`;
+  const [only, ...rest] = t.concurrency;
+  let out: string;
+  if (only === undefined) out = `${t.name}: unbounded`;
+  else if (rest.length === 0) out = `${t.name}: key ${only.key}, limit ${only.limit}`;
+  // A key set: every member, in written order.
+  else out = `${t.name}: keys ${t.concurrency.map((c) => `${c.key} (limit ${c.limit})`).join(' + ')}`;
   if (t.fanOut) out += `, fan-out${t.onError === 'stop' ? ' (stop on error)' : ''}`;
   return out;
 }

@@ -4,7 +4,7 @@
 // Everything that comes in from the host (a saved state) is validated on the way.
 import type * as wc from './component/interfaces/turnstile-scheduler-config.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
-import type { Diagnostic, EntryState, EntryStatus, Limits, Reason, SavedEntryState, SavedState, Settled, Started, StepOutputs, ToolPolicy, Unrestored, Wait } from './types.js';
+import type { Concurrency, Diagnostic, EntryState, EntryStatus, Limits, Reason, SavedCall, SavedEntryState, SavedState, Settled, Started, StepOutputs, ToolPolicy, Unrestored, Wait } from './types.js';
 import type { RawOutputs } from './scheduler.js';
 import type { CallOutcome, EntryOutcome } from './driver.js';
 import { RestoredError } from './errors.js';
@@ -15,27 +15,24 @@ export const diagnostics = (list: wc.Diagnostic[]): Diagnostic[] => list;
  * component's `none`. */
 export const UNBOUNDED = 4294967295;
 
-export function toolPolicy(p: wc.ToolPolicy): ToolPolicy {
-  const c = p.concurrency;
-  if (c === undefined) return { name: p.name, fanOut: p.fanOut, onError: p.onError };
+function concurrency(c: wc.Concurrency): Concurrency {
   return {
-    name: p.name,
-    concurrency: {
-      key: c.key,
-      limit: c.limit ?? UNBOUNDED,
-      delayMs: c.delayMs,
-      rates: c.rates.map((w) => ({ count: w.count, perMs: w.perMs, burst: w.burst })),
-      burst: c.burst,
-      weight: c.weight,
-      retries: c.retries,
-      maxWaitMs: c.maxWaitMs,
-      arguments: c.arguments,
-      shared: c.shared,
-      ...(c.adaptMin === undefined ? {} : { adaptMin: c.adaptMin }),
-    },
-    fanOut: p.fanOut,
-    onError: p.onError,
+    key: c.key,
+    limit: c.limit ?? UNBOUNDED,
+    delayMs: c.delayMs,
+    rates: c.rates.map((w) => ({ count: w.count, perMs: w.perMs, burst: w.burst })),
+    burst: c.burst,
+    weight: c.weight,
+    retries: c.retries,
+    maxWaitMs: c.maxWaitMs,
+    arguments: c.arguments,
+    shared: c.shared,
+    ...(c.adaptMin === undefined ? {} : { adaptMin: c.adaptMin }),
   };
+}
+
+export function toolPolicy(p: wc.ToolPolicy): ToolPolicy {
+  return { name: p.name, concurrency: p.concurrency.map(concurrency), fanOut: p.fanOut, onError: p.onError };
 }
 export const unrestored = (list: ws.Unrestored[]): Unrestored[] => list;
 
@@ -132,7 +129,7 @@ function wait(w: ws.Wait): Wait {
     case 'key-full':
       return { kind: 'key-full', key: w.val.key, limit: w.val.limit, running: w.val.running };
     case 'behind':
-      return { kind: 'behind', label: w.val };
+      return { kind: 'behind', label: w.val.label, key: w.val.key };
     case 'key-paused':
     case 'key-spacing':
       return { kind: w.tag, key: w.val.key, until: ms(w.val.until) };
@@ -145,8 +142,7 @@ function wait(w: ws.Wait): Wait {
 }
 
 export function entryStatus(s: ws.EntryStatus): EntryStatus {
-  const out: EntryStatus = { entry: s.entry, label: s.label, tool: s.tool, state: state(s.state) };
-  if (s.key !== undefined) out.key = s.key;
+  const out: EntryStatus = { entry: s.entry, label: s.label, tool: s.tool, keys: s.keys, state: state(s.state) };
   if (s.wait !== undefined) out.wait = wait(s.wait);
   if (s.why !== undefined) out.why = s.why;
   return out;
@@ -182,9 +178,8 @@ export function savedState(s: ws.SavedState): SavedState {
       cancelled: b.cancelled,
       limits: savedLimits(b.limits),
       calls: b.calls.map((c) => {
-        const call: SavedState['batches'][number]['calls'][number] = { id: c.id, tool: c.tool, entries: c.entries.map((e) => ({ operation: e.operation, state: saved(e.state) })) };
+        const call: SavedState['batches'][number]['calls'][number] = { id: c.id, tool: c.tool, entries: c.entries.map((e) => ({ operation: e.operation, state: saved(e.state) })), keys: c.keys };
         if (c.operations !== undefined) call.operations = c.operations;
-        if (c.key !== undefined) call.key = c.key;
         return call;
       }),
     })),
@@ -218,6 +213,25 @@ function savedIn(value: unknown, name: string): ws.Saved {
   return { tag: 'settled', val: reasonIn(s.reason, `${name}.reason`) };
 }
 
+/** A saved call's keys as the host gives them back: `keys` (a list of names), or a state saved
+ * by 0.2's `key` (one name: `[key]`), never both; neither is none (a state saved before keys
+ * from arguments, or a call whose tool has no key template: a call of a key template then takes
+ * the template's own key). */
+function savedKeysIn(keys: unknown, key: unknown, name: string): string[] {
+  if (key === undefined) return keys === undefined ? [] : array(keys, `${name}.keys`).map((k, i) => string(k, `${name}.keys[${i}]`));
+  if (keys !== undefined) throw new TypeError(`${name} has both keys and key (a state saved by 0.2): give one`);
+  return [string(key, `${name}.key`)];
+}
+
+/** A call of a saved state the host gave back (checked by `savedStateIn`) as a `SavedCall`: one
+ * saved by 0.2 (`key`, or no keys at all) with its `keys`. */
+export function savedCall(c: SavedCall): SavedCall {
+  const old = c as SavedCall & { key?: string };
+  if (old.key === undefined) return Array.isArray(old.keys) ? c : { ...c, keys: [] };
+  const { key, ...rest } = old;
+  return { ...rest, keys: [key] };
+}
+
 /** A saved state as the host gives it back, checked field by field. */
 export function savedStateIn(value: unknown, name = 'state'): ws.SavedState {
   const s = record(value, name, ['version', 'policy', 'nextBatch', 'nextEntry', 'batches']);
@@ -236,14 +250,12 @@ export function savedStateIn(value: unknown, name = 'state'): ws.SavedState {
         limits: limitsIn(b.limits, `${bn}.limits`),
         calls: array(b.calls, `${bn}.calls`).map((cv, j) => {
           const cn = `${bn}.calls[${j}]`;
-          const c = record(cv, cn, ['id', 'tool', 'operations', 'entries', 'key']);
+          const c = record(cv, cn, ['id', 'tool', 'operations', 'entries', 'keys', 'key']);
           return {
             id: string(c.id, `${cn}.id`),
             tool: string(c.tool, `${cn}.tool`),
             operations: c.operations === undefined ? undefined : u32(c.operations, `${cn}.operations`),
-            // Absent in states saved before keys from arguments (and for calls whose arguments
-            // made no key): a call of a key template then takes the template's own key.
-            key: c.key === undefined ? undefined : string(c.key, `${cn}.key`),
+            keys: savedKeysIn(c.keys, c.key, cn),
             entries: array(c.entries, `${cn}.entries`).map((ev, k) => {
               const en = `${cn}.entries[${k}]`;
               const e = record(ev, en, ['operation', 'state']);
@@ -355,7 +367,10 @@ export function stateJson(s: SavedState): string {
     const calls = b.calls.map((c) => {
       let out = `{"id":${str(c.id)},"tool":${str(c.tool)}`;
       if (c.operations !== undefined) out += `,"operations":${c.operations}`;
-      if (c.key !== undefined) out += `,"key":${str(c.key)}`;
+      // One key is written `"key"`, as 0.2 wrote it (such a state still resumes there); a key
+      // set's `"keys"`; none, nothing.
+      if (c.keys.length === 1) out += `,"key":${str(c.keys[0])}`;
+      else if (c.keys.length > 1) out += `,"keys":[${c.keys.map(str).join(',')}]`;
       return `${out},"entries":[${c.entries.map((e) => `{"operation":${e.operation},"state":${savedEntryJson(e.state)}}`).join(',')}]}`;
     });
     return `{"batch":"${b.batch}","first":"${b.first}","cancelled":${b.cancelled},"limits":{${limits.join(',')}},"calls":[${calls.join(',')}]}`;
@@ -415,7 +430,7 @@ export function stateFromJson(value: unknown, name = 'snapshot.state'): SavedSta
         limits,
         calls: array(b.calls, `${bn}.calls`).map((cv, j) => {
           const cn = `${bn}.calls[${j}]`;
-          const c = record(cv, cn, ['id', 'tool', 'operations', 'key', 'entries']);
+          const c = record(cv, cn, ['id', 'tool', 'operations', 'key', 'keys', 'entries']);
           const call: SavedState['batches'][number]['calls'][number] = {
             id: string(c.id, `${cn}.id`),
             tool: string(c.tool, `${cn}.tool`),
@@ -424,9 +439,9 @@ export function stateFromJson(value: unknown, name = 'snapshot.state'): SavedSta
               const e = record(ev, en, ['operation', 'state']);
               return { operation: u32(e.operation, `${en}.operation`), state: savedEntryFromJson(e.state, `${en}.state`) };
             }),
+            keys: savedKeysIn(c.keys, c.key, cn),
           };
           if (c.operations !== undefined) call.operations = u32(c.operations, `${cn}.operations`);
-          if (c.key !== undefined) call.key = string(c.key, `${cn}.key`);
           return call;
         }),
       };

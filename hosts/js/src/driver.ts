@@ -475,9 +475,10 @@ export class Driver {
    * ended entries keeping their saved values (errors as `RestoredError`), its pending entries
    * decided and executed with `execute` like a new batch's; `started` says what becomes of an
    * entry that was running (`'run-again'`, or `'interrupt'`: settled `interrupted`). A call keeps
-   * the key its arguments made; its arguments are not saved: `argsOf` gives each restored call's
-   * `args` back, called once per saved call before anything is resumed (what it throws, `resume`
-   * throws). A malformed snapshot is a `TypeError` naming the field. */
+   * the keys its arguments made; its arguments are not saved: `argsOf` gives each restored call's
+   * `args` back, called once per saved call (with its `keys`, also for a state saved by 0.2 with
+   * `key`) before anything is resumed (what it throws, `resume` throws). A malformed snapshot is
+   * a `TypeError` naming the field. */
   static resume(
     policy: Policy,
     snapshot: string | SavedState,
@@ -513,7 +514,7 @@ export class Driver {
     let args: unknown[][] | undefined;
     let driver: Driver;
     try {
-      if (argsOf) args = state.batches.map((b) => b.calls.map((c) => argsOf(c)));
+      if (argsOf) args = state.batches.map((b) => b.calls.map((c) => argsOf(convert.savedCall(c))));
       const driverOptions: DriverOptions = {};
       if (o.sharedKeys !== undefined) driverOptions.sharedKeys = o.sharedKeys as SharedKeys;
       if (o.clock !== undefined) driverOptions.clock = o.clock as Clock;

@@ -85,13 +85,15 @@ export function argumentsText(args: unknown, names: readonly string[]): string |
   }
 }
 
-/** The top-level argument names of each tool whose key is a template; `undefined` when no tool's
- * is (then no call's arguments are looked at). */
+/** The top-level argument names of each tool with a key template (every member's of a key set,
+ * each once, in written order); `undefined` when no tool has one (then no call's arguments are
+ * looked at). */
 function templatesOf(policy: Policy): Map<string, readonly string[]> | undefined {
   let out: Map<string, readonly string[]> | undefined;
   for (const tool of policy.tools()) {
-    const names = tool.concurrency?.arguments;
-    if (names !== undefined && names.length) (out ??= new Map()).set(tool.name, names);
+    const members = tool.concurrency;
+    const names = members.length === 1 ? members[0].arguments : [...new Set(members.flatMap((c) => c.arguments))];
+    if (names.length) (out ??= new Map()).set(tool.name, names);
   }
   return out;
 }
@@ -105,12 +107,13 @@ export interface SharedTool {
   readonly template: boolean;
 }
 
-/** The tools whose key is shared, by name; `undefined` when none is. */
+/** The tools whose key is shared, by name; `undefined` when none is. A shared key is a tool's
+ * only one: the config refuses one in a key set (`shared-key-in-set`). */
 function sharedOf(policy: Policy): Map<string, SharedTool> | undefined {
   let out: Map<string, SharedTool> | undefined;
   for (const tool of policy.tools()) {
-    const c = tool.concurrency;
-    if (c?.shared) (out ??= new Map()).set(tool.name, { key: c.key, limit: c.limit, delayMs: c.delayMs, template: c.arguments.length > 0 });
+    const c = tool.concurrency.find((m) => m.shared);
+    if (c !== undefined) (out ??= new Map()).set(tool.name, { key: c.key, limit: c.limit, delayMs: c.delayMs, template: c.arguments.length > 0 });
   }
   return out;
 }

@@ -55,7 +55,14 @@ export type DiagnosticCode =
   /** A `weight` above 1 on a key with no `rate`. */
   | 'weight-without-rate'
   /** A `weight` above the key's `burst` (such a call could never start). */
-  | 'weight-above-burst';
+  | 'weight-above-burst'
+  /** One key named twice in one tool's key set. */
+  | 'concurrency-key-repeated'
+  /** A `shared` key in a key set: its store grants one key's permits, not a set's all or none. */
+  | 'shared-key-in-set'
+  /** Two adaptive limits in one key set: a rate limit on its call could not say which one to
+   * halve. */
+  | 'adaptive-keys-in-set';
 
 /** An error stops resolution; a warning is reported beside a resolved policy
  * (`Policy.warnings()`). */
@@ -102,40 +109,49 @@ export interface RateWindow {
   burst: number;
 }
 
-/** One tool's resolved policy; `concurrency` is absent when the tool is unbounded. `delayMs` is
- * the minimum gap between consecutive starts on the key, `retries` how many times one entry may
- * hit a rate limit and run again (a key with `limit = 0` and a delay has limit 4294967295),
- * `maxWaitMs` the longest wait a rate limit may ask for (`max_wait`, 300000 = 5 minutes unless
- * the config says otherwise; 0 waits for nothing): an entry asked to wait longer is settled
- * `rate-limited` at once and its key is not paused. `rates` are the key's rate windows
- * (`rate = "5000/h"` is `{ count: 5000, perMs: 3600000 }`; ascending, empty when none), kept as
- * GCRA with `burst` (1 when there is no rate): `count` starts per `perMs` at an even pace, and
- * `burst` of them at once after the key was idle (at most `burst + count - 1` in any `perMs`).
- * A key with placeholders (`"fs:{path}"`) is a template: each call's key is made from its
- * arguments, and `arguments` lists the top-level argument names it uses (empty for a plain
- * key); every key made from one template has the template's limit and delay. `shared`: the
- * limit, delay and pauses hold across every process using the same store (see `Driver`'s
- * `sharedKeys` option); the scheduler lists such entries in `acquire` instead of `start`. */
+/** One key a tool's calls take, as the policy resolved it. `delayMs` is the minimum gap between
+ * consecutive starts on the key, `retries` how many times one entry may hit a rate limit and run
+ * again (a key with `limit = 0` and a delay has limit 4294967295), `maxWaitMs` the longest wait
+ * a rate limit may ask for (`max_wait`, 300000 = 5 minutes unless the config says otherwise; 0
+ * waits for nothing): an entry asked to wait longer is settled `rate-limited` at once and its key
+ * is not paused. `rates` are the key's rate windows (`rate = "5000/h"` is
+ * `{ count: 5000, perMs: 3600000 }`; ascending, empty when none), kept as GCRA with `burst` (1
+ * when there is no rate): `count` starts per `perMs` at an even pace, and `burst` of them at once
+ * after the key was idle (at most `burst + count - 1` in any `perMs`). A key with placeholders
+ * (`"fs:{path}"`) is a template: each call's key is made from its arguments, and `arguments`
+ * lists the top-level argument names it uses (empty for a plain key); every key made from one
+ * template has the template's limit and delay. `shared`: the limit, delay and pauses hold across
+ * every process using the same store (see `Driver`'s `sharedKeys` option); the scheduler lists
+ * such entries in `acquire` instead of `start`. */
+export interface Concurrency {
+  key: string;
+  limit: number;
+  delayMs: number;
+  rates: RateWindow[];
+  burst: number;
+  /** Units of the key's rate windows one call of this tool costs (1 ..= `burst`; 1 without
+   * a rate). The tool's own: tools sharing a key may weigh differently. */
+  weight: number;
+  retries: number;
+  maxWaitMs: number;
+  arguments: string[];
+  shared: boolean;
+  /** Present when the limit adapts (`limit = { max, min, adapt = "aimd" }`): its floor;
+   * `limit` is its ceiling. It halves on each rate-limited end (not below this) and grows by
+   * one after as many clean ends as it then is. */
+  adaptMin?: number;
+}
+
+/** One tool's resolved policy. `concurrency` lists the keys each of its calls takes, in written
+ * order: one (`concurrency = 2`, or a table), every member of a key set
+ * (`concurrency = [{ key = "fs:{src}" }, { key = "fs:{dst}", limit = 1 }]`), or none (empty)
+ * when the tool is unbounded. A call of a key set starts only when every one of its keys has room
+ * and it is first among the waiting entries of each key; it holds them all until it ends. Two
+ * members that make one key (`{src}` equal to `{dst}`) count once. A key set has no `shared`
+ * member (the config refuses one: `shared-key-in-set`). */
 export interface ToolPolicy {
   name: string;
-  concurrency?: {
-    key: string;
-    limit: number;
-    delayMs: number;
-    rates: RateWindow[];
-    burst: number;
-    /** Units of the key's rate windows one call of this tool costs (1 ..= `burst`; 1 without
-     * a rate). The tool's own: tools sharing a key may weigh differently. */
-    weight: number;
-    retries: number;
-    maxWaitMs: number;
-    arguments: string[];
-    shared: boolean;
-    /** Present when the limit adapts (`limit = { max, min, adapt = "aimd" }`): its floor;
-     * `limit` is its ceiling. It halves on each rate-limited end (not below this) and grows by
-     * one after as many clean ends as it then is. */
-    adaptMin?: number;
-  };
+  concurrency: readonly Concurrency[];
   fanOut: boolean;
   onError: OnError;
 }
@@ -282,28 +298,28 @@ export type EntryState =
   | { kind: 'settled'; reason: Reason };
 
 /** Why an approved entry waits: its batch still has `pending` undecided entries, its key is
- * full (these executions hold its slots), an earlier entry with its key (`label`) has not
- * started yet, its key is paused or spacing its starts `until` a time, or (unkeyed) it runs
+ * full (these executions hold its slots), an earlier entry (`label`) with one of its keys
+ * (`key`) has not started yet, its key is paused or spacing its starts `until` a time, or (unkeyed) it runs
  * again `until` a time after a rate limit; a shared key's entry waits for its permit from the
  * store (`permit-requested`) or, granted, for earlier entries of its key to start
  * (`permit-granted`). */
 export type Wait =
   | { kind: 'batch-not-approved'; pending: number }
   | { kind: 'key-full'; key: string; limit: number; running: string[] }
-  | { kind: 'behind'; label: string }
+  | { kind: 'behind'; label: string; key: string }
   | { kind: 'key-paused' | 'key-spacing'; key: string; until: number }
   | { kind: 'retry-at'; until: number }
   | { kind: 'permit-requested' | 'permit-granted'; key: string };
 
-/** One entry as `inspect` reports it. `key` is its key (made from its arguments for a key
- * template); `why` is `wait` as one plain sentence for a UI, from the component
+/** One entry as `inspect` reports it. `keys` are its keys (made from its arguments for a key
+ * template): one, its key set's (written order, each once), or none (empty) when unbounded; `why` is `wait` as one plain sentence for a UI, from the component
  * (`"waiting: github is full (2 of 2 running: g1, g2)"`; a wait on time says how long is left
  * by the scheduler's clock as last given). */
 export interface EntryStatus {
   entry: bigint;
   label: string;
   tool: string;
-  key?: string;
+  keys: string[];
   state: EntryState;
   wait?: Wait;
   why?: string;
@@ -319,15 +335,17 @@ export interface SavedEntry {
   state: SavedEntryState;
 }
 
-/** A call of a live batch; `operations` is absent for a plain call. `key` is the key its
- * arguments made from its tool's key template (absent for other tools, when they made none,
- * and in states saved before keys from arguments): `resume` gives the call that key again. */
+/** A call of a live batch; `operations` is absent for a plain call. `keys`, for a tool with a
+ * key template, names the key each member of its key set took, in written order (a template's
+ * own text where the arguments made none); empty for other tools: `resume` gives the call those
+ * keys again. A state saved by 0.2 has `key` (one name, or absent) instead: `resume` takes it as
+ * `keys: [key]` (and refuses a call with both). */
 export interface SavedCall {
   id: string;
   tool: string;
   operations?: number;
   entries: SavedEntry[];
-  key?: string;
+  keys: string[];
 }
 
 /** A batch's time limits in milliseconds, as `submit` took them (absent: none). */

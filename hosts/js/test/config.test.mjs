@@ -51,15 +51,15 @@ test('a plain object resolves exactly like its TOML', async () => {
   assert.equal(fromObject.fingerprint(), fromText.fingerprint());
   // Fields RFD 129 does not own are ignored, as in TOML; odd keys are quoted.
   const rich = t.resolve([{ conversation: { tools: { 'a.b': { concurrency: 2, source: 'mcp', parameters: [{ name: 'x', 'needs "quotes"': true }], created: new Date(0) } } }, assistant: { model: 'm' } }]);
-  assert.deepEqual(rich.tools(), [{ name: 'a.b', concurrency: { key: 'a.b', limit: 2, delayMs: 0, rates: [], burst: 1, weight: 1, retries: 3, maxWaitMs: 300000, arguments: [], shared: false }, fanOut: false, onError: 'continue' }]);
+  assert.deepEqual(rich.tools(), [{ name: 'a.b', concurrency: [{ key: 'a.b', limit: 2, delayMs: 0, rates: [], burst: 1, weight: 1, retries: 3, maxWaitMs: 300000, arguments: [], shared: false }], fanOut: false, onError: 'continue' }]);
 });
 
 test('max_wait resolves to maxWaitMs (a number), 300000 when unset, and tools naming a key agree on it', async () => {
   const t = await Turnstile.load();
   const policy = t.resolve([{ conversation: { tools: { slow: { concurrency: { key: 'slow', max_wait: '10m' } }, strict: { concurrency: { key: 'strict', max_wait: 0 } }, plain: { concurrency: 1 } } } }]);
-  assert.equal(policy.tool('slow').concurrency.maxWaitMs, 600000);
-  assert.equal(policy.tool('strict').concurrency.maxWaitMs, 0);
-  assert.equal(policy.tool('plain').concurrency.maxWaitMs, 300000);
+  assert.equal(policy.tool('slow').concurrency[0].maxWaitMs, 600000);
+  assert.equal(policy.tool('strict').concurrency[0].maxWaitMs, 0);
+  assert.equal(policy.tool('plain').concurrency[0].maxWaitMs, 300000);
   assert.throws(
     () => t.resolve([{ conversation: { tools: { a: { concurrency: { key: 'k', max_wait: '10m' } }, b: { concurrency: { key: 'k' } } } } }]),
     (e) => e.diagnostics.length === 1 && e.diagnostics[0].code === 'concurrency-max-wait-conflict' && e.diagnostics[0].tools.join() === 'a,b',
@@ -69,13 +69,13 @@ test('max_wait resolves to maxWaitMs (a number), 300000 when unset, and tools na
 test('rate windows resolve to { count, perMs } in ascending order with their burst; their mistakes are typed diagnostics', async () => {
   const t = await Turnstile.load();
   const policy = t.resolve([{ conversation: { tools: { web: { concurrency: { key: 'brave', limit: 0, rate: ['2000/30d', '1/s'], burst: 10 } }, plain: { concurrency: 1 } } } }]);
-  assert.deepEqual(policy.tool('web').concurrency.rates, [{ count: 1, perMs: 1000, burst: 10 }, { count: 2000, perMs: 2592000000, burst: 10 }]);
+  assert.deepEqual(policy.tool('web').concurrency[0].rates, [{ count: 1, perMs: 1000, burst: 10 }, { count: 2000, perMs: 2592000000, burst: 10 }]);
   const own = t.resolve([{ conversation: { tools: { web: { concurrency: { key: 'brave', rate: ['1/s', { rate: '2000/30d', burst: 2000 }] } } } } }]);
-  assert.deepEqual(own.tool('web').concurrency.rates, [{ count: 1, perMs: 1000, burst: 1 }, { count: 2000, perMs: 2592000000, burst: 2000 }]);
-  assert.equal(policy.tool('web').concurrency.burst, 10);
-  assert.equal(policy.tool('web').concurrency.limit, 4294967295);
-  assert.deepEqual(policy.tool('plain').concurrency.rates, []);
-  assert.equal(policy.tool('plain').concurrency.burst, 1);
+  assert.deepEqual(own.tool('web').concurrency[0].rates, [{ count: 1, perMs: 1000, burst: 1 }, { count: 2000, perMs: 2592000000, burst: 2000 }]);
+  assert.equal(policy.tool('web').concurrency[0].burst, 10);
+  assert.equal(policy.tool('web').concurrency[0].limit, 4294967295);
+  assert.deepEqual(policy.tool('plain').concurrency[0].rates, []);
+  assert.equal(policy.tool('plain').concurrency[0].burst, 1);
   for (const [concurrency, code] of [
     [{ key: 'k', rate: '5000' }, 'concurrency-type'],
     [{ key: 'k', rate: 5 }, 'concurrency-type'],
@@ -97,9 +97,9 @@ test('rate windows resolve to { count, perMs } in ascending order with their bur
 test('an adaptive limit resolves to its ceiling and adaptMin; a fixed one has no adaptMin; a shared key refuses it', async () => {
   const t = await Turnstile.load();
   const policy = t.resolve([{ conversation: { tools: { api: { concurrency: { key: 'api', limit: { max: 8, min: 2, adapt: 'aimd' } } }, plain: { concurrency: 3 } } } }]);
-  assert.equal(policy.tool('api').concurrency.limit, 8);
-  assert.equal(policy.tool('api').concurrency.adaptMin, 2);
-  assert.equal('adaptMin' in policy.tool('plain').concurrency, false);
+  assert.equal(policy.tool('api').concurrency[0].limit, 8);
+  assert.equal(policy.tool('api').concurrency[0].adaptMin, 2);
+  assert.equal('adaptMin' in policy.tool('plain').concurrency[0], false);
   for (const [limit, extra, code] of [
     [{ max: 4 }, {}, 'concurrency-type'],
     [{ max: 2, min: 3, adapt: 'aimd' }, {}, 'concurrency-type'],
@@ -127,8 +127,8 @@ test('an adaptive limit resolves to its ceiling and adaptMin; a fixed one has no
 test('text and objects mix, lowest precedence first; a later object lifts a limit', async () => {
   const t = await Turnstile.load();
   const policy = t.resolve([TOML, { conversation: { tools: { fs_delete_file: { concurrency: 0, fan_out: false } } } }]);
-  assert.equal(policy.tool('fs_delete_file').concurrency, undefined);
-  assert.equal(policy.tool('github_pulls').concurrency.limit, 4);
+  assert.deepEqual(policy.tool('fs_delete_file').concurrency, [], 'unbounded: no keys');
+  assert.equal(policy.tool('github_pulls').concurrency[0].limit, 4);
 });
 
 test('diagnostics of an object layer name the key path, the tools and the layer; spans point into the generated TOML', async () => {
@@ -154,4 +154,28 @@ test('diagnostics of an object layer name the key path, the tools and the layer;
   assert.ok(error.message.includes('error[concurrency-type]'));
   // A bare object is named by its position.
   assert.throws(() => t.resolve([{}, { conversation: { tools: { x: { concurrency: -1 } } } }]), (e) => e.diagnostics[0].labels[0].span.layerName === 'layer 2');
+});
+
+test('a key set resolves to every member, in written order; what a set cannot be is a typed diagnostic', async () => {
+  const t = await Turnstile.load();
+  const KEY_SET = '[conversation.tools.mv]\nconcurrency = [{ key = "fs:{src}" }, { key = "fs:{dst}" }]\n[conversation.tools.free]\nconcurrency = []\n';
+  const policy = t.resolve([{ name: 'sets', text: KEY_SET }]);
+  const member = (key, name) => ({ key, limit: 1, delayMs: 0, rates: [], burst: 1, weight: 1, retries: 3, maxWaitMs: 300000, arguments: [name], shared: false });
+  assert.deepEqual(policy.tool('mv').concurrency, [member('fs:{src}', 'src'), member('fs:{dst}', 'dst')]);
+  assert.deepEqual(policy.tool('free').concurrency, [], 'an empty set is unbounded');
+  // The same set as an object layer.
+  const fromObject = t.resolve([{ conversation: { tools: { mv: { concurrency: [{ key: 'fs:{src}' }, { key: 'fs:{dst}' }] }, free: { concurrency: [] } } } }]);
+  assert.deepEqual(fromObject.tools(), policy.tools());
+  assert.equal(fromObject.fingerprint(), policy.fingerprint());
+  for (const [concurrency, code] of [
+    [[{ key: 'fs:{path}' }, { key: 'fs:{path}' }], 'concurrency-key-repeated'],
+    [[{ key: 'local' }, { key: 'store', shared: true }], 'shared-key-in-set'],
+    [[{ key: 'e1', limit: { max: 4, adapt: 'aimd' } }, { key: 'e2', limit: { max: 2, adapt: 'aimd' } }], 'adaptive-keys-in-set'],
+  ]) {
+    assert.throws(
+      () => t.resolve([{ conversation: { tools: { a: { concurrency } } } }]),
+      (e) => e instanceof ConfigError && e.diagnostics.length === 1 && e.diagnostics[0].code === code && e.diagnostics[0].severity === 'error' && e.diagnostics[0].tools.join() === 'a',
+      code,
+    );
+  }
 });

@@ -45,9 +45,15 @@ async function setup(text = CONFIG, { virtual = true } = {}) {
   return { t, policy, sched };
 }
 
+/** The one key of an entry of a tool with one key (`undefined` when unbounded). */
+function only(keys) {
+  assert.ok(keys.length <= 1, `one key at most, got ${keys.join(' + ')}`);
+  return keys[0];
+}
+
 /** The key of each entry of a batch, by label. */
 function keys(sched, batch) {
-  return Object.fromEntries(sched.inspect(batch).map((s) => [s.label, s.key]));
+  return Object.fromEntries(sched.inspect(batch).map((s) => [s.label, only(s.keys)]));
 }
 
 /** Arguments no JSON writer can write, or that are not a plain object: each must be taken as
@@ -139,7 +145,7 @@ test('odd arguments never throw: each takes the template\'s own key, at every en
     const seen = [];
     const calls = names.filter((n) => !n.startsWith('(expands)')).map((name, i) => ({ id: `c${i}`, tool: 'fs_write', args: odd[name] }));
     const execute = async ({ label }) => {
-      seen.push(driver.inspect()[0].entries.find((e) => e.label === label).key);
+      seen.push(only(driver.inspect()[0].entries.find((e) => e.label === label).keys));
       return label;
     };
     const out = via === 'run' ? await driver.run(calls, execute) : await runBatch(driver.scheduler, calls, execute);
@@ -399,7 +405,7 @@ test('inspect says why each approved entry waits, in a sentence; running ones ha
   assert.equal(pending[1].why, undefined, 'a pending entry does not wait: it is not approved');
   sched.step({ approve: b.entries().subarray(1) });
   const st = sched.inspect(b.batch);
-  assert.deepEqual(st.map((s) => [s.label, s.state.kind, s.key]), [['w1', 'running', 'fs:a.txt'], ['w2', 'approved', 'fs:a.txt'], ['r1', 'approved', 'fs:a.txt'], ['w3', 'running', 'fs:b.txt']]);
+  assert.deepEqual(st.map((s) => [s.label, s.state.kind, only(s.keys)]), [['w1', 'running', 'fs:a.txt'], ['w2', 'approved', 'fs:a.txt'], ['r1', 'approved', 'fs:a.txt'], ['w3', 'running', 'fs:b.txt']]);
   assert.equal(st[0].why, undefined);
   assert.equal(st[1].why, 'waiting: fs:a.txt is full (1 of 1 running: w1)');
   assert.equal(st[2].why, 'waiting: behind w2, which comes first on fs:a.txt');
@@ -407,7 +413,7 @@ test('inspect says why each approved entry waits, in a sentence; running ones ha
   assert.equal(st[3].why, undefined);
 });
 
-test('a saved state carries each call\'s key: JSON round trip, resume, older states without it', async () => {
+test('a saved state carries each call\'s keys: JSON round trip, resume, older states without them or with 0.2\'s key', async () => {
   const { policy, sched } = await setup();
   const b = sched.submit([
     { id: 'w1', tool: 'fs_write', args: { path: 'a.txt' } },
@@ -417,25 +423,51 @@ test('a saved state carries each call\'s key: JSON round trip, resume, older sta
   ]);
   sched.step({ approve: b.entries() });
   const state = sched.unfinished();
-  assert.deepEqual(state.batches[0].calls.map((c) => c.key), ['fs:a.txt', 'fs:a.txt', undefined, undefined]);
-  assert.deepEqual(state.batches[0].calls.map((c) => 'key' in c), [true, true, false, false]);
+  // A template call whose arguments made no key saves the template's own text; a plain key's
+  // call saves none.
+  assert.deepEqual(state.batches[0].calls.map((c) => c.keys), [['fs:a.txt'], ['fs:a.txt'], [OWN], []]);
+  assert.deepEqual(state.batches[0].calls.map((c) => 'key' in c), [false, false, false, false]);
   const text = JSON.stringify(state, (_, v) => (typeof v === 'bigint' ? `${v}n` : v));
   const back = JSON.parse(text, (_, v) => (typeof v === 'string' && /^\d+n$/.test(v) ? BigInt(v.slice(0, -1)) : v));
   const again = Scheduler.resume(policy, back, { started: 'run-again' });
   assert.deepEqual(again.unrestored, []);
   assert.deepEqual(keys(again.scheduler, b.batch), { w1: 'fs:a.txt', w2: 'fs:a.txt', w3: OWN, d: 'rfd' });
 
-  // A state saved before keys from arguments has no `key`: it resumes, the call on the
+  // A state saved before keys from arguments has no keys: it resumes, the call on the
   // template's own key.
   const older = structuredClone(back);
-  for (const c of older.batches[0].calls) delete c.key;
+  for (const c of older.batches[0].calls) delete c.keys;
   const old = Scheduler.resume(policy, older, { started: 'run-again' });
   assert.deepEqual(keys(old.scheduler, b.batch), { w1: OWN, w2: OWN, w3: OWN, d: 'rfd' });
 
-  // A key of the wrong type is a TypeError naming it; nothing is resumed.
-  const bad = structuredClone(back);
-  bad.batches[0].calls[0].key = 5;
-  assert.throws(() => Scheduler.resume(policy, bad, { started: 'run-again' }), (e) => e instanceof TypeError && e.message.includes('state.batches[0].calls[0].key'));
+  // A state saved by 0.2 has `key` (an optional string): taken as `keys: [key]`.
+  const v02 = structuredClone(back);
+  for (const c of v02.batches[0].calls) {
+    if (c.keys.length) c.key = c.keys[0];
+    delete c.keys;
+  }
+  v02.batches[0].calls[0].key = 'fs:c.txt';
+  const fromV02 = Scheduler.resume(policy, v02, { started: 'run-again' });
+  assert.deepEqual(fromV02.unrestored, []);
+  assert.deepEqual(keys(fromV02.scheduler, b.batch), { w1: 'fs:c.txt', w2: 'fs:a.txt', w3: OWN, d: 'rfd' });
+  assert.deepEqual(fromV02.scheduler.unfinished().batches[0].calls.map((c) => c.keys), [['fs:c.txt'], ['fs:a.txt'], [OWN], []]);
+
+  // Keys of the wrong type, or both `key` and `keys`, are a TypeError naming the field; nothing
+  // is resumed.
+  for (const [change, field] of [
+    [(c) => (c.keys = 5), 'state.batches[0].calls[0].keys'],
+    [(c) => (c.keys = 'fs:a.txt'), 'state.batches[0].calls[0].keys'],
+    [(c) => (c.keys = ['fs:a.txt', 5]), 'state.batches[0].calls[0].keys[1]'],
+    [(c) => {
+      delete c.keys;
+      c.key = 5;
+    }, 'state.batches[0].calls[0].key'],
+    [(c) => (c.key = 'fs:a.txt'), 'state.batches[0].calls[0] has both keys and key'],
+  ]) {
+    const bad = structuredClone(back);
+    change(bad.batches[0].calls[0]);
+    assert.throws(() => Scheduler.resume(policy, bad, { started: 'run-again' }), (e) => e instanceof TypeError && e.message.includes(field), field);
+  }
 });
 
 test('Driver.resume gives restored calls their args back with argsOf, and checks it', { timeout: 20_000 }, async () => {
@@ -455,13 +487,58 @@ test('Driver.resume gives restored calls their args back with argsOf, and checks
     started: 'run-again',
     execute,
     argsOf: (call) => {
-      seen.push([call.id, call.key]);
+      seen.push([call.id, call.keys]);
       return args[call.id];
     },
     decide: (_label, call) => (call.args.path === 'a.txt' ? 'approve' : 'reject'),
   });
-  assert.deepEqual(seen, [['w1', 'fs:a.txt'], ['w2', 'fs:a.txt']]);
+  assert.deepEqual(seen, [['w1', ['fs:a.txt']], ['w2', ['fs:a.txt']]]);
   const [out] = await Promise.all(resumed.batches);
   assert.deepEqual(out.map((c) => c.entries[0].value), ['w1: one', 'w2: two']);
   resumed.driver.dispose();
+
+  // A state saved by 0.2 (`key`): argsOf sees the call with its `keys`, as this version saves it.
+  const v02 = structuredClone(state);
+  for (const c of v02.batches[0].calls) {
+    c.key = c.keys[0];
+    delete c.keys;
+  }
+  const calls = [];
+  const again = Driver.resume(policy, v02, { started: 'run-again', execute, argsOf: (call) => (calls.push(call), args[call.id]) });
+  assert.deepEqual(calls.map((c) => [c.id, c.keys, 'key' in c]), [['w1', ['fs:a.txt'], false], ['w2', ['fs:a.txt'], false]]);
+  assert.deepEqual((await Promise.all(again.batches))[0].map((c) => c.entries[0].value), ['w1: one', 'w2: two']);
+  again.driver.dispose();
+});
+
+test('a key set: the tool lists every key; a call takes them all, so moves sharing a file run one after the other', { timeout: 20_000 }, async () => {
+  const KEY_SET = '[conversation.tools.mv]\nconcurrency = [{ key = "fs:{src}" }, { key = "fs:{dst}" }]\n';
+  const { policy, sched } = await setup(KEY_SET);
+  assert.deepEqual(policy.tool('mv').concurrency.map((c) => [c.key, c.limit, c.arguments]), [['fs:{src}', 1, ['src']], ['fs:{dst}', 1, ['dst']]]);
+
+  const driver = Driver.of(sched);
+  const log = [];
+  const execute = async ({ label, call }) => {
+    log.push(`${clock.now()} start ${label}`);
+    if (label === 'ab') {
+      // While ab holds fs:a and fs:b: bc waits behind it on fs:b, xy runs.
+      const entries = driver.inspect()[0].entries;
+      assert.deepEqual(entries.map((e) => [e.label, e.keys, e.state.kind]), [['ab', ['fs:a', 'fs:b'], 'running'], ['bc', ['fs:b', 'fs:c'], 'approved'], ['xy', ['fs:x', 'fs:y'], 'running']]);
+      assert.deepEqual(entries[1].wait, { kind: 'key-full', key: 'fs:b', limit: 1, running: ['ab'] });
+    }
+    await sleep(label === 'xy' ? 5 : 10);
+    log.push(`${clock.now()} end ${label}`);
+    return `${call.args.src}->${call.args.dst}`;
+  };
+  const out = await driver.run(
+    [
+      { id: 'ab', tool: 'mv', args: { src: 'a', dst: 'b' } },
+      { id: 'bc', tool: 'mv', args: { src: 'b', dst: 'c' } },
+      { id: 'xy', tool: 'mv', args: { src: 'x', dst: 'y' } },
+    ],
+    execute,
+  );
+  assert.deepEqual(out.map((c) => c.entries[0].value), ['a->b', 'b->c', 'x->y']);
+  const t0 = Number(log[0].split(' ')[0]);
+  assert.deepEqual(log.map((l) => l.replace(/^\d+/, (n) => `${Number(n) - t0}`)), ['0 start ab', '0 start xy', '5 end xy', '10 end ab', '10 start bc', '20 end bc']);
+  driver.dispose();
 });

@@ -172,6 +172,48 @@ test('js-basic.json resumes: ended values and errors come back, the retired batc
   assert.deepEqual(reported.sort(), ['f#0', 'f#1', 'r1', 'r2', 'w1', 'w2']);
 });
 
+test('a key set\'s call is saved with "keys", one key with "key" as 0.2 wrote it; 0.2\'s "key" resumes, both is a TypeError', async () => {
+  const p = await policy(`${CONFIG}[conversation.tools.mv]\nconcurrency = [{ key = "fs:{src}" }, { key = "fs:{dst}" }]\n`);
+  const clock = new VirtualClock();
+  let last;
+  const driver = new Driver(new Scheduler(p), { clock, persist: (text) => void (last = text) });
+  const live = driver.run([{ id: 'm', tool: 'mv', args: { src: 'a', dst: 'b' } }, { id: 'w', tool: 'write', args: { path: 'c' } }, { id: 'r', tool: 'read' }], () => new Promise(() => {}));
+  live.catch(() => {});
+  await clock.runUntil(10);
+  const started = '"entries":[{"operation":0,"state":"started"}]';
+  assert.ok(last.includes(`"calls":[{"id":"m","tool":"mv","keys":["fs:a","fs:b"],${started}},{"id":"w","tool":"write","key":"fs:c",${started}},{"id":"r","tool":"read",${started}}]`), last);
+  driver.dispose();
+
+  /** Each live entry's keys once `text` is resumed. */
+  const keysAfter = (text) => {
+    const resumed = Driver.resume(p, text, { execute: () => new Promise(() => {}), started: 'run-again', clock: new VirtualClock() });
+    for (const b of resumed.batches) b.catch(() => {});
+    const keys = resumed.driver.inspect().flatMap((b) => b.entries.map((e) => [e.label, e.keys]));
+    resumed.driver.dispose();
+    return keys;
+  };
+  assert.deepEqual(keysAfter(last), [['m', ['fs:a', 'fs:b']], ['w', ['fs:c']], ['r', ['read']]]);
+  // What 0.2 wrote: "key" (here another file's), and no keys at all for a call of a template
+  // whose arguments made none (it takes the template's own key).
+  const snap = JSON.parse(last);
+  const calls = snap.state.batches[0].calls;
+  calls[1].key = 'fs:z';
+  assert.deepEqual(keysAfter(JSON.stringify(snap)), [['m', ['fs:a', 'fs:b']], ['w', ['fs:z']], ['r', ['read']]]);
+  delete calls[1].key;
+  assert.deepEqual(keysAfter(JSON.stringify(snap)), [['m', ['fs:a', 'fs:b']], ['w', ['fs:{path}']], ['r', ['read']]]);
+  // Both, or keys that are not a list of strings: a TypeError naming the call; nothing resumes.
+  const bad = (change, field) => {
+    const copy = structuredClone(snap);
+    change(copy.state.batches[0].calls);
+    assert.throws(() => Driver.resume(p, JSON.stringify(copy), { execute: async () => 1 }), (e) => e instanceof TypeError && e.message.includes(field), field);
+  };
+  bad((c) => (c[1].key = 'fs:c') && (c[1].keys = ['fs:c']), 'snapshot.state.batches[0].calls[1] has both keys and key');
+  bad((c) => (c[0].key = 'fs:a'), 'snapshot.state.batches[0].calls[0] has both keys and key');
+  bad((c) => (c[0].keys = 'fs:a'), 'snapshot.state.batches[0].calls[0].keys');
+  bad((c) => (c[0].keys = ['fs:a', null]), 'snapshot.state.batches[0].calls[0].keys[1]');
+  bad((c) => (c[1].key = ['fs:c']), 'snapshot.state.batches[0].calls[1].key');
+});
+
 test('every Python fixture (py-*.json) resumes here: its ended values and retired outcomes come back', async () => {
   const files = existsSync(SNAPSHOTS) ? readdirSync(SNAPSHOTS).filter((f) => /^py-.*\.json$/.test(f)) : [];
   for (const file of files) {

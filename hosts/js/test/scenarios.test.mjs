@@ -116,7 +116,7 @@ export async function runScenario(file) {
   checkKeys(spec, KNOWN, file);
   const t = await Turnstile.load();
   const policy = t.resolve([{ name: file, text: spec.config ?? '' }]);
-  const shared = policy.tools().some((tool) => tool.concurrency?.shared);
+  const shared = policy.tools().some((tool) => tool.concurrency.some((c) => c.shared));
   const clock = new VirtualClock(0);
   const lines = [];
   const batches = spec.batch ?? [];

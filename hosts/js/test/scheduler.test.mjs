@@ -87,8 +87,8 @@ test('step: every input judged on its own, refusals are data, the rest applies',
 
 test('shared keys: acquire and release are outputs, granted and denied are inputs, inspect shows the permit waits', async () => {
   const { policy, sched } = await setup('[conversation.tools.gh]\nconcurrency = { key = "github", limit = 2, shared = true }\n[conversation.tools.local]\nconcurrency = 1\n');
-  assert.equal(policy.tool('gh').concurrency.shared, true);
-  assert.equal(policy.tool('local').concurrency.shared, false);
+  assert.equal(policy.tool('gh').concurrency[0].shared, true);
+  assert.equal(policy.tool('local').concurrency[0].shared, false);
   const b = sched.submit(['g1', 'g2', 'g3'].map((id) => ({ id, tool: 'gh' })));
   const [g1, g2, g3] = b.entries();
   let out = sched.step({ approve: [g1, g2, g3] });
@@ -149,9 +149,9 @@ test('inspect says why each approved entry waits', async () => {
   const st = sched.inspect(b.batch);
   assert.equal(st[0].state.kind, 'running');
   assert.equal(st[0].entry, n1);
-  assert.equal(st[0].key, 'rfd');
+  assert.deepEqual(st[0].keys, ['rfd']);
   assert.deepEqual(st[1].wait, { kind: 'key-full', key: 'rfd', limit: 1, running: ['n1'] });
-  assert.deepEqual(st[2].wait, { kind: 'behind', label: 'n2' });
+  assert.deepEqual(st[2].wait, { kind: 'behind', label: 'n2', key: 'rfd' });
   assert.equal(sched.inspect(MAX), undefined);
 });
 

@@ -183,7 +183,7 @@ test('every wrong argument to every method throws TypeError or RangeError; the i
   assert.deepEqual([...adm.nextAdmissions()], [c1]);
   adm.end(c1);
   assert.equal(adm.inFlight(), 0);
-  assert.equal(policy.tool('k').concurrency.limit, 1);
+  assert.equal(policy.tool('k').concurrency[0].limit, 1);
 });
 
 test('no silent wrap: values that jco would wrap or coerce never reach the component', async () => {

@@ -77,29 +77,40 @@ class CaseError(AssertionError):
 
 
 def tool_line(t) -> str:
-    out = f"{t.name} {t.key}/{t.limit}" if t.key is not None else f"{t.name} unbounded"
-    if t.key is not None and t.delay_ms:
-        out += f" delay={t.delay_ms}"
-    if t.rates:
-        out += " rate=" + ",".join(
-            f"{w.count}/{w.per_ms}ms" + ("" if w.burst == t.burst else f":{w.burst}") for w in t.rates
-        )
-    if t.key is not None and t.burst != 1:
-        out += f" burst={t.burst}"
-    if t.key is not None and t.weight != 1:
-        out += f" weight={t.weight}"
-    if t.adapt_min is not None:
-        out += f" adapt={t.adapt_min}"
-    if t.key is not None and t.retries != RETRIES_DEFAULT:
-        out += f" retries={t.retries}"
-    if t.key is not None and t.max_wait_ms != MAX_WAIT_DEFAULT_MS:
-        out += f" max_wait={t.max_wait_ms}"
-    if t.key is not None and t.shared:
-        out += " shared"
+    """`NAME unbounded`, or NAME and each key of its set joined by ` + ` (`key_text`), then
+    ` fan-out` and ` stop` when they apply."""
+    if not t.concurrency:
+        out = f"{t.name} unbounded"
+    else:
+        out = t.name + "".join((" " if i == 0 else " + ") + key_text(c) for i, c in enumerate(t.concurrency))
     if t.fan_out:
         out += " fan-out"
     if t.on_error == "stop":
         out += " stop"
+    return out
+
+
+def key_text(c) -> str:
+    """One key of a tool line: `KEY/LIMIT` and its terms."""
+    out = f"{c.key}/{c.limit}"
+    if c.delay_ms:
+        out += f" delay={c.delay_ms}"
+    if c.rates:
+        out += " rate=" + ",".join(
+            f"{w.count}/{w.per_ms}ms" + ("" if w.burst == c.burst else f":{w.burst}") for w in c.rates
+        )
+    if c.burst != 1:
+        out += f" burst={c.burst}"
+    if c.weight != 1:
+        out += f" weight={c.weight}"
+    if c.adapt_min is not None:
+        out += f" adapt={c.adapt_min}"
+    if c.retries != RETRIES_DEFAULT:
+        out += f" retries={c.retries}"
+    if c.max_wait_ms != MAX_WAIT_DEFAULT_MS:
+        out += f" max_wait={c.max_wait_ms}"
+    if c.shared:
+        out += " shared"
     return out
 
 
@@ -125,7 +136,7 @@ def inspect_line(st) -> str:
     elif isinstance(w, KeyFull):
         out += f" waits key-full {w.key} {w.limit} {','.join(w.running)}"
     elif isinstance(w, Behind):
-        out += f" waits behind {w.label}"
+        out += f" waits behind {w.label} on {w.key}"
     elif isinstance(w, KeyPaused):
         out += f" waits key-paused {w.key} {w.until}"
     elif isinstance(w, KeySpacing):

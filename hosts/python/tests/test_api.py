@@ -189,7 +189,7 @@ def test_settle_cancel_and_stop_are_reported_with_reasons() -> None:
     assert st["y"].wait == BatchNotApproved(1)
     s.step(approve=[z])
     st = {st.label: st for st in s.inspect(later.batch)}
-    assert st["y"].wait == KeyFull("rfd", 1, ["r"]) and st["z"].wait == Behind("y")
+    assert st["y"].wait == KeyFull("rfd", 1, ["r"]) and st["z"].wait == Behind("y", "rfd")
     out = s.step(cancel=[later.batch])
     assert out.settle == [Settled(y, Reason(ReasonKind.CANCELLED)), Settled(z, Reason(ReasonKind.CANCELLED))]
     assert out.retired == [later.batch]

@@ -2,9 +2,11 @@
 (`explain`, `EntryStatus.why`, `EntryOutcome.message`). Failure paths first: arguments of a type
 no call can have are a TypeError at every entry point before anything crosses; arguments that
 make no key never raise and take the template's own key; only the named fields cross, and only
-for templated tools. Then how keys expand (alike from the JavaScript package), a burst of writes
-to a few files through the driver, a 429 on one host's key, the saved key across a restart, the
-gate and its `decide`, and the sentences."""
+for templated tools; a state saved by 0.2 (`key`) still resumes, one with `key` and `keys` is
+refused. Then how keys expand (alike from the JavaScript package), a burst of writes to a few
+files through the driver, a 429 on one host's key, the saved key across a restart, the gate and
+its `decide`, key sets (`concurrency = [{ key = "fs:{src}" }, { key = "fs:{dst}" }]`), and the
+sentences."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from turnstile_scheduler import (
     CallSettledError,
     ConfigError,
     DiagnosticCode,
+    DisposedError,
     Driver,
     EntryState,
     Gate,
@@ -40,6 +43,7 @@ from turnstile_scheduler import (
     run_batch,
 )
 from turnstile_scheduler._arguments import js_number
+from turnstile_scheduler.types import Behind, KeyFull
 
 CONFIG = """
 [conversation.tools.fs_write]
@@ -70,11 +74,11 @@ def policy() -> Policy:
 
 
 def keys(sched: Scheduler, calls: list[Call]) -> list[Optional[str]]:
-    """Each entry's key as the component made it."""
+    """Each entry's one key as the component made it (None: unbounded)."""
     sub = sched.submit(calls)
     statuses = sched.inspect(sub.batch)
-    assert statuses is not None
-    return [st.key for st in statuses]
+    assert statuses is not None and all(len(st.keys) <= 1 for st in statuses)
+    return [st.keys[0] if st.keys else None for st in statuses]
 
 
 def sent(sched: Scheduler) -> list[list[tuple[int, str]]]:
@@ -165,22 +169,91 @@ def test_a_saved_key_of_the_wrong_type_is_refused_and_an_old_state_without_keys_
     s = Scheduler(p)
     s.submit([Call("w", "fs_write", arguments={"path": "a"})])
     state = s.unfinished()
-    assert state.batches[0].calls[0].key == "fs:a"
-    for key, error in ((123, TypeError), (b"fs:a", TypeError), ("fs:\ud800", ValueError)):
+    assert state.batches[0].calls[0].keys == ("fs:a",)
+    for keys_, error, where in (
+        ((123,), TypeError, r"calls\[0\]\.keys\[0\]"),
+        ((b"fs:a",), TypeError, r"calls\[0\]\.keys\[0\]"),
+        (("fs:\ud800",), ValueError, r"calls\[0\]\.keys\[0\]"),
+        ("fs:a", TypeError, r"calls\[0\]\.keys must be a list"),  # a name, not a list of names
+    ):
         bad = SavedState.from_dict(state.to_dict())
-        bad.batches[0].calls[0].__dict__["key"] = key
-        with pytest.raises(error, match=r"calls\[0\]\.key"):
+        bad.batches[0].calls[0].__dict__["keys"] = keys_
+        with pytest.raises(error, match=where):
             Scheduler.resume(p, bad, started=Started.RUN_AGAIN)
         with pytest.raises(error):
             vloop.run(_resume(p, bad))
-    # A state saved before key templates has no "key": it reads as None (no key).
+    # A state saved before key templates has no "keys": it reads as none.
     old = state.to_dict()
-    del old["batches"][0]["calls"][0]["key"]
-    assert SavedState.from_dict(old).batches[0].calls[0].key is None
+    assert old["batches"][0]["calls"][0]["keys"] == ["fs:a"]
+    del old["batches"][0]["calls"][0]["keys"]
+    assert SavedState.from_dict(old).batches[0].calls[0].keys == ()
     # ... and a call without a key is written without one.
     plain = Scheduler(p)
     plain.submit([Call("r", "plain", arguments={"path": "a"})])
-    assert "key" not in plain.unfinished().to_dict()["batches"][0]["calls"][0]
+    call = plain.unfinished().to_dict()["batches"][0]["calls"][0]
+    assert "keys" not in call and "key" not in call
+
+
+def test_a_state_saved_by_0_2_with_key_resumes_and_one_with_key_and_keys_is_refused() -> None:
+    """0.2 saved a call's key as `key` (one name, or none): `from_dict` and a driver's snapshot
+    read it as `keys` of that one name, so its files still resume; a call with both is a
+    ValueError naming it, before anything crosses."""
+    p = policy()
+    s = Scheduler(p)
+    sub = s.submit([Call("w1", "fs_write", arguments={"path": "a"}), Call("w2", "fs_write", arguments={"path": "a"})])
+    s.step(approve=list(sub.entries))  # w1 runs, w2 waits behind it on fs:a
+    saved = s.unfinished().to_dict()
+    for call in saved["batches"][0]["calls"]:
+        call["key"] = call.pop("keys")[0]  # as 0.2 wrote it
+    old = SavedState.from_dict(json.loads(json.dumps(saved)))
+    assert [c.keys for c in old.batches[0].calls] == [("fs:a",), ("fs:a",)]
+    resumed, unrestored = Scheduler.resume(p, old, started=Started.RUN_AGAIN)
+    assert unrestored == []
+    statuses = resumed.inspect(sub.batch)
+    assert statuses is not None and [st.keys for st in statuses] == [("fs:a",), ("fs:a",)]
+    # `key: None` (0.2's to_dict never wrote it, but a hand-made dict may) is no key.
+    nothing = json.loads(json.dumps(saved))
+    nothing["batches"][0]["calls"][0]["key"] = None
+    assert SavedState.from_dict(nothing).batches[0].calls[0].keys == ()
+    # Both: refused, naming the call.
+    both = json.loads(json.dumps(saved))
+    both["batches"][0]["calls"][1]["keys"] = ["fs:a"]
+    with pytest.raises(ValueError, match=r"batches\[0\]\.calls\[1\] has both keys and key"):
+        SavedState.from_dict(both)
+    # A key of the wrong type is a TypeError naming it.
+    wrong = json.loads(json.dumps(saved))
+    wrong["batches"][0]["calls"][0]["key"] = ["fs:a"]
+    with pytest.raises(TypeError, match=r"calls\[0\]\.key must be a str"):
+        SavedState.from_dict(wrong)
+
+    # The driver's snapshot (hosts/DRIVERS.md): one key is written `"key"`, as 0.2 wrote it, so
+    # a 0.2 snapshot reads the same; `"keys"` beside it is refused.
+    texts: list[str] = []
+
+    async def hang(x: Any) -> None:
+        await asyncio.get_running_loop().create_future()
+
+    async def main() -> None:
+        driver = Driver(Scheduler(p), persist=texts.append)
+        task = asyncio.ensure_future(driver.run([Call("w1", "fs_write", arguments={"path": "a"})], hang))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        text = texts[-1]  # w1 started
+        driver.close()
+        with pytest.raises(DisposedError):
+            await task
+        assert '"id":"w1","tool":"fs_write","key":"fs:a","entries"' in text
+        bad = text.replace('"key":"fs:a"', '"key":"fs:a","keys":["fs:a"]')
+        with pytest.raises(ValueError, match=r"calls\[0\] has both keys and key"):
+            Driver.resume(p, bad, execute=hang, started="run-again")
+        resumed = Driver.resume(p, text, execute=hang, started="interrupt")
+        statuses = resumed.driver.scheduler.inspect(resumed.driver.scheduler.unfinished().batches[0].batch)
+        assert statuses is not None and [st.keys for st in statuses] == [("fs:a",)]
+        (outcomes,) = await asyncio.gather(*resumed.batches)
+        assert outcomes[0].entries[0].reason == Reason(ReasonKind.INTERRUPTED)
+        resumed.driver.close()
+
+    vloop.run(main())
 
 
 SET_INSIDE = {"path": {"a.txt"}}
@@ -298,7 +371,7 @@ def test_a_bad_template_is_a_typed_diagnostic_and_a_policy_names_each_templates_
     assert d.code is DiagnosticCode.CONCURRENCY_KEY_TEMPLATE and d.tools == ["w"]
     p = policy()
     assert p.tool("pr").arguments == ("repo", "n")
-    assert p.tool("fs_write").key == "fs:{path}" and p.tool("fs_write").arguments == ("path",)
+    assert [c.key for c in p.tool("fs_write").concurrency] == ["fs:{path}"] and p.tool("fs_write").arguments == ("path",)
     assert p.tool("plain").arguments == () and p.tool("free").arguments == () and p.tool("nowhere").arguments == ()
 
 
@@ -491,7 +564,7 @@ def test_a_restart_keeps_each_calls_key_without_its_arguments() -> None:
         )
         s.step(approve=list(sub.entries))  # w1 and w2 start, then the host stops
         state = SavedState.from_dict(json.loads(json.dumps(s.unfinished().to_dict())))
-        assert [c.key for c in state.batches[0].calls] == ["fs:a", "fs:b", "fs:a"]
+        assert [c.keys for c in state.batches[0].calls] == [("fs:a",), ("fs:b",), ("fs:a",)]
         async def execute(x: Any) -> str:
             # A restored call has no arguments: the key is the saved one.
             if x.call.arguments is None:
@@ -502,7 +575,7 @@ def test_a_restart_keeps_each_calls_key_without_its_arguments() -> None:
         assert unrestored == []
         async with d:
             statuses = d.scheduler.inspect(sub.batch)
-            assert statuses is not None and [st.key for st in statuses] == ["fs:a", "fs:b", "fs:a"]
+            assert statuses is not None and [st.keys for st in statuses] == [("fs:a",), ("fs:b",), ("fs:a",)]
             await asyncio.sleep(0)
             new = await d.run([Call("w4", "fs_write", arguments={"path": "a"})], files.execute)
             return await restored, new, files.order["a"]
@@ -540,6 +613,149 @@ def test_the_gate_and_decide_see_the_arguments_and_keys_follow_them() -> None:
     assert decided == [("g1", {"path": "a"}), ("g2", '{"path": "b"}'), ("g3", {"path": "a"}), ("g4", None)]
     assert files.order == {"a": ["g1", "g3"], "b": ["g2"], "c": ["g4"]}
     assert files.overlap == [] and files.most > 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Key sets
+
+
+KEY_SET = """
+[conversation.tools.mv]
+concurrency = [{ key = "fs:{src}" }, { key = "fs:{dst}" }]
+[conversation.tools.fs_write]
+concurrency = { key = "fs:{path}" }
+"""
+
+
+def test_a_key_set_lists_every_key_and_its_calls_take_them_all() -> None:
+    p = Policy.resolve([("sets", KEY_SET)])
+    mv = p.tool("mv")
+    assert [(c.key, c.limit, c.arguments) for c in mv.concurrency] == [("fs:{src}", 1, ("src",)), ("fs:{dst}", 1, ("dst",))]
+    assert mv.arguments == ("src", "dst")  # what a call sends: every member's fields
+    assert p.tool("nowhere").concurrency == () and p.tool("nowhere").arguments == ()
+    s = Scheduler(p)
+    crossed = sent(s)
+    sub = s.submit(
+        [
+            Call("m1", "mv", arguments={"src": "a", "dst": "b", "force": True}),
+            Call("m2", "mv", arguments={"src": "b", "dst": "c"}),
+            Call("m3", "mv", arguments={"src": "x", "dst": "y"}),
+            Call("m4", "mv", arguments={"src": "c", "dst": ["z"]}),  # dst makes no key: its template's own
+            Call("m5", "mv", arguments='{"src": "q", "dst": "q"}'),  # one key made twice counts once
+            Call("w", "fs_write", arguments={"path": "y"}),
+        ]
+    )
+    assert crossed == [
+        [
+            (0, '{"src":"a","dst":"b"}'),
+            (1, '{"src":"b","dst":"c"}'),
+            (2, '{"src":"x","dst":"y"}'),
+            (3, '{"src":"c"}'),
+            (4, '{"src": "q", "dst": "q"}'),
+            (5, '{"path":"y"}'),
+        ]
+    ]
+    out = s.step(approve=list(sub.entries))
+    assert [s.label(e) for e in out.start] == ["m1", "m3", "m5"]
+    statuses = {st.label: st for st in s.inspect(sub.batch) or []}
+    assert [statuses[l].keys for l in ("m1", "m2", "m3", "m4", "m5", "w")] == [
+        ("fs:a", "fs:b"),
+        ("fs:b", "fs:c"),
+        ("fs:x", "fs:y"),
+        ("fs:c", "fs:{dst}"),
+        ("fs:q",),
+        ("fs:y",),
+    ]
+    assert statuses["m2"].wait == KeyFull("fs:b", 1, ["m1"])
+    assert statuses["m4"].wait == Behind("m2", "fs:c")
+    assert statuses["w"].wait == KeyFull("fs:y", 1, ["m3"])
+    # Saved with every member's key, in written order (one key made twice is named twice).
+    assert [c.keys for c in s.unfinished().batches[0].calls] == [
+        ("fs:a", "fs:b"),
+        ("fs:b", "fs:c"),
+        ("fs:x", "fs:y"),
+        ("fs:c", "fs:{dst}"),
+        ("fs:q", "fs:q"),
+        ("fs:y",),
+    ]
+
+
+def test_a_driver_runs_calls_of_a_key_set_one_after_the_other_only_where_they_share_a_key() -> None:
+    p = Policy.resolve([("sets", KEY_SET)])
+    log: list[tuple[str, str, float]] = []
+
+    async def execute(x: Any) -> str:
+        loop = asyncio.get_running_loop()
+        log.append(("start", x.label, loop.time()))
+        await asyncio.sleep(0.010)
+        log.append(("end", x.label, loop.time()))
+        return x.label
+
+    async def main() -> list[Any]:
+        async with Driver(Scheduler(p)) as d:
+            return await d.run(
+                [
+                    Call("ab", "mv", arguments={"src": "a", "dst": "b"}),
+                    Call("bc", "mv", arguments={"src": "b", "dst": "c"}),
+                    Call("xy", "mv", arguments={"src": "x", "dst": "y"}),
+                ],
+                execute,
+            )
+
+    outcomes = vloop.run(main())
+    assert [c.entries[0].value for c in outcomes] == ["ab", "bc", "xy"]
+    at = {(ev, label): t for ev, label, t in log}
+    assert [label for ev, label, _ in log if ev == "start"] == ["ab", "xy", "bc"]
+    assert at[("start", "xy")] == at[("start", "ab")] < at[("end", "ab")]  # beside the first
+    assert at[("start", "bc")] >= at[("end", "ab")]  # they share fs:b: one after the other
+
+
+def test_a_key_sets_keys_are_saved_by_name_and_a_restart_gives_them_back() -> None:
+    """A driver's snapshot writes a key set's `"keys"` (one key stays `"key"`, as 0.2 wrote
+    it); resumed without arguments, the call takes the same keys."""
+    p = Policy.resolve([("sets", KEY_SET)])
+    texts: list[str] = []
+
+    async def hang(x: Any) -> None:
+        await asyncio.get_running_loop().create_future()
+
+    async def main() -> None:
+        driver = Driver(Scheduler(p), persist=texts.append)
+        calls = [Call("ab", "mv", arguments={"src": "a", "dst": "b"}), Call("w", "fs_write", arguments={"path": "b"})]
+        task = asyncio.ensure_future(driver.run(calls, hang))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        text = texts[-1]  # ab started; w waits for fs:b
+        driver.close()
+        with pytest.raises(DisposedError):
+            await task
+        assert '"id":"ab","tool":"mv","keys":["fs:a","fs:b"],"entries"' in text
+        assert '"id":"w","tool":"fs_write","key":"fs:b","entries"' in text
+        resumed = Driver.resume(p, text, execute=hang, started="interrupt")
+        sched = resumed.driver.scheduler
+        statuses = sched.inspect(sched.unfinished().batches[0].batch)
+        assert statuses is not None and [st.keys for st in statuses] == [("fs:a", "fs:b"), ("fs:b",)]
+        resumed.driver.close()
+        for b in resumed.batches:
+            with pytest.raises(DisposedError):
+                await b
+
+    vloop.run(main())
+
+
+def test_a_key_set_that_the_config_refuses_says_why_with_a_typed_code() -> None:
+    for table, code in [
+        ('[{ key = "fs:{src}" }, { key = "fs:{src}" }]', DiagnosticCode.CONCURRENCY_KEY_REPEATED),
+        ('[{ key = "a", shared = true }, { key = "b" }]', DiagnosticCode.SHARED_KEY_IN_SET),
+        (
+            '[{ key = "a", limit = { max = 4, adapt = "aimd" } }, { key = "b", limit = { max = 4, adapt = "aimd" } }]',
+            DiagnosticCode.ADAPTIVE_KEYS_IN_SET,
+        ),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            Policy.resolve([("t", f"[conversation.tools.t]\nconcurrency = {table}\n")])
+        assert [d.code for d in e.value.diagnostics] == [code], table
+        assert e.value.diagnostics[0].tools == ["t"]
 
 
 # ---------------------------------------------------------------------------------------------

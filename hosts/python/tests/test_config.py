@@ -39,7 +39,7 @@ def test_dict_and_text_layers_resolve_alike() -> None:
     from_text = Policy.resolve([("user", dumps(GITHUB, "layer"))])
     assert from_dict.tools() == from_text.tools()
     assert from_dict.fingerprint() == from_text.fingerprint()
-    assert from_dict.tool("github_pulls").limit == 4
+    assert from_dict.tool("github_pulls").concurrency[0].limit == 4
 
 
 def test_layers_mix_text_and_dicts_in_precedence_order() -> None:
@@ -49,14 +49,15 @@ def test_layers_mix_text_and_dicts_in_precedence_order() -> None:
             ("user", {"conversation": {"tools": {"t": {"concurrency": {"limit": 8}}}}}),
         ]
     )
-    t = p.tool("t")
-    assert (t.key, t.limit) == ("k", 8)
+    [c] = p.tool("t").concurrency
+    assert (c.key, c.limit) == ("k", 8)
 
 
 def test_max_wait_resolves_to_max_wait_ms_and_tools_naming_a_key_agree_on_it() -> None:
     tools = {"slow": {"concurrency": {"key": "slow", "max_wait": "10m"}}, "strict": {"concurrency": {"key": "strict", "max_wait": 0}}, "plain": {"concurrency": 1}}
     p = Policy.resolve([("user", {"conversation": {"tools": tools}})])
-    assert [p.tool(n).max_wait_ms for n in ("slow", "strict", "plain", "unset")] == [600_000, 0, 300_000, None]
+    assert [p.tool(n).concurrency[0].max_wait_ms for n in ("slow", "strict", "plain")] == [600_000, 0, 300_000]
+    assert p.tool("unset").concurrency == ()
     conflict = {"a": {"concurrency": {"key": "k", "max_wait": "10m"}}, "b": {"concurrency": {"key": "k"}}}
     with pytest.raises(ConfigError) as e:
         Policy.resolve([("user", {"conversation": {"tools": conflict}})])
@@ -104,6 +105,14 @@ def test_check_lists_the_tools_and_exits_0(tmp_path) -> None:
     good.write_text('[conversation.tools.a]\nconcurrency = 2\nfan_out = true\n')
     r = run_check("check", str(good))
     assert (r.returncode, r.stdout) == (0, "a: key 'a', limit 2, fan-out\n")
+    # A key set: every key, in written order, each with its limit.
+    sets = tmp_path / "sets.toml"
+    sets.write_text(
+        '[conversation.tools.mv]\nconcurrency = [{ key = "fs:{src}" }, { key = "fs:{dst}", limit = 1 }]\n'
+        "[conversation.tools.free]\n"
+    )
+    r = run_check("check", str(sets))
+    assert (r.returncode, r.stdout) == (0, "mv: keys fs:{src} (limit 1) + fs:{dst} (limit 1)\nfree: unbounded\n")
 
 
 def test_check_warns_of_typos_and_deny_warnings_fails(tmp_path) -> None:

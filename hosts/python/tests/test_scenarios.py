@@ -331,7 +331,7 @@ class Runner:
             check_keys(b, BATCH_KNOWN, f"{file}: batch {i}")
         self.scripts: dict[str, list[str]] = self.spec.get("script", {})
         self.policy = Policy.resolve([(file, self.spec.get("config", ""))])
-        self.shared = any(t.shared for t in self.policy.tools())
+        self.shared = any(c.shared for t in self.policy.tools() for c in t.concurrency)
         # The processes by name; one unnamed process unless `processes` names them (the first is
         # the default of a batch's or an action's `process`).
         names = self.spec.get("processes", [""])

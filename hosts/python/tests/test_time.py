@@ -109,12 +109,11 @@ def test_the_clock_must_not_go_back_and_an_unknown_key_is_refused() -> None:
 
 def test_policy_reports_delay_and_retries_and_the_new_diagnostics_are_typed() -> None:
     p = policy()
-    t = p.tool("search")
-    assert (t.key, t.limit, t.delay_ms, t.retries) == ("api", 2, 0, 2)
-    t = p.tool("spaced")
-    assert (t.key, t.limit, t.delay_ms, t.retries) == ("slow", 2**32 - 1, 40, 3)
-    t = p.tool("free")
-    assert (t.key, t.limit, t.delay_ms, t.retries) == (None, None, None, None)
+    [c] = p.tool("search").concurrency
+    assert (c.key, c.limit, c.delay_ms, c.retries) == ("api", 2, 0, 2)
+    [c] = p.tool("spaced").concurrency
+    assert (c.key, c.limit, c.delay_ms, c.retries) == ("slow", 2**32 - 1, 40, 3)
+    assert p.tool("free").concurrency == ()
     with pytest.raises(ConfigError) as e:
         Policy.resolve(
             [("t", '[conversation.tools.a]\nconcurrency = { key = "k", limit = 1, delay = 5 }\n'
@@ -132,15 +131,16 @@ def test_rate_windows_resolve_ascending_with_their_burst_and_their_mistakes_are_
         [("t", '[conversation.tools.web]\nconcurrency = { key = "brave", limit = 0, '
                'rate = ["2000/30d", "1/s"], burst = 10 }\n[conversation.tools.plain]\nconcurrency = 1\n')]
     )
-    web = p.tool("web")
+    [web] = p.tool("web").concurrency
     assert web.rates == (RateWindow(1, 1000, 10), RateWindow(2000, 2_592_000_000, 10))
     own = Policy.resolve(
         [("t", '[conversation.tools.web]\nconcurrency = { key = "brave", '
                'rate = ["1/s", { rate = "2000/30d", burst = 2000 }] }\n')]
     )
-    assert own.tool("web").rates == (RateWindow(1, 1000, 1), RateWindow(2000, 2_592_000_000, 2000))
+    assert own.tool("web").concurrency[0].rates == (RateWindow(1, 1000, 1), RateWindow(2000, 2_592_000_000, 2000))
     assert (web.burst, web.limit, web.weight) == (10, 2**32 - 1, 1)
-    assert (p.tool("plain").rates, p.tool("plain").burst) == ((), 1)
+    [plain] = p.tool("plain").concurrency
+    assert (plain.rates, plain.burst) == ((), 1)
     for table, code in [
         ('{ key = "k", rate = "5000" }', DiagnosticCode.CONCURRENCY_TYPE),
         ('{ key = "k", rate = 5 }', DiagnosticCode.CONCURRENCY_TYPE),
@@ -163,8 +163,9 @@ def test_rate_windows_resolve_ascending_with_their_burst_and_their_mistakes_are_
 def test_an_adaptive_limit_resolves_to_its_ceiling_and_halves_on_a_rate_limit() -> None:
     text = '[conversation.tools.api]\nconcurrency = { key = "api", limit = { max = 4, adapt = "aimd" } }\n'
     p = Policy.resolve([("t", text + "[conversation.tools.plain]\nconcurrency = 3\n")])
-    assert (p.tool("api").limit, p.tool("api").adapt_min) == (4, 1)
-    assert p.tool("plain").adapt_min is None
+    [api] = p.tool("api").concurrency
+    assert (api.limit, api.adapt_min) == (4, 1)
+    assert p.tool("plain").concurrency[0].adapt_min is None
     for table, code in [
         ('{ key = "k", limit = { max = 4 } }', DiagnosticCode.CONCURRENCY_TYPE),
         ('{ key = "k", limit = { max = 2, min = 3, adapt = "aimd" } }', DiagnosticCode.CONCURRENCY_TYPE),

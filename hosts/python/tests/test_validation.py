@@ -236,7 +236,7 @@ def test_policy_methods_check_their_arguments() -> None:
     for v in NOT_STR:
         with pytest.raises(TypeError):
             p.tool(v)
-    assert p.tool("rfd").limit == 1
+    assert p.tool("rfd").concurrency[0].limit == 1
     with pytest.raises(TypeError):
         Scheduler("not a policy")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
@@ -318,7 +318,7 @@ def test_a_trap_in_a_schedulers_instance_leaves_other_schedulers_and_policies_al
             use()
     still_works(fine)
     still_works(Scheduler(p))
-    assert p.tool("rfd").limit == 1
+    assert p.tool("rfd").concurrency[0].limit == 1
 
 
 def test_a_trap_in_the_shared_policy_instance_is_replaced_for_new_policies() -> None:
@@ -330,7 +330,7 @@ def test_a_trap_in_the_shared_policy_instance_is_replaced_for_new_policies() -> 
     still_works(Scheduler(p))
     # The next resolve gets a fresh shared instance.
     q = policy()
-    assert q.instance is not p.instance and q.tool("rfd").limit == 1
+    assert q.instance is not p.instance and q.tool("rfd").concurrency[0].limit == 1
 
 
 def test_a_broken_instance_fails_the_drivers_batches_instead_of_hanging() -> None:

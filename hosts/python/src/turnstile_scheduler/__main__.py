@@ -56,7 +56,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         n = len(warnings)
         print(f"{n} warning{'s' if n != 1 else ''}", file=sys.stderr)
     for t in policy.tools():
-        limit = "unbounded" if t.key is None else f"key {t.key!r}, limit {t.limit}"
+        if not t.concurrency:
+            limit = "unbounded"
+        elif len(t.concurrency) == 1:
+            limit = f"key {t.concurrency[0].key!r}, limit {t.concurrency[0].limit}"
+        else:  # a key set: every member, in written order
+            limit = "keys " + " + ".join(f"{c.key} (limit {c.limit})" for c in t.concurrency)
         extra = (", fan-out" if t.fan_out else "") + (", stop on error" if t.on_error.value == "stop" else "")
         print(f"{t.name}: {limit}{extra}")
     policy.close()

@@ -1,5 +1,5 @@
 """A call's arguments as `submit` sends them: JSON text holding only the fields its tool's key
-template names, or nothing.
+templates name, or nothing.
 
 The component makes the key (`fs:{path}` to `fs:a.txt`) from the text: a string field gives its
 contents, a number its text as written, a boolean `true` or `false`; any other call (no text,
@@ -8,8 +8,9 @@ named by the template's own text. So the package sends a text only when it can m
 otherwise sends nothing, which gives that same fallback without ever raising on what a model
 wrote:
 
-- a mapping: each named field, which must be a str, an int, a finite float or a bool; when one
-  is missing or anything else, nothing is sent;
+- a mapping: each named field that is a str, an int, a finite float or a bool (one missing or
+  anything else is left out, and a template naming it takes its own key: the other templates
+  of a key set still make theirs); when none is, nothing is sent;
 - a `str`: the JSON text as written (the component judges it), or, past the component's 65536
   bytes, the named fields read from it (numbers kept as written);
 - JSON values that are not an object (a list, a number, a bool): nothing.
@@ -82,15 +83,18 @@ def _well_formed(s: str) -> str:
 
 
 def _picked(args: Mapping[Any, Any], fields: Sequence[str]) -> Optional[str]:
+    """The named fields that can make (part of) a key; None when none can. A field left out
+    is one the component would not use either (missing, null, an array, an object): a
+    template that names it takes its own key, and the other templates of a key set still
+    make theirs from their fields."""
     parts = []
     for name in fields:
         if name not in args:
-            return None
+            continue
         scalar = _scalar(args[name])
-        if scalar is None:
-            return None
-        parts.append(f"{_dumps(name)}:{scalar}")
-    return "{" + ",".join(parts) + "}"
+        if scalar is not None:
+            parts.append(f"{_dumps(name)}:{scalar}")
+    return "{" + ",".join(parts) + "}" if parts else None
 
 
 class _Raw(str):

@@ -151,8 +151,12 @@ def _call_json(c: SavedCall) -> str:
     out = f'{{"id":{_str(c.id)},"tool":{_str(c.tool)}'
     if c.operations is not None:
         out += f',"operations":{c.operations}'
-    if c.key is not None:
-        out += f',"key":{_str(c.key)}'
+    # One key is written `"key"`, as 0.2 wrote it (such a state still resumes there); a key
+    # set's `"keys"`; none, nothing.
+    if len(c.keys) == 1:
+        out += f',"key":{_str(c.keys[0])}'
+    elif c.keys:
+        out += f',"keys":[{",".join(_str(k) for k in c.keys)}]'
     entries = ",".join(f'{{"operation":{e.operation},"state":{_entry_state_json(e)}}}' for e in c.entries)
     return f'{out},"entries":[{entries}]}}'
 
@@ -292,11 +296,22 @@ def _entry_from_json(value: Any, name: str) -> SavedEntry:
 
 
 def _call_from_json(value: Any, name: str) -> SavedCall:
-    c = _record(value, name, ("id", "tool", "operations", "key", "entries"))
+    c = _record(value, name, ("id", "tool", "operations", "key", "keys", "entries"))
     entries = [_entry_from_json(e, f"{name}.entries[{k}]") for k, e in enumerate(_array(c.get("entries"), f"{name}.entries"))]
     ops = None if c.get("operations") is None else _u32(c["operations"], f"{name}.operations")
-    key = None if c.get("key") is None else _string(c["key"], f"{name}.key")
-    return SavedCall(_string(c.get("id"), f"{name}.id"), _string(c.get("tool"), f"{name}.tool"), ops, entries, key)
+    return SavedCall(_string(c.get("id"), f"{name}.id"), _string(c.get("tool"), f"{name}.tool"), ops, entries, _keys_from_json(c, name))
+
+
+def _keys_from_json(c: dict[str, Any], name: str) -> tuple[str, ...]:
+    """A saved call's keys: `keys` (a key set's names), or `key` (one name, as 0.2 and one key
+    are written), never both; neither is none."""
+    if c.get("key") is not None:
+        if c.get("keys") is not None:
+            raise ValueError(f"{name} has both keys and key (a state saved by 0.2): give one")
+        return (_string(c["key"], f"{name}.key"),)
+    if c.get("keys") is None:
+        return ()
+    return tuple(_string(k, f"{name}.keys[{i}]") for i, k in enumerate(_array(c["keys"], f"{name}.keys")))
 
 
 def _batch_from_json(value: Any, name: str) -> SavedBatch:

@@ -16,7 +16,7 @@ from . import _check, _toml
 from ._component import Instance, shared_instance
 from .errors import ConfigError, DisposedError
 from .types import (
-    MAX_WAIT_DEFAULT_MS,
+    Concurrency,
     Diagnostic,
     DiagnosticCode,
     Label,
@@ -28,7 +28,7 @@ from .types import (
 )
 
 LIMIT_UNBOUNDED = 2**32 - 1
-"""`ToolPolicy.limit` of a key that is unbounded but spaced (`limit = 0` with a delay or a
+"""`Concurrency.limit` of a key that is unbounded but spaced (`limit = 0` with a delay or a
 retry cap): the component's `none`."""
 
 Source = Union[str, Mapping[str, Any]]
@@ -128,18 +128,20 @@ class Policy:
         return [_tool(t) for t in self.instance.func("config", "[method]policy.tools")(self._live())]
 
     def templates_in(self, instance: Instance, resource: Any) -> dict[str, tuple[str, ...]]:
-        """Each tool whose key is a template, with the arguments it names: a scheduler sends a
-        call's arguments only for these tools. Read once, from `resource` (this policy in
-        `instance`, as `resource_in` gave it)."""
+        """Each tool with a key template, with the arguments its keys name (every member's of a
+        key set, each once, in written order): a scheduler sends a call's arguments only for
+        these tools. Read once, from `resource` (this policy in `instance`, as `resource_in`
+        gave it)."""
         if self._templates is None:
             tools = [_tool(t) for t in instance.func("config", "[method]policy.tools")(resource)]
             self._templates = {t.name: t.arguments for t in tools if t.arguments}
-            self._shared = {t.name: t for t in tools if t.shared}
+            self._shared = {t.name: t for t in tools if any(c.shared for c in t.concurrency)}
         return self._templates
 
     def shared_in(self, instance: Instance, resource: Any) -> dict[str, ToolPolicy]:
         """Each tool whose key is shared (`shared = true`), with its policy (read with
-        `templates_in`)."""
+        `templates_in`). A shared key is its tool's only key: the config refuses one in a key
+        set."""
         self.templates_in(instance, resource)
         return dict(self._shared or {})
 
@@ -212,28 +214,27 @@ def _code(code: str) -> "DiagnosticCode | str":
 
 
 def _tool(t: Any) -> ToolPolicy:
-    c = t.concurrency
     return ToolPolicy(
         name=t.name,
-        key=c.key if c is not None else None,
-        # The component says none for an unbounded but spaced (or capped) key; the package's
-        # spelling is the old magic number (see `ToolPolicy`).
-        limit=(LIMIT_UNBOUNDED if c.limit is None else c.limit) if c is not None else None,
+        concurrency=tuple(_concurrency(c) for c in t.concurrency),
         fan_out=getattr(t, "fan-out"),
         on_error=OnError(getattr(t, "on-error")),
-        # A component before 0.3 has neither field: no delay, the default cap.
-        delay_ms=getattr(c, "delay-ms", 0) if c is not None else None,
-        retries=getattr(c, "retries", 3) if c is not None else None,
-        arguments=tuple(getattr(c, "arguments", ())) if c is not None else (),
-        shared=bool(getattr(c, "shared", False)) if c is not None else False,
-        # A component from before `max-wait-ms`: every key then has the default.
-        max_wait_ms=getattr(c, "max-wait-ms", MAX_WAIT_DEFAULT_MS) if c is not None else None,
-        rates=tuple(
-            RateWindow(w.count, getattr(w, "per-ms"), getattr(w, "burst", 1)) for w in getattr(c, "rates", ())
-        )
-        if c is not None
-        else (),
-        burst=getattr(c, "burst", 1) if c is not None else 1,
-        weight=getattr(c, "weight", 1) if c is not None else 1,
-        adapt_min=getattr(c, "adapt-min", None) if c is not None else None,
+    )
+
+
+def _concurrency(c: Any) -> Concurrency:
+    return Concurrency(
+        key=c.key,
+        # The component says none for an unbounded but spaced (or capped) key; the package's
+        # spelling is the old magic number (see `Concurrency`).
+        limit=LIMIT_UNBOUNDED if c.limit is None else c.limit,
+        delay_ms=getattr(c, "delay-ms"),
+        retries=c.retries,
+        arguments=tuple(c.arguments),
+        shared=bool(c.shared),
+        max_wait_ms=getattr(c, "max-wait-ms"),
+        rates=tuple(RateWindow(w.count, getattr(w, "per-ms"), w.burst) for w in c.rates),
+        burst=c.burst,
+        weight=c.weight,
+        adapt_min=getattr(c, "adapt-min"),
     )

@@ -358,7 +358,7 @@ class Driver:
             _callable(persist, "persist")
         shared_tools = dict(getattr(scheduler, "_shared_tools", {}))
         if shared_tools and shared_keys is None:
-            keys = sorted({t.key for t in shared_tools.values() if t.key is not None})
+            keys = sorted({c.key for t in shared_tools.values() for c in t.concurrency if c.shared})
             raise ValueError(
                 f"the policy declares shared keys ({', '.join(repr(k) for k in keys)}: tools "
                 f"{', '.join(sorted(shared_tools))}): give the driver shared_keys=SharedKeys(store) "
@@ -1262,7 +1262,9 @@ class Driver:
         delay_ms = getattr(terms, "delay-ms")
         if not delay_ms:
             tool = self._shared_tools.get(b.call_of[i].tool)
-            delay_ms = (tool.delay_ms or 0) if tool is not None else 0
+            # A shared key is its tool's only key (the config refuses one in a key set).
+            shared = next((c for c in tool.concurrency if c.shared), None) if tool is not None else None
+            delay_ms = shared.delay_ms if shared is not None else 0
         delay_ms = min(delay_ms, DELAY_MS_MAX)
         b.shared_keys[i] = key
         b.acquiring[i] = self._loop.create_task(self._acquiring(b, i, key, limit, delay_ms))  # type: ignore[union-attr]

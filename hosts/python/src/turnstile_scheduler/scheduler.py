@@ -133,7 +133,7 @@ def _lower_state(state: SavedState) -> SimpleNamespace:
                     tool=_str(c.tool, f"{wc}.tool"),
                     operations=ops,
                     entries=[_lower_saved_entry(e, f"{wc}.entries[{k}]") for k, e in enumerate(_check.sequence(c.entries, f"{wc}.entries"))],
-                    key=None if c.key is None else _str(c.key, f"{wc}.key"),
+                    keys=[_str(k, f"{wc}.keys[{n}]") for n, k in enumerate(_check.sequence(c.keys, f"{wc}.keys"))],
                 )
             )
         batches.append(
@@ -184,7 +184,7 @@ def _wait(w: Any) -> Optional[Wait]:
         if tag == "key-full":
             return KeyFull(v.key, v.limit, list(v.running))
         if tag == "behind":
-            return Behind(v)
+            return Behind(v.label, v.key)
         if tag == "key-paused":
             return KeyPaused(v.key, v.until)
         if tag == "key-spacing":
@@ -196,13 +196,9 @@ def _wait(w: Any) -> Optional[Wait]:
         if tag == "permit-granted":
             return PermitGranted(v)
         raise ValueError(f"unknown wait {tag!r}")
-    # A component before 0.3 passes `wait` untagged: u32, string and record lift to int, str
-    # and a Record.
-    if isinstance(w, int):
-        return BatchNotApproved(w)
-    if isinstance(w, str):
-        return Behind(w)
-    return KeyFull(w.key, w.limit, list(w.running))
+    # A component before 0.3 passed `wait` untagged (u32, string and record lifted to int, str
+    # and a Record); the package loads only 0.3, whose `wait` always lifts tagged.
+    raise ValueError(f"unknown wait {w!r}")
 
 
 def _status(s: Any) -> EntryStatus:
@@ -210,7 +206,7 @@ def _status(s: Any) -> EntryStatus:
     outcome = Outcome(s.state.payload) if state is EntryState.ENDED else None
     reason = _reason(s.state.payload) if state is EntryState.SETTLED else None
     cause = AbortCause(s.state.payload) if state is EntryState.ABORTED else None
-    return EntryStatus(s.entry, s.label, s.tool, s.key, state, outcome, reason, _wait(s.wait), getattr(s, "why", None), cause)
+    return EntryStatus(s.entry, s.label, s.tool, tuple(s.keys), state, outcome, reason, _wait(s.wait), getattr(s, "why", None), cause)
 
 
 def _saved_entry(e: Any) -> SavedEntry:
@@ -243,7 +239,7 @@ def _saved_state(s: Any) -> SavedState:
                 b.batch,
                 b.first,
                 b.cancelled,
-                [SavedCall(c.id, c.tool, c.operations, [_saved_entry(e) for e in c.entries], getattr(c, "key", None)) for c in b.calls],
+                [SavedCall(c.id, c.tool, c.operations, [_saved_entry(e) for e in c.entries], tuple(c.keys)) for c in b.calls],
                 getattr(b.limits, "execution-ms"),
                 getattr(b.limits, "abort-grace-ms"),
             )

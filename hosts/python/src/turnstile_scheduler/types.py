@@ -168,6 +168,14 @@ class DiagnosticCode(str, Enum):
     """A `weight` above 1 on a key with no `rate`."""
     WEIGHT_ABOVE_BURST = "weight-above-burst"
     """A `weight` above the key's `burst` (such a call could never start)."""
+    CONCURRENCY_KEY_REPEATED = "concurrency-key-repeated"
+    """One key named twice in one tool's key set."""
+    SHARED_KEY_IN_SET = "shared-key-in-set"
+    """A `shared` key in a key set: its store grants one key's permits, not a set's all or
+    none."""
+    ADAPTIVE_KEYS_IN_SET = "adaptive-keys-in-set"
+    """Two adaptive limits in one key set: a rate limit on its call could not say which one to
+    halve."""
 
 
 class Severity(str, Enum):
@@ -327,34 +335,34 @@ class RateWindow:
 
 
 @dataclass(frozen=True)
-class ToolPolicy:
-    """A tool's resolved policy; `key`, `limit`, `delay_ms` and `retries` are None when it is
-    unbounded. `delay_ms` is the minimum gap in milliseconds between consecutive starts on the
-    key (0: none); `retries` how many times one entry may hit a rate limit and run again (3
-    unless the config says otherwise); `max_wait_ms` the longest wait a rate limit may ask
-    for (`max_wait`, 300000 = 5 minutes unless the config says otherwise; 0 waits for
-    nothing): an entry asked to wait longer is settled `rate-limited` at once. A key written with `limit = 0` and a delay is unbounded
-    but spaced: its limit is then 4294967295 (the component says none; this package keeps the
-    number, so `limit` is an int whenever `key` is set).
+class Concurrency:
+    """One key a tool's calls take, as the policy resolved it (`ToolPolicy.concurrency`).
+
+    `limit` is how many executions with the key may run at once; a key written with
+    `limit = 0` and a delay is unbounded but spaced: its limit is then 4294967295 (the
+    component says none; this package keeps the number, so `limit` is always an int).
+    `delay_ms` is the minimum gap in milliseconds between consecutive starts on the key (0:
+    none); `retries` how many times one entry may hit a rate limit and run again (3 unless the
+    config says otherwise); `max_wait_ms` the longest wait a rate limit may ask for
+    (`max_wait`, 300000 = 5 minutes unless the config says otherwise; 0 waits for nothing): an
+    entry asked to wait longer is settled `rate-limited` at once.
 
     A key with placeholders (`"fs:{path}"`) is a template: each call's key is made from its
     arguments (`Call.arguments`), and every key made from one template has its limit, delay
     and retries. `arguments` names the top-level arguments the template uses, in first-use
-    order (empty for a plain key and for an unbounded tool)."""
+    order (empty for a plain key)."""
 
-    name: str
-    key: Optional[str]
-    limit: Optional[int]
-    fan_out: bool
-    on_error: OnError
-    delay_ms: Optional[int] = None
-    retries: Optional[int] = None
+    key: str
+    limit: int
+    delay_ms: int = 0
+    retries: int = RETRIES_DEFAULT
     arguments: tuple[str, ...] = ()
     shared: bool = False
     """The key's limit, delay and pauses hold across every process using one store
-    (`concurrency = { key, limit, shared = true }`): a `Driver` needs `shared_keys=`."""
-    max_wait_ms: Optional[int] = None
-    """The key's maximum wait on a rate limit in milliseconds (None when unbounded)."""
+    (`concurrency = { key, limit, shared = true }`): a `Driver` needs `shared_keys=`. A shared
+    key is always a tool's only key (the config refuses one in a key set)."""
+    max_wait_ms: int = MAX_WAIT_DEFAULT_MS
+    """The key's maximum wait on a rate limit in milliseconds."""
     rates: tuple[RateWindow, ...] = ()
     """The key's rate windows, ascending (empty when none), kept as GCRA with `burst`: `count`
     starts per `per_ms` at an even pace, and `burst` of them at once after the key was idle
@@ -368,6 +376,28 @@ class ToolPolicy:
     """The floor of an adaptive limit (`limit = { max, min, adapt = "aimd" }`; `limit` is then
     its ceiling), None when the limit is fixed. It halves on each rate-limited end (not below
     this) and grows by one after as many clean ends as it then is."""
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """A tool's resolved policy. `concurrency` lists the keys each of its calls takes, in
+    written order: one (`concurrency = 2`, or a table), every member of a key set
+    (`concurrency = [{ key = "fs:{src}" }, { key = "fs:{dst}", limit = 1 }]`), or none (empty)
+    when the tool is unbounded. A call of a key set starts only when every one of its keys has
+    room and it is first among the waiting entries of each key; it holds them all until it
+    ends. Two members that make one key (`{src}` equal to `{dst}`) count once."""
+
+    name: str
+    concurrency: tuple[Concurrency, ...]
+    fan_out: bool
+    on_error: OnError
+
+    @property
+    def arguments(self) -> tuple[str, ...]:
+        """The top-level arguments its key templates use: every member's, each once, in
+        written order (empty when no key is a template). The package sends a call's arguments
+        only for such a tool, and only these fields."""
+        return tuple(dict.fromkeys(name for c in self.concurrency for name in c.arguments))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -530,9 +560,10 @@ class KeyFull:
 
 @dataclass(frozen=True)
 class Behind:
-    """An earlier entry with its key (`label`) has not started yet."""
+    """An earlier entry (`label`) with one of its keys (`key`) has not started yet."""
 
     label: str
+    key: str
 
 
 @dataclass(frozen=True)
@@ -585,13 +616,14 @@ class EntryStatus:
     when it is SETTLED; `wait` says why an approved entry waits, and `why` says it as one plain
     sentence for a UI, written by the component so every host says the same ("waiting: github
     is full (2 of 2 running: g1, g2)"; a wait on time says how long is left by the
-    scheduler's clock as last given). `key` is the entry's key (for a key template, the key
-    its call's arguments made)."""
+    scheduler's clock as last given). `keys` are the entry's keys: one, its key set's
+    (written order, each once), or none when its tool is unbounded (for a key template, the
+    key its call's arguments made)."""
 
     entry: int
     label: str
     tool: str
-    key: Optional[str]
+    keys: tuple[str, ...]
     state: EntryState
     outcome: Optional[Outcome] = None
     reason: Optional[Reason] = None
@@ -638,15 +670,17 @@ class SavedEntry:
 @dataclass(frozen=True)
 class SavedCall:
     """A call of a live batch; `operations` is None for a plain call. Entries not listed were
-    pending or approved. `key` is the key its arguments made from its tool's key template
-    (None for other tools, or when they made none): `resume` gives the call that key again,
-    since the arguments themselves are not saved."""
+    pending or approved. `keys`, for a tool with a key template, names the key each member of
+    its key set took, in written order (a template's own text where the arguments made none);
+    empty for other tools. `resume` gives the call those keys again, since the arguments
+    themselves are not saved. (A state saved by 0.2 had `key`, one name or none: `from_dict`
+    reads it as `keys` of that one name.)"""
 
     id: str
     tool: str
     operations: Optional[int]
     entries: list[SavedEntry] = field(default_factory=list)
-    key: Optional[str] = None
+    keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -674,8 +708,8 @@ class SavedState:
     batches: list[SavedBatch]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dicts, lists, strings, ints and None: ready for `json.dumps`. A call's `key`
-        is written only when it has one, so a state without key templates reads the same as
+        """Plain dicts, lists, strings, ints and None: ready for `json.dumps`. A call's `keys`
+        are written only when it has some, so a state without key templates reads the same as
         before them."""
         return {
             "version": self.version,
@@ -695,7 +729,7 @@ class SavedState:
                             "tool": c.tool,
                             "operations": c.operations,
                             "entries": [_saved_entry_dict(e) for e in c.entries],
-                            **({} if c.key is None else {"key": c.key}),
+                            **({"keys": list(c.keys)} if c.keys else {}),
                         }
                         for c in b.calls
                     ],
@@ -707,7 +741,9 @@ class SavedState:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SavedState":
         """The inverse of `to_dict`; raises KeyError, TypeError or ValueError on a malformed
-        dict (values are checked again when they cross into the component)."""
+        dict (values are checked again when they cross into the component). A call saved by 0.2
+        has `key` (a name, or None) instead of `keys`: it reads as `keys` of that one name (a
+        call with both is a ValueError)."""
         return cls(
             version=d["version"],
             policy=d["policy"],
@@ -724,16 +760,34 @@ class SavedState:
                             tool=c["tool"],
                             operations=c["operations"],
                             entries=[_saved_entry_from_dict(e) for e in c["entries"]],
-                            key=c.get("key"),  # absent in a state saved before key templates
+                            keys=_saved_keys_from_dict(c, f"batches[{i}].calls[{j}]"),
                         )
-                        for c in b["calls"]
+                        for j, c in enumerate(b["calls"])
                     ],
                     execution_ms=b.get("execution_ms"),  # absent in a state saved before limits
                     abort_grace_ms=b.get("abort_grace_ms"),
                 )
-                for b in d["batches"]
+                for i, b in enumerate(d["batches"])
             ],
         )
+
+
+def _saved_keys_from_dict(c: dict[str, Any], what: str) -> tuple[str, ...]:
+    """A saved call's `keys`: a list of names, or 0.2's `key` (one name) as that one name,
+    never both; neither (a state saved before key templates, or a call without one; None is
+    absent) is none."""
+    key, keys = c.get("key"), c.get("keys")
+    if key is not None:
+        if keys is not None:
+            raise ValueError(f"{what} has both keys and key (a state saved by 0.2): give one")
+        if not isinstance(key, str):
+            raise TypeError(f"{what}.key must be a str, not {type(key).__name__}")
+        return (key,)
+    if keys is None:
+        return ()
+    if not isinstance(keys, (list, tuple)):
+        raise TypeError(f"{what}.keys must be a list of str, not {type(keys).__name__}")
+    return tuple(keys)
 
 
 def _saved_entry_dict(e: SavedEntry) -> dict[str, Any]:
