@@ -5,9 +5,10 @@
 //! all back. Nothing is ever held partly: the check and the taking happen in one transition.
 //!
 //! Why this cannot deadlock or starve: every queue is in entry order, and entry numbers are
-//! one global order (batch, then written order). Take the lowest-numbered waiting approved
-//! entry of an open batch: no waiting entry comes before it in any queue, so it waits only for
-//! room and for time on its own keys, which running executions give back when they end. Each
+//! one global order (batch, then written order). Take the lowest-numbered waiting entry: if it
+//! is pending, it waits for the host's decision, which no key holds; if it is approved (its
+//! batch open), no waiting entry comes before it in any queue, so it waits only for room and
+//! for time on its own keys, which running executions give back when they end. Each
 //! key's walk releases in entry order, and a set entry is released only at the front of every
 //! queue, so the per-key FIFO assertion (`Keys::released_in_order`) holds on every key of the
 //! set, paired with the enqueue assertion (`Keys::enqueue`).
@@ -20,10 +21,22 @@ use super::batch::DUPLICATE;
 use super::{Scheduler, State, Turn};
 
 impl Scheduler {
+    /// Whether entry `index` of batch `slot` has a key set (more than one key). A batch without
+    /// sets answers from its own vector, without looking the entry's call up.
+    #[inline]
+    pub(super) fn in_set(&self, slot: u32, index: u32) -> bool {
+        let batch = self.batches.slot(slot);
+        !batch.set_keys.is_empty()
+            && batch.calls[batch.entries[index as usize].call as usize].set_len > 0
+    }
+
     /// The range of entry `index`'s key set beyond its first key in its batch's `set_keys`.
     #[inline]
     pub(super) fn set_span(&self, slot: u32, index: u32) -> std::ops::Range<usize> {
         let batch = self.batches.slot(slot);
+        if batch.set_keys.is_empty() {
+            return 0..0;
+        }
         let call = &batch.calls[batch.entries[index as usize].call as usize];
         let start = call.set_start as usize;
         start..start + call.set_len as usize
@@ -48,10 +61,14 @@ impl Scheduler {
     }
 
     /// The one adaptive key of entry `index`'s key set (a set has at most one), if any.
+    #[inline]
     pub(super) fn adaptive_key(&self, slot: u32, index: u32) -> Option<u32> {
         let first = self.batches.slot(slot).entries[index as usize].key.get()?;
         if self.keys.key(first).adapt.is_some() {
             return Some(first);
+        }
+        if !self.in_set(slot, index) {
+            return None;
         }
         self.set_span(slot, index)
             .filter_map(|j| self.set_key(slot, j))
@@ -95,6 +112,10 @@ impl Scheduler {
     /// approved). Entries at the front that no longer wait are dropped on the way, as the
     /// key's own walk would drop them.
     fn first_waiting(&mut self, k: u32, e: u64) -> bool {
+        // A shared key's walk keeps entries that ask for or hold a permit: never in a set (the
+        // config refuses it, and a saved key name is taken only from a template that can make
+        // it, which agrees with the key on `shared`).
+        debug_assert!(!self.keys.key(k).shared, "shared key {k} in a key set");
         while let Some(&q) = self.keys.key(k).queue().front() {
             if q == e {
                 return true;
@@ -105,7 +126,8 @@ impl Scheduler {
             self.keys.pop_front(k);
         }
         debug_assert!(false, "entry {e} is not queued on key {k} of its set");
-        false
+        // Nothing waits ahead of it there: going fails safe, waiting would never wake.
+        true
     }
 
     /// Entry `e` of a key set was released by key `k`'s walk: its other keys record the release

@@ -353,6 +353,11 @@ impl Keys {
         })
     }
 
+    /// Whether template `t` could make key `name` (a saved name is taken only then).
+    pub(crate) fn can_make(&self, t: u32, name: &str) -> bool {
+        self.templates[t as usize].template.can_make(name)
+    }
+
     /// The key template `t` takes when a call's arguments do not expand.
     pub(crate) fn fallback(&self, t: u32) -> u32 {
         self.templates[t as usize].fallback

@@ -95,8 +95,14 @@ impl Scheduler {
             KeyOf::Fixed(k) => Some(k),
             KeyOf::Template(t) => Some(match made {
                 MadeFrom::Arguments(arguments) => self.keys.expand(&self.policy, t, *arguments),
+                // A name this member's template could not make (the policy changed, or the
+                // state was edited) takes the template's own key: it never borrows another
+                // key's terms (a shared key, a second adaptive limit).
                 MadeFrom::Saved(names) => match names.get(m) {
-                    Some(name) if batch::check_name("key", name, false).is_ok() => {
+                    Some(name)
+                        if batch::check_name("key", name, false).is_ok()
+                            && self.keys.can_make(t, name) =>
+                    {
                         self.keys.expanded_key(&self.policy, t, name)
                     }
                     _ => self.keys.fallback(t),

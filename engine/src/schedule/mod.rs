@@ -10,6 +10,8 @@
 //!    barrier). Then its unkeyed entries are released together.
 //! 2. A keyed entry is released when fewer than `limit` executions with its key are running and
 //!    every earlier entry with that key, earlier batches first, has been released or settled.
+//!    An entry of a key set needs that on every key of its set, and takes them all at once
+//!    (`key_set.rs`).
 //! 3. A slot is held from release until the execution ends, through any question it asks.
 //! 4. Under `on_error = "stop"`, once an operation fails (ended failed, or settled failed before
 //!    running) the approved operations behind it in the same call are settled as stopped.
@@ -24,8 +26,12 @@
 //!
 //! - *Is each key FIFO?* Yes: entries with one key start in (batch, written) order, whatever
 //!   order approvals or ends arrive in. An earlier approved entry blocks every later one.
-//! - *Can one saturated key block another?* No. Keys are independent of each other and of
-//!   unkeyed entries.
+//! - *Can one saturated key block another?* Not by itself: keys are independent of each other
+//!   and of unkeyed entries. An entry of a key set waiting on one of its keys does hold back
+//!   the later entries of its other keys, which may not overtake it (written order per key).
+//! - *When do unkeyed entries start?* In the round after their batch's barrier falls (or their
+//!   wait after a rate limit ends), not inside the input that let them: an input later in the
+//!   same round (a cancellation, a failure that stops them) reaches them first.
 //! - *What does cancelling do?* A cancellation settles every pending or approved entry of the
 //!   batch as cancelled and aborts the running ones ([`Action::Abort`]). They keep their slot
 //!   until the host reports their end, or until the batch's abort grace gives up on them
@@ -176,7 +182,9 @@ pub enum End {
     Failed,
     /// It hit a rate limit and may run again at this time (the host's clock, from
     /// `Retry-After`): its slot is freed, its key pauses until then, and it goes back to the
-    /// front of its key's queue; past the key's retry cap it is settled `rate-limited`.
+    /// front of its key's queue; past the key's retry cap it is settled `rate-limited`. An
+    /// execution of a key set does this on every key of its set, with the smallest cap and
+    /// maximum wait of its keys.
     RateLimited(u64),
 }
 
@@ -369,6 +377,10 @@ pub struct Scheduler {
     scratch_ids: FxHashMap<u64, u64>,
     /// Scratch for laying a call out: the rest of its key set (`layout.rs`).
     scratch_set: Vec<(u32, u32)>,
+    /// Unkeyed entries that may start (their batch opened, or their wait after a rate limit
+    /// is over): released by the round, not by the input, so that an input after it in the
+    /// same round (a cancellation, a failure that stops them) still reaches them first.
+    unkeyed_due: Vec<u64>,
     /// The host's clock as last given (`time.rs`).
     now: u64,
     /// Wake-ups, earliest first; stale items are skipped.
@@ -407,6 +419,7 @@ impl Scheduler {
             scratch: Vec::new(),
             scratch_ids: FxHashMap::default(),
             scratch_set: Vec::new(),
+            unkeyed_due: Vec::new(),
             now: 0,
             timers: StaleHeap::default(),
             retries: FxHashMap::default(),
@@ -691,7 +704,7 @@ impl Scheduler {
             if let Some(after) = self.stopped_by(slot, i) {
                 self.settle_stopped(slot, i, after);
             } else if entry.key.get().is_none() {
-                self.release(slot, i);
+                self.unkeyed_due.push(batch.first + u64::from(i));
             }
         }
         let batch = self.batches.slot(slot);
@@ -710,6 +723,12 @@ impl Scheduler {
     /// Runs the key walks the inputs since the last round made necessary, orders the output,
     /// retires batches, and hands the output over.
     fn finish_round(&mut self, out: &mut Releases) {
+        // Unkeyed entries first, in entry order, if they still may go.
+        let mut due = std::mem::take(&mut self.unkeyed_due);
+        for e in due.drain(..) {
+            self.release_retried(e);
+        }
+        self.unkeyed_due = due;
         while let Some(k) = self.keys.pop_dirty() {
             self.walk(k);
         }
@@ -795,7 +814,7 @@ impl Scheduler {
                 Turn::Go(slot, index) => {
                     self.keys.released_in_order(k, e);
                     self.release(slot, index);
-                    if !self.set_span(slot, index).is_empty() {
+                    if self.in_set(slot, index) {
                         self.set_released(k, e, slot, index);
                     }
                 }
@@ -809,7 +828,7 @@ impl Scheduler {
     /// approved entry goes when its batch is open, its key has room and its gate is open;
     /// pending or held back, it waits (arming a wake-up when only the clock holds it), and
     /// everything behind it waits too; anything else is passed.
-    #[inline]
+    #[inline(always)]
     fn turn(&mut self, k: u32, e: u64) -> Turn {
         let Some((slot, index)) = self.batches.locate(e) else {
             return Turn::Pass;
@@ -825,9 +844,7 @@ impl Scheduler {
                 Turn::Wait
             }
             // A key set's entry needs every key of its set (`key_set.rs`).
-            State::Approved
-                if batch.calls[batch.entries[index as usize].call as usize].set_len > 0 =>
-            {
+            State::Approved if !batch.set_keys.is_empty() && self.in_set(slot, index) => {
                 self.set_turn(k, e, slot, index)
             }
             State::Approved => Turn::Go(slot, index),

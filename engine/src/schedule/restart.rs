@@ -89,13 +89,19 @@ impl Scheduler {
     /// Exports every live batch, for [`Scheduler::resume`]. Costs time proportional to live
     /// work.
     pub fn unfinished(&self) -> SavedState {
-        // What `resume` settled but no `next_releases` has reported yet is saved as it was before, so
-        // that the next `resume` reports it again rather than never.
+        // What the scheduler settled but no `next_releases` has reported yet is saved as it was
+        // before, so that the resumed scheduler answers it again rather than never: an
+        // execution it gave up on (interrupted, rate-limited past its cap, timed out) as started,
+        // an entry it settled before it ran (cancelled, stopped) as pending.
         let undelivered = |e: u64, state: State| match state {
-            State::Settled(Reason::Interrupted) if self.settled.contains(&e) => {
-                Some(Some(Saved::Started))
+            State::Settled(
+                Reason::Interrupted | Reason::RateLimited { .. } | Reason::TimedOut { .. },
+            ) if self.settled.contains(&e) => Some(Some(Saved::Started)),
+            State::Settled(Reason::Cancelled | Reason::Stopped { .. })
+                if self.settled.contains(&e) =>
+            {
+                Some(None)
             }
-            State::Settled(Reason::Cancelled) if self.settled.contains(&e) => Some(None),
             _ => None,
         };
         let batches = self

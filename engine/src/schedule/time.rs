@@ -205,8 +205,9 @@ impl Scheduler {
         });
     }
 
-    /// An unkeyed entry that ran again when its wait ended, if it still may.
-    fn release_retried(&mut self, e: u64) {
+    /// An unkeyed entry that may start (its batch opened, or its wait after a rate limit
+    /// ended), if it still may.
+    pub(super) fn release_retried(&mut self, e: u64) {
         if let Some((slot, index)) = self.batches.locate(e) {
             let batch = self.batches.slot(slot);
             if batch.is_open() && batch.entries[index as usize].life.get() == State::Approved {
@@ -340,7 +341,7 @@ impl Scheduler {
             Some(_) => {}
             // An unkeyed execution that goes back in line waits for `until` on its own.
             None if give_up.is_some() => {}
-            None if until <= self.now => self.release(slot, index),
+            None if until <= self.now => self.unkeyed_due.push(e.0),
             None => {
                 self.not_before.insert(e.0, until);
                 self.push_timer(until, Timer::Entry(e.0));

@@ -846,6 +846,7 @@ impl Model {
         });
         out.pause_store = store;
         self.expire(&mut out);
+        self.immediate(&mut out, true);
         self.walk(&mut out);
         self.retire(&mut out);
         // An abort is reported only while its execution still runs.
@@ -938,7 +939,7 @@ impl Model {
                         _ => unreachable!(),
                     },
                 ));
-                self.immediate(out);
+                self.immediate(out, false);
             }
             None => {
                 self.time.retried.insert(n, done + 1);
@@ -959,7 +960,7 @@ impl Model {
                 if rule.is_none() && until > self.time.now {
                     self.time.not_before.insert(n, until);
                 }
-                self.immediate(out);
+                self.immediate(out, false);
             }
         }
         Ok(())
@@ -983,7 +984,7 @@ impl Model {
                     self.adapt(&k, n, true);
                 }
                 self.set(n, st);
-                self.immediate(out);
+                self.immediate(out, false);
             }
             Err(code) => out.errors.push((kind, i as u32, code)),
         }
@@ -1020,9 +1021,11 @@ impl Model {
         Ok(())
     }
 
-    /// What happens at once in an open batch: rule 4 (approved operations behind the lowest
-    /// failure of a stop call are stopped) and rule 1 (unkeyed approved entries start).
-    fn immediate(&mut self, out: &mut Out) {
+    /// What happens in an open batch: rule 4 (approved operations behind the lowest failure
+    /// of a stop call are stopped), at once; and, with `start` (once per step, after every
+    /// input, so that a cancellation or a failure later in the step still reaches them), rule
+    /// 1 (unkeyed approved entries start).
+    fn immediate(&mut self, out: &mut Out, start: bool) {
         for b in 0..self.batches.len() {
             if !self.open(b) {
                 continue;
@@ -1048,7 +1051,7 @@ impl Model {
                     }
                 } else if st.permit() {
                     // Waits for its permit, or for earlier entries to start.
-                } else if unkeyed && !self.time.not_before.contains_key(&n) {
+                } else if start && unkeyed && !self.time.not_before.contains_key(&n) {
                     self.start(n, out);
                 }
             }
@@ -1149,7 +1152,7 @@ impl Model {
                 }
             }
         }
-        self.immediate(out);
+        self.immediate(out, false);
     }
 
     fn abort(&mut self, n: u64, cause: AbortCause, out: &mut Out) {
