@@ -20,14 +20,18 @@ const SEED = Number(process.env.TURNSTILE_CRASH_SEED ?? Date.now() % 100_000);
 /** A small seeded generator (mulberry32). */
 const random = (seed) => rng(seed).next;
 
-/** Runs the child once; kills it `killAfterMs` after it said ready (undefined: lets it finish).
- * Resolves with how it ended. */
-function runChild(dir, args, killAfterMs) {
+/** Runs the child once; kills it `killAfterMs` after it said `from` (`ready`: its plan is
+ * submitted; `running`: its first call started, so that a loaded machine, which starts calls
+ * late, still sees kills while calls run), or lets it finish (undefined). Resolves with how it
+ * ended. */
+function runChild(dir, args, killAfterMs, from = 'ready') {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CHILD, dir, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
     let timer;
+    let said = '';
     child.stdout.on('data', (chunk) => {
-      if (killAfterMs !== undefined && timer === undefined && String(chunk).includes('ready')) timer = setTimeout(() => child.kill('SIGKILL'), killAfterMs);
+      said += String(chunk);
+      if (killAfterMs !== undefined && timer === undefined && said.includes(from)) timer = setTimeout(() => child.kill('SIGKILL'), killAfterMs);
     });
     child.on('error', reject);
     child.on('exit', (code, signal) => {
@@ -77,7 +81,7 @@ for (const started of ['run-again', 'interrupt']) {
     let kills = 0;
     let finished = false;
     for (let round = 0; round < KILLS * 3 && kills < KILLS; round++) {
-      const how = await runChild(dir, args, Math.floor(next() * 30));
+      const how = await runChild(dir, args, Math.floor(next() * 30), round % 2 ? 'running' : 'ready');
       if (how === 'SIGKILL') kills += 1;
       else if (how === 0) {
         finished = true;

@@ -73,6 +73,10 @@ class Child:
         attempt = f"{os.getpid()}.{self.counter}"
         self.counter += 1
         self.log(f"start {x.label} {attempt}")
+        # The parent may time a kill from the first start (a loaded machine starts late).
+        if self.counter == 1:
+            sys.stdout.write("running\n")
+            sys.stdout.flush()
         await asyncio.sleep((1 + (len(x.label) + self.counter) % 4) / 1000)
         if x.label.endswith("c3"):
             raise RuntimeError(f"boom {attempt}")

@@ -42,9 +42,13 @@ def precompile(directory: Path) -> Path:
     return path
 
 
-def run_child(directory: Path, started: str, kill_after: "float | None") -> int:
-    """Runs the child once; kills it `kill_after` seconds after it said ready (None: lets it
-    finish). Returns its exit code (negative: the signal)."""
+def run_child(
+    directory: Path, started: str, kill_after: "float | None", since: bytes = b"ready"
+) -> int:
+    """Runs the child once; kills it `kill_after` seconds after it said `since` (`ready`: its
+    plan is submitted; `running`: its first call started, so that a loaded machine, which
+    starts calls late, still sees kills while calls run), or lets it finish (None). Returns its
+    exit code (negative: the signal)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(Path(turnstile_scheduler.__file__).parents[1]),
@@ -54,10 +58,11 @@ def run_child(directory: Path, started: str, kill_after: "float | None") -> int:
     with subprocess.Popen(args, stdout=subprocess.PIPE, env=env) as child:
         assert child.stdout is not None
         if kill_after is not None:
-            line = child.stdout.readline()
-            if b"ready" in line:
-                time.sleep(kill_after)
-                child.send_signal(signal.SIGKILL)
+            for line in child.stdout:
+                if since in line:
+                    time.sleep(kill_after)
+                    child.send_signal(signal.SIGKILL)
+                    break
         child.stdout.read()
         return child.wait(timeout=60)
 
@@ -106,7 +111,8 @@ def test_sigkill_at_random_moments_no_ended_call_runs_again_or_comes_back_interr
     for round in range(KILLS * 3):
         if kills >= KILLS:
             break
-        code = run_child(work, modes[round % 2], rng.random() * WINDOW)
+        since = b"running" if round % 4 >= 2 else b"ready"
+        code = run_child(work, modes[round % 2], rng.random() * WINDOW, since)
         if code == -signal.SIGKILL:
             kills += 1
         elif code == 0:
