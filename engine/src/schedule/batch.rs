@@ -33,6 +33,13 @@ impl OptU32 {
 /// and skipped wherever the set's keys are taken.
 pub(crate) const DUPLICATE: u32 = 0;
 
+/// The keys of a key set's members, each once: the one place a member marked [`DUPLICATE`]
+/// (its key an earlier member's) is left out, so the set counts it once everywhere.
+#[inline]
+pub(crate) fn distinct(members: &[(u32, u32)]) -> impl Iterator<Item = (u32, u32)> + '_ {
+    members.iter().copied().filter(|&(_, w)| w != DUPLICATE)
+}
+
 /// An entry: 12 bytes, most of what a queued execution costs.
 #[derive(Debug)]
 pub(crate) struct Entry {
@@ -108,9 +115,16 @@ impl Batch {
         }
     }
 
-    /// The keys of entry `index`'s key set beyond its first (its call's), with the units of
-    /// each key's rate one call costs; a member that made a key an earlier member made
-    /// ([`DUPLICATE`]) counts once, at the earlier one.
+    /// The keys of entry `index`'s key set beyond its first, each once, with the units of each
+    /// key's rate one call costs ([`distinct`] of its members).
+    #[inline]
+    pub(crate) fn other_keys(&self, index: u32) -> impl Iterator<Item = (u32, u32)> + '_ {
+        distinct(self.more_keys(index))
+    }
+
+    /// The members of entry `index`'s key set beyond its first (its call's), with the units of
+    /// each key's rate one call costs; a member that made a key an earlier member made is
+    /// kept, marked [`DUPLICATE`] (a saved call names every member's key).
     #[inline]
     pub(crate) fn more_keys(&self, index: u32) -> &[(u32, u32)] {
         let call = &self.calls[self.entries[index as usize].call as usize];

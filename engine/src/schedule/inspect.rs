@@ -252,12 +252,8 @@ impl Scheduler {
             let b = self.batches.slot(slot);
             for (i, e) in b.entries.iter().enumerate() {
                 let state = e.life.get();
-                let holds = |index: u32| {
-                    e.key.get() == Some(k)
-                        || b.more_keys(index)
-                            .iter()
-                            .any(|&(j, w)| j == k && w != super::batch::DUPLICATE)
-                };
+                let holds =
+                    |index: u32| e.key.get() == Some(k) || b.other_keys(index).any(|(j, _)| j == k);
                 if (state.is_started_unended() || state.holds_permit_unstarted()) && holds(i as u32)
                 {
                     out.push(b.label(i as u32));

@@ -17,7 +17,7 @@
 //! most one adaptive key, and a rate limit on a call of a set pauses each of its keys: the
 //! host cannot say which resource answered 429, so every key the call holds waits.
 
-use super::batch::DUPLICATE;
+use super::batch::distinct;
 use super::{Scheduler, State, Turn};
 
 impl Scheduler {
@@ -46,17 +46,15 @@ impl Scheduler {
     /// weight; `None` for a member that repeats an earlier member's key.
     #[inline]
     pub(super) fn set_key(&self, slot: u32, j: usize) -> Option<(u32, u32)> {
-        let (k, weight) = self.batches.slot(slot).set_keys[j];
-        (weight != DUPLICATE).then_some((k, weight))
+        distinct(&self.batches.slot(slot).set_keys[j..=j]).next()
     }
 
     /// Every key of entry `index` of batch `slot`, each once: its first, then the rest of its
     /// set. A copy, so the caller may change the scheduler while it goes through them.
     pub(super) fn keys_of(&self, slot: u32, index: u32) -> Vec<u32> {
-        let first = self.batches.slot(slot).entries[index as usize].key.get();
-        let rest = self
-            .set_span(slot, index)
-            .filter_map(|j| self.set_key(slot, j).map(|(k, _)| k));
+        let batch = self.batches.slot(slot);
+        let first = batch.entries[index as usize].key.get();
+        let rest = batch.other_keys(index).map(|(k, _)| k);
         first.into_iter().chain(rest).collect()
     }
 
@@ -70,10 +68,9 @@ impl Scheduler {
         if !self.in_set(slot, index) {
             return None;
         }
-        self.set_span(slot, index)
-            .filter_map(|j| self.set_key(slot, j))
-            .map(|(k, _)| k)
-            .find(|&k| self.keys.key(k).adapt.is_some())
+        let batch = self.batches.slot(slot);
+        let mut others = batch.other_keys(index).map(|(k, _)| k);
+        others.find(|&k| self.keys.key(k).adapt.is_some())
     }
 
     /// The rest of a key set's turn, once key `k`'s walk found its entry `e` (entry `index` of

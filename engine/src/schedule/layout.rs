@@ -149,8 +149,8 @@ impl Scheduler {
             rec.first_failed = OptU32::new(failed.map(|op| op as u32));
         }
         // Each key of its set, once: a key set's entries wait in every one of its keys' queues.
-        let others = call.more.iter().filter(|&&(_, w)| w != batch::DUPLICATE);
-        for k in call.key.into_iter().chain(others.map(|&(k, _)| k)) {
+        let others = batch::distinct(call.more).map(|(k, _)| k);
+        for k in call.key.into_iter().chain(others) {
             if self.keys.first_use(k, b.id) {
                 b.keys.push(k);
             }

@@ -863,8 +863,8 @@ impl Scheduler {
         let entry = &batch.entries[index as usize];
         if entry.key.get() != Some(k) {
             // Another key of its set: the member's own weight.
-            let mut more = batch.more_keys(index).iter();
-            return more.find(|&&(j, _)| j == k).map_or(1, |&(_, w)| w.max(1));
+            let mut others = batch.other_keys(index);
+            return others.find(|&(j, _)| j == k).map_or(1, |(_, w)| w);
         }
         self.keys.tool(batch.calls[entry.call as usize].tool).weight
     }
