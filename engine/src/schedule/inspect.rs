@@ -123,7 +123,7 @@ impl Scheduler {
                         previous = Some(e); // another batch's, or outside the part
                         continue;
                     };
-                    let in_set = !self.set_span(slot, at as u32).is_empty();
+                    let in_set = self.in_set(slot, at as u32);
                     let wait = match previous {
                         Some(p) => Some(Wait::Behind {
                             label: self.label(EntryId(p)).unwrap_or_default(),
@@ -161,23 +161,15 @@ impl Scheduler {
                 }
             }
         }
-        // A key set's entry waits on the first key of its set, in written order, that holds it.
+        // A key set's entry waits on the first key of its set, in written order, that holds it:
+        // each entry keeps the wait of the lowest place in its set seen so far.
+        let mut ranks = vec![usize::MAX; if set_waits.is_empty() { 0 } else { end - start }];
         for (at, k, wait) in set_waits {
             let keys = self.keys_of(slot, at as u32);
-            let rank = |k: u32| keys.iter().position(|&j| j == k).unwrap_or(usize::MAX);
-            let place = &mut waits[at - start];
-            let earlier = match place {
-                Some(Wait::KeyFull { key, .. })
-                | Some(Wait::Behind { key, .. })
-                | Some(Wait::KeyPaused { key, .. })
-                | Some(Wait::KeySpacing { key, .. }) => keys
-                    .iter()
-                    .position(|&j| self.keys.key(j).name == *key)
-                    .unwrap_or(usize::MAX),
-                _ => usize::MAX,
-            };
-            if rank(k) < earlier {
-                *place = Some(wait);
+            let rank = keys.iter().position(|&j| j == k).unwrap_or(usize::MAX);
+            if rank < ranks[at - start] {
+                ranks[at - start] = rank;
+                waits[at - start] = Some(wait);
             }
         }
         let out = rec.entries[start..end]

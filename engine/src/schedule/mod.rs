@@ -726,7 +726,7 @@ impl Scheduler {
         // Unkeyed entries first, in entry order, if they still may go.
         let mut due = std::mem::take(&mut self.unkeyed_due);
         for e in due.drain(..) {
-            self.release_retried(e);
+            self.release_unkeyed(e);
         }
         self.unkeyed_due = due;
         while let Some(k) = self.keys.pop_dirty() {

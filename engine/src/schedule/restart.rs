@@ -373,16 +373,19 @@ impl Scheduler {
     /// configured key needs no name to be found again).
     fn made_keys(&self, slot: u32, index: u32) -> Vec<String> {
         let b = self.batches.slot(slot);
-        let Some(first) = b.entries[index as usize].key.get() else {
+        let entry = &b.entries[index as usize];
+        let Some(first) = entry.key.get() else {
             return Vec::new();
         };
-        let keys = std::iter::once(first).chain(b.more_keys(index).iter().map(|&(k, _)| k));
-        let tool = self
+        if !self
             .keys
-            .tool(b.calls[b.entries[index as usize].call as usize].tool);
-        if !tool.has_template() {
+            .tool(b.calls[entry.call as usize].tool)
+            .has_template()
+        {
             return Vec::new();
         }
+        // Every member, repeats included: names go back to members by position.
+        let keys = std::iter::once(first).chain(b.more_keys(index).iter().map(|&(k, _)| k));
         keys.map(|k| self.keys.key(k).name.clone()).collect()
     }
 }

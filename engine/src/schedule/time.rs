@@ -180,7 +180,7 @@ impl Scheduler {
                 Timer::Entry(e) => {
                     if self.not_before.get(&e) == Some(&at) {
                         self.not_before.remove(&e);
-                        self.release_retried(e);
+                        self.release_unkeyed(e);
                     }
                 }
             }
@@ -207,7 +207,7 @@ impl Scheduler {
 
     /// An unkeyed entry that may start (its batch opened, or its wait after a rate limit
     /// ended), if it still may.
-    pub(super) fn release_retried(&mut self, e: u64) {
+    pub(super) fn release_unkeyed(&mut self, e: u64) {
         if let Some((slot, index)) = self.batches.locate(e) {
             let batch = self.batches.slot(slot);
             if batch.is_open() && batch.entries[index as usize].life.get() == State::Approved {
@@ -273,20 +273,20 @@ impl Scheduler {
         let Some((slot, index)) = self.batches.locate(e.0) else {
             return Err(super::unknown_entry(e));
         };
-        let batch = self.batches.slot(slot);
-        let entry = &batch.entries[index as usize];
-        let key = entry.key.get();
-        // A key set's call is held to the strictest of its keys (`key_set.rs`).
+        // Its keys (its first, then the rest of its set), held to the strictest (`key_set.rs`);
+        // an unkeyed entry to the defaults.
         let set = self.keys_of(slot, index);
-        let (cap, max_wait) = match set.as_slice() {
-            [] | [_] => (self.keys.retry_cap(key), self.keys.max_wait_ms(key)),
-            keys => keys.iter().fold((u32::MAX, u64::MAX), |(cap, wait), &k| {
+        let key = set.first().copied();
+        let (cap, max_wait) = if set.is_empty() {
+            (self.keys.retry_cap(None), self.keys.max_wait_ms(None))
+        } else {
+            set.iter().fold((u32::MAX, u64::MAX), |(cap, wait), &k| {
                 let k = Some(k);
                 (
                     cap.min(self.keys.retry_cap(k)),
                     wait.min(self.keys.max_wait_ms(k)),
                 )
-            }),
+            })
         };
         let batch = self.batches.slot(slot);
         let entry = &batch.entries[index as usize];
