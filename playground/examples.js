@@ -144,6 +144,36 @@ r2 rfd_read 100 id:005
 `,
   },
   {
+    id: 'coding-agent-tree',
+    title: "A coding agent's files as one tree (path keys)",
+    layers: [
+      {
+        name: 'workspace',
+        text: `# Every file tool names the tree "fs" and the path it touches. Two calls
+# conflict when one path is the other's or lies under it: src/a.rs against
+# src and the root, never against docs. A move takes both its paths; the
+# test run takes the whole tree.
+[conversation.tools.write_file]
+concurrency = { key = "fs", path = "{path}" }
+[conversation.tools.move_file]
+concurrency = [{ key = "fs", path = "{src}" }, { key = "fs", path = "{dst}" }]
+[conversation.tools.run_tests]
+concurrency = { key = "fs", path = "/" }
+`,
+      },
+    ],
+    batch: `# w1, w2 and the move run at once; w3 writes w1's file (./src/a.rs is
+# src/a.rs) and waits for it; the tests wait for every write before them,
+# and w4, written after the tests, waits behind them.
+w1 write_file 300 path:src/a.rs
+w2 write_file 200 path:src/b.rs
+w3 write_file 200 path:./src/a.rs
+m1 move_file 250 src:docs/x.md dst:src/c.rs
+t1 run_tests 400
+w4 write_file 100 path:README.md
+`,
+  },
+  {
     id: 'github-quota',
     title: 'A GitHub quota with its windows (rate and burst)',
     layers: [

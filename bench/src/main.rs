@@ -208,7 +208,7 @@ fn scaling(quick: bool, only: Option<&str>) -> Result<(), String> {
     println!("| batches | executions | keys | ns/execution | vs previous size |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     type Make = fn(usize, usize) -> Workload;
-    let rows: [(&str, usize, Make); 11] = [
+    let rows: [(&str, usize, Make); 13] = [
         ("~1,000 executions", 1, Workload::large),
         ("~1,000 executions", 10, Workload::large),
         ("~1,000 executions", 1000, Workload::large),
@@ -237,6 +237,18 @@ fn scaling(quick: bool, only: Option<&str>) -> Result<(), String> {
         }),
         // Keys from arguments: `fs:{path}`, each key made, forgotten when idle, made again.
         ("1,000 plain, key fs:{path}", 100_000, Workload::templated),
+        // Path keys: one tree, every path apart (all start at once), or 10 calls per path
+        // (each waits behind the one before it, and every end walks the tree).
+        (
+            "1,000 plain, path key fs, paths apart",
+            100_000,
+            Workload::pathed,
+        ),
+        (
+            "1,000 plain, path key fs, 10 per path",
+            100,
+            Workload::pathed,
+        ),
     ];
     for (batches, keys, make) in rows {
         if only.is_some_and(|o| !batches.contains(o)) {

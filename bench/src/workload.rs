@@ -134,6 +134,34 @@ impl Workload {
         }
     }
 
+    /// Path keys: plain calls of one tool whose key is the tree `fs` with `path = "{path}"`, in
+    /// batches of 1,000, call `i` writing `src/d{i % 10}/f{i % keys}.rs`: with more keys than
+    /// calls per batch every path is apart and all start at once; with fewer, calls on one path
+    /// wait behind each other, and each end walks the tree's queue.
+    pub(crate) fn pathed(executions: usize, keys: usize) -> Self {
+        let mut w = Self::templated(executions, keys);
+        w.policy_text = "[conversation.tools.fs_write]\n\
+                         concurrency = { key = \"fs\", path = \"{path}\" }\n"
+            .to_owned();
+        let mut id = 0usize;
+        for pattern in &mut w.patterns {
+            let mut batch = Batch::new();
+            while batch.ids.len() < 1000 && id < executions {
+                batch.push(format!("c{id}"), "fs_write".to_owned(), 0);
+                if let Some(a) = batch.arguments.last_mut() {
+                    *a = Some(format!(
+                        "{{\"path\":\"src/d{}/f{}.rs\"}}",
+                        id % 10,
+                        id % keys
+                    ));
+                }
+                id += 1;
+            }
+            *pattern = batch.pack();
+        }
+        w
+    }
+
     /// What agent hosts do: batches of `CALLS_PER_SMALL_BATCH` plain calls named `call_0` ..
     /// `call_3` in every batch (ids are reused once a batch retires); batch b's call i uses key
     /// `(4b + i) % K`. At least `executions`, rounded up to whole batches.

@@ -473,13 +473,15 @@ pub struct KeyView<'a> {
     pub max_wait_ms: u32,
     /// Permits from a store shared across processes.
     pub shared: bool,
+    /// A path key's path, as written.
+    pub path: Option<&'a str>,
 }
 
 /// `NAME unbounded`, or `NAME` and each key of its set joined by ` + `: `KEY/LIMIT` (then ` delay=MS`, ` rate=N/MSms,...` with `:B` after
 /// a window whose burst is its own, ` burst=B`,
 /// ` weight=W`, ` adapt=MIN` for an adaptive limit whose ceiling is LIMIT,
 /// ` retries=N` and ` max_wait=MS` when they are not the defaults, 0, none, 1, 3 and 300000,
-/// and ` shared` for a shared key); then
+/// and ` shared` for a shared key; a path key is `KEY path=PATH` with no limit); then
 /// ` fan-out` and ` stop` when they apply.
 pub fn tool_line(name: &str, keys: &[KeyView<'_>], fan_out: bool, stop: bool) -> String {
     let mut out = if keys.is_empty() {
@@ -503,7 +505,11 @@ pub fn tool_line(name: &str, keys: &[KeyView<'_>], fan_out: bool, stop: bool) ->
 
 /// One key of a tool line: `KEY/LIMIT` and its terms.
 fn key_text(s: &mut String, k: &KeyView<'_>) {
-    let _ = write!(s, "{}/{}", k.key, k.limit);
+    // A path key has no limit: `KEY path=PATH`.
+    let _ = match k.path {
+        Some(path) => write!(s, "{} path={path}", k.key),
+        None => write!(s, "{}/{}", k.key, k.limit),
+    };
     if k.delay_ms > 0 {
         let _ = write!(s, " delay={}", k.delay_ms);
     }

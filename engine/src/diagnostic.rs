@@ -95,6 +95,12 @@ pub enum Code {
     /// Two adaptive limits in one key set: a rate limit on its call could not say which one
     /// to halve.
     AdaptiveKeysInSet,
+    /// A path key (`path = ...`) whose key has placeholders, or with a limit, delay, rate,
+    /// burst, weight, adaptive limit or sharing: a path key only keeps overlapping paths
+    /// apart, and the rest belongs to another key of a set.
+    PathKeyTerms,
+    /// Tools naming one concurrency key disagree on whether it is a path key.
+    ConcurrencyPathConflict,
 }
 
 impl Code {
@@ -136,6 +142,8 @@ impl Code {
         Self::ConcurrencyKeyRepeated,
         Self::SharedKeyInSet,
         Self::AdaptiveKeysInSet,
+        Self::PathKeyTerms,
+        Self::ConcurrencyPathConflict,
     ];
 
     /// The stable kebab-case spelling.
@@ -177,6 +185,8 @@ impl Code {
             Self::ConcurrencyKeyRepeated => "concurrency-key-repeated",
             Self::SharedKeyInSet => "shared-key-in-set",
             Self::AdaptiveKeysInSet => "adaptive-keys-in-set",
+            Self::PathKeyTerms => "path-key-terms",
+            Self::ConcurrencyPathConflict => "concurrency-path-conflict",
         }
     }
 

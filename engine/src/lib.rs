@@ -28,6 +28,7 @@ pub mod admission;
 pub mod config;
 pub mod diagnostic;
 pub mod limits;
+pub mod path;
 pub mod retry_after;
 pub mod schedule;
 pub mod shared;

@@ -110,6 +110,7 @@ impl Subject for Native {
                         retries: c.retries,
                         max_wait_ms: c.max_wait_ms,
                         shared: c.shared,
+                        path: c.path.as_ref().map(|p| p.as_str()),
                     })
                     .collect();
                 corpus::tool_line(name, &keys, t.fan_out, t.on_error == config::OnError::Stop)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Proves the simulator and the corpus can disagree: each mutant below breaks one rule of the
-engine in place, the simulator (`--test sim`), the native corpus (`--test corpus`) and the key
-set oracle (`--test key_sets`) must then fail, and the file is restored whatever happens. Not
+engine in place, the simulator (`--test sim`), the native corpus (`--test corpus`), the key
+set oracle (`--test key_sets`) and the path key oracle (`--test path_keys`) must then fail, and the file is restored whatever happens. Not
 part of CI (each mutant recompiles the engine's tests); run it after changing a rule or its
 checks:
 
@@ -91,6 +91,30 @@ MUTANTS = [
         "if q == e {",
         "if true || q == e {",
     ),
+    (
+        "a path key lets a later call on an overlapping path overtake a waiting one",
+        "engine/src/schedule/path_key.rs",
+        "let behind = waiting.iter().any(|&w| self.paths_meet(k, w, at));",
+        "let behind = false && waiting.iter().any(|&w| self.paths_meet(k, w, at));",
+    ),
+    (
+        "a path key compares paths by prefix, not by component (a/b meets a/bc)",
+        "engine/src/path.rs",
+        "matches!(long.as_bytes().get(short.len()), None | Some(b'/'))",
+        "true",
+    ),
+    (
+        "a path key's set acquired while a running call holds an overlapping path",
+        "engine/src/schedule/path_key.rs",
+        "self.waits_behind(k, e, at).is_none() && self.held_over(k, at).next().is_none()",
+        "self.waits_behind(k, e, at).is_none()",
+    ),
+    (
+        "a move takes only its first path",
+        "engine/src/schedule/layout.rs",
+        "self.scratch_paths.push((m as u32, k, std::mem::take(&mut out)));",
+        "if self.scratch_paths.is_empty() { self.scratch_paths.push((m as u32, k, std::mem::take(&mut out))); }",
+    ),
 ]
 
 
@@ -114,7 +138,7 @@ def main():
         try:
             with open(full, "w") as f:
                 f.write(original.replace(text, replacement))
-            rc = run(["cargo", "test", "-q", "-p", "turnstile-engine", "--release", "--test", "sim", "--test", "corpus", "--test", "key_sets"])
+            rc = run(["cargo", "test", "-q", "-p", "turnstile-engine", "--release", "--test", "sim", "--test", "corpus", "--test", "key_sets", "--test", "path_keys"])
         finally:
             with open(full, "w") as f:
                 f.write(original)

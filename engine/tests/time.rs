@@ -176,9 +176,9 @@ fn bad_delays_and_retries_are_diagnostics() {
     let got = codes("[conversation.tools.t.concurrency]\nkey = \"k\"\nwait = 1\n");
     assert_eq!(got[0].0, "concurrency-unknown-field");
     assert!(
-        got[0]
-            .1
-            .contains("`delay`, `rate`, `burst`, `weight`, `retries`, `max_wait` and `shared`"),
+        got[0].1.contains(
+            "`delay`, `rate`, `burst`, `weight`, `retries`, `max_wait`, `shared` and `path`"
+        ),
         "{got:?}"
     );
 }

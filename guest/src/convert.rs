@@ -85,7 +85,21 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::ConcurrencyKeyRepeated => W::ConcurrencyKeyRepeated,
         Code::SharedKeyInSet => W::SharedKeyInSet,
         Code::AdaptiveKeysInSet => W::AdaptiveKeysInSet,
+        Code::PathKeyTerms => W::PathKeyTerms,
+        Code::ConcurrencyPathConflict => W::ConcurrencyPathConflict,
     }
+}
+
+/// The top-level argument names a key's calls read: its template's, then its path's, each once.
+fn arguments(c: &turnstile_engine::config::Concurrency) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let templates = [c.key.template(), c.path.as_ref().and_then(|p| p.template())];
+    for field in templates.into_iter().flatten().flat_map(|t| t.fields()) {
+        if !names.contains(field) {
+            names.push(field.clone());
+        }
+    }
+    names
 }
 
 pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
@@ -111,12 +125,10 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
                 weight: c.weight,
                 retries: c.retries,
                 max_wait_ms: c.max_wait_ms,
-                arguments: c
-                    .key
-                    .template()
-                    .map_or_else(Vec::new, |t| t.fields().to_vec()),
+                arguments: arguments(c),
                 shared: c.shared,
                 adapt_min: c.adapt_min.map(std::num::NonZeroU32::get),
+                path: c.path.as_ref().map(|p| p.as_str().to_owned()),
             })
             .collect(),
         fan_out: t.fan_out,

@@ -409,6 +409,7 @@ pub(crate) fn tool_line(t: &wc::ToolPolicy) -> String {
             retries: c.retries,
             max_wait_ms: c.max_wait_ms,
             shared: c.shared,
+            path: c.path.as_deref(),
         })
         .collect();
     corpus::tool_line(&t.name, &keys, t.fan_out, t.on_error == wc::OnError::Stop)
@@ -750,5 +751,7 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::ConcurrencyKeyRepeated => "concurrency-key-repeated",
         D::SharedKeyInSet => "shared-key-in-set",
         D::AdaptiveKeysInSet => "adaptive-keys-in-set",
+        D::PathKeyTerms => "path-key-terms",
+        D::ConcurrencyPathConflict => "concurrency-path-conflict",
     }
 }

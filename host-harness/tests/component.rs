@@ -180,6 +180,7 @@ fn config_survives_hostile_layers() {
             arguments: vec![],
             shared: false,
             adapt_min: None,
+            path: None,
         }]
     );
     // The same instance still schedules.

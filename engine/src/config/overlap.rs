@@ -262,10 +262,11 @@ enum Field {
     MaxWait,
     Shared,
     Adapt,
+    Path,
 }
 
 impl Field {
-    const COUNT: usize = 8;
+    const COUNT: usize = 9;
     const ALL: [Self; Self::COUNT] = [
         Self::Limit,
         Self::Delay,
@@ -275,6 +276,7 @@ impl Field {
         Self::MaxWait,
         Self::Shared,
         Self::Adapt,
+        Self::Path,
     ];
 
     /// The field as the check of one key's tools knows it (`None`: the limit).
@@ -288,6 +290,7 @@ impl Field {
             Self::MaxWait => Some(Agreed::MaxWait),
             Self::Shared => Some(Agreed::Shared),
             Self::Adapt => Some(Agreed::Adapt),
+            Self::Path => Some(Agreed::Path),
         }
     }
 

@@ -100,6 +100,13 @@ pub struct Concurrency {
     /// since the last halving move it. Driven only by the ends the host reports, so it is
     /// deterministic; it starts at the ceiling.
     pub adapt_min: Option<NonZeroU32>,
+    /// `Some`: a path key (`path = "{path}"`, `crate::path`). The key names one tree; each
+    /// call takes the path this template (or literal) makes from its arguments, normalized,
+    /// and excludes every call on the tree whose path is its own, an ancestor or a descendant.
+    /// A path that does not expand is the tree's root, which overlaps every path. Its `limit`
+    /// is always unbounded (`u32::MAX`): never with a limit, delay, rate, adaptive limit or
+    /// sharing, which another key of a set gives a tree.
+    pub path: Option<ConcurrencyKey>,
     /// The limit (and delay, and pauses) hold across every process that uses the same store:
     /// an entry with room locally is handed to the host as a permit to acquire, and starts
     /// when the host reports the store granted it.
@@ -247,6 +254,12 @@ impl Policy {
                 if let Some(min) = c.adapt_min {
                     eat(b"aimd");
                     eat(&min.get().to_le_bytes());
+                }
+                // Likewise only when set, for fingerprints from before path keys.
+                if let Some(path) = &c.path {
+                    eat(b"path");
+                    eat(path.as_str().as_bytes());
+                    eat(&[0]);
                 }
                 // Likewise only when not the default, for fingerprints from before `max_wait`.
                 if c.max_wait_ms != crate::retry_after::MAX_WAIT_DEFAULT_MS {

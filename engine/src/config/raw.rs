@@ -66,6 +66,9 @@ pub(crate) enum RawConcurrency {
         max_wait: Option<(u32, Loc)>,
         /// Whether the limit holds across processes (a store grants permits).
         shared: Option<(bool, Loc)>,
+        /// The path a call takes in the key's tree (`path = "{path}"`, a template or a literal
+        /// such as `"/"`): the key is then a path key (`crate::path`).
+        path: Option<(String, Loc)>,
         loc: Loc,
     },
     /// A key set, `[{ key = "fs:{src}" }, { key = "fs:{dst}" }]`: each call takes every
@@ -155,7 +158,7 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
 const TOOL_FIELDS: &[&str] = &["concurrency", "fan_out"];
 /// The fields of a concurrency table and of a fan_out table.
 const CONCURRENCY_FIELDS: &[&str] = &[
-    "key", "limit", "delay", "rate", "burst", "weight", "retries", "max_wait", "shared",
+    "key", "limit", "delay", "rate", "burst", "weight", "retries", "max_wait", "shared", "path",
 ];
 const FAN_OUT_FIELDS: &[&str] = &["enabled", "on_error"];
 
@@ -309,59 +312,16 @@ fn parse_concurrency(
             let mut retries = None;
             let mut max_wait = None;
             let mut shared = None;
+            let mut path_of = None;
             let mut ok = true;
             for (field, v) in table.iter() {
                 let mut fpath = path.to_vec();
                 fpath.push(field.get_ref().to_string());
                 let vloc = Loc::from_span(layer, v.span());
                 match field.get_ref().as_ref() {
-                    "key" => match v.get_ref() {
-                        DeValue::String(s) if s.is_empty() => {
-                            ok = false;
-                            sink.push(
-                                Code::ConcurrencyKeyEmpty,
-                                &fpath,
-                                "the concurrency key is empty".to_owned(),
-                            )
-                            .label(vloc, "empty key")
-                            .help(
-                                "name the resource the limit protects, for example key = \"rfd\"",
-                            );
-                        }
-                        DeValue::String(s) if s.len() > KEY_BYTES_MAX => {
-                            ok = false;
-                            sink.push(
-                                Code::TooLarge,
-                                &fpath,
-                                format!("the concurrency key is longer than {KEY_BYTES_MAX} bytes"),
-                            )
-                            .label(vloc, "this key");
-                        }
-                        DeValue::String(s) => match KeyTemplate::parse(s) {
-                            Ok(_) => key = Some((s.to_string(), vloc)),
-                            Err(e) => {
-                                ok = false;
-                                sink.push(
-                                    Code::ConcurrencyKeyTemplate,
-                                    &fpath,
-                                    format!("the key template {s:?} is not valid: {}", e.message),
-                                )
-                                .label(vloc, "not a valid template")
-                                .help(
-                                    "a placeholder names a top-level argument of the call, \
-                                         for example key = \"fs:{path}\"",
-                                );
-                            }
-                        },
-                        other => {
-                            ok = false;
-                            sink.push(
-                                Code::ConcurrencyType,
-                                &fpath,
-                                format!("expected a string, found {}", found(other)),
-                            )
-                            .label(vloc, "not a string");
-                        }
+                    "key" => match templated(Templated::Key, &fpath, v, vloc, sink) {
+                        Some(text) => key = Some((text, vloc)),
+                        None => ok = false,
                     },
                     "limit" => match v.get_ref() {
                         DeValue::Table(t) => match adaptive_limit(layer, &fpath, t, vloc, sink) {
@@ -438,6 +398,10 @@ fn parse_concurrency(
                             );
                         }
                     },
+                    "path" => match templated(Templated::Path, &fpath, v, vloc, sink) {
+                        Some(text) => path_of = Some((text, vloc)),
+                        None => ok = false,
+                    },
                     other => {
                         ok = false;
                         let floc = Loc::from_span(layer, field.span()).to(v.span());
@@ -448,7 +412,7 @@ fn parse_concurrency(
                                 format!(
                                     "unknown field `{other}`; concurrency accepts `key`, \
                                      `limit`, `delay`, `rate`, `burst`, `weight`, `retries`, \
-                                     `max_wait` and `shared`"
+                                     `max_wait`, `shared` and `path`"
                                 ),
                             )
                             .label(floc, "unknown field");
@@ -468,6 +432,7 @@ fn parse_concurrency(
                 retries,
                 max_wait,
                 shared,
+                path: path_of,
                 loc,
             })
         }
@@ -482,6 +447,86 @@ fn parse_concurrency(
                 "write concurrency = 1, or concurrency = { key = \"name\", limit = 2 }, \
                  optionally with delay = \"250ms\"",
             );
+            None
+        }
+    }
+}
+
+/// A string field that may hold placeholders: a key or a path key's path.
+#[derive(Clone, Copy)]
+enum Templated {
+    Key,
+    Path,
+}
+
+/// A `key` or a `path`: a string of 1 to [`KEY_BYTES_MAX`] bytes that parses as a template (or
+/// has no placeholders).
+fn templated(
+    what: Templated,
+    path: &[String],
+    value: &Value<'_>,
+    loc: Loc,
+    sink: &mut Sink,
+) -> Option<String> {
+    let (noun, example) = match what {
+        Templated::Key => ("concurrency key", "key = \"fs:{path}\""),
+        Templated::Path => ("path", "path = \"{path}\""),
+    };
+    match value.get_ref() {
+        DeValue::String(s) if s.is_empty() => {
+            let d = match what {
+                Templated::Key => sink
+                    .push(
+                        Code::ConcurrencyKeyEmpty,
+                        path,
+                        format!("the {noun} is empty"),
+                    )
+                    .label(loc, "empty key"),
+                Templated::Path => sink
+                    .push(Code::ConcurrencyType, path, format!("the {noun} is empty"))
+                    .label(loc, "empty path"),
+            };
+            d.help(match what {
+                Templated::Key => "name the resource the limit protects, for example key = \"rfd\"",
+                Templated::Path => "write path = \"/\" for the whole tree",
+            });
+            None
+        }
+        DeValue::String(s) if s.len() > KEY_BYTES_MAX => {
+            sink.push(
+                Code::TooLarge,
+                path,
+                format!("the {noun} is longer than {KEY_BYTES_MAX} bytes"),
+            )
+            .label(
+                loc,
+                format!("this {}", noun.rsplit(' ').next().unwrap_or(noun)),
+            );
+            None
+        }
+        DeValue::String(s) => match KeyTemplate::parse(s) {
+            Ok(_) => Some(s.to_string()),
+            Err(e) => {
+                let noun = noun.rsplit(' ').next().unwrap_or(noun);
+                sink.push(
+                    Code::ConcurrencyKeyTemplate,
+                    path,
+                    format!("the {noun} template {s:?} is not valid: {}", e.message),
+                )
+                .label(loc, "not a valid template")
+                .help(format!(
+                    "a placeholder names a top-level argument of the call, for example {example}"
+                ));
+                None
+            }
+        },
+        other => {
+            sink.push(
+                Code::ConcurrencyType,
+                path,
+                format!("expected a string, found {}", found(other)),
+            )
+            .label(loc, "not a string");
             None
         }
     }

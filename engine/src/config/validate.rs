@@ -52,6 +52,9 @@ pub(super) struct Declared {
     /// The floor of an adaptive limit (0: the limit does not adapt), and where the limit was
     /// written.
     pub(super) adapt: (u32, Option<Loc>),
+    /// The path a call takes in the key's tree, as written (a path key; the tool's own, like
+    /// its weight: only being a path key is agreed across tools).
+    pub(super) path: Option<(String, Loc)>,
 }
 
 pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &mut Sink) -> Policy {
@@ -98,11 +101,15 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                     shared_delay_too_long(tool, d, sink);
                 }
                 rate_terms(tool, d, sink);
+                path_terms(tool, d, sink);
                 let slot = *key_index.entry(d.key.clone()).or_insert_with(|| {
                     declared_by_key.push((d.key.clone(), Vec::new()));
                     declared_by_key.len() - 1
                 });
-                if let Some((_, list)) = declared_by_key.get_mut(slot) {
+                // A move names one path key twice: the tool is listed once.
+                if let Some((_, list)) = declared_by_key.get_mut(slot)
+                    && !list.iter().any(|(t, _)| *t == tool.name)
+                {
                     list.push((tool.name.clone(), d.clone()));
                 }
             }
@@ -135,6 +142,7 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
                 max_wait_ms: d.max_wait.0,
                 shared: d.shared.0 == 1,
                 adapt_min: NonZeroU32::new(d.adapt.0),
+                path: d.path.map(|(text, _)| ConcurrencyKey::written(text)),
             })
         });
         let concurrency = concurrency.collect();
@@ -146,6 +154,15 @@ pub(crate) fn merge_and_validate(layers: Vec<RawLayer>, complete: bool, sink: &m
         });
     }
     for (key, list) in &declared_by_key {
+        // A path key named as an exact key elsewhere: every other term follows from that.
+        let first = list.first().map(|(_, d)| d);
+        if list
+            .iter()
+            .any(|(_, d)| first.is_some_and(|f| !Agreed::Path.same(f, d)))
+        {
+            disagreement(key, Agreed::Path, list, sink);
+            continue;
+        }
         let first = list.first().map(|(_, d)| d.limit);
         if list.iter().any(|(_, d)| Some(d.limit) != first) {
             conflict(key, list, sink);
@@ -237,6 +254,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
                 retries: old_retries,
                 max_wait: old_max_wait,
                 shared: old_shared,
+                path: old_path,
                 ..
             }),
             RawConcurrency::Table {
@@ -249,6 +267,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
                 retries,
                 max_wait,
                 shared,
+                path,
                 loc,
             },
         ) => RawConcurrency::Table {
@@ -261,6 +280,7 @@ fn merge_concurrency(old: Option<RawConcurrency>, new: RawConcurrency) -> RawCon
             retries: retries.or(old_retries),
             max_wait: max_wait.or(old_max_wait),
             shared: shared.or(old_shared),
+            path: path.or(old_path),
             loc,
         },
         (_, new) => new,
@@ -315,6 +335,7 @@ fn declared_one(tool: &Merged, raw: &RawConcurrency, sink: Option<&mut Sink>) ->
             max_wait: (MAX_WAIT_DEFAULT_MS, None),
             shared: (0, None),
             adapt: (0, None),
+            path: None,
         }),
         RawConcurrency::Table {
             key,
@@ -326,6 +347,7 @@ fn declared_one(tool: &Merged, raw: &RawConcurrency, sink: Option<&mut Sink>) ->
             retries,
             max_wait,
             shared,
+            path,
             loc,
         } => {
             let Some((key, _)) = key else {
@@ -347,7 +369,10 @@ fn declared_one(tool: &Merged, raw: &RawConcurrency, sink: Option<&mut Sink>) ->
             };
             Some(Declared {
                 key: key.clone(),
-                limit: limit.as_ref().map_or(1, |(n, _, _)| *n),
+                // A path key without a limit bounds nothing but overlapping paths.
+                limit: limit
+                    .as_ref()
+                    .map_or(if path.is_some() { u32::MAX } else { 1 }, |(n, _, _)| *n),
                 loc: *loc,
                 integer_form: false,
                 delay: delay.map_or((0, None), |(ms, l)| (ms, Some(l))),
@@ -373,6 +398,7 @@ fn declared_one(tool: &Merged, raw: &RawConcurrency, sink: Option<&mut Sink>) ->
                 adapt: limit
                     .as_ref()
                     .map_or((0, None), |(_, min, l)| (min.unwrap_or(0), Some(*l))),
+                path: path.clone(),
             })
         }
     }
@@ -431,7 +457,14 @@ fn shared_delay_too_long(tool: &Merged, declared: &Declared, sink: &mut Sink) {
 fn key_set_terms(tool: &Merged, set: &[Declared], sink: &mut Sink) {
     let path = tool_path(&tool.name, Some("concurrency"));
     for (i, d) in set.iter().enumerate() {
-        if let Some(first) = set[..i].iter().find(|e| e.key == d.key) {
+        // One path key may be named twice with two paths (a move's source and destination).
+        let repeats = |e: &&Declared| {
+            e.key == d.key
+                && (e.path.is_none()
+                    || d.path.is_none()
+                    || e.path.as_ref().map(|p| &p.0) == d.path.as_ref().map(|p| &p.0))
+        };
+        if let Some(first) = set[..i].iter().find(repeats) {
             sink.push(
                 Code::ConcurrencyKeyRepeated,
                 &path,
@@ -474,6 +507,58 @@ fn key_set_terms(tool: &Merged, set: &[Declared], sink: &mut Sink) {
             }
         }
         d.help("let one key of the set adapt (the endpoint that answers 429), and give the others fixed limits");
+    }
+}
+
+/// A path key (`path = "{path}"`) is one tree, named by a plain key: it only excludes
+/// overlapping paths (`retries` and `max_wait` keep their meaning, `limit = 0` lifts it). A
+/// limit, delay, rate, burst, weight, adaptive limit or sharing is refused: each would hold
+/// the whole tree, in an order that overtaking on paths apart would not keep, and another key
+/// of a set says it plainly, in written order (`[{ key = "fs", path = "{path}" }, { key =
+/// "fs-writes", limit = 4 }]`).
+fn path_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
+    let Some((_, at)) = &d.path else {
+        return;
+    };
+    let path = tool_path(&tool.name, Some("concurrency"));
+    if crate::template::KeyTemplate::parse(&d.key).is_ok_and(|t| t.is_some()) {
+        sink.push(
+            Code::PathKeyTerms,
+            &path,
+            format!(
+                "the path key {:?} has placeholders; a path key names one tree, and its calls' \
+                 paths vary",
+                d.key
+            ),
+        )
+        .label(*at, "a path for a templated key")
+        .help("name the tree plainly (key = \"fs\") and put the varying part in the path (path = \"{repo}/{file}\")");
+    }
+    let limited = d.limit != 0 && d.limit != u32::MAX && d.adapt.0 == 0;
+    let terms = [
+        ("a limit", limited, d.adapt.1),
+        ("a delay", d.delay.0 > 0, d.delay.1),
+        ("a rate", d.rate.1.is_some(), d.rate.1),
+        ("a burst", d.burst.1.is_some(), d.burst.1),
+        ("a weight", d.weight.1.is_some(), d.weight.1),
+        ("an adaptive limit", d.adapt.0 > 0, d.adapt.1),
+        ("sharing", d.shared.0 == 1, d.shared.1),
+    ];
+    for (what, _, written) in terms.iter().filter(|t| t.1) {
+        let diag = sink.push(
+            Code::PathKeyTerms,
+            &path,
+            format!(
+                "the path key {:?} has {what}; a path key only keeps overlapping paths apart",
+                d.key
+            ),
+        );
+        // One label: two on one line collide in the renderer's layout.
+        diag.label(written.unwrap_or(*at), format!("{what} on a path key"))
+            .help(
+                "give the call a second key for it in a key set: concurrency = [{ key = \"fs\", \
+             path = \"{path}\" }, { key = \"fs-writes\", limit = 4 }]",
+            );
     }
 }
 
@@ -573,7 +658,11 @@ fn conflict(key: &str, list: &[(String, Declared)], sink: &mut Sink) {
             format!("{tool} = {}", d.limit)
         }
     };
-    let listing: Vec<String> = list.iter().map(describe).collect();
+    let listing: Vec<String> = list
+        .iter()
+        .map(describe)
+        .map(|s| s.replace(&u32::MAX.to_string(), "unbounded"))
+        .collect();
     let d = sink.push(
         Code::ConcurrencyLimitConflict,
         &["conversation".to_owned(), "tools".to_owned()],
@@ -601,6 +690,8 @@ pub(super) enum Agreed {
     MaxWait,
     Shared,
     Adapt,
+    /// Whether the key is a path key.
+    Path,
 }
 
 impl Agreed {
@@ -622,6 +713,7 @@ impl Agreed {
             Self::MaxWait => d.max_wait.0,
             Self::Shared => d.shared.0,
             Self::Adapt => d.adapt.0,
+            Self::Path => u32::from(d.path.is_some()),
         }
     }
 
@@ -637,6 +729,7 @@ impl Agreed {
             // A limit written as an integer says "not adaptive" as plainly as a table says
             // "adaptive", so only an unwritten limit is the default.
             Self::Adapt => d.adapt.1,
+            Self::Path => d.path.as_ref().map(|p| p.1),
         }
     }
 
@@ -648,6 +741,8 @@ impl Agreed {
             Self::Shared => (d.shared.0 == 1).to_string(),
             Self::Adapt if d.adapt.0 == 0 => "fixed".to_owned(),
             Self::Adapt => format!("adapts down to {}", d.adapt.0),
+            Self::Path if d.path.is_some() => "a path key".to_owned(),
+            Self::Path => "an exact key".to_owned(),
             Self::Burst | Self::Retries => self.number(d).to_string(),
         }
     }
@@ -669,6 +764,11 @@ impl Agreed {
                 Code::ConcurrencyAdaptConflict,
                 "adaptive limit",
                 "adaptations",
+            ),
+            Self::Path => (
+                Code::ConcurrencyPathConflict,
+                "kind of key (a path, or none)",
+                "kinds",
             ),
         }
     }

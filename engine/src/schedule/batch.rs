@@ -40,6 +40,16 @@ pub(crate) fn distinct(members: &[(u32, u32)]) -> impl Iterator<Item = (u32, u32
     members.iter().copied().filter(|&(_, w)| w != DUPLICATE)
 }
 
+/// A path one call takes on a path key: member `member` of its tool's key set.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PathRec {
+    pub(crate) call: u32,
+    pub(crate) member: u32,
+    pub(crate) key: u32,
+    start: u32,
+    end: u32,
+}
+
 /// An entry: 12 bytes, most of what a queued execution costs.
 #[derive(Debug)]
 pub(crate) struct Entry {
@@ -83,6 +93,10 @@ pub(crate) struct Batch {
     /// The keys of its calls' key sets beyond each call's first, with the units of each key's
     /// rate one call costs (`CallRec::set_start`).
     pub(crate) set_keys: Vec<(u32, u32)>,
+    /// The paths its calls take on path keys, in call order (`path_key.rs`); their text is
+    /// `path_text[start..end]`, normalized.
+    pub(crate) paths: Vec<PathRec>,
+    pub(crate) path_text: String,
     /// Entries still pending (the approval barrier). Written only by `push_entries` and
     /// `decided`, so it always counts the pending entries.
     pending: u32,
@@ -130,6 +144,41 @@ impl Batch {
         let call = &self.calls[self.entries[index as usize].call as usize];
         let start = call.set_start as usize;
         &self.set_keys[start..start + call.set_len as usize]
+    }
+
+    /// The paths call `call` takes on path key `k` (normalized; two when a move names the
+    /// tree for its source and its destination).
+    pub(crate) fn paths_of(&self, call: u32, k: u32) -> impl Iterator<Item = &str> + Clone + '_ {
+        let at = self.paths.partition_point(|p| p.call < call);
+        self.paths[at..]
+            .iter()
+            .take_while(move |p| p.call == call)
+            .filter(move |p| p.key == k)
+            .map(|p| &self.path_text[p.start as usize..p.end as usize])
+    }
+
+    /// The path member `member` of call `call`'s key set takes, if it is a path key.
+    pub(crate) fn member_path(&self, call: u32, member: u32) -> Option<&str> {
+        let at = self.paths.partition_point(|p| p.call < call);
+        self.paths[at..]
+            .iter()
+            .take_while(|p| p.call == call)
+            .find(|p| p.member == member)
+            .map(|p| &self.path_text[p.start as usize..p.end as usize])
+    }
+
+    /// Records the path member `member` of the call being added takes on key `k`.
+    pub(crate) fn push_path(&mut self, member: u32, k: u32, path: &str) {
+        let call = self.calls.len() as u32 - 1;
+        let start = self.path_text.len() as u32;
+        self.path_text.push_str(path);
+        self.paths.push(PathRec {
+            call,
+            member,
+            key: k,
+            start,
+            end: self.path_text.len() as u32,
+        });
     }
 
     /// Entries still pending (the approval barrier).
@@ -207,6 +256,8 @@ impl Batch {
         self.ids.clear();
         self.keys.clear();
         self.set_keys.clear();
+        self.paths.clear();
+        self.path_text.clear();
         self.pending = 0;
         self.unanswered = 0;
         self.open = false;

@@ -163,6 +163,9 @@ impl Scheduler {
                 1
             };
             let shared = self.keys.commit(k, effects, self.now, weight);
+            if self.keys.key(k).tree {
+                self.hold_paths(k, e, (slot, index), effects);
+            }
             if shared && effects.has(Effects::RETURNS_PERMIT) {
                 self.released.push(e);
             }
@@ -181,6 +184,9 @@ impl Scheduler {
                 };
                 let shared = self.keys.commit(k, effects, self.now, weight);
                 debug_assert!(!shared, "a shared key in a key set");
+                if self.keys.key(k).tree {
+                    self.hold_paths(k, e, (slot, index), effects);
+                }
                 if effects.has(Effects::REQUEUED) {
                     self.keys.requeue(k, e);
                 }

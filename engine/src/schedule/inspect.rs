@@ -107,6 +107,28 @@ impl Scheduler {
         if rec.is_open() {
             for &k in &rec.keys {
                 let key = self.keys.key(k);
+                if key.tree {
+                    // A path key: order holds among overlapping paths (`path_key.rs`).
+                    for &e in key.queue() {
+                        let Some(at) = e
+                            .checked_sub(rec.first)
+                            .and_then(|i| usize::try_from(i).ok())
+                            .filter(|i| (start..end).contains(i))
+                        else {
+                            continue;
+                        };
+                        if rec.entries[at].life.get() != State::Approved {
+                            continue;
+                        }
+                        match self.tree_wait(k, e, (slot, at as u32)) {
+                            Some(wait) if self.in_set(slot, at as u32) => {
+                                set_waits.push((at, k, wait));
+                            }
+                            wait => waits[at - start] = wait,
+                        }
+                    }
+                    continue;
+                }
                 let mut previous: Option<u64> = None;
                 for &e in key.queue() {
                     if !matches!(
@@ -221,7 +243,23 @@ impl Scheduler {
                 });
                 let keys = keys
                     .iter()
-                    .map(|&k| self.keys.key(k).name.clone())
+                    .flat_map(|&k| {
+                        let key = self.keys.key(k);
+                        let paths: Vec<String> = if key.tree {
+                            // Each path once (a move whose source is its destination).
+                            let mut paths: Vec<String> = Vec::new();
+                            for p in rec.paths_of(entry.call, k) {
+                                let name = super::path_key::display(&key.name, p);
+                                if !paths.contains(&name) {
+                                    paths.push(name);
+                                }
+                            }
+                            paths
+                        } else {
+                            vec![key.name.clone()]
+                        };
+                        paths
+                    })
                     .collect();
                 EntryStatus {
                     entry: EntryId(e),
@@ -238,7 +276,7 @@ impl Scheduler {
     }
 
     /// The labels of the executions holding a key's slots, in entry order.
-    fn running_labels(&self, k: u32) -> Vec<String> {
+    pub(super) fn running_labels(&self, k: u32) -> Vec<String> {
         let mut out = Vec::new();
         for slot in self.batches.live() {
             let b = self.batches.slot(slot);

@@ -94,7 +94,12 @@ impl Scheduler {
                 return Turn::Wait;
             }
             let gate = key.gate(self.weight(other, slot, index));
-            if !self.first_waiting(other, e) {
+            let first = if key.tree {
+                self.paths_clear(other, e, (slot, index))
+            } else {
+                self.first_waiting(other, e)
+            };
+            if !first {
                 return Turn::Wait;
             }
             if gate > self.now {

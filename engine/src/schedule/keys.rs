@@ -14,8 +14,9 @@ use super::effects::Effects;
 use super::names::FxHashMap;
 use super::rate::Spacing;
 use super::time::TimeGate;
-use crate::config::{Concurrency, OnError, Policy, ToolPolicy};
+use crate::config::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
 use crate::limits::RETRIES_DEFAULT;
+use crate::path::PathSet;
 use crate::template::KeyTemplate;
 use made::{Idle, Uses};
 
@@ -57,6 +58,14 @@ pub(crate) struct KeyRec {
     /// A shared key's walk starts here: every queued entry numbered below it has asked for
     /// its permit, holds one, or has its response (so the walk never rescans them).
     scan_from: u64,
+    /// A path key (`path_key.rs`): each entry takes paths in the key's tree, and excludes the
+    /// entries whose paths overlap its own; its queue keeps written order among overlapping
+    /// paths only.
+    pub(crate) tree: bool,
+    /// A path key's entries holding a slot, in the order they took it, and their paths;
+    /// written only by `Scheduler::hold_paths`.
+    pub(crate) held: Vec<u64>,
+    pub(crate) held_paths: PathSet,
 }
 
 impl KeyRec {
@@ -142,16 +151,21 @@ pub(crate) struct ToolRec {
     /// The other keys of its key set, in written order, each with the units of its rate one
     /// call costs (empty for a tool with one key or none).
     pub(crate) more: Box<[(KeyOf, u32)]>,
+    /// The path of each member of its key set that is a path key, by member (0 its first
+    /// key); empty when none is.
+    pub(crate) paths: Box<[Option<ConcurrencyKey>]>,
     pub(crate) fan_out: bool,
     pub(crate) stop: bool,
 }
 
 impl ToolRec {
-    /// Whether a key of its set is made from its calls' arguments.
+    /// Whether a key of its set, or a path, is made from its calls' arguments (a saved call
+    /// keeps what they made).
     pub(crate) fn has_template(&self) -> bool {
-        std::iter::once(&self.key)
-            .chain(self.more.iter().map(|(k, _)| k))
-            .any(|k| matches!(k, KeyOf::Template(_)))
+        !self.paths.is_empty()
+            || std::iter::once(&self.key)
+                .chain(self.more.iter().map(|(k, _)| k))
+                .any(|k| matches!(k, KeyOf::Template(_)))
     }
 }
 
@@ -237,12 +251,18 @@ impl Keys {
         });
         let (key, weight) = set.next().unwrap_or((KeyOf::Unkeyed, 1));
         let more = set.collect();
+        let paths = if tool.concurrency.iter().any(|c| c.path.is_some()) {
+            tool.concurrency.iter().map(|c| c.path.clone()).collect()
+        } else {
+            Box::default()
+        };
         let t = self.tools.len() as u32;
         self.tools.push(ToolRec {
             name: name.to_owned(),
             key,
             weight,
             more,
+            paths,
             fan_out: tool.fan_out,
             stop: tool.on_error == OnError::Stop,
         });
@@ -280,6 +300,9 @@ impl Keys {
             template,
             uses: Uses::default(),
             scan_from: 0,
+            tree: c.path.is_some(),
+            held: Vec::new(),
+            held_paths: PathSet::default(),
         };
         match self.free.pop() {
             Some(k) => {
@@ -353,6 +376,34 @@ impl Keys {
         })
     }
 
+    /// The path a call with these arguments takes by `path` (a template, or a literal),
+    /// normalized into `out`; the tree's root (which overlaps every path) when its arguments
+    /// do not expand.
+    pub(crate) fn expand_path(
+        &mut self,
+        path: &ConcurrencyKey,
+        arguments: Option<&str>,
+        out: &mut String,
+    ) {
+        let mut raw = std::mem::take(&mut self.expanded);
+        let made = match path.template() {
+            None => {
+                raw.clear();
+                raw.push_str(path.as_str());
+                true
+            }
+            Some(template) => template
+                .expand(arguments, &mut self.fields, &mut raw)
+                .is_ok(),
+        };
+        if made {
+            crate::path::normalize(&raw, out);
+        } else {
+            out.clear();
+        }
+        self.expanded = raw;
+    }
+
     /// Whether template `t` could make key `name` (a saved name is taken only then).
     pub(crate) fn can_make(&self, t: u32, name: &str) -> bool {
         self.templates[t as usize].template.can_make(name)
@@ -404,6 +455,21 @@ impl Keys {
         }
     }
 
+    /// Key `k`'s queue, taken out for a path key's walk (which keeps what still waits).
+    pub(crate) fn take_queue(&mut self, k: u32) -> VecDeque<u64> {
+        std::mem::take(&mut self.recs[k as usize].queue)
+    }
+
+    /// Puts back the queue a path key's walk kept, in entry order.
+    pub(crate) fn put_queue(&mut self, k: u32, kept: VecDeque<u64>) {
+        debug_assert!(kept.iter().zip(kept.iter().skip(1)).all(|(a, b)| a < b));
+        debug_assert!(
+            self.recs[k as usize].queue.is_empty(),
+            "queued during a walk"
+        );
+        self.recs[k as usize].queue = kept;
+    }
+
     /// The walk is done with the front of key `k`'s queue (released, answered or retired).
     pub(crate) fn pop_front(&mut self, k: u32) {
         self.recs[k as usize].queue.pop_front();
@@ -421,9 +487,14 @@ impl Keys {
         Some(k)
     }
 
-    /// Per-key FIFO at release (paired with the queue's order at enqueue, `enqueue`).
+    /// Per-key FIFO at release (paired with the queue's order at enqueue, `enqueue`). A path
+    /// key keeps written order among overlapping paths only, asserted where an entry takes
+    /// its paths (`Scheduler::hold_paths`).
     pub(crate) fn released_in_order(&mut self, k: u32, e: u64) {
         let key = &mut self.recs[k as usize];
+        if key.tree {
+            return;
+        }
         debug_assert!(
             key.last_released.is_none_or(|p| p < e),
             "per-key FIFO broken on {}",

@@ -24,6 +24,8 @@ pub(super) struct Layout<'a> {
     /// The other keys of its key set, with their weights ([`batch::DUPLICATE`] for a key an
     /// earlier member made).
     pub(super) more: &'a [(u32, u32)],
+    /// The paths it takes on path keys: `(member, key, normalized path)`.
+    pub(super) paths: &'a [(u32, u32, String)],
     /// Its tool's `on_error = "stop"`.
     pub(super) stop: bool,
 }
@@ -52,6 +54,7 @@ impl Scheduler {
             let tool = self.keys.intern_tool(&self.policy, call.tool);
             let (key, stop) = self.call_key(tool, MadeFrom::Arguments(call.arguments));
             let more = std::mem::take(&mut self.scratch_set);
+            let paths = std::mem::take(&mut self.scratch_paths);
             let layout = Layout {
                 id: call.id,
                 hash,
@@ -60,10 +63,12 @@ impl Scheduler {
                 fan_out: call.operations.is_some(),
                 key,
                 more: &more,
+                paths: &paths,
                 stop,
             };
             self.lay_out(slot, c as u32, &layout, |_| Lifecycle::PENDING);
             self.scratch_set = more;
+            self.scratch_paths = paths;
         }
         self.batches.sealed(slot);
     }
@@ -85,7 +90,47 @@ impl Scheduler {
             let weight = if repeated { batch::DUPLICATE } else { weight };
             self.scratch_set.push((k, weight));
         }
+        self.call_paths(tool, key, &made);
         (key, stop)
+    }
+
+    /// The paths a call of tool `tool` takes on its path keys, into `scratch_paths` (after
+    /// `call_key` filled `scratch_set`): made from its arguments, or read back from the names
+    /// a saved state kept (`{key}:/{path}`); a path that cannot be made or read is the tree's
+    /// root, which overlaps every path (over-excluded, never under).
+    fn call_paths(&mut self, tool: u32, key: Option<u32>, made: &MadeFrom<'_>) {
+        self.scratch_paths.clear();
+        if self.keys.tool(tool).paths.is_empty() {
+            return;
+        }
+        let paths = self.keys.tool(tool).paths.clone();
+        let mut out = String::new();
+        for (m, path) in paths.iter().enumerate() {
+            let Some(path) = path else {
+                continue;
+            };
+            let k = if m == 0 {
+                key
+            } else {
+                self.scratch_set.get(m - 1).map(|&(k, _)| k)
+            };
+            let Some(k) = k else {
+                continue;
+            };
+            match made {
+                MadeFrom::Arguments(arguments) => self.keys.expand_path(path, *arguments, &mut out),
+                MadeFrom::Saved(names) => {
+                    let tree = &self.keys.key(k).name;
+                    let saved = names.get(m).and_then(|n| n.strip_prefix(tree.as_str()));
+                    match saved.and_then(|n| n.strip_prefix(":/")) {
+                        Some(p) => crate::path::normalize(p, &mut out),
+                        None => out.clear(),
+                    }
+                }
+            }
+            self.scratch_paths
+                .push((m as u32, k, std::mem::take(&mut out)));
+        }
     }
 
     /// The key member `m` of a tool's key set takes.
@@ -132,6 +177,9 @@ impl Scheduler {
             call.stop,
             call.more,
         );
+        for (member, k, path) in call.paths {
+            b.push_path(*member, *k, path);
+        }
         let start = b.entries.len();
         let first = b.first + start as u64;
         let key = OptU32::new(call.key);

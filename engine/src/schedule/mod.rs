@@ -80,6 +80,7 @@ mod lifecycle;
 mod names;
 mod packed;
 mod parts;
+mod path_key;
 mod rate;
 mod restart;
 mod shared;
@@ -377,6 +378,8 @@ pub struct Scheduler {
     scratch_ids: FxHashMap<u64, u64>,
     /// Scratch for laying a call out: the rest of its key set (`layout.rs`).
     scratch_set: Vec<(u32, u32)>,
+    /// Scratch for a call's paths on path keys (`layout.rs`).
+    scratch_paths: Vec<(u32, u32, String)>,
     /// Unkeyed entries that may start (their batch opened, or their wait after a rate limit
     /// is over): released by the round, not by the input, so that an input after it in the
     /// same round (a cancellation, a failure that stops them) still reaches them first.
@@ -419,6 +422,7 @@ impl Scheduler {
             scratch: Vec::new(),
             scratch_ids: FxHashMap::default(),
             scratch_set: Vec::new(),
+            scratch_paths: Vec::new(),
             unkeyed_due: Vec::new(),
             now: 0,
             timers: StaleHeap::default(),
@@ -806,6 +810,10 @@ impl Scheduler {
     fn walk(&mut self, k: u32) {
         if self.keys.key(k).shared {
             self.walk_shared(k);
+            return;
+        }
+        if self.keys.key(k).tree {
+            self.walk_tree(k);
             return;
         }
         while let Some(&e) = self.keys.key(k).queue().front() {

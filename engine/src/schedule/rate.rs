@@ -206,6 +206,7 @@ mod tests {
             max_wait_ms: 300_000,
             shared: false,
             adapt_min: None,
+            path: None,
         })
     }
 
@@ -359,6 +360,7 @@ mod tests {
                 max_wait_ms: 300_000,
                 shared: false,
                 adapt_min: None,
+                path: None,
             }
         });
         assert_eq!(c, Spacing::default());

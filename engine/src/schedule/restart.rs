@@ -257,10 +257,12 @@ impl Scheduler {
                 None => self.call_key(tool, MadeFrom::Saved(&call.keys)),
                 Some(_) => {
                     self.scratch_set.clear();
+                    self.scratch_paths.clear();
                     (None, false)
                 }
             };
             let more = std::mem::take(&mut self.scratch_set);
+            let paths = std::mem::take(&mut self.scratch_paths);
             let layout = Layout {
                 id: &call.id,
                 hash: id_hash(&call.id),
@@ -269,6 +271,7 @@ impl Scheduler {
                 fan_out: call.operations.is_some(),
                 key,
                 more: &more,
+                paths: &paths,
                 stop,
             };
             // A left-out call keeps its id while its batch lives, like any live call.
@@ -280,6 +283,7 @@ impl Scheduler {
                 }
             });
             self.scratch_set = more;
+            self.scratch_paths = paths;
             // Settled by this restart (not before it): the first `next_releases` reports it.
             let b = self.batches.slot(slot);
             let first = b.entries.len() - count as usize;
@@ -384,8 +388,14 @@ impl Scheduler {
         {
             return Vec::new();
         }
-        // Every member, repeats included: names go back to members by position.
+        // Every member, repeats included: names go back to members by position; a path key's
+        // member names its path too.
         let keys = std::iter::once(first).chain(b.more_keys(index).iter().map(|&(k, _)| k));
-        keys.map(|k| self.keys.key(k).name.clone()).collect()
+        keys.enumerate()
+            .map(|(m, k)| match b.member_path(entry.call, m as u32) {
+                Some(path) => super::path_key::display(&self.keys.key(k).name, path),
+                None => self.keys.key(k).name.clone(),
+            })
+            .collect()
     }
 }

@@ -20,7 +20,8 @@ export function toolLine(t) {
 
 /** One key of a tool line: `KEY/LIMIT` and its terms (corpus/src/lib.rs `key_text`). */
 function keyText(c) {
-  let out = `${c.key}/${c.limit}`;
+  // A path key has no limit: `KEY path=PATH`.
+  let out = c.path === undefined ? `${c.key}/${c.limit}` : `${c.key} path=${c.path}`;
   if (c.delayMs) out += ` delay=${c.delayMs}`;
   if (c.rates.length) out += ` rate=${c.rates.map((w) => `${w.count}/${w.perMs}ms${w.burst === c.burst ? '' : `:${w.burst}`}`).join(',')}`;
   if (c.burst !== 1) out += ` burst=${c.burst}`;

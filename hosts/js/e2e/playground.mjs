@@ -335,6 +335,34 @@ async function renumberChain(page) {
   await shot(page, 'renumber-chain');
 }
 
+/** Path keys: writes on paths apart run at once, a write on a held file waits, the tests take
+ * the whole tree after every write before them, and a write after the tests waits for them. */
+async function codingAgentTree(page) {
+  const calls = [
+    { id: 'w1', tool: 'write_file', args: { path: 'src/a.rs' } },
+    { id: 'w2', tool: 'write_file', args: { path: 'src/b.rs' } },
+    { id: 'w3', tool: 'write_file', args: { path: './src/a.rs' } },
+    { id: 'm1', tool: 'move_file', args: { src: 'docs/x.md', dst: 'src/c.rs' } },
+    { id: 't1', tool: 'run_tests' },
+    { id: 'w4', tool: 'write_file', args: { path: 'README.md' } },
+  ];
+  await choose(page, 'coding-agent-tree');
+  await click(page, '#approve-all');
+  let s = await shown(page);
+  assert.match(s.entries.w3.why, /waiting: fs:\/src\/a\.rs is full/);
+  assert.match(s.entries.t1.why, /waiting: behind w3, which comes first on fs:\//);
+  await click(page, '#run');
+  s = await shown(page);
+  const ref = reference(example('coding-agent-tree').layers, calls, [
+    { now: 0, approve: calls.map((c) => c.id) }, { now: 200, ok: ['w2'] }, { now: 250, ok: ['m1'] }, { now: 300, ok: ['w1'] },
+    { now: 500, ok: ['w3'] }, { now: 900, ok: ['t1'] },
+  ]);
+  assert.deepEqual(s.starts, ref.starts);
+  assert.deepEqual(s.starts, [['w1', 0], ['w2', 0], ['m1', 0], ['w3', 300], ['t1', 500], ['w4', 900]]);
+  await layout(page, 'coding agent tree, run');
+  await shot(page, 'coding-agent-tree');
+}
+
 /** GitHub's quota as rate windows with a burst: five at once, then the hourly window's pace. */
 async function githubQuota(page) {
   const ids = ['s1', 's2', 'i1', 'i2', 's3', 's4', 'i3', 'i4'];
@@ -515,6 +543,7 @@ try {
     await rateLimit(page);
     await githubQuota(page);
     await renumberChain(page);
+    await codingAgentTree(page);
     await adaptive(page);
     await shareLink(context, page);
     await diagnostics(page);

@@ -21,13 +21,16 @@ Exit status: 0 resolved, 1 diagnostics (or warnings with --deny-warnings), 2 usa
 unreadable file.
 `;
 
+/** A key as the summary names it: a path key with its path (`fs path {path}`). */
+const keyName = (c: ToolPolicy['concurrency'][number]): string => (c.path === undefined ? c.key : `${c.key} path ${c.path}`);
+
 function line(t: ToolPolicy): string {
   const [only, ...rest] = t.concurrency;
   let out: string;
   if (only === undefined) out = `${t.name}: unbounded`;
-  else if (rest.length === 0) out = `${t.name}: key ${only.key}, limit ${only.limit}`;
+  else if (rest.length === 0) out = `${t.name}: key ${keyName(only)}${only.path === undefined ? `, limit ${only.limit}` : ''}`;
   // A key set: every member, in written order.
-  else out = `${t.name}: keys ${t.concurrency.map((c) => `${c.key} (limit ${c.limit})`).join(' + ')}`;
+  else out = `${t.name}: keys ${t.concurrency.map((c) => (c.path === undefined ? `${c.key} (limit ${c.limit})` : keyName(c))).join(' + ')}`;
   if (t.fanOut) out += `, fan-out${t.onError === 'stop' ? ' (stop on error)' : ''}`;
   return out;
 }

@@ -28,6 +28,7 @@ function concurrency(c: wc.Concurrency): Concurrency {
     arguments: c.arguments,
     shared: c.shared,
     ...(c.adaptMin === undefined ? {} : { adaptMin: c.adaptMin }),
+    ...(c.path === undefined ? {} : { path: c.path }),
   };
 }
 

@@ -62,7 +62,12 @@ export type DiagnosticCode =
   | 'shared-key-in-set'
   /** Two adaptive limits in one key set: a rate limit on its call could not say which one to
    * halve. */
-  | 'adaptive-keys-in-set';
+  | 'adaptive-keys-in-set'
+  /** A path key (`path = ...`) whose key has placeholders, or with a limit, delay, rate,
+   * burst, weight, adaptive limit or sharing: a path key only keeps overlapping paths apart. */
+  | 'path-key-terms'
+  /** Tools naming one key disagree on whether it is a path key. */
+  | 'concurrency-path-conflict';
 
 /** An error stops resolution; a warning is reported beside a resolved policy
  * (`Policy.warnings()`). */
@@ -140,6 +145,14 @@ export interface Concurrency {
    * `limit` is its ceiling. It halves on each rate-limited end (not below this) and grows by
    * one after as many clean ends as it then is. */
   adaptMin?: number;
+  /** Present for a path key (`{ key = "fs", path = "{path}" }`): the path as written. The key
+   * names one tree; each call takes the path its arguments make, normalized by the component
+   * (`/` and `\` separate components; empty ones, `.` and a leading `/` are dropped; `..`
+   * removes the one before it), or the root when they make none. Calls on equal paths, or one
+   * under the other, never run at once and keep written order among themselves; calls on paths
+   * apart pass them. `limit` is `UNBOUNDED`; `inspect` names such a key with its path
+   * (`fs:/a/b`). */
+  path?: string;
 }
 
 /** One tool's resolved policy. `concurrency` lists the keys each of its calls takes, in written

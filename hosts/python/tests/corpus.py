@@ -92,7 +92,8 @@ def tool_line(t) -> str:
 
 def key_text(c) -> str:
     """One key of a tool line: `KEY/LIMIT` and its terms."""
-    out = f"{c.key}/{c.limit}"
+    # A path key has no limit: `KEY path=PATH`.
+    out = f"{c.key}/{c.limit}" if c.path is None else f"{c.key} path={c.path}"
     if c.delay_ms:
         out += f" delay={c.delay_ms}"
     if c.rates:

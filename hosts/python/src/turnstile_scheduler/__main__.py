@@ -58,10 +58,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for t in policy.tools():
         if not t.concurrency:
             limit = "unbounded"
+        elif len(t.concurrency) == 1 and t.concurrency[0].path is not None:
+            limit = f"key {t.concurrency[0].key!r} path {t.concurrency[0].path}"
         elif len(t.concurrency) == 1:
             limit = f"key {t.concurrency[0].key!r}, limit {t.concurrency[0].limit}"
         else:  # a key set: every member, in written order
-            limit = "keys " + " + ".join(f"{c.key} (limit {c.limit})" for c in t.concurrency)
+            limit = "keys " + " + ".join(
+                f"{c.key} path {c.path}" if c.path is not None else f"{c.key} (limit {c.limit})"
+                for c in t.concurrency
+            )
         extra = (", fan-out" if t.fan_out else "") + (", stop on error" if t.on_error.value == "stop" else "")
         print(f"{t.name}: {limit}{extra}")
     policy.close()

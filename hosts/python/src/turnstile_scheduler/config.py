@@ -237,4 +237,5 @@ def _concurrency(c: Any) -> Concurrency:
         burst=c.burst,
         weight=c.weight,
         adapt_min=getattr(c, "adapt-min"),
+        path=c.path,
     )

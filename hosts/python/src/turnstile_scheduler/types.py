@@ -176,6 +176,11 @@ class DiagnosticCode(str, Enum):
     ADAPTIVE_KEYS_IN_SET = "adaptive-keys-in-set"
     """Two adaptive limits in one key set: a rate limit on its call could not say which one to
     halve."""
+    PATH_KEY_TERMS = "path-key-terms"
+    """A path key (`path = ...`) whose key has placeholders, or with a limit, delay, rate,
+    burst, weight, adaptive limit or sharing: a path key only keeps overlapping paths apart."""
+    CONCURRENCY_PATH_CONFLICT = "concurrency-path-conflict"
+    """Tools naming one key disagree on whether it is a path key."""
 
 
 class Severity(str, Enum):
@@ -376,6 +381,14 @@ class Concurrency:
     """The floor of an adaptive limit (`limit = { max, min, adapt = "aimd" }`; `limit` is then
     its ceiling), None when the limit is fixed. It halves on each rate-limited end (not below
     this) and grows by one after as many clean ends as it then is."""
+    path: Optional[str] = None
+    """For a path key (`{ key = "fs", path = "{path}" }`), the path as written; None for an exact
+    key. The key names one tree; each call takes the path its arguments make, normalized by the
+    component (`/` and `\\` separate components; empty ones, `.` and a leading `/` are dropped;
+    `..` removes the one before it), or the root when they make none. Calls on equal paths, or
+    one under the other, never run at once and keep written order among themselves; calls on
+    paths apart pass them. `limit` is `LIMIT_UNBOUNDED`; `inspect` names such a key with its
+    path (`fs:/a/b`)."""
 
 
 @dataclass(frozen=True)
