@@ -614,3 +614,18 @@ fn a_move_takes_both_paths() {
     assert_eq!(status[3].keys, ["fs:/d"]);
     assert_eq!(t.ok(e[0]), [e[1]]);
 }
+
+/// A template that can make a path key's name must agree it is a path key: otherwise its
+/// calls would take the tree without a path and overlap nothing.
+#[test]
+fn a_template_that_can_make_a_path_key_must_agree() {
+    let text = r#"
+[conversation.tools.a]
+concurrency = { key = "fs", path = "{p}" }
+[conversation.tools.b]
+concurrency = { key = "{x}" }
+"#;
+    let errors = config::resolve(&[Layer::new("t.toml", text)]).expect_err("refused");
+    let codes: Vec<&str> = errors.iter().map(|d| d.code.as_str()).collect();
+    assert!(codes.contains(&"concurrency-path-conflict"), "{codes:?}");
+}

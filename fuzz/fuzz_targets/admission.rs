@@ -18,7 +18,12 @@ fuzz_target!(|data: &[u8]| {
         max_concurrent: budget,
         allow_parallel: first & 4 != 0,
     });
-    let classes = [Class::Call, Class::Request, Class::Control, Class::Reentrant];
+    let classes = [
+        Class::Call,
+        Class::Request,
+        Class::Control,
+        Class::Reentrant,
+    ];
     // Every ticket handed out, so that inputs can name live and stale ones alike.
     let mut issued: Vec<Ticket> = Vec::new();
     let mut drained: HashSet<Ticket> = HashSet::new();
@@ -54,7 +59,10 @@ fuzz_target!(|data: &[u8]| {
         }
         for ticket in a.next_admissions() {
             assert!(drained.insert(ticket), "ticket drained twice");
-            assert!(!reported.contains(&ticket), "drained after shutdown reported it");
+            assert!(
+                !reported.contains(&ticket),
+                "drained after shutdown reported it"
+            );
         }
         assert!(a.in_flight() <= a.budget());
         assert_eq!(a.budget(), budget.max(1));

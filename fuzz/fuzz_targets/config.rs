@@ -19,7 +19,9 @@ fuzz_target!(|data: &[u8]| {
             assert!(d.rendered.contains(d.code.as_str()));
             for label in &d.labels {
                 let text = &layers[label.span.layer as usize].text;
-                assert!(label.span.start <= label.span.end && label.span.end as usize <= text.len());
+                assert!(
+                    label.span.start <= label.span.end && label.span.end as usize <= text.len()
+                );
             }
         }
     }

@@ -9,19 +9,56 @@ use turnstile_engine::config::{self, Layer};
 
 const TOOLS: &[&str] = &["a", "b", "c", "'*'", "\"*\"", "a.b", "fs_delete_file"];
 const CONCURRENCY: &[&str] = &[
-    "0", "1", "2", "5", "-1", "4294967296", "1.5", "true", "\"2\"", "[1]", "{}",
-    "{ key = \"k\" }", "{ key = \"k\", limit = 0 }", "{ key = \"k\", limit = 2 }",
-    "{ key = \"j\", limit = 3 }", "{ limit = 4 }", "{ key = \"\" }", "{ key = 5 }",
-    "{ key = \"k\", delay = 1 }", "{ key = \"a\" }",
-    "[{ key = \"k\" }, { key = \"a\", limit = 2 }]", "[]", "[{ key = \"x:{p}\" }, { key = \"x:{q}\" }]",
+    "0",
+    "1",
+    "2",
+    "5",
+    "-1",
+    "4294967296",
+    "1.5",
+    "true",
+    "\"2\"",
+    "[1]",
+    "{}",
+    "{ key = \"k\" }",
+    "{ key = \"k\", limit = 0 }",
+    "{ key = \"k\", limit = 2 }",
+    "{ key = \"j\", limit = 3 }",
+    "{ limit = 4 }",
+    "{ key = \"\" }",
+    "{ key = 5 }",
+    "{ key = \"k\", delay = 1 }",
+    "{ key = \"a\" }",
+    "[{ key = \"k\" }, { key = \"a\", limit = 2 }]",
+    "[]",
+    "[{ key = \"x:{p}\" }, { key = \"x:{q}\" }]",
     "[{ key = \"k\", shared = true }, 2]",
+    "{ key = \"fs\", path = \"{p}\" }",
+    "{ key = \"fs\", path = \"/\", limit = 2 }",
+    "[{ key = \"fs\", path = \"{p}\" }, { key = \"fs\", path = \"{q}\" }]",
+    "{ key = \"k\", path = 3 }",
+    "{ key = \"x:{p}\", path = \"{q}\" }",
 ];
 const FAN_OUT: &[&str] = &[
-    "true", "false", "{}", "{ on_error = \"stop\" }", "{ on_error = \"continue\" }",
-    "{ enabled = false, on_error = \"stop\" }", "{ concurrency = 1 }", "{ on_error = \"halt\" }",
-    "{ retries = 2 }", "3",
+    "true",
+    "false",
+    "{}",
+    "{ on_error = \"stop\" }",
+    "{ on_error = \"continue\" }",
+    "{ enabled = false, on_error = \"stop\" }",
+    "{ concurrency = 1 }",
+    "{ on_error = \"halt\" }",
+    "{ retries = 2 }",
+    "3",
 ];
-const ENABLE: &[&str] = &["true", "\"explicit\"", "\"bogus\"", "{ state = false }", "{ allow_toggle = \"always\" }", "1"];
+const ENABLE: &[&str] = &[
+    "true",
+    "\"explicit\"",
+    "\"bogus\"",
+    "{ state = false }",
+    "{ allow_toggle = \"always\" }",
+    "1",
+];
 
 fuzz_target!(|data: &[u8]| {
     let mut bytes = data.iter().copied();
@@ -30,10 +67,16 @@ fuzz_target!(|data: &[u8]| {
     for l in 0..1 + next(3) {
         let mut text = String::new();
         for _ in 0..next(6) {
-            text.push_str(&format!("[conversation.tools.{}]\n", TOOLS[next(TOOLS.len())]));
+            text.push_str(&format!(
+                "[conversation.tools.{}]\n",
+                TOOLS[next(TOOLS.len())]
+            ));
             for _ in 0..next(4) {
                 match next(4) {
-                    0 => text.push_str(&format!("concurrency = {}\n", CONCURRENCY[next(CONCURRENCY.len())])),
+                    0 => text.push_str(&format!(
+                        "concurrency = {}\n",
+                        CONCURRENCY[next(CONCURRENCY.len())]
+                    )),
                     1 => text.push_str(&format!("fan_out = {}\n", FAN_OUT[next(FAN_OUT.len())])),
                     2 => text.push_str(&format!("enable = {}\n", ENABLE[next(ENABLE.len())])),
                     _ => text.push_str("source = \"local\"\nrun = \"ask\"\n"),

@@ -18,20 +18,23 @@ use turnstile_engine::schedule::{
 
 /// The policies a restart may switch between: `a` stops to fanning out, limits change, `c`
 /// takes a key set (its own key and `k`) and then loses its limits, `t` takes its key from its arguments (one config spaces it), `k` becomes a
-/// shared key (permits from a store), and one knows no tool at all.
+/// shared key (permits from a store), `p` moves between two paths of the tree `fs` and then
+/// writes one, and one knows no tool at all.
 const CONFIGS: [&str; 3] = [
     "[conversation.tools.a]\nconcurrency = { key = \"k\", limit = 2 }\nfan_out = { on_error = \"stop\" }\n\
      [conversation.tools.b]\nconcurrency = { key = \"k\", limit = 2 }\n\
      [conversation.tools.c]\nconcurrency = [{ key = \"c\" }, { key = \"k\", limit = 2 }]\nfan_out = true\n\
-     [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 1 }\nfan_out = true\n",
+     [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 1 }\nfan_out = true\n\
+     [conversation.tools.p]\nconcurrency = [{ key = \"fs\", path = \"{p}\" }, { key = \"fs\", path = \"{q}\" }]\nfan_out = true\n",
     "[conversation.tools.a]\nconcurrency = { key = \"k\", shared = true }\n\
      [conversation.tools.b]\nconcurrency = { key = \"k\", shared = true }\nfan_out = true\n\
      [conversation.tools.c]\nfan_out = true\n\
-     [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 2, delay = 3 }\n",
+     [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 2, delay = 3 }\n\
+     [conversation.tools.p]\nconcurrency = { key = \"fs\", path = \"{p}\" }\n",
     "",
 ];
 
-const TOOLS: [&str; 6] = ["a", "b", "c", "t", "ghost", ""];
+const TOOLS: [&str; 7] = ["a", "b", "c", "t", "p", "ghost", ""];
 
 /// Live entries are capped so that the final drain stays fast.
 const LIVE_MAX: usize = 256;
@@ -90,7 +93,12 @@ fn submit(s: &mut Scheduler, input: &mut Bytes<'_>) {
             // Arguments: none, a few keys, or the fuzzer's own bytes as text.
             let arguments = match input.byte() % 4 {
                 0 => None,
-                1 => Some(format!("{{\"p\":\"{}\",\"q\":{}}}", input.byte() % 3, input.byte())),
+                // Paths that nest (`a` above `a/b`) and one apart, for the tree `fs`.
+                1 => Some(format!(
+                    "{{\"p\":\"{}\",\"q\":{}}}",
+                    ["a", "a/b", "b", "./a//"][usize::from(input.byte() % 4)],
+                    input.byte()
+                )),
                 2 => Some(format!("{{\"p\":{}}}", input.byte() % 3)),
                 _ => {
                     let len = usize::from(input.byte() % 24);
