@@ -75,9 +75,9 @@ pub enum Code {
     ConcurrencyBurstConflict,
     /// A `burst` on a key with no `rate`: it would let nothing through.
     BurstWithoutRate,
-    /// A `rate` on a `shared` key: its store keeps limits, delays and pauses, not rate
-    /// windows, so each process would take the whole rate.
-    RateOnSharedKey,
+    /// A rate window on a `shared` key counting more than 1,000,000 starts, or with a burst
+    /// above 1,000,000: the stores keep its arrival times exactly in 53 bits.
+    SharedRateOutOfRange,
     /// Tools naming one concurrency key (or a template and a key it can make) disagree on
     /// whether its limit adapts, or on its floor.
     ConcurrencyAdaptConflict,
@@ -134,7 +134,7 @@ impl Code {
         Self::ConcurrencyRateConflict,
         Self::ConcurrencyBurstConflict,
         Self::BurstWithoutRate,
-        Self::RateOnSharedKey,
+        Self::SharedRateOutOfRange,
         Self::ConcurrencyAdaptConflict,
         Self::AdaptOnSharedKey,
         Self::WeightWithoutRate,
@@ -177,7 +177,7 @@ impl Code {
             Self::ConcurrencyRateConflict => "concurrency-rate-conflict",
             Self::ConcurrencyBurstConflict => "concurrency-burst-conflict",
             Self::BurstWithoutRate => "burst-without-rate",
-            Self::RateOnSharedKey => "rate-on-shared-key",
+            Self::SharedRateOutOfRange => "shared-rate-out-of-range",
             Self::ConcurrencyAdaptConflict => "concurrency-adapt-conflict",
             Self::AdaptOnSharedKey => "adapt-on-shared-key",
             Self::WeightWithoutRate => "weight-without-rate",

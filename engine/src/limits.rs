@@ -51,6 +51,9 @@ pub const PLACEHOLDERS_MAX: usize = 8;
 pub const ARGUMENTS_BYTES_MAX: usize = 64 * 1024;
 /// A shared key's limit at the store ([`crate::shared`]): 1 to this.
 pub const SHARED_LIMIT_MAX: u32 = 1_000_000;
+/// A shared key's rate window's count and burst at the store: 1 to this, so the stores'
+/// arithmetic (`burst * per_ms` and below) stays exact in a double (Redis's Lua numbers).
+pub const SHARED_RATE_COUNT_MAX: u32 = 1_000_000;
 /// A shared key's delay, and a pause, at the store: at most 24 h.
 pub const SHARED_DELAY_MS_MAX: u32 = 86_400_000;
 /// A shared-key lease ([`crate::shared::LeaseSchedule`]): at least this (a renewal every

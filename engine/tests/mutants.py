@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Proves the simulator and the corpus can disagree: each mutant below breaks one rule of the
 engine in place, the simulator (`--test sim`), the native corpus (`--test corpus`), the key
-set oracle (`--test key_sets`) and the path key oracle (`--test path_keys`) must then fail, and the file is restored whatever happens. Not
+set oracle (`--test key_sets`), the path key oracle (`--test path_keys`) or the engine's unit
+tests (`--lib`: the store's grant rule against `tests/shared/grant-rule.txt`) must then fail, and the file is restored whatever happens. Not
 part of CI (each mutant recompiles the engine's tests); run it after changing a rule or its
 checks:
 
@@ -19,6 +20,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # (name, file, text, replacement): every occurrence of the text is replaced.
 MUTANTS = [
+    (
+        "a shared key's permit request without its rate windows (each process takes the whole rate)",
+        "engine/src/schedule/shared.rs",
+        "rates: key.store_rates.to_vec(),",
+        "rates: Vec::new(),",
+    ),
+    (
+        "the store's grant rule lets a heavy call through as if it weighed 1",
+        "engine/src/shared/grant.rs",
+        "gate_ms = gate_ms.max(window_opens_at(w, tat_n(key, w), head.weight));",
+        "gate_ms = gate_ms.max(window_opens_at(w, tat_n(key, w), 1));",
+    ),
     (
         "a rate window off by one (opens a millisecond early)",
         "engine/src/schedule/rate.rs",
@@ -138,7 +151,7 @@ def main():
         try:
             with open(full, "w") as f:
                 f.write(original.replace(text, replacement))
-            rc = run(["cargo", "test", "-q", "-p", "turnstile-engine", "--release", "--test", "sim", "--test", "corpus", "--test", "key_sets", "--test", "path_keys"])
+            rc = run(["cargo", "test", "-q", "-p", "turnstile-engine", "--release", "--test", "sim", "--test", "corpus", "--test", "key_sets", "--test", "path_keys", "--lib"])
         finally:
             with open(full, "w") as f:
                 f.write(original)

@@ -9,7 +9,7 @@
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
 
-use turnstile_engine::config::{self, Layer, Policy};
+use turnstile_engine::config::{self, Layer, Policy, RateWindow};
 #[path = "common/step.rs"]
 mod step;
 
@@ -37,8 +37,12 @@ struct T {
 
 impl T {
     fn new() -> Self {
+        Self::with(SHARED)
+    }
+
+    fn with(text: &str) -> Self {
         Self {
-            s: Scheduler::new(policy(SHARED)),
+            s: Scheduler::new(policy(text)),
             out: Outputs::default(),
         }
     }
@@ -582,6 +586,49 @@ fn permit_requests_carry_the_keys_terms() {
         ]
     );
     // Both granted at once: both start at once (no local spacing on a shared key).
+    let out = t.step(Inputs {
+        granted: &e,
+        ..Inputs::default()
+    });
+    assert_eq!(out.start, e);
+    assert_eq!(out.wake_at, None);
+}
+
+/// A shared key's rate windows are the store's terms too, with each call's weight: the
+/// request carries them (each window once, the key's burst on each), and this process keeps no
+/// spacing of its own, so granted permits start at once.
+#[test]
+fn permit_requests_carry_the_keys_rate_windows_and_weights() {
+    let mut t = T::with(
+        r#"
+[conversation.tools.post]
+concurrency = { key = "api", limit = 10, shared = true, rate = ["900/min", "5000/h", "900/min"], burst = 10, weight = 5 }
+[conversation.tools.get]
+concurrency = { key = "api", limit = 10, shared = true, rate = ["5000/h", "900/min"], burst = 10 }
+"#,
+    );
+    let e = t.batch(&[("p", "post", None), ("g", "get", None), ("q", "post", None)]);
+    let window = |count, per_ms| RateWindow {
+        count,
+        per_ms,
+        burst: 10,
+    };
+    let requests: Vec<_> = t
+        .out
+        .releases
+        .acquire
+        .iter()
+        .map(|p| (p.entry, p.limit, p.delay_ms, p.rates.clone(), p.weight))
+        .collect();
+    let rates = vec![window(900, 60_000), window(5000, 3_600_000)];
+    assert_eq!(
+        requests,
+        [
+            (e[0], Some(10), 0, rates.clone(), 5),
+            (e[1], Some(10), 0, rates.clone(), 1),
+            (e[2], Some(10), 0, rates, 5),
+        ]
+    );
     let out = t.step(Inputs {
         granted: &e,
         ..Inputs::default()

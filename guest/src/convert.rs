@@ -3,7 +3,7 @@
 use turnstile_engine::admission::{
     self as engine_admission, AbandonErrorCode, AdmissionConfig, BeginErrorCode, EndErrorCode,
 };
-use turnstile_engine::config::{OnError, ToolPolicy};
+use turnstile_engine::config::{OnError, RateWindow, ToolPolicy};
 use turnstile_engine::diagnostic::{self, Code, Diagnostic, Severity};
 use turnstile_engine::retry_after::{RetryAfterError, RetryAfterErrorCode};
 use turnstile_engine::schedule::{
@@ -77,7 +77,7 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::ConcurrencyRateConflict => W::ConcurrencyRateConflict,
         Code::ConcurrencyBurstConflict => W::ConcurrencyBurstConflict,
         Code::BurstWithoutRate => W::BurstWithoutRate,
-        Code::RateOnSharedKey => W::RateOnSharedKey,
+        Code::SharedRateOutOfRange => W::SharedRateOutOfRange,
         Code::ConcurrencyAdaptConflict => W::ConcurrencyAdaptConflict,
         Code::AdaptOnSharedKey => W::AdaptOnSharedKey,
         Code::WeightWithoutRate => W::WeightWithoutRate,
@@ -102,6 +102,24 @@ fn arguments(c: &turnstile_engine::config::Concurrency) -> Vec<String> {
     names
 }
 
+/// A rate window, out to the WIT's record ...
+pub(crate) fn rate_out(w: &RateWindow) -> wc::RateWindow {
+    wc::RateWindow {
+        count: w.count,
+        per_ms: w.per_ms,
+        burst: w.burst,
+    }
+}
+
+/// ... and in from it (the grant rule checks its ranges).
+pub(crate) fn rate_in(w: wc::RateWindow) -> RateWindow {
+    RateWindow {
+        count: w.count,
+        per_ms: w.per_ms,
+        burst: w.burst,
+    }
+}
+
 pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
     wc::ToolPolicy {
         name: t.name.clone(),
@@ -112,15 +130,7 @@ pub(crate) fn tool_policy(t: &ToolPolicy) -> wc::ToolPolicy {
                 key: c.key.as_str().to_owned(),
                 limit: Some(c.limit.get()).filter(|&l| l != u32::MAX),
                 delay_ms: c.delay_ms,
-                rates: c
-                    .rates
-                    .iter()
-                    .map(|w| wc::RateWindow {
-                        count: w.count,
-                        per_ms: w.per_ms,
-                        burst: w.burst,
-                    })
-                    .collect(),
+                rates: c.rates.iter().map(rate_out).collect(),
                 burst: c.burst,
                 weight: c.weight,
                 retries: c.retries,
@@ -330,6 +340,8 @@ pub(crate) fn releases_part(out: &Releases, sent: &mut Sent, now: u64) -> ws::Re
         key: p.key.clone(),
         limit: p.limit,
         delay_ms: p.delay_ms,
+        rates: p.rates.iter().map(rate_out).collect(),
+        weight: p.weight,
     });
     let start = part.take(5, &out.start, |e| e.0);
     let retired = part.take(6, &out.retired, |b| b.0);

@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 
-use turnstile_engine::shared::grant::{self, Decision, GrantError, Head, KeyState};
+use turnstile_engine::shared::grant::{self, Arrival, Decision, GrantError, Head, KeyState};
 use turnstile_engine::shared::{GiveUpReason, LeaseError, LeaseErrorCode, LeaseSchedule, Poll};
 
 use crate::Component;
@@ -26,13 +26,25 @@ impl wit::Guest for Component {
         let head = head.map(|h| Head {
             limit: h.limit,
             delay_ms: h.delay_ms,
+            rates: h.rates.into_iter().map(crate::convert::rate_in).collect(),
+            weight: h.weight,
         });
         let key = KeyState {
             held: key.held,
             last_grant_ms: key.last_grant_ms,
             paused_until_ms: key.paused_until_ms,
+            arrivals: key
+                .arrivals
+                .into_iter()
+                .map(|a| Arrival {
+                    count: a.count,
+                    per_ms: a.per_ms,
+                    at_ms: a.at_ms,
+                    rest: a.rest,
+                })
+                .collect(),
         };
-        grant::decide(head, key, now)
+        grant::decide(head.as_ref(), &key, now)
             .map(decision)
             .map_err(grant_error)
     }
@@ -132,7 +144,17 @@ fn lease_error(e: LeaseError) -> wit::LeaseError {
 
 fn decision(d: Decision) -> wit::Decision {
     match d {
-        Decision::Grant => wit::Decision::Grant,
+        Decision::Grant { arrivals } => wit::Decision::Grant(
+            arrivals
+                .into_iter()
+                .map(|a| wit::Arrival {
+                    count: a.count,
+                    per_ms: a.per_ms,
+                    at_ms: a.at_ms,
+                    rest: a.rest,
+                })
+                .collect(),
+        ),
         Decision::Empty => wit::Decision::Empty,
         Decision::Full => wit::Decision::Full,
         Decision::Wait { retry_ms } => wit::Decision::Wait(retry_ms),
@@ -143,6 +165,9 @@ fn grant_error(e: GrantError) -> wit::GrantError {
     let code = match e.code {
         grant::GrantErrorCode::LimitOutOfRange => wit::GrantErrorCode::LimitOutOfRange,
         grant::GrantErrorCode::DelayOutOfRange => wit::GrantErrorCode::DelayOutOfRange,
+        grant::GrantErrorCode::RateOutOfRange => wit::GrantErrorCode::RateOutOfRange,
+        grant::GrantErrorCode::WeightOutOfRange => wit::GrantErrorCode::WeightOutOfRange,
+        grant::GrantErrorCode::ArrivalOutOfRange => wit::GrantErrorCode::ArrivalOutOfRange,
     };
     wit::GrantError {
         code,

@@ -743,7 +743,7 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::ConcurrencyRateConflict => "concurrency-rate-conflict",
         D::ConcurrencyBurstConflict => "concurrency-burst-conflict",
         D::BurstWithoutRate => "burst-without-rate",
-        D::RateOnSharedKey => "rate-on-shared-key",
+        D::SharedRateOutOfRange => "shared-rate-out-of-range",
         D::ConcurrencyAdaptConflict => "concurrency-adapt-conflict",
         D::AdaptOnSharedKey => "adapt-on-shared-key",
         D::WeightWithoutRate => "weight-without-rate",

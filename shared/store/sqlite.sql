@@ -1,5 +1,5 @@
 CREATE TABLE IF NOT EXISTS turnstile_shared_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
-INSERT OR IGNORE INTO turnstile_shared_meta (name, value) VALUES ('schema', '2');
+INSERT OR IGNORE INTO turnstile_shared_meta (name, value) VALUES ('schema', '3');
 CREATE TABLE IF NOT EXISTS turnstile_shared_keys (
   key TEXT PRIMARY KEY NOT NULL,
   seq INTEGER NOT NULL DEFAULT 0,
@@ -7,6 +7,7 @@ CREATE TABLE IF NOT EXISTS turnstile_shared_keys (
   last_grant_ms INTEGER NOT NULL DEFAULT 0,
   paused_until_ms INTEGER NOT NULL DEFAULT 0,
   delay_max_ms INTEGER NOT NULL DEFAULT 0,
+  rested_ms INTEGER NOT NULL DEFAULT 0,
   idle_at_ms INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS turnstile_shared_keys_idle ON turnstile_shared_keys (idle_at_ms);
@@ -16,6 +17,8 @@ CREATE TABLE IF NOT EXISTS turnstile_shared_tickets (
   seq INTEGER NOT NULL,
   limit_n INTEGER NOT NULL,
   delay_ms INTEGER NOT NULL,
+  rates TEXT NOT NULL,
+  weight INTEGER NOT NULL,
   lease_ms INTEGER NOT NULL,
   requested_ms INTEGER NOT NULL,
   expires_ms INTEGER NOT NULL,
@@ -25,3 +28,11 @@ CREATE TABLE IF NOT EXISTS turnstile_shared_tickets (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS turnstile_shared_tickets_seq ON turnstile_shared_tickets (key, seq);
 CREATE INDEX IF NOT EXISTS turnstile_shared_tickets_expiry ON turnstile_shared_tickets (key, expires_ms);
+CREATE TABLE IF NOT EXISTS turnstile_shared_arrivals (
+  key TEXT NOT NULL,
+  count INTEGER NOT NULL,
+  per_ms INTEGER NOT NULL,
+  at_ms INTEGER NOT NULL,
+  rest INTEGER NOT NULL,
+  PRIMARY KEY (key, count, per_ms)
+) WITHOUT ROWID;

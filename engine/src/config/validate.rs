@@ -10,7 +10,9 @@ use super::policy::{Concurrency, ConcurrencyKey, OnError, Policy, RateWindow, To
 use super::raw::{RawConcurrency, RawFanOut, RawLayer};
 use super::{Loc, Sink};
 use crate::diagnostic::Code;
-use crate::limits::{KEY_BYTES_MAX, RETRIES_DEFAULT, SHARED_DELAY_MS_MAX, TOOLS_MAX};
+use crate::limits::{
+    KEY_BYTES_MAX, RETRIES_DEFAULT, SHARED_DELAY_MS_MAX, SHARED_RATE_COUNT_MAX, TOOLS_MAX,
+};
 use crate::retry_after::MAX_WAIT_DEFAULT_MS;
 
 /// One tool after every layer is applied.
@@ -563,9 +565,9 @@ fn path_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
 }
 
 /// A `burst` and a `weight` need a `rate`, and a weight above the burst could never start. A
-/// shared key's store keeps a limit, a delay and pauses, not (yet) rate windows or an adaptive
-/// limit, so either on a shared key is refused rather than kept by each process alone (which
-/// would let every process take the whole rate, or adapt on its own).
+/// shared key's store keeps its rate windows, exactly only for counts and bursts up to
+/// [`SHARED_RATE_COUNT_MAX`], and not (yet) an adaptive limit, which is refused rather than
+/// kept by each process alone (each would adapt on its own).
 fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
     let path = tool_path(&tool.name, Some("concurrency"));
     // A rate lifted by a higher layer (`rate = []`) leaves a lower layer's burst and weights
@@ -616,19 +618,28 @@ fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
             d.weight.0
         ));
     }
-    if let (Some(at), Some(shared), true) = (d.rate.1, d.shared.1, d.shared.0 == 1) {
+    let too_large = |w: &RateWindow| w.count.max(w.burst) > SHARED_RATE_COUNT_MAX;
+    if let (Some(at), Some(shared), true, Some(w)) = (
+        d.rate.1,
+        d.shared.1,
+        d.shared.0 == 1,
+        d.rate.0.iter().find(|w| too_large(w)),
+    ) {
         sink.push(
-            Code::RateOnSharedKey,
+            Code::SharedRateOutOfRange,
             &path,
-            "a shared key's store keeps its limit, delay and pauses but not rate windows, so \
-             each process would take the whole rate"
-                .to_owned(),
+            format!(
+                "a shared key's rate window counts at most {SHARED_RATE_COUNT_MAX} starts with \
+                 a burst of at most {SHARED_RATE_COUNT_MAX}, and this one has {} with a burst \
+                 of {}: its store keeps arrival times exactly, within 53 bits",
+                w.count, w.burst
+            ),
         )
-        .label(at, "a rate")
+        .label(at, "too large for a store")
         .label(shared, "on a shared key")
         .help(
-            "use delay (the store keeps it: one start per delay across processes), or keep \
-             the rate on a key that is not shared",
+            "write the rate over a shorter window (\"1000/ms\" rather than \"1000000/s\"), or \
+             keep it on a key that is not shared",
         );
     }
     if let (Some(at), Some(shared), true, true) =

@@ -14,7 +14,7 @@ use super::effects::Effects;
 use super::names::FxHashMap;
 use super::rate::Spacing;
 use super::time::TimeGate;
-use crate::config::{Concurrency, ConcurrencyKey, OnError, Policy, ToolPolicy};
+use crate::config::{Concurrency, ConcurrencyKey, OnError, Policy, RateWindow, ToolPolicy};
 use crate::limits::RETRIES_DEFAULT;
 use crate::path::PathSet;
 use crate::template::KeyTemplate;
@@ -43,6 +43,9 @@ pub(crate) struct KeyRec {
     pub(crate) delay: u32,
     /// The delay and rate windows this process keeps (none on a shared key).
     spacing: Spacing,
+    /// A shared key's rate windows, which its store keeps (a permit request's term): each
+    /// window once, with the smallest burst it was given. Empty on other keys.
+    pub(crate) store_rates: Box<[RateWindow]>,
     /// Rate-limit retries per entry.
     pub(crate) retries: u32,
     /// Permits come from a store shared across processes (its delay is the store's to keep).
@@ -66,6 +69,23 @@ pub(crate) struct KeyRec {
     /// written only by `Scheduler::hold_paths`.
     pub(crate) held: Vec<u64>,
     pub(crate) held_paths: PathSet,
+}
+
+/// A shared key's windows as its store keeps them: one arrival time per window (count and
+/// length), so a window named twice with two bursts is named once with the smaller, which is
+/// what the two would let through together.
+fn store_windows(rates: &[RateWindow]) -> Box<[RateWindow]> {
+    let mut out: Vec<RateWindow> = Vec::with_capacity(rates.len());
+    for w in rates {
+        match out
+            .iter_mut()
+            .find(|o| o.count == w.count && o.per_ms == w.per_ms)
+        {
+            Some(o) => o.burst = o.burst.min(w.burst),
+            None => out.push(*w),
+        }
+    }
+    out.into_boxed_slice()
 }
 
 impl KeyRec {
@@ -293,6 +313,11 @@ impl Keys {
             // spacing is empty), and permit requests carry it as the store's term.
             delay: c.delay_ms,
             spacing: Spacing::new(c),
+            store_rates: if c.shared {
+                store_windows(&c.rates)
+            } else {
+                Box::default()
+            },
             retries: c.retries,
             shared: c.shared,
             max_wait_ms: crate::retry_after::max_wait_ms(Some(c)),

@@ -81,7 +81,7 @@ mod names;
 mod packed;
 mod parts;
 mod path_key;
-mod rate;
+pub(crate) mod rate;
 mod restart;
 mod shared;
 mod stale_heap;
@@ -100,7 +100,7 @@ pub use packed::unpack;
 pub use parts::{CALL_WEIGHT, PART_WEIGHT_MAX};
 pub use restart::{SAVED_VERSION, SavedBatch, SavedCall, SavedState, Started, fingerprint};
 
-use crate::config::Policy;
+use crate::config::{Policy, RateWindow};
 use crate::limits::{ARGUMENTS_BYTES_MAX, ENTRIES_MAX};
 use batch::Batches;
 use keys::Keys;
@@ -209,6 +209,11 @@ pub struct PermitRequest {
     pub limit: Option<u32>,
     /// Milliseconds between consecutive starts across processes.
     pub delay_ms: u32,
+    /// Rate windows the store keeps across processes (each window once).
+    pub rates: Vec<RateWindow>,
+    /// Units the entry's start costs in each rate window: its tool's weight (1 without rate
+    /// windows).
+    pub weight: u32,
 }
 
 /// A shared key's pause to set at its store ([`Action::PauseStore`]).

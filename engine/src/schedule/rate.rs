@@ -29,7 +29,7 @@
 //!
 //! A key's lanes are written only here: `started` when an entry starts, nothing else.
 
-use crate::config::Concurrency;
+use crate::config::{Concurrency, RateWindow};
 
 /// One window and its arrival time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +109,33 @@ fn per_count(n: u128, count: u32, past: u64) -> u64 {
     u64::try_from(at).unwrap_or(u64::MAX)
 }
 
+/// One rate window's GCRA as a shared key's store keeps it (`crate::shared::grant`): the
+/// same arithmetic as a local key's lane, on the arrival time the store holds (`tat_n`, the
+/// theoretical arrival time times `count`). The earliest time a start of `weight` units is let
+/// through ...
+pub(crate) fn window_opens_at(window: RateWindow, tat_n: u128, weight: u32) -> u64 {
+    Lane::window(window, tat_n).opens_at(weight)
+}
+
+/// ... and the arrival time after such a start at `now` (at or after the time it opened).
+pub(crate) fn window_started(window: RateWindow, tat_n: u128, now: u64, weight: u32) -> u128 {
+    let mut lane = Lane::window(window, tat_n);
+    lane.started(now, weight);
+    lane.tat_n
+}
+
+impl Lane {
+    fn window(w: RateWindow, tat_n: u128) -> Self {
+        Self {
+            count: w.count,
+            per_ms: w.per_ms,
+            burst: w.burst,
+            weighs: true,
+            tat_n,
+        }
+    }
+}
+
 /// A key's lanes: its delay's, then one per rate window. Most keys have none, and cost no
 /// allocation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -121,10 +148,9 @@ pub(crate) struct Spacing {
 
 impl Spacing {
     /// The spacing this process keeps for a key with terms `c`: none for a shared key, whose
-    /// store keeps its delay (and which the config refuses a rate).
+    /// store keeps its delay and rate windows for every process.
     pub(crate) fn new(c: &Concurrency) -> Self {
         if c.shared {
-            debug_assert!(c.rates.is_empty(), "a rate on a shared key resolved");
             return Self::default();
         }
         let delay = (c.delay_ms > 0).then_some(Lane {
@@ -134,13 +160,7 @@ impl Spacing {
             weighs: false,
             tat_n: 0,
         });
-        let rates = c.rates.iter().map(|w| Lane {
-            count: w.count,
-            per_ms: w.per_ms,
-            burst: w.burst,
-            weighs: true,
-            tat_n: 0,
-        });
+        let rates = c.rates.iter().map(|&w| Lane::window(w, 0));
         let lanes: Box<[Lane]> = delay.into_iter().chain(rates).collect();
         debug_assert!(
             lanes

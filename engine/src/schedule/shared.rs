@@ -3,8 +3,8 @@
 //! starts in written order once the key's pause is over; a permit, or its request, goes back
 //! (`release`) when its entry ends, hits a rate limit, is cancelled or stopped while waiting,
 //! or stands behind an entry of its key that went back in line (it yields and asks again
-//! after it). The store keeps the key's limit across processes and its delay; the local limit
-//! bounds what this process asks for.
+//! after it). The store keeps the key's limit, delay and rate windows across processes; the
+//! local limit bounds what this process asks for.
 
 use super::lifecycle::SchedulerEvent;
 use super::{EntryId, KeyPause, Permit, PermitRequest, Releases, Scheduler, State, Turn};
@@ -84,15 +84,26 @@ impl Scheduler {
     }
 
     /// Moves the round's permit requests and permits to give back into `out`: each names its
-    /// key, and a request carries the key's terms (the store keeps the limit and the delay).
+    /// key, and a request carries the terms the store keeps: the key's limit, delay and rate
+    /// windows, and the entry's weight in them.
     pub(super) fn hand_over_permits(&mut self, out: &mut Releases) {
         for &e in &self.acquiring {
             let key = self.keys.key(self.key_of(e));
+            let weight = match self.batches.locate(e) {
+                Some((slot, index)) if !key.store_rates.is_empty() => {
+                    let batch = self.batches.slot(slot);
+                    let call = batch.entries[index as usize].call;
+                    self.keys.tool(batch.calls[call as usize].tool).weight
+                }
+                _ => 1,
+            };
             out.acquire.push(PermitRequest {
                 entry: EntryId(e),
                 key: key.name.clone(),
                 limit: (key.limit != u32::MAX).then_some(key.limit),
                 delay_ms: key.delay,
+                rates: key.store_rates.to_vec(),
+                weight,
             });
         }
         self.acquiring.clear();

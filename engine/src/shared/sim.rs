@@ -229,17 +229,12 @@ impl ModelStore {
                 held,
                 last_grant_ms: 0,
                 paused_until_ms: 0,
+                arrivals: Vec::new(),
             };
-            let decision = decide(
-                head.as_ref().map(|_| Head {
-                    limit: LIMIT,
-                    delay_ms: 0,
-                }),
-                state,
-                now,
-            );
+            let terms = Head::plain(LIMIT, 0);
+            let decision = decide(head.as_ref().map(|_| &terms), &state, now);
             match (decision, head) {
-                (Ok(Decision::Grant), Some((_, t))) => t.2 = true,
+                (Ok(Decision::Grant { .. }), Some((_, t))) => t.2 = true,
                 _ => return,
             }
         }

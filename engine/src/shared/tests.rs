@@ -8,8 +8,9 @@
 //! `failed R`, `remove N`, `poll T`. A poll's trace lists `give-up N (reason)`, `renew R KEY
 //! [N...]` and `wake T`; a refused input traces `error CODE`.
 
-use super::grant::{Decision, Head, KeyState, decide};
+use super::grant::{Arrival, Decision, Head, KeyState, decide};
 use super::*;
+use crate::config::RateWindow;
 use crate::limits::{KEY_BYTES_MAX, LEASE_MS_MAX, LEASE_MS_MIN, RENEW_TICKETS_MAX};
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
@@ -230,9 +231,22 @@ fn every_bad_input_is_a_typed_error_that_changes_nothing() {
         .unwrap();
 }
 
+/// `COUNT/PER_MS:MS+REST` of the table, MS from `now`.
+fn table_arrival(text: &str, now: u64) -> Arrival {
+    let (window, time) = text.split_once(':').expect("COUNT/PER_MS:MS+REST");
+    let (count, per_ms) = window.split_once('/').expect("COUNT/PER_MS");
+    let (ms, rest) = time.rsplit_once('+').expect("MS+REST");
+    Arrival {
+        count: count.parse().unwrap(),
+        per_ms: per_ms.parse().unwrap(),
+        at_ms: now.checked_add_signed(ms.parse::<i64>().unwrap()).unwrap(),
+        rest: rest.parse().unwrap(),
+    }
+}
+
 /// Reads `tests/shared/grant-rule.txt` into `(head, key, now, expected)` cases.
 fn grant_table() -> Vec<(String, Option<Head>, KeyState, u64, Decision)> {
-    const NOW: u64 = 1_000_000_000;
+    const NOW: u64 = 1_000_000_000_000;
     let text = include_str!("../../../tests/shared/grant-rule.txt");
     text.lines()
         .map(str::trim)
@@ -240,10 +254,26 @@ fn grant_table() -> Vec<(String, Option<Head>, KeyState, u64, Decision)> {
         .map(|line| {
             let (input, output) = line.split_once("->").expect("a `->`");
             let w: Vec<&str> = input.split_whitespace().collect();
-            let head = (w[0] != "-").then(|| Head {
-                limit: w[0].parse().unwrap(),
-                delay_ms: w[1].parse().unwrap(),
-            });
+            let mut head =
+                (w[0] != "-").then(|| Head::plain(w[0].parse().unwrap(), w[1].parse().unwrap()));
+            let mut arrivals = Vec::new();
+            for term in &w[5..] {
+                let (name, value) = term.split_once('=').expect("NAME=VALUE");
+                let head = head.as_mut().expect("a head for a rate");
+                match name {
+                    "rate" => {
+                        let n: Vec<u32> = value.split('/').map(|n| n.parse().unwrap()).collect();
+                        head.rates.push(RateWindow {
+                            count: n[0],
+                            per_ms: n[1],
+                            burst: n[2],
+                        });
+                    }
+                    "weight" => head.weight = value.parse().unwrap(),
+                    "at" => arrivals.push(table_arrival(value, NOW)),
+                    other => panic!("unknown term {other}"),
+                }
+            }
             let last_grant_ms = match w[3] {
                 "never" => 0,
                 ago => NOW - ago.parse::<u64>().unwrap(),
@@ -258,10 +288,16 @@ fn grant_table() -> Vec<(String, Option<Head>, KeyState, u64, Decision)> {
                 held: w[2].parse().unwrap(),
                 last_grant_ms,
                 paused_until_ms,
+                arrivals,
             };
             let out: Vec<&str> = output.split_whitespace().collect();
             let decision = match out[0] {
-                "grant" => Decision::Grant,
+                "grant" => Decision::Grant {
+                    arrivals: out[1..]
+                        .iter()
+                        .map(|t| table_arrival(t.strip_prefix("at=").expect("at="), NOW))
+                        .collect(),
+                },
                 "full" => Decision::Full,
                 "empty" => Decision::Empty,
                 "wait" => Decision::Wait {
@@ -279,36 +315,82 @@ fn the_grant_rule_follows_the_shared_table() {
     let table = grant_table();
     assert!(table.len() >= 15);
     for (line, head, key, now, want) in table {
-        assert_eq!(decide(head, key, now), Ok(want), "{line}");
+        assert_eq!(decide(head.as_ref(), &key, now), Ok(want), "{line}");
     }
 }
 
 #[test]
 fn the_grant_rule_refuses_terms_no_client_writes() {
+    use grant::GrantErrorCode as C;
     let key = KeyState {
         held: 0,
         last_grant_ms: 0,
         paused_until_ms: 0,
+        arrivals: Vec::new(),
     };
-    for (limit, delay_ms, code) in [
-        (0, 0, grant::GrantErrorCode::LimitOutOfRange),
-        (1_000_001, 0, grant::GrantErrorCode::LimitOutOfRange),
-        (1, 86_400_001, grant::GrantErrorCode::DelayOutOfRange),
-    ] {
-        let e = decide(Some(Head { limit, delay_ms }), key, 5).unwrap_err();
-        assert_eq!(e.code, code);
+    let window = |count, per_ms, burst| RateWindow {
+        count,
+        per_ms,
+        burst,
+    };
+    let rated = |rates: Vec<RateWindow>, weight| Head {
+        rates,
+        weight,
+        ..Head::plain(1, 0)
+    };
+    let cases = [
+        (Head::plain(0, 0), C::LimitOutOfRange),
+        (Head::plain(1_000_001, 0), C::LimitOutOfRange),
+        (Head::plain(1, 86_400_001), C::DelayOutOfRange),
+        (rated(vec![window(0, 1000, 1)], 1), C::RateOutOfRange),
+        (
+            rated(vec![window(1_000_001, 1000, 1)], 1),
+            C::RateOutOfRange,
+        ),
+        (
+            rated(vec![window(1, 1000, 1_000_001)], 1),
+            C::RateOutOfRange,
+        ),
+        (rated(vec![window(1, 0, 1)], 1), C::RateOutOfRange),
+        (
+            rated(vec![window(1, 1000, 1), window(1, 1000, 2)], 1),
+            C::RateOutOfRange,
+        ),
+        (rated(vec![window(1, 1000, 1); 9], 1), C::RateOutOfRange),
+        (rated(vec![window(1, 1000, 2)], 0), C::WeightOutOfRange),
+        (
+            rated(vec![window(1, 1000, 2), window(1, 10, 1)], 2),
+            C::WeightOutOfRange,
+        ),
+        (rated(Vec::new(), 2), C::WeightOutOfRange),
+    ];
+    for (head, code) in cases {
+        let e = decide(Some(&head), &key, 5).unwrap_err();
+        assert_eq!(e.code, code, "{head:?}");
     }
+    let bad = KeyState {
+        arrivals: vec![Arrival {
+            count: 3,
+            per_ms: 1000,
+            at_ms: 5,
+            rest: 3,
+        }],
+        ..key.clone()
+    };
+    let e = decide(Some(&rated(vec![window(3, 1000, 1)], 1)), &bad, 5).unwrap_err();
+    assert_eq!(e.code, C::ArrivalOutOfRange);
     // Times at the ends of u64 saturate rather than wrap.
     let key = KeyState {
-        held: 0,
         last_grant_ms: u64::MAX,
-        paused_until_ms: 0,
+        ..key
     };
-    let head = Some(Head {
-        limit: 1,
-        delay_ms: 1,
-    });
-    assert_eq!(decide(head, key, u64::MAX), Ok(Decision::Grant));
+    let head = Head::plain(1, 1);
+    assert_eq!(
+        decide(Some(&head), &key, u64::MAX),
+        Ok(Decision::Grant {
+            arrivals: Vec::new()
+        })
+    );
 }
 
 /// The store texts, which both packages ship from `shared/store/` (not the component).
@@ -341,8 +423,8 @@ fn sqlite_statements() -> Vec<(&'static str, &'static str)> {
 #[test]
 fn the_store_texts_are_the_schema_the_files_hold() {
     // The schema writes the version the statements file names.
-    assert!(SQLITE_STATEMENTS.contains("\"schemaVersion\": 2,"));
-    assert!(SQLITE_SCHEMA.contains("VALUES ('schema', '2')"));
+    assert!(SQLITE_STATEMENTS.contains("\"schemaVersion\": 3,"));
+    assert!(SQLITE_SCHEMA.contains("VALUES ('schema', '3')"));
     assert!(SQLITE_SCHEMA.contains("turnstile_shared_tickets") && !SQLITE_SCHEMA.ends_with('\n'));
     let statements = sqlite_statements();
     let names: Vec<&str> = statements.iter().map(|&(name, _)| name).collect();
@@ -354,6 +436,7 @@ fn the_store_texts_are_the_schema_the_files_hold() {
             "setMeta",
             "wipeTickets",
             "wipeKeys",
+            "wipeArrivals",
             "ensureKey",
             "purge",
             "ticket",
@@ -363,6 +446,8 @@ fn the_store_texts_are_the_schema_the_files_hold() {
             "head",
             "held",
             "keyState",
+            "arrivals",
+            "setArrival",
             "grant",
             "countGrant",
             "remove",
@@ -371,8 +456,10 @@ fn the_store_texts_are_the_schema_the_files_hold() {
             "earliestExpiry",
             "list",
             "settle",
+            "forgetArrivals",
             "forget",
             "sweepTickets",
+            "sweepArrivals",
             "sweepKeys",
             "countKeys"
         ]

@@ -264,6 +264,29 @@ impl Sim {
                 self.fail(&format!("badly worded error: {e}"));
             }
         }
+        // A shared key's permit request carries its store's terms (delay, rate windows, the
+        // call's weight); this process keeps no spacing of its own on it.
+        for p in self.out.releases.acquire.clone() {
+            let store = self.model.rule(p.entry.0).and_then(|k| k.store.clone());
+            let got = (
+                p.limit,
+                p.delay_ms,
+                p.rates
+                    .iter()
+                    .map(|w| (w.count, w.per_ms, w.burst))
+                    .collect::<Vec<_>>(),
+                p.weight,
+            );
+            match store {
+                Some(s) if got == (s.limit, s.delay, s.rates.clone(), s.weight) => {
+                    self.count("permit", "carries the store's terms");
+                }
+                other => self.fail(&format!(
+                    "{}: permit request {got:?}, the store's terms are {other:?}",
+                    p.entry.0
+                )),
+            }
+        }
         let start = self.check_time(&ins, &want);
         self.check_starts(&start);
         self.check_states(&want.retired);

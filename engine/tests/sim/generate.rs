@@ -97,6 +97,19 @@ pub(super) struct KeyRule {
     pub(super) max_wait: u64,
     /// Permits from a store shared across processes.
     pub(super) shared: bool,
+    /// What a shared key's permit requests must carry for its store (none on a local key).
+    pub(super) store: Option<StoreTerms>,
+}
+
+/// A shared key's terms as its store keeps them, from the docs (WIT `permit-request`): the
+/// key's limit (none when unbounded), its delay, its rate windows `(count, per_ms, burst)`
+/// ascending, each window once with the smallest burst it was given, and the call's weight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct StoreTerms {
+    pub(super) limit: Option<u32>,
+    pub(super) delay: u32,
+    pub(super) rates: Vec<(u32, u32, u32)>,
+    pub(super) weight: u32,
 }
 
 /// What the rules need of a tool.
@@ -378,13 +391,13 @@ impl Gen {
     }
 
     /// The rate windows every tool naming `key` gives it: none when the integer form names it
-    /// (it can write none) or when it is shared (the config refuses a rate there).
+    /// (it can write none). A shared key's are its store's (`KeyRule::store`).
     fn rates_of(&self, key: &str) -> Rates {
         let int_form = self
             .tools
             .iter()
             .any(|t| t.conc == Conc::Int && t.name == key);
-        if int_form || self.is_shared(key) {
+        if int_form {
             Rates::none()
         } else {
             self.rates[key].clone()
@@ -455,16 +468,31 @@ impl Gen {
             0 => return None,
             n => n,
         };
+        let store = shared.then(|| {
+            let mut windows: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+            for i in 0..rates.windows.len() {
+                let (count, per_ms, burst) = rates.window(i);
+                let least = windows.entry((count, per_ms)).or_insert(burst);
+                *least = (*least).min(burst);
+            }
+            StoreTerms {
+                limit: (limit != u32::MAX).then_some(limit),
+                delay,
+                rates: windows.into_iter().map(|((c, p), b)| (c, p, b)).collect(),
+                weight,
+            }
+        });
         Some(KeyRule {
             name,
             limit,
             delay: if shared { 0 } else { delay },
-            rates,
+            rates: if shared { Rates::none() } else { rates },
             adapt_min,
-            weight,
+            weight: if shared { 1 } else { weight },
             retries,
             max_wait,
             shared,
+            store,
         })
     }
 

@@ -874,7 +874,8 @@ export class Driver {
   // --- shared keys ------------------------------------------------------------------------
 
   /** Asks the store for the entry's permit (the scheduler listed it in `acquire`, with the key
-   * its arguments made, the key's limit and its delay). */
+   * its arguments made and the terms the store keeps: the key's limit, delay and rate windows,
+   * and the entry's weight). */
   #acquire(batch: Batch, offset: number, terms: ws.PermitRequest): void {
     const entry = batch.first + offset;
     const key = terms.key;
@@ -885,7 +886,10 @@ export class Driver {
       if (!this.sharedKeys) throw new TypeError(`turnstile driver: ${batch.label(offset)} has no shared key to acquire (a bug)`);
       // A key written `limit = 0` with a delay is unbounded but spaced (no limit): the store's
       // largest limit.
-      request = this.sharedKeys.acquire(key, { limit: Math.min(terms.limit ?? LIMIT_MAX, LIMIT_MAX), delayMs: Math.min(terms.delayMs, DELAY_MS_MAX), signal: hold.controller.signal });
+      request = this.sharedKeys.acquire(key, {
+        limit: Math.min(terms.limit ?? LIMIT_MAX, LIMIT_MAX), delayMs: Math.min(terms.delayMs, DELAY_MS_MAX),
+        rates: terms.rates, weight: terms.weight, signal: hold.controller.signal,
+      });
     } catch (error) {
       request = Promise.reject(error);
     }

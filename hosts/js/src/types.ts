@@ -46,8 +46,8 @@ export type DiagnosticCode =
   | 'concurrency-burst-conflict'
   /** A `burst` on a key with no `rate`. */
   | 'burst-without-rate'
-  /** A `rate` on a `shared` key (its store keeps delays, not rate windows). */
-  | 'rate-on-shared-key'
+  /** A rate window on a `shared` key above 1000000 starts or a burst of 1000000. */
+  | 'shared-rate-out-of-range'
   /** Tools naming one concurrency key disagree on whether its limit adapts, or on its floor. */
   | 'concurrency-adapt-conflict'
   /** An adaptive limit on a `shared` key (its store keeps one fixed limit). */
@@ -125,7 +125,7 @@ export interface RateWindow {
  * after the key was idle (at most `burst + count - 1` in any `perMs`). A key with placeholders
  * (`"fs:{path}"`) is a template: each call's key is made from its arguments, and `arguments`
  * lists the top-level argument names it uses (empty for a plain key); every key made from one
- * template has the template's limit and delay. `shared`: the limit, delay and pauses hold across
+ * template has the template's limit and delay. `shared`: the limit, delay, rate windows and pauses hold across
  * every process using the same store (see `Driver`'s `sharedKeys` option); the scheduler lists
  * such entries in `acquire` instead of `start`. */
 export interface Concurrency {

@@ -80,7 +80,8 @@ test('rate windows resolve to { count, perMs } in ascending order with their bur
     [{ key: 'k', rate: '5000' }, 'concurrency-type'],
     [{ key: 'k', rate: 5 }, 'concurrency-type'],
     [{ key: 'k', delay: 100, burst: 3 }, 'burst-without-rate'],
-    [{ key: 'k', rate: '1/s', shared: true }, 'rate-on-shared-key'],
+    [{ key: 'k', rate: '2000000/h', shared: true }, 'shared-rate-out-of-range'],
+    [{ key: 'k', rate: '1/s', burst: 1000001, shared: true }, 'shared-rate-out-of-range'],
   ]) {
     assert.throws(
       () => t.resolve([{ conversation: { tools: { a: { concurrency } } } }]),

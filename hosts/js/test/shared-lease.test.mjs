@@ -56,9 +56,13 @@ test('lease schedule: every bad input is a typed error and the instance keeps wo
   assert.equal(code(() => raw.renewFailed(1n)), 'unknown-renewal');
   assert.equal(code(() => raw.answered(5n)), 'accepted');
   assert.equal(code(() => raw.answered(5n)), 'already-answered');
-  const decide = (head) => code(() => instance.root.shared.decide(head, { held: 0, lastGrantMs: 0n, pausedUntilMs: 0n }, 1n));
+  const key = { held: 0, lastGrantMs: 0n, pausedUntilMs: 0n, arrivals: [] };
+  const decide = (head, k = key) => code(() => instance.root.shared.decide({ rates: [], weight: 1, ...head }, k, 1n));
   assert.equal(decide({ limit: 0, delayMs: 0 }), 'limit-out-of-range');
   assert.equal(decide({ limit: 1, delayMs: 86_400_001 }), 'delay-out-of-range');
+  assert.equal(decide({ limit: 1, delayMs: 0, rates: [{ count: 1_000_001, perMs: 1, burst: 1 }] }), 'rate-out-of-range');
+  assert.equal(decide({ limit: 1, delayMs: 0, weight: 2 }), 'weight-out-of-range');
+  assert.equal(decide({ limit: 1, delayMs: 0, rates: [{ count: 2, perMs: 1, burst: 1 }] }, { ...key, arrivals: [{ count: 2, perMs: 1, atMs: 0n, rest: 2 }] }), 'arrival-out-of-range');
   assert.equal(instance.broken, undefined);
 });
 

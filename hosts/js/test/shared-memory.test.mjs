@@ -37,9 +37,10 @@ test('memory: a closed store rejects every operation with StoreUnavailableError'
   }
 });
 
-test('memory: a row no client writes is refused by the component\'s rule (SharedStoreError)', async () => {
+test('memory: a row no client writes is refused by the component\'s rule (SharedStoreError), and never enters the key', async () => {
   const { store } = await open();
   await assert.rejects(store.request('k', 't-1', terms(0)), (e) => e instanceof SharedStoreError && e.code === 'store-failed' && /limit 0/.test(e.message));
+  assert.equal((await store.request('k', 't-2', terms(1))).state, 'granted');
 });
 
 test('memory: FIFO by arrival across clients, never over the limit; a retried request only renews', async () => {
@@ -95,6 +96,50 @@ test('memory: the delay between grants is kept by the store: the head waits with
   store.watch('k', () => ['b-1', 'b-2'], (w) => woken.push([clock.now(), ...w.states.map((s) => `${s.ticket} ${s.grant}`)]));
   await clock.runUntil(1000);
   assert.deepEqual(woken, [[100, 'b-1 2'], [200, 'b-2 3']]);
+});
+
+test('memory: rate windows are kept by the store across clients: a burst at once, then the pace; a weight costs that many intervals; forgotten once rested', async () => {
+  const { store, clock } = await open();
+  const rated = (weight = 1) => ({ ...terms(100), rates: [{ count: 2, perMs: 1000, burst: 2 }], weight });
+  const first = [];
+  for (const t of ['a-1', 'b-1', 'a-2']) first.push(await store.request('k', t, rated()));
+  assert.deepEqual(first.map((s) => [s.ticket, s.state, s.retryMs ?? null]), [['a-1', 'granted', null], ['b-1', 'granted', null], ['a-2', 'waiting', 500]]);
+  assert.equal((await store.request('k', 'b-2', rated(2))).state, 'waiting');
+  const woken = [];
+  store.watch('k', () => ['a-2', 'b-2'], (w) => woken.push([clock.now(), ...w.states.map((s) => s.ticket)]));
+  await clock.runUntil(1500);
+  assert.deepEqual(woken, [[500, 'a-2'], [1500, 'b-2']], 'b-2 weighs 2: it waits for the window to hold 2 units (a burst of 2, empty)');
+  for (const t of ['a-1', 'b-1', 'a-2', 'b-2']) await store.release('k', t);
+  await clock.runUntil(2501);
+  assert.deepEqual((await store.inspect('k')).arrivals, [{ count: 2, perMs: 1000, atMs: DAY + 2500, rest: 0 }], 'kept until the window rested');
+  await clock.runUntil(2502);
+  const gone = await store.inspect('k');
+  assert.deepEqual([gone.seq, gone.arrivals, clock.next()], [0, [], undefined], 'forgotten, no timer left');
+});
+
+test('memory: rate windows no client writes are refused by the component\'s rule; SharedKeys refuses them first', async () => {
+  const { store, clock } = await open();
+  for (const [rates, weight, pattern] of [
+    [[{ count: 0, perMs: 1000, burst: 1 }], 1, /rate window 0\/1000/],
+    [[{ count: 1_000_001, perMs: 1000, burst: 1 }], 1, /rate window/],
+    [[{ count: 1, perMs: 1000, burst: 2 }], 3, /weight 3/],
+  ]) {
+    await assert.rejects(store.request(`k-${weight}-${rates[0].count}`, 't-1', { ...terms(), rates, weight }), (e) => e instanceof SharedStoreError && e.code === 'store-failed' && pattern.test(e.message), pattern.source);
+  }
+  const keys = new SharedKeys(store, { clock });
+  for (const [extra, pattern] of [
+    [{ rates: [{ count: 1_000_001, perMs: 1000, burst: 1 }] }, /terms\.rates\[0\]\.count/],
+    [{ rates: [{ count: 1, perMs: 0, burst: 1 }] }, /terms\.rates\[0\]\.perMs/],
+    [{ rates: [{ count: 1, perMs: 1000, burst: 1 }, { count: 1, perMs: 1000, burst: 2 }] }, /a second time/],
+    [{ rates: Array(9).fill({ count: 1, perMs: 1000, burst: 1 }) }, /at most 8/],
+    [{ rates: [{ count: 1, perMs: 1000, burst: 2 }], weight: 3 }, /terms\.weight/],
+    [{ weight: 2 }, /terms\.weight/],
+    [{ rates: [{ count: 1, perMs: 1000, burst: 0 }] }, /burst/],
+    [{ rates: [{ count: 1, perMs: 1000 }], weight: 2 }, /terms\.weight/],
+  ]) {
+    await assert.rejects(keys.acquire('k', { limit: 1, ...extra }), (e) => (e instanceof RangeError || e instanceof TypeError) && pattern.test(e.message), pattern.source);
+  }
+  await keys.close();
 });
 
 test('memory: a pause only extends, holds every client\'s grants, and its end is on the store\'s clock', async () => {

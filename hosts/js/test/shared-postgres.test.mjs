@@ -6,7 +6,7 @@
 // is reported skipped, with the reason; never passed.
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { checkCase, grantTable } from './fixtures/grant-table.mjs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { PostgresStore, SharedKeys, SharedStoreError, StoreUnavailableError } from '../dist/shared/index.js';
@@ -64,9 +64,9 @@ test('postgres: a database holding another schema version is refused at open', {
   await sql(url, "UPDATE turnstile_shared_meta SET value = '2' WHERE name = 'schema'");
   await assert.rejects(open(), (e) => e instanceof SharedStoreError && e.code === 'store-failed' && /schema 2; this package knows schema 1/.test(e.message));
   // Refused before anything was written: the script did not run again over the other schema.
-  await sql(url, 'DROP FUNCTION turnstile_shared_now_v1()');
+  await sql(url, 'DROP FUNCTION turnstile_shared_now_v2()');
   await assert.rejects(open(), (e) => e instanceof SharedStoreError && e.code === 'store-failed');
-  assert.deepEqual(await sql(url, "SELECT proname FROM pg_proc WHERE proname = 'turnstile_shared_now_v1'"), []);
+  assert.deepEqual(await sql(url, "SELECT proname FROM pg_proc WHERE proname = 'turnstile_shared_now_v2'"), []);
 });
 
 test('postgres: the store text runs once per database: a second open changes nothing in the catalog, another text runs again', { skip }, async () => {
@@ -98,39 +98,26 @@ test('postgres: the functions grant as the shared table says', { skip, timeout: 
   const { url, open } = await setup();
   const store = await open();
   t.after(() => store.close());
-  const table = readFileSync(new URL('../../../tests/shared/grant-rule.txt', import.meta.url), 'utf8')
-    .split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
-  assert.ok(table.length >= 15);
-  for (const [i, line] of table.entries()) {
-    const [input, output] = line.split('->').map((p) => p.trim().split(/\s+/));
-    const [limit, delay, held, since, pause] = input;
+  for (const [i, c] of grantTable().entries()) {
     const key = `case-${i}`;
-    const [{ now: nowText }] = await sql(url, 'SELECT turnstile_shared_now_v1() AS now');
+    const [{ now: nowText }] = await sql(url, 'SELECT turnstile_shared_now_v2() AS now');
     const now = Number(nowText);
     const far = now + 600_000;
     await sql(url, 'INSERT INTO turnstile_shared_keys (key, seq, grants, last_grant_ms, paused_until_ms, idle_at_ms) VALUES ($1, $2, $3, $4, $5, $6)',
-      [key, Number(held) + 1, Number(held), since === 'never' ? 0 : now - Number(since), pause === 'none' ? 0 : now + Number(pause), far]);
-    for (let h = 1; h <= Number(held); h++) {
+      [key, c.held + 1, c.held, c.since === null ? 0 : now - c.since, c.pause === null ? 0 : now + c.pause, far]);
+    for (let h = 1; h <= c.held; h++) {
       await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, lease_ms, expires_ms, granted_ms, grant_no) VALUES ($1, $2, $3, $4, 1, 0, 600000, $5, $6, $4)',
         [key, 'someone', `h${h}`, h, far, now]);
     }
-    if (limit !== '-') {
-      await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, lease_ms, expires_ms) VALUES ($1, $2, $3, $4, $5, $6, 600000, $7)',
-        [key, store.owner, 'w', Number(held) + 1, Number(limit), Number(delay), far]);
+    for (const a of c.arrivals) {
+      await sql(url, 'INSERT INTO turnstile_shared_arrivals (key, count, per_ms, at_ms, rest) VALUES ($1, $2, $3, $4, $5)', [key, a.count, a.perMs, now + a.ms, a.rest]);
     }
-    const states = await store.renew(key, limit === '-' ? [] : ['w']);
-    const [want, retry] = output;
-    if (want === 'empty') {
-      assert.deepEqual(states, [], line);
-      continue;
+    if (c.limit !== null) {
+      await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, rates, weight, lease_ms, expires_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 600000, $9)',
+        [key, store.owner, 'w', c.held + 1, c.limit, c.delay, JSON.stringify(c.rates.map((w) => [w.count, w.perMs, w.burst])), c.weight, far]);
     }
-    const state = states[0];
-    if (want === 'grant') assert.equal(state.state, 'granted', line);
-    if (want === 'full') assert.deepEqual([state.state, state.retryMs], ['waiting', null], line);
-    if (want === 'wait') {
-      assert.equal(state.state, 'waiting', line);
-      assert.ok(state.retryMs <= Number(retry) && state.retryMs > Number(retry) - 500, `${line}: retry ${state.retryMs}`);
-    }
+    const states = await store.renew(key, c.limit === null ? [] : ['w']);
+    checkCase(c, states, await store.inspect(key), now);
   }
 });
 

@@ -4,7 +4,7 @@
 // test here is reported skipped, with the reason; never passed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { checkCase, grantTable } from './fixtures/grant-table.mjs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RedisStore, SharedKeys, StoreUnavailableError } from '../dist/shared/index.js';
 import { redisMissing, startRedis, worker } from './fixtures/shared-harness.mjs';
@@ -85,41 +85,27 @@ test('redis: the script grants as the shared table says', { skip, timeout: 30000
   const Redis = (await import('ioredis')).default;
   const raw = new Redis(server.url);
   t.after(async () => { raw.disconnect(); await store.close(); });
-  const table = readFileSync(new URL('../../../tests/shared/grant-rule.txt', import.meta.url), 'utf8')
-    .split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
-  assert.ok(table.length >= 15);
-  for (const [i, line] of table.entries()) {
-    const [input, output] = line.split('->').map((p) => p.trim().split(/\s+/));
-    const [limit, delay, held, since, pause] = input;
+  for (const [i, c] of grantTable().entries()) {
     const key = `case-${i}`;
     const base = `table:{${key}}`;
     const [secs, micros] = await raw.time();
     const now = Number(secs) * 1000 + Math.floor(Number(micros) / 1000);
     const far = now + 600_000;
-    await raw.hset(`${base}:state`, 'seq', Number(held) + 1, 'grants', Number(held), 'last_grant_ms', since === 'never' ? 0 : now - Number(since), 'paused_until_ms', pause === 'none' ? 0 : now + Number(pause));
-    for (let h = 1; h <= Number(held); h++) {
+    await raw.hset(`${base}:state`, 'seq', c.held + 1, 'grants', c.held, 'last_grant_ms', c.since === null ? 0 : now - c.since, 'paused_until_ms', c.pause === null ? 0 : now + c.pause);
+    for (const a of c.arrivals) await raw.hset(`${base}:state`, `r:${a.count}/${a.perMs}`, `${now + a.ms} ${a.rest}`);
+    for (let h = 1; h <= c.held; h++) {
       await raw.hset(`${base}:tickets`, `h${h}`, `${h} 1 0 600000 ${now} ${h} chan`);
       await raw.zadd(`${base}:held`, h, `h${h}`);
       await raw.zadd(`${base}:leases`, far, `h${h}`);
     }
-    if (limit !== '-') {
-      await raw.hset(`${base}:tickets`, 'w', `${Number(held) + 1} ${limit} ${delay} 600000 0 0 chan`);
-      await raw.zadd(`${base}:queue`, Number(held) + 1, 'w');
+    if (c.limit !== null) {
+      const rates = c.rates.length ? c.rates.map((w) => `${w.count}/${w.perMs}/${w.burst}`).join(',') : '-';
+      await raw.hset(`${base}:tickets`, 'w', `${c.held + 1} ${c.limit} ${c.delay} 600000 0 0 chan ${c.weight} ${rates}`);
+      await raw.zadd(`${base}:queue`, c.held + 1, 'w');
       await raw.zadd(`${base}:leases`, far, 'w');
     }
-    const states = await store.renew(key, limit === '-' ? [] : ['w']);
-    const [want, retry] = output;
-    if (want === 'empty') {
-      assert.deepEqual(states, [], line);
-      continue;
-    }
-    const state = states[0];
-    if (want === 'grant') assert.equal(state.state, 'granted', line);
-    if (want === 'full') assert.deepEqual([state.state, state.retryMs], ['waiting', null], line);
-    if (want === 'wait') {
-      assert.equal(state.state, 'waiting', line);
-      assert.ok(state.retryMs <= Number(retry) && state.retryMs > Number(retry) - 500, `${line}: retry ${state.retryMs}`);
-    }
+    const states = await store.renew(key, c.limit === null ? [] : ['w']);
+    checkCase(c, states, await store.inspect(key), now);
   }
 });
 

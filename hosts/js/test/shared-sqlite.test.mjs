@@ -70,7 +70,7 @@ test('sqlite: a file of schema 1 (before 0.3, on the wall clock) is refused, nam
   const raw = new Database(path);
   raw.exec("CREATE TABLE turnstile_shared_meta (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL); INSERT INTO turnstile_shared_meta VALUES ('schema', '1'); CREATE TABLE turnstile_shared_keys (key TEXT PRIMARY KEY NOT NULL, seq INTEGER NOT NULL DEFAULT 0)");
   raw.close();
-  await assert.rejects(SqliteStore.open({ path }), (e) => e instanceof SharedStoreError && e.code === 'store-failed' && /schema 1; this package knows schema 2/.test(e.message));
+  await assert.rejects(SqliteStore.open({ path }), (e) => e instanceof SharedStoreError && e.code === 'store-failed' && /schema 1; this package knows schema 3/.test(e.message));
 });
 
 // The file deleted, replaced or moved while a process holds a permit and another waits: both

@@ -19,8 +19,8 @@ test('texts: the shipped store texts are the repository\'s, byte for byte', () =
 
 test('texts: the schema, its version and every statement; the Redis script; the Postgres schema', () => {
   const texts = sqliteTexts();
-  assert.equal(texts.schemaVersion, 2);
-  assert.match(texts.schema, /VALUES \('schema', '2'\)/);
+  assert.equal(texts.schemaVersion, 3);
+  assert.match(texts.schema, /VALUES \('schema', '3'\)/);
   assert.deepEqual(Object.keys(texts.statements), [...STATEMENT_NAMES]);
   for (const text of Object.values(texts.statements)) assert.match(text, /turnstile_shared_/);
   assert.match(redisScript(), /^-- Turnstile shared keys, script 1/);

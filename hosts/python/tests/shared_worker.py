@@ -454,6 +454,73 @@ async def scenario_delay(s: Setup) -> None:
         assert gap >= delay_ms, f"grants {a['grant']} and {b['grant']} were {gap} ms apart"
 
 
+async def scenario_bad_terms(s: Setup) -> None:
+    """A request with terms no client writes is refused before anything is written; the key
+    goes on."""
+    from turnstile_scheduler import RateWindow
+    from turnstile_scheduler.shared import SharedStoreError, Terms
+
+    def window(count: int, burst: int = 1) -> RateWindow:
+        return RateWindow(count, 1000, burst)
+
+    store = await s.open()
+    try:
+        bad = [
+            Terms(0, 0, 3000),
+            Terms(1, 0, 3000, (window(0),)),
+            Terms(1, 0, 3000, (window(1_000_001),)),
+            Terms(1, 0, 3000, (window(1, 1_000_001),)),
+            Terms(1, 0, 3000, (window(1), window(1, 2))),
+            Terms(1, 0, 3000, tuple(window(i + 1) for i in range(9))),
+            Terms(1, 0, 3000, (window(1, 2),), 3),
+            Terms(1, 0, 3000, (window(1, 2),), 0),
+            Terms(1, 0, 3000, (), 2),
+        ]
+        for i, terms in enumerate(bad):
+            try:
+                await store.request("bad", f"t-{i}", terms)
+            except SharedStoreError as e:
+                assert e.code == "store-failed", (terms, e)
+            else:
+                raise AssertionError(f"{terms} was accepted")
+        # (A new SQLite file grants nothing for a lease: the ticket may wait.)
+        fine = await store.request("bad", "fine", Terms(1, 0, 3000))
+        assert (fine.state != "lost", fine.seq) == (True, 1), "nothing refused entered the key"
+        seen = await store.inspect("bad")
+        assert [h[0] for h in (*seen.held, *seen.waiting)] == ["fine"]
+        await store.abandon("bad", "fine")
+    finally:
+        await store.close()
+
+
+async def scenario_rate(s: Setup) -> None:
+    """Rate windows hold across clients: a burst at once, then the pace, counted at the store;
+    a weight costs that many intervals."""
+    from turnstile_scheduler import RateWindow
+    from turnstile_scheduler.shared import SharedKeys
+
+    stores = [await s.open(), await s.open()]
+    keys = [SharedKeys(store, owner=f"r{i}") for i, store in enumerate(stores)]
+    try:
+        # 2 per 600 ms is one per 300 ms; a burst of 2 lets two through at once.
+        rates = (RateWindow(2, 600, 2),)
+        permits = [await keys[i % 2].acquire("r", limit=10, rates=rates) for i in range(4)]
+        permits.append(await keys[1].acquire("r", limit=10, rates=rates, weight=2))
+        at = [p.granted_ms - permits[0].granted_ms for p in permits]
+        assert at[1] < 300, f"the burst: {at}"
+        for i, least in ((2, 300), (3, 600), (4, 1200)):
+            assert least <= at[i] < least + 2000, f"grant {i + 1} at {at[i]} ms, its window opened at {least}: {at}"
+        seen = await stores[0].inspect("r")
+        assert [(a.count, a.per_ms, a.at_ms - permits[0].granted_ms >= 1800) for a in seen.arrivals] == [(2, 600, True)]
+        for p in permits:
+            await p.release()
+    finally:
+        for k in keys:
+            await k.close()
+        for store in stores:
+            await store.close()
+
+
 async def scenario_pause(s: Setup) -> None:
     """A pause only extends, and holds in every process."""
     from turnstile_scheduler.shared import SharedKeys
@@ -517,6 +584,8 @@ CONFORMANCE: tuple[Callable[[Setup], Awaitable[None]], ...] = (
     scenario_waiter_killed,
     scenario_eight_processes,
     scenario_delay,
+    scenario_rate,
+    scenario_bad_terms,
     scenario_pause,
     scenario_cancel,
     scenario_same_owner,

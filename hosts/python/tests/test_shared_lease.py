@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from turnstile_scheduler.shared import SharedKeys, StoreUnavailableError, TicketState
-from turnstile_scheduler.shared._rules import GrantRule, GrantRuleError, LeaseRefused, LeaseSchedule
+from turnstile_scheduler import RateWindow
+from turnstile_scheduler.shared import Arrival, SharedKeys, StoreUnavailableError, TicketState
+from turnstile_scheduler.shared._rules import Decision, GrantRule, GrantRuleError, Head, KeyState, LeaseRefused, LeaseSchedule
 
 TABLE = Path(__file__).resolve().parents[3] / "tests" / "shared" / "grant-rule.txt"
 
@@ -64,24 +65,52 @@ def test_every_bad_input_is_a_typed_refusal() -> None:
     assert code(lease.answered, 5) == "accepted"
     assert code(lease.answered, 5) == "already-answered"
     rule = GrantRule()
-    for head in ((0, 0), (1, 86_400_001)):
-        with pytest.raises(GrantRuleError):
-            rule.decide(head, 0, 0, 0, 1)
+    for head, message in (
+        (Head(0, 0), "limit 0"),
+        (Head(1, 86_400_001), "delay"),
+        (Head(1, 0, (RateWindow(1_000_001, 1000, 1),)), "rate window"),
+        (Head(1, 0, (), 2), "weight 2"),
+    ):
+        with pytest.raises(GrantRuleError, match=message):
+            rule.decide(head, KeyState(0, 0, 0), 1)
+
+
+def _arrival(text: str, now: int) -> Arrival:
+    """`COUNT/PER_MS:MS+REST` of the table, MS from `now`."""
+    window, time = text.split(":")
+    count, per_ms = window.split("/")
+    ms, rest = time.rsplit("+", 1)
+    return Arrival(int(count), int(per_ms), now + int(ms), int(rest))
 
 
 def test_the_grant_rule_follows_the_shared_table() -> None:
     rule = GrantRule()
-    now = 1_000_000_000
+    now = 1_000_000_000_000
     lines = [l.strip() for l in TABLE.read_text().splitlines() if l.strip() and not l.startswith("#")]
-    assert len(lines) >= 15
+    assert len(lines) >= 30
     for line in lines:
         given, want = (part.split() for part in line.split("->"))
-        limit, delay, held, since, pause = given
-        head = None if limit == "-" else (int(limit), int(delay))
+        limit, delay, held, since, pause, *terms = given
+        rates: list[RateWindow] = []
+        weight = 1
+        arrivals: list[Arrival] = []
+        for term in terms:
+            name, value = term.split("=")
+            if name == "rate":
+                rates.append(RateWindow(*(int(n) for n in value.split("/"))))
+            elif name == "weight":
+                weight = int(value)
+            else:
+                assert name == "at", term
+                arrivals.append(_arrival(value, now))
+        head = None if limit == "-" else Head(int(limit), int(delay), tuple(rates), weight)
         last = 0 if since == "never" else now - int(since)
         paused = 0 if pause == "none" else now + int(pause)
-        expected = (want[0], int(want[1]) if len(want) > 1 else 0)
-        assert rule.decide(head, int(held), last, paused, now) == expected, line
+        if want[0] == "grant":
+            expected = Decision("grant", 0, tuple(_arrival(t.removeprefix("at="), now) for t in want[1:]))
+        else:
+            expected = Decision(want[0], int(want[1]) if len(want) > 1 else 0)
+        assert rule.decide(head, KeyState(int(held), last, paused, tuple(arrivals)), now) == expected, line
 
 
 class FakeStore:

@@ -10,7 +10,9 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
 
+from turnstile_scheduler import RateWindow
 from turnstile_scheduler.shared import (
+    Arrival,
     MemoryStore,
     SharedKeys,
     SharedStoreError,
@@ -181,6 +183,62 @@ def test_the_delay_between_grants_is_kept_by_the_store() -> None:
         store.watch("k", lambda: ["b-1", "b-2"], lambda w: woken.append((now_ms(), [f"{s.ticket} {s.grant}" for s in w.states])))
         await until(1000)
         assert woken == [(100, ["b-1 2"]), (200, ["b-2 3"])]
+
+    run(main)
+
+
+def test_rate_windows_are_kept_by_the_store_across_clients_a_burst_then_the_pace_weights_forgotten_once_rested() -> None:
+    async def main() -> None:
+        store = await MemoryStore.open(start_ms=DAY)
+
+        def rated(weight: int = 1) -> Terms:
+            return Terms(limit=100, delay_ms=0, lease_ms=3000, rates=(RateWindow(2, 1000, 2),), weight=weight)
+
+        first = [await store.request("k", t, rated()) for t in ("a-1", "b-1", "a-2")]
+        assert [(s.ticket, s.state, s.retry_ms) for s in first] == [("a-1", "granted", None), ("b-1", "granted", None), ("a-2", "waiting", 500)]
+        assert (await store.request("k", "b-2", rated(2))).state == "waiting"
+        woken: list[tuple[int, list[str]]] = []
+        store.watch("k", lambda: ["a-2", "b-2"], lambda w: woken.append((now_ms(), [s.ticket for s in w.states])))
+        await until(1500)
+        assert woken == [(500, ["a-2"]), (1500, ["b-2"])], "b-2 weighs 2: it waits for the window to hold 2 units"
+        for t in ("a-1", "b-1", "a-2", "b-2"):
+            await store.release("k", t)
+        await until(2501)
+        assert (await store.inspect("k")).arrivals == (Arrival(2, 1000, DAY + 2500, 0),), "kept until the window rested"
+        await until(2502)
+        gone = await store.inspect("k")
+        assert (gone.seq, gone.arrivals, store._keys) == (0, (), {}), "forgotten, no timer left"
+
+    run(main)
+
+
+def test_rate_windows_no_client_writes_are_refused_by_the_rule_and_by_shared_keys_first() -> None:
+    async def main() -> None:
+        store = await MemoryStore.open(start_ms=DAY)
+        for i, (rates, weight, message) in enumerate(
+            (
+                ((RateWindow(0, 1000, 1),), 1, "rate window 0/1000"),
+                ((RateWindow(1_000_001, 1000, 1),), 1, "rate window"),
+                ((RateWindow(1, 1000, 2),), 3, "weight 3"),
+            )
+        ):
+            with pytest.raises(SharedStoreError, match=message):
+                await store.request(f"k{i}", "t-1", Terms(limit=1, delay_ms=0, lease_ms=3000, rates=rates, weight=weight))
+            assert (await store.request(f"k{i}", "t-2", terms())).state == "granted", "the refused terms never entered the key"
+        keys = SharedKeys(store)
+        for extra, error, message in (
+            ({"rates": (RateWindow(1_000_001, 1000, 1),)}, ValueError, r"rates\[0\]\.count"),
+            ({"rates": (RateWindow(1, 0, 1),)}, ValueError, r"rates\[0\]\.per_ms"),
+            ({"rates": (RateWindow(1, 1000, 1), RateWindow(1, 1000, 2))}, ValueError, "a second time"),
+            ({"rates": (RateWindow(1, 1000, 1),) * 9}, ValueError, "at most 8"),
+            ({"rates": (RateWindow(1, 1000, 2),), "weight": 3}, ValueError, "weight"),
+            ({"weight": 2}, ValueError, "weight"),
+            ({"rates": ((1, 1000, 1),)}, TypeError, r"rates\[0\] must be a RateWindow"),
+            ({"rates": "1/s"}, TypeError, "sequence of RateWindow"),
+        ):
+            with pytest.raises(error, match=message):
+                await keys.acquire("k", limit=1, **extra)
+        await keys.close()
 
     run(main)
 

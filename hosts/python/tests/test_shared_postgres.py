@@ -82,10 +82,10 @@ def test_a_database_holding_another_schema_version_is_refused(url: str) -> None:
             await PostgresStore.open(url)
         assert e.value.code == "store-failed"
         # Refused before anything was written: the script did not run again over the other schema.
-        sql(url, "DROP FUNCTION turnstile_shared_now_v1()")
+        sql(url, "DROP FUNCTION turnstile_shared_now_v2()")
         with pytest.raises(SharedStoreError):
             await PostgresStore.open(url)
-        assert sql(url, "SELECT proname FROM pg_proc WHERE proname = 'turnstile_shared_now_v1'") == []
+        assert sql(url, "SELECT proname FROM pg_proc WHERE proname = 'turnstile_shared_now_v2'") == []
 
     run(main())
 

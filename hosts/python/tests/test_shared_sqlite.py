@@ -278,7 +278,7 @@ def test_a_file_of_another_schema_version_is_refused_with_a_clear_error(tmp_path
     raw.close()
 
     async def main() -> None:
-        with pytest.raises(SharedStoreError, match="holds shared-key schema 1; this package knows schema 2"):
+        with pytest.raises(SharedStoreError, match="holds shared-key schema 1; this package knows schema 3"):
             await SqliteStore.open(path)
 
     run(main())

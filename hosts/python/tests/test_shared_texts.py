@@ -20,8 +20,8 @@ def test_the_shipped_store_texts_are_the_repositorys_byte_for_byte() -> None:
 
 def test_the_schema_its_version_every_statement_the_redis_script_and_the_postgres_schema() -> None:
     version, sql = sqlite_texts()
-    assert version == 2
-    assert "VALUES ('schema', '2')" in sql["schema"]
+    assert version == 3
+    assert "VALUES ('schema', '3')" in sql["schema"]
     assert tuple(sql) == ("schema", *STATEMENT_NAMES)
     assert all("turnstile_shared_" in text for text in sql.values())
     assert redis_script().startswith("-- Turnstile shared keys, script 1")

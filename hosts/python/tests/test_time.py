@@ -145,7 +145,8 @@ def test_rate_windows_resolve_ascending_with_their_burst_and_their_mistakes_are_
         ('{ key = "k", rate = "5000" }', DiagnosticCode.CONCURRENCY_TYPE),
         ('{ key = "k", rate = 5 }', DiagnosticCode.CONCURRENCY_TYPE),
         ('{ key = "k", delay = 100, burst = 3 }', DiagnosticCode.BURST_WITHOUT_RATE),
-        ('{ key = "k", rate = "1/s", shared = true }', DiagnosticCode.RATE_ON_SHARED_KEY),
+        ('{ key = "k", rate = "2000000/h", shared = true }', DiagnosticCode.SHARED_RATE_OUT_OF_RANGE),
+        ('{ key = "k", rate = "1/s", burst = 1000001, shared = true }', DiagnosticCode.SHARED_RATE_OUT_OF_RANGE),
     ]:
         with pytest.raises(ConfigError) as e:
             Policy.resolve([("t", f"[conversation.tools.a]\nconcurrency = {table}\n")])

@@ -7,7 +7,8 @@ import '../node.js'; // the default loader of the component's core modules
 import type * as wsh from '../component/interfaces/turnstile-scheduler-shared.js';
 import { instantiateDefault } from '../turnstile.js';
 import type { Instance } from '../instance.js';
-import { SharedStoreError } from './contract.js';
+import { SharedStoreError, type Arrival } from './contract.js';
+import type { RateWindow } from '../types.js';
 
 let current: Promise<Instance> | undefined;
 
@@ -21,15 +22,46 @@ export async function sharedInstance(): Promise<Instance> {
   return current;
 }
 
-/** What a store may do with a key's earliest waiting ticket (the grant rule). */
-export type Decision = wsh.Decision;
+/** What a store may do with a key's earliest waiting ticket (the grant rule): grant it and
+ * write `arrivals` (its rate windows' arrival times), or leave it waiting (`full`: for a
+ * release; `wait`: `ms` for the delay, a rate window or a pause), or nothing waits. */
+export type Decision =
+  | { readonly tag: 'grant'; readonly arrivals: Arrival[] }
+  | { readonly tag: 'empty' }
+  | { readonly tag: 'full' }
+  | { readonly tag: 'wait'; readonly ms: number };
+
+/** The head ticket's terms, as a store keeps them. */
+export interface HeadTerms {
+  readonly limit: number;
+  readonly delayMs: number;
+  readonly rates?: readonly RateWindow[];
+  readonly weight?: number;
+}
+
+/** A key as a store keeps it, times on the store's clock. */
+export interface KeyTerms {
+  readonly held: number;
+  readonly lastGrantMs: number;
+  readonly pausedUntilMs: number;
+  readonly arrivals: readonly Arrival[];
+}
 
 /** The grant rule on `instance` (loaded at the store's `open`). A row no client writes (a
  * limit of 0, say) is `SharedStoreError` (`store-failed`). */
-export function decide(instance: Instance, head: wsh.Head | undefined, held: number, lastGrantMs: number, pausedUntilMs: number, nowMs: number): Decision {
-  const key = { held, lastGrantMs: BigInt(lastGrantMs), pausedUntilMs: BigInt(pausedUntilMs) };
-  return instance.call(
-    () => instance.root.shared.decide(head, key, BigInt(nowMs)),
+export function decide(instance: Instance, head: HeadTerms | undefined, key: KeyTerms, nowMs: number): Decision {
+  const h = head && { limit: head.limit, delayMs: head.delayMs, rates: [...(head.rates ?? [])], weight: head.weight ?? 1 };
+  const k = {
+    held: key.held, lastGrantMs: BigInt(key.lastGrantMs), pausedUntilMs: BigInt(key.pausedUntilMs),
+    arrivals: key.arrivals.map((a) => ({ count: a.count, perMs: a.perMs, atMs: BigInt(a.atMs), rest: a.rest })),
+  };
+  const d = instance.call(
+    () => instance.root.shared.decide(h, k, BigInt(nowMs)),
     (payload) => new SharedStoreError('store-failed', `the store holds a ticket no client writes: ${(payload as wsh.GrantError).message}`),
   );
+  switch (d.tag) {
+    case 'grant': return { tag: 'grant', arrivals: d.val.map((a) => ({ count: a.count, perMs: a.perMs, atMs: Number(a.atMs), rest: a.rest })) };
+    case 'wait': return { tag: 'wait', ms: Number(d.val) };
+    default: return { tag: d.tag };
+  }
 }

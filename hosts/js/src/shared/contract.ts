@@ -7,11 +7,15 @@
 // The grant rule, applied by the store atomically in every operation that changes a key:
 //   while the key's earliest waiting ticket (by `seq`, the store's arrival order) exists,
 //     and fewer than ITS `limit` tickets of the key are granted,
-//     and the store's now >= max(last grant + ITS `delayMs` (when > 0), paused until):
-//   grant it (granted at now, lease renewed, `grant` = the key's grant count).
+//     and the store's now >= max(last grant + ITS `delayMs` (when > 0), paused until,
+//                                 when each of ITS `rates` lets ITS `weight` through):
+//   grant it (granted at now, lease renewed, `grant` = the key's grant count, and each of its
+//   rate windows' arrival times moved past the grant: GCRA, the component's arithmetic).
+// A rate window's arrival time is kept per window (count and length) as `atMs + rest / count`.
 // Before that, every ticket whose lease expired (`expires <= now`), granted or waiting, is
 // removed. A store keeps ONE clock (SQLite: the machine's CLOCK_MONOTONIC; Redis: `TIME`).
 import { TurnstileError } from '../errors.js';
+import type { RateWindow } from '../types.js';
 
 /** The longest key name, in bytes of UTF-8: the component's one key length (`KEY_BYTES_MAX`). */
 export const KEY_LENGTH_MAX = 200;
@@ -26,6 +30,10 @@ export const LEASE_MS_MAX = 3_600_000;
 /** The largest limit and the longest delay or pause (24 h). */
 export const LIMIT_MAX = 1_000_000;
 export const DELAY_MS_MAX = 86_400_000;
+/** A rate window's largest count and burst at a store (its arrival times stay exact in 53
+ * bits), and the most windows one key may carry. */
+export const RATE_COUNT_MAX = 1_000_000;
+export const RATE_WINDOWS_MAX = 8;
 
 /** What a request asks for; the head ticket's own terms decide its grant. */
 export interface Terms {
@@ -33,8 +41,22 @@ export interface Terms {
   readonly limit: number;
   /** The least time between two grants on the key, in ms (0: none). */
   readonly delayMs: number;
+  /** Rate windows every grant on the key keeps within (each window once; count and burst 1 ..=
+   * 1000000; default none). */
+  readonly rates?: readonly RateWindow[];
+  /** Units this ticket's grant costs in each rate window (1 ..= the smallest burst; default 1). */
+  readonly weight?: number;
   /** How long the ticket lives without a renewal, waiting or granted. */
   readonly leaseMs: number;
+}
+
+/** One rate window's theoretical arrival time at a store: `atMs + rest / count` ms on the
+ * store's clock (`rest < count`), kept per window (`count` starts per `perMs`). */
+export interface Arrival {
+  readonly count: number;
+  readonly perMs: number;
+  readonly atMs: number;
+  readonly rest: number;
 }
 
 /** A ticket's state as the store saw it at the end of an operation. `seq` is its place in the
@@ -78,6 +100,8 @@ export interface KeyInspection {
   readonly grants: number;
   readonly lastGrantMs: number;
   readonly pausedUntilMs: number;
+  /** The arrival times of the key's rate windows (none: no rate window granted yet). */
+  readonly arrivals: readonly Arrival[];
   readonly held: readonly { ticket: string; seq: number; grant: number; grantedMs: number; expiresMs: number }[];
   readonly waiting: readonly { ticket: string; seq: number; expiresMs: number }[];
 }

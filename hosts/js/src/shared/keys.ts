@@ -27,9 +27,10 @@ import type * as wsh from '../component/interfaces/turnstile-scheduler-shared.js
 import { DisposedError } from '../errors.js';
 import { Held } from '../instance.js';
 import { sharedInstance } from './component.js';
-import { clockOption, millis, record, signal as checkSignal, string as checkString, u32, type Clock } from '../validate.js';
+import { array, clockOption, millis, record, signal as checkSignal, string as checkString, u32, type Clock } from '../validate.js';
+import type { RateWindow } from '../types.js';
 import {
-  DELAY_MS_MAX, KEY_LENGTH_MAX, LEASE_MS_MAX, LEASE_MS_MIN, LeaseLostError, LIMIT_MAX, RENEW_TICKETS_MAX, StoreSplitError, StoreUnavailableError,
+  DELAY_MS_MAX, KEY_LENGTH_MAX, LEASE_MS_MAX, LEASE_MS_MIN, LeaseLostError, LIMIT_MAX, RATE_COUNT_MAX, RATE_WINDOWS_MAX, RENEW_TICKETS_MAX, StoreSplitError, StoreUnavailableError,
   type Removal, type SharedStore, type TicketState, type Wake, type Watch,
 } from './contract.js';
 
@@ -51,6 +52,12 @@ export interface AcquireTerms {
   limit: number;
   /** The least time between two grants on the key (default 0). */
   delayMs?: number;
+  /** Rate windows every grant on the key keeps within, across processes (at most 8, each window
+   * once; count and burst 1 ..= 1000000, `burst` 1 when left out; default none): GCRA at the
+   * store. */
+  rates?: readonly (Omit<RateWindow, 'burst'> & { burst?: number })[];
+  /** Units this permit costs in each rate window (1 ..= the smallest burst; default 1). */
+  weight?: number;
   /** Aborting withdraws the request (or gives back a grant that raced it); `acquire` rejects
    * with the signal's reason. */
   signal?: AbortSignal;
@@ -173,10 +180,13 @@ export class SharedKeys {
    * `LeaseLostError`, or `DisposedError` after `close()`. */
   async acquire(key: string, terms: AcquireTerms): Promise<SharedPermit> {
     checkKey(key);
-    record(terms, 'terms', ['limit', 'delayMs', 'signal']);
+    record(terms, 'terms', ['limit', 'delayMs', 'rates', 'weight', 'signal']);
     const limit = u32(terms.limit, 'terms.limit', 1, LIMIT_MAX);
     const delayMs = terms.delayMs === undefined ? 0 : millis(terms.delayMs, 'terms.delayMs');
     if (delayMs > DELAY_MS_MAX || !Number.isInteger(delayMs)) throw new RangeError(`terms.delayMs must be an integer in 0 ..= ${DELAY_MS_MAX}, got ${delayMs}`);
+    const rates = checkRates(terms.rates);
+    const burstMin = Math.min(...rates.map((w) => w.burst), rates.length > 0 ? Infinity : 1);
+    const weight = terms.weight === undefined ? 1 : u32(terms.weight, 'terms.weight', 1, burstMin);
     const signal = checkSignal(terms.signal, 'terms.signal');
     if (this.#closed) throw new DisposedError('these shared keys');
     signal?.throwIfAborted();
@@ -192,7 +202,7 @@ export class SharedKeys {
     let state: TicketState;
     let early: Granted | undefined;
     try {
-      state = await this.store.request(key, ticket, { limit, delayMs, leaseMs: this.leaseMs });
+      state = await this.store.request(key, ticket, rates.length > 0 ? { limit, delayMs, rates, weight, leaseMs: this.leaseMs } : { limit, delayMs, leaseMs: this.leaseMs });
     } catch (e) {
       this.#forget(BigInt(n));
       if (e instanceof StoreSplitError) this.#split(e);
@@ -560,6 +570,25 @@ const GIVE_UP_REASONS: Record<wsh.GiveUpReason, string> = {
   'not-renewed': 'it was not renewed in time (the event loop was blocked)',
 };
 
+
+/** `terms.rates`, checked: at most 8 windows, each once, count and burst 1 ..= 1000000 (the
+ * stores keep arrival times exactly in 53 bits), a length of 1 ms or more. */
+function checkRates(value: unknown): RateWindow[] {
+  if (value === undefined) return [];
+  const list = array(value, 'terms.rates');
+  if (list.length > RATE_WINDOWS_MAX) throw new RangeError(`terms.rates must hold at most ${RATE_WINDOWS_MAX} windows, got ${list.length}`);
+  const out: RateWindow[] = [];
+  for (const [i, w] of list.entries()) {
+    const name = `terms.rates[${i}]`;
+    record(w, name, ['count', 'perMs', 'burst']);
+    const r = w as Record<string, unknown>;
+    const burst = r.burst === undefined ? 1 : u32(r.burst, `${name}.burst`, 1, RATE_COUNT_MAX);
+    const window = { count: u32(r.count, `${name}.count`, 1, RATE_COUNT_MAX), perMs: u32(r.perMs, `${name}.perMs`, 1), burst };
+    if (out.some((o) => o.count === window.count && o.perMs === window.perMs)) throw new RangeError(`${name} names the window ${window.count}/${window.perMs} ms a second time`);
+    out.push(window);
+  }
+  return out;
+}
 
 function checkKey(key: unknown): void {
   checkString(key, 'key');

@@ -10,7 +10,8 @@
 // 24 h because a last grant of 0 means "no grant yet" (the grant rule's `never`).
 //
 // Waiting does not poll: the store arms one timer per key, at the earliest of its next lease
-// expiry, the end of the delay or pause holding its head, and the time it may forget the key;
+// expiry, the end of the delay, rate window or pause holding its head, and the time it may
+// forget the key (its leases, delay, pause and rate windows' arrival times all passed);
 // when it fires (and after every operation) the store applies the grant rule and wakes the
 // watchers whose tickets it granted or dropped, like Redis's one message per grant.
 //
@@ -23,8 +24,9 @@ import { clockOption, type Clock } from '../validate.js';
 import { decide, sharedInstance } from './component.js';
 import {
   DELAY_MS_MAX, SharedStoreError, StoreUnavailableError,
-  type KeyInspection, type Removal, type SharedStore, type Terms, type TicketState, type Wake, type Watch,
+  type Arrival, type KeyInspection, type Removal, type SharedStore, type Terms, type TicketState, type Wake, type Watch,
 } from './contract.js';
+import type { RateWindow } from '../types.js';
 
 export interface MemoryStoreOptions {
   /** The clock the store's time and timers run on (default: `performance.now()` and
@@ -41,6 +43,8 @@ interface Ticket {
   readonly seq: number;
   readonly limit: number;
   readonly delayMs: number;
+  readonly rates?: readonly RateWindow[];
+  readonly weight?: number;
   readonly leaseMs: number;
   expiresMs: number;
   grantedMs: number | null;
@@ -55,6 +59,8 @@ interface Key {
   pausedUntilMs: number;
   /** The longest delay a granted ticket had: the key is forgotten only once it has passed. */
   delayMaxMs: number;
+  /** Each rate window's arrival time, by `count/perMs`. */
+  readonly arrivals: Map<string, Arrival>;
   readonly waiting: Map<string, Ticket>;
   readonly held: Map<string, Ticket>;
   /** No lease ends before this (a lower bound: renewals only lengthen leases). */
@@ -101,6 +107,8 @@ export class MemoryStore implements SharedStore {
       const live = k.waiting.get(ticket) ?? k.held.get(ticket);
       if (live) live.expiresMs = now + live.leaseMs;
       else {
+        // Terms the rule refuses never enter the key (they would refuse every later grant).
+        decide(this.#rules, terms, { held: 0, lastGrantMs: 0, pausedUntilMs: 0, arrivals: [] }, now);
         const t: Ticket = { ticket, seq: ++k.seq, ...terms, expiresMs: now + terms.leaseMs, grantedMs: null, grant: 0 };
         k.waiting.set(ticket, t);
         k.expiryFloorMs = Math.min(k.expiryFloorMs, t.expiresMs);
@@ -147,6 +155,7 @@ export class MemoryStore implements SharedStore {
     const nowMs = this.#now();
     return Promise.resolve({
       key, nowMs, seq: k?.seq ?? 0, grants: k?.grants ?? 0, lastGrantMs: k?.lastGrantMs ?? 0, pausedUntilMs: k?.pausedUntilMs ?? 0,
+      arrivals: [...(k?.arrivals.values() ?? [])].sort((a, b) => a.count - b.count || a.perMs - b.perMs),
       held: [...(k?.held.values() ?? [])].map((t) => ({ ticket: t.ticket, seq: t.seq, grant: t.grant, grantedMs: t.grantedMs!, expiresMs: t.expiresMs })),
       waiting: [...(k?.waiting.values() ?? [])].map((t) => ({ ticket: t.ticket, seq: t.seq, expiresMs: t.expiresMs })),
     });
@@ -231,9 +240,11 @@ export class MemoryStore implements SharedStore {
   #promote(key: string, k: Key, now: number, changed: Map<string, TicketState>): { head: string; ms: number } | null {
     for (let i = 0; i < GRANTS_PER_CALL_MAX; i++) {
       const head: Ticket | undefined = k.waiting.values().next().value;
-      const decision = decide(this.#rules, head && { limit: head.limit, delayMs: head.delayMs }, k.held.size, k.lastGrantMs, k.pausedUntilMs, now);
+      const state = { held: k.held.size, lastGrantMs: k.lastGrantMs, pausedUntilMs: k.pausedUntilMs, arrivals: [...k.arrivals.values()] };
+      const decision = decide(this.#rules, head, state, now);
       if (decision.tag === 'empty' || decision.tag === 'full') return null;
-      if (decision.tag === 'wait') return { head: head!.ticket, ms: Number(decision.val) };
+      if (decision.tag === 'wait') return { head: head!.ticket, ms: decision.ms };
+      for (const a of decision.arrivals) k.arrivals.set(`${a.count}/${a.perMs}`, a);
       const t = head!;
       k.waiting.delete(t.ticket);
       t.grantedMs = now;
@@ -260,7 +271,8 @@ export class MemoryStore implements SharedStore {
   #settle(key: string, k: Key, now: number, retry: { head: string; ms: number } | null, changed: Map<string, TicketState>): void {
     if (changed.size > 0) this.#wake(key, changed);
     const idle = k.waiting.size === 0 && k.held.size === 0;
-    const forgetAtMs = Math.max(k.pausedUntilMs, k.lastGrantMs + k.delayMaxMs);
+    let forgetAtMs = Math.max(k.pausedUntilMs, k.lastGrantMs + k.delayMaxMs);
+    for (const a of k.arrivals.values()) forgetAtMs = Math.max(forgetAtMs, a.atMs + 2);
     if (idle && now >= forgetAtMs) {
       k.timer?.cancel();
       this.#keys.delete(key);
@@ -287,7 +299,7 @@ export class MemoryStore implements SharedStore {
   #key(key: string): Key {
     let k = this.#keys.get(key);
     if (!k) {
-      k = { seq: 0, grants: 0, lastGrantMs: 0, pausedUntilMs: 0, delayMaxMs: 0, waiting: new Map(), held: new Map(), expiryFloorMs: Infinity, timer: undefined };
+      k = { seq: 0, grants: 0, lastGrantMs: 0, pausedUntilMs: 0, delayMaxMs: 0, arrivals: new Map(), waiting: new Map(), held: new Map(), expiryFloorMs: Infinity, timer: undefined };
       this.#keys.set(key, k);
     }
     return k;

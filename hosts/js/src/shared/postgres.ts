@@ -210,12 +210,13 @@ export class PostgresStore implements SharedStore {
   }
 
   async request(key: string, ticket: string, terms: Terms): Promise<TicketState> {
-    const rows = await this.#call('request', key, 'SELECT * FROM turnstile_shared_request_v1($1, $2, $3, $4, $5, $6)', [key, this.owner, ticket, terms.limit, terms.delayMs, terms.leaseMs]);
+    const rates = JSON.stringify((terms.rates ?? []).map((w) => [w.count, w.perMs, w.burst]));
+    const rows = await this.#call('request', key, 'SELECT * FROM turnstile_shared_request_v2($1, $2, $3, $4, $5, $6, $7, $8)', [key, this.owner, ticket, terms.limit, terms.delayMs, terms.leaseMs, rates, terms.weight ?? 1]);
     return toState(rows[0] as Row);
   }
 
   async renew(key: string, tickets: readonly string[]): Promise<TicketState[]> {
-    const rows = await this.#call('renew', key, 'SELECT * FROM turnstile_shared_renew_v1($1, $2, $3)', [key, this.owner, tickets]);
+    const rows = await this.#call('renew', key, 'SELECT * FROM turnstile_shared_renew_v2($1, $2, $3)', [key, this.owner, tickets]);
     return (rows as Row[]).map(toState);
   }
 
@@ -228,22 +229,23 @@ export class PostgresStore implements SharedStore {
   }
 
   async #remove(what: string, key: string, ticket: string): Promise<Removal> {
-    const rows = await this.#call(what, key, 'SELECT turnstile_shared_remove_v1($1, $2, $3)', [key, this.owner, ticket]);
+    const rows = await this.#call(what, key, 'SELECT turnstile_shared_remove_v2($1, $2, $3)', [key, this.owner, ticket]);
     return rows[0]![0] as Removal;
   }
 
   async pause(key: string, forMs: number): Promise<number> {
-    const rows = await this.#call('pause', key, 'SELECT turnstile_shared_pause_v1($1, $2)', [key, forMs]);
+    const rows = await this.#call('pause', key, 'SELECT turnstile_shared_pause_v2($1, $2)', [key, forMs]);
     return Number(rows[0]![0]);
   }
 
   async inspect(key: string): Promise<KeyInspection> {
-    const rows = await this.#call('inspect', key, 'SELECT turnstile_shared_inspect_v1($1)', [key]);
-    const out = rows[0]![0] as { now: number; key: Record<string, number> | null; tickets: [string, number, number | null, number | null, number][] };
+    const rows = await this.#call('inspect', key, 'SELECT turnstile_shared_inspect_v2($1)', [key]);
+    const out = rows[0]![0] as { now: number; key: Record<string, number> | null; arrivals: number[][]; tickets: [string, number, number | null, number | null, number][] };
     const k = out.key;
     return {
       key, nowMs: Number(out.now), seq: Number(k?.seq ?? 0), grants: Number(k?.grants ?? 0),
       lastGrantMs: Number(k?.last_grant_ms ?? 0), pausedUntilMs: Number(k?.paused_until_ms ?? 0),
+      arrivals: out.arrivals.map(([count, perMs, atMs, rest]) => ({ count: Number(count), perMs: Number(perMs), atMs: Number(atMs), rest: Number(rest) })),
       held: out.tickets.filter((r) => r[2] !== null).map(([ticket, seq, grantedMs, grant, expiresMs]) => ({ ticket, seq, grant: grant!, grantedMs: grantedMs!, expiresMs })),
       waiting: out.tickets.filter((r) => r[2] === null).map(([ticket, seq, , , expiresMs]) => ({ ticket, seq, expiresMs })),
     };

@@ -125,7 +125,8 @@ export class RedisStore implements SharedStore {
   }
 
   async request(key: string, ticket: string, terms: Terms): Promise<TicketState> {
-    return toState(await this.#call('request', key, ticket, terms.limit, terms.delayMs, terms.leaseMs, this.channel) as Row);
+    const rates = terms.rates?.length ? terms.rates.map((w) => `${w.count}/${w.perMs}/${w.burst}`).join(',') : '-';
+    return toState(await this.#call('request', key, ticket, terms.limit, terms.delayMs, terms.leaseMs, this.channel, terms.weight ?? 1, rates) as Row);
   }
 
   async renew(key: string, tickets: readonly string[]): Promise<TicketState[]> {
@@ -148,11 +149,15 @@ export class RedisStore implements SharedStore {
   async inspect(key: string): Promise<KeyInspection> {
     const out = await this.#call('inspect', key) as unknown[];
     const [nowMs, seq, grants, lastGrantMs, pausedUntilMs] = out.slice(0, 5).map(Number) as number[];
-    const rows = (out.slice(5) as [string, number, number, number, string | number][])
+    const flat = (out[5] as (number | string)[]).map(Number);
+    const arrivals = [];
+    for (let i = 0; i + 3 < flat.length; i += 4) arrivals.push({ count: flat[i]!, perMs: flat[i + 1]!, atMs: flat[i + 2]!, rest: flat[i + 3]! });
+    arrivals.sort((a, b) => a.count - b.count || a.perMs - b.perMs);
+    const rows = (out.slice(6) as [string, number, number, number, string | number][])
       .map(([ticket, seq, grantedMs, grant, expires]) => ({ ticket, seq, grantedMs, grant, expiresMs: Number(expires) }))
       .sort((a, b) => a.seq - b.seq);
     return {
-      key, nowMs: nowMs!, seq: seq!, grants: grants!, lastGrantMs: lastGrantMs!, pausedUntilMs: pausedUntilMs!,
+      key, nowMs: nowMs!, seq: seq!, grants: grants!, lastGrantMs: lastGrantMs!, pausedUntilMs: pausedUntilMs!, arrivals,
       held: rows.filter((r) => r.grantedMs > 0),
       waiting: rows.filter((r) => r.grantedMs === 0).map(({ ticket, seq, expiresMs }) => ({ ticket, seq, expiresMs })),
     };

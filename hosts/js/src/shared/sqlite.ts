@@ -43,11 +43,12 @@
 import { readFileSync, statSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Instance } from '../instance.js';
-import { decide, sharedInstance } from './component.js';
+import { decide, sharedInstance, type Decision } from './component.js';
+import type { RateWindow } from '../types.js';
 import { sqliteTexts, type SqliteTexts, type StatementName } from './texts.js';
 import {
   SharedStoreError, StoreSplitError, StoreUnavailableError,
-  type KeyInspection, type Removal, type SharedStore, type Terms, type TicketState, type Wake, type Watch,
+  type Arrival, type KeyInspection, type Removal, type SharedStore, type Terms, type TicketState, type Wake, type Watch,
 } from './contract.js';
 
 export interface SqliteStoreOptions {
@@ -80,6 +81,8 @@ interface Database {
   close(): void;
 }
 type Statements = Record<StatementName, Statement>;
+/** The `head` statement's row: ticket, limit, delay, lease, rates (JSON), weight. */
+type HeadRow = [string, number, number, number, string, number];
 
 const UNAVAILABLE = /^SQLITE_(BUSY|LOCKED|CANTOPEN|IOERR|FULL|READONLY|PROTOCOL|PERM|AUTH|NOTADB|CORRUPT)/;
 const GRANTS_PER_CALL_MAX = 10_000;
@@ -217,7 +220,7 @@ export class SqliteStore implements SharedStore {
       db.exec(texts.schema);
       return undefined;
     }).immediate();
-    if (found !== undefined) throw new SharedStoreError('store-failed', `${this.path} holds shared-key schema ${String(found)}; this package knows schema ${texts.schemaVersion} (schema 1, before 0.3, ran on the wall clock: delete the file once no process of an older version uses it)`);
+    if (found !== undefined) throw new SharedStoreError('store-failed', `${this.path} holds shared-key schema ${String(found)}; this package knows schema ${texts.schemaVersion} (schema 2 had no rate windows, schema 1 ran on the wall clock: delete the file once no process of an older version uses it)`);
     const s = {} as Record<string, Statement>;
     for (const [name, text] of Object.entries(texts.statements)) {
       const statement = db.prepare(text);
@@ -238,6 +241,7 @@ export class SqliteStore implements SharedStore {
         // times were on the last boot's clock.
         this.#s.wipeTickets.run();
         this.#s.wipeKeys.run();
+        this.#s.wipeArrivals.run();
         this.#s.setMeta.run('boot', boot);
         this.#s.setMeta.run('created_ms', '0');
       }
@@ -287,8 +291,12 @@ export class SqliteStore implements SharedStore {
       if (this.#s.ticket.get(key, ticket)) {
         this.#s.renew.run(now, key, ticket);
       } else {
+        // Terms the rule refuses never enter the key (the transaction rolls back; written, they
+        // would refuse every later grant on the key until their lease ended).
+        decide(this.#rules, terms, { held: 0, lastGrantMs: 0, pausedUntilMs: 0, arrivals: [] }, now);
         const seq = this.#s.nextSeq.get(key)![0];
-        this.#s.insert.run(key, ticket, seq, terms.limit, terms.delayMs, terms.leaseMs, now, now + terms.leaseMs);
+        const rates = JSON.stringify((terms.rates ?? []).map((w) => [w.count, w.perMs, w.burst]));
+        this.#s.insert.run(key, ticket, seq, terms.limit, terms.delayMs, rates, terms.weight ?? 1, terms.leaseMs, now, now + terms.leaseMs);
       }
       const head = this.#promote(key, now);
       const state = this.#state(key, ticket, head);
@@ -346,7 +354,7 @@ export class SqliteStore implements SharedStore {
       const [seq, grants, lastGrantMs, pausedUntilMs] = (this.#s.keyState.get(key) ?? [0, 0, 0, 0]) as number[];
       const rows = this.#s.list.all(key) as [string, number, number | null, number | null, number][];
       return {
-        key, nowMs, seq, grants, lastGrantMs, pausedUntilMs,
+        key, nowMs, seq, grants, lastGrantMs, pausedUntilMs, arrivals: this.#arrivals(key),
         held: rows.filter((r) => r[2] !== null).map(([ticket, seq, grantedMs, grant, expiresMs]) => ({ ticket, seq, grant: grant!, grantedMs: grantedMs!, expiresMs })),
         waiting: rows.filter((r) => r[2] === null).map(([ticket, seq, , , expiresMs]) => ({ ticket, seq, expiresMs })),
       };
@@ -413,8 +421,10 @@ export class SqliteStore implements SharedStore {
    * to 16 other keys idle past their time (with their expired tickets). */
   #settle(key: string, now: number): void {
     this.#s.settle.run(key, key);
+    this.#s.forgetArrivals.run(key, now);
     this.#s.forget.run(key, now);
     this.#s.sweepTickets.run(now);
+    this.#s.sweepArrivals.run(now);
     this.#s.sweepKeys.run(now);
   }
 
@@ -422,22 +432,43 @@ export class SqliteStore implements SharedStore {
    * left waiting and, when only its delay or a pause holds it, the ms until it may be granted. */
   #promote(key: string, now: number): { head: string | null; retryMs: number | null } {
     for (let i = 0; i < GRANTS_PER_CALL_MAX; i++) {
-      const head = this.#s.head.get(key) as [string, number, number, number] | undefined;
-      const [, grants, lastGrantMs, pausedUntilMs] = head ? this.#s.keyState.get(key) as number[] : [0, 0, 0, 0];
-      const held = head ? this.#s.held.get(key)![0] as number : 0;
-      const decision = decide(this.#rules, head && { limit: head[1], delayMs: head[2] }, held, lastGrantMs!, this.#gate(head, pausedUntilMs!), now);
+      const head = this.#s.head.get(key) as HeadRow | undefined;
+      const [, grants] = head ? this.#s.keyState.get(key) as number[] : [0, 0];
+      const decision = this.#decide(key, head, now);
       if (decision.tag === 'empty') return { head: null, retryMs: null };
       if (decision.tag === 'full') return { head: head![0], retryMs: null };
-      if (decision.tag === 'wait') return { head: head![0], retryMs: Number(decision.val) };
+      if (decision.tag === 'wait') return { head: head![0], retryMs: decision.ms };
+      let restedMs = 0;
+      for (const a of decision.arrivals) {
+        this.#s.setArrival.run(key, a.count, a.perMs, a.atMs, a.rest);
+        restedMs = Math.max(restedMs, a.atMs + 2);
+      }
       this.#s.grant.run(now, grants! + 1, now, key, head![0]);
-      this.#s.countGrant.run(now, head![2], key);
+      this.#s.countGrant.run(now, head![2], restedMs, key);
     }
     throw new SharedStoreError('store-failed', `more than ${GRANTS_PER_CALL_MAX} grants in one operation on key ${JSON.stringify(key)}`);
   }
 
-  /** The pause the rule sees: the key's, and on a new file, its creation plus the head's lease. */
-  #gate(head: [string, number, number, number] | undefined, pausedUntilMs: number): number {
-    return head ? Math.max(pausedUntilMs, this.#createdMs + head[3]) : pausedUntilMs;
+  /** The grant rule on the key's rows: the head's terms (its rates a JSON list of `[count, perMs,
+   * burst]`), the key's counters and arrival times, and as the pause the key's, and on a new
+   * file its creation plus the head's lease. */
+  #decide(key: string, head: HeadRow | undefined, now: number): Decision {
+    if (!head) return { tag: 'empty' };
+    const [, , lastGrantMs, pausedUntilMs] = (this.#s.keyState.get(key) ?? [0, 0, 0, 0]) as number[];
+    const held = this.#s.held.get(key)![0] as number;
+    const [, limit, delayMs, leaseMs, rates, weight] = head;
+    let windows: RateWindow[];
+    try {
+      windows = (JSON.parse(rates || '[]') as number[][]).map(([count, perMs, burst]) => ({ count: count!, perMs: perMs!, burst: burst! }));
+    } catch {
+      throw new SharedStoreError('store-failed', `the store holds a ticket no client writes: rates ${JSON.stringify(rates)}`);
+    }
+    const state = { held, lastGrantMs: lastGrantMs!, pausedUntilMs: Math.max(pausedUntilMs!, this.#createdMs + leaseMs), arrivals: this.#arrivals(key) };
+    return decide(this.#rules, { limit, delayMs, rates: windows, weight }, state, now);
+  }
+
+  #arrivals(key: string): Arrival[] {
+    return (this.#s.arrivals.all(key) as number[][]).map(([count, perMs, atMs, rest]) => ({ count: count!, perMs: perMs!, atMs: atMs!, rest: rest! }));
   }
 
   #state(key: string, ticket: string, head: { head: string | null; retryMs: number | null }): TicketState {
@@ -475,11 +506,8 @@ export class SqliteStore implements SharedStore {
   #promotable(key: string, now: number): boolean {
     const earliest = this.#s.earliestExpiry.get(key)![0] as number | null;
     if (earliest !== null && earliest <= now) return true;
-    const head = this.#s.head.get(key) as [string, number, number, number] | undefined;
-    if (!head) return false;
-    const [, , lastGrantMs, pausedUntilMs] = (this.#s.keyState.get(key) ?? [0, 0, 0, 0]) as number[];
-    const held = this.#s.held.get(key)![0] as number;
-    return decide(this.#rules, { limit: head[1], delayMs: head[2] }, held, lastGrantMs!, this.#gate(head, pausedUntilMs!), now).tag === 'grant';
+    const head = this.#s.head.get(key) as HeadRow | undefined;
+    return this.#decide(key, head, now).tag === 'grant';
   }
 }
 

@@ -8,9 +8,9 @@ import { SharedStoreError } from './contract.js';
 
 /** The SQLite statements by name (`sqlite-statements.json`); each takes `?` parameters. */
 export const STATEMENT_NAMES = [
-  'version', 'meta', 'setMeta', 'wipeTickets', 'wipeKeys', 'ensureKey', 'purge', 'ticket', 'nextSeq',
-  'insert', 'renew', 'head', 'held', 'keyState', 'grant', 'countGrant', 'remove', 'pause', 'peek',
-  'earliestExpiry', 'list', 'settle', 'forget', 'sweepTickets', 'sweepKeys', 'countKeys',
+  'version', 'meta', 'setMeta', 'wipeTickets', 'wipeKeys', 'wipeArrivals', 'ensureKey', 'purge', 'ticket', 'nextSeq',
+  'insert', 'renew', 'head', 'held', 'keyState', 'arrivals', 'setArrival', 'grant', 'countGrant', 'remove', 'pause', 'peek',
+  'earliestExpiry', 'list', 'settle', 'forgetArrivals', 'forget', 'sweepTickets', 'sweepArrivals', 'sweepKeys', 'countKeys',
 ] as const;
 export type StatementName = (typeof STATEMENT_NAMES)[number];
 

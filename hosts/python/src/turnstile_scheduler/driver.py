@@ -120,6 +120,7 @@ from .types import (
     InputKind,
     RefusedInput,
     Outcome,
+    RateWindow,
     AbortedRun,
     LiveBatch,
     Reason,
@@ -389,7 +390,6 @@ class Driver:
         self._finalizer = weakref.finalize(self, _finalize, scheduler._finalizer if owns_scheduler else None)
         self._owns = owns_scheduler
         self.shared_keys = shared_keys
-        self._shared_tools = shared_tools
         # Give-backs to the store in flight (`__aexit__` waits for them).
         self._giving: set[asyncio.Task[Any]] = set()
         # Persistence: `persist`, whether a call of it is under way (no step meanwhile), whether
@@ -1249,31 +1249,24 @@ class Driver:
 
     def _acquire(self, b: _Batch, i: int, terms: Any) -> None:
         """`acquire` listed entry `i` with `terms` (the component's `permit-request`: the key
-        its arguments made, the key's limit and delay): a task asks the store for its permit
-        and reports it granted or denied."""
+        its arguments made and the terms its store keeps: the key's limit, delay and rate
+        windows, and the entry's weight): a task asks the store for its permit and reports it
+        granted or denied."""
         key = terms.key
         # Pure range protection: a key written `limit = 0` with a delay is unbounded but spaced
         # (no limit), which a store takes as its largest limit.
         limit = min(terms.limit if terms.limit is not None else LIMIT_MAX, LIMIT_MAX)
-        # The delay: the action's, or the policy's when the action carries none. (The component
-        # built at the time of writing sends `delay-ms = 0` for every shared key: engine
-        # schedule/keys.rs zeroes a shared key's local delay, since the store keeps it, and the
-        # permit request reads that zero. Taking the policy's keeps the cross-process spacing.)
-        delay_ms = getattr(terms, "delay-ms")
-        if not delay_ms:
-            tool = self._shared_tools.get(b.call_of[i].tool)
-            # A shared key is its tool's only key (the config refuses one in a key set).
-            shared = next((c for c in tool.concurrency if c.shared), None) if tool is not None else None
-            delay_ms = shared.delay_ms if shared is not None else 0
-        delay_ms = min(delay_ms, DELAY_MS_MAX)
+        delay_ms = min(getattr(terms, "delay-ms"), DELAY_MS_MAX)
+        # The key's rate windows and the entry's weight, which the store keeps across processes.
+        rates = tuple(RateWindow(w.count, getattr(w, "per-ms"), w.burst) for w in terms.rates)
         b.shared_keys[i] = key
-        b.acquiring[i] = self._loop.create_task(self._acquiring(b, i, key, limit, delay_ms))  # type: ignore[union-attr]
+        b.acquiring[i] = self._loop.create_task(self._acquiring(b, i, key, limit, delay_ms, rates, terms.weight))  # type: ignore[union-attr]
 
-    async def _acquiring(self, b: _Batch, i: int, key: str, limit: int, delay_ms: int) -> None:
+    async def _acquiring(self, b: _Batch, i: int, key: str, limit: int, delay_ms: int, rates: tuple[RateWindow, ...], weight: int) -> None:
         entry = b.first + i
         me = asyncio.current_task()
         try:
-            permit = await self.shared_keys.acquire(key, limit=limit, delay_ms=delay_ms)  # type: ignore[union-attr]
+            permit = await self.shared_keys.acquire(key, limit=limit, delay_ms=delay_ms, rates=rates, weight=weight)  # type: ignore[union-attr]
         except asyncio.CancelledError:
             return  # withdrawn: the keys gave the request back
         except BaseException as e:  # StoreUnavailableError, LeaseLostError, DisposedError, anything

@@ -158,8 +158,8 @@ class DiagnosticCode(str, Enum):
     """Tools naming one concurrency key give it different `burst`s."""
     BURST_WITHOUT_RATE = "burst-without-rate"
     """A `burst` on a key with no `rate`."""
-    RATE_ON_SHARED_KEY = "rate-on-shared-key"
-    """A `rate` on a `shared` key (its store keeps delays, not rate windows)."""
+    SHARED_RATE_OUT_OF_RANGE = "shared-rate-out-of-range"
+    """A rate window on a `shared` key above 1000000 starts or a burst of 1000000."""
     CONCURRENCY_ADAPT_CONFLICT = "concurrency-adapt-conflict"
     """Tools naming one concurrency key disagree on whether its limit adapts, or its floor."""
     ADAPT_ON_SHARED_KEY = "adapt-on-shared-key"
@@ -363,7 +363,7 @@ class Concurrency:
     retries: int = RETRIES_DEFAULT
     arguments: tuple[str, ...] = ()
     shared: bool = False
-    """The key's limit, delay and pauses hold across every process using one store
+    """The key's limit, delay, rate windows and pauses hold across every process using one store
     (`concurrency = { key, limit, shared = true }`): a `Driver` needs `shared_keys=`. A shared
     key is always a tool's only key (the config refuses one in a key set)."""
     max_wait_ms: int = MAX_WAIT_DEFAULT_MS

@@ -20,8 +20,12 @@ store). The grant rule, applied by the store atomically in every operation that 
 
     while the key's earliest waiting ticket (by `seq`, the store's arrival order) exists,
       and fewer than ITS `limit` tickets of the key are granted,
-      and the store's now >= max(last grant + ITS `delay_ms` (when > 0), paused until):
-    grant it (granted at now, lease renewed, `grant` = the key's grant count).
+      and the store's now >= max(last grant + ITS `delay_ms` (when > 0), paused until,
+                                  when each of ITS `rates` lets ITS `weight` through):
+    grant it (granted at now, lease renewed, `grant` = the key's grant count, and each of its
+    rate windows' arrival times moved past the grant: GCRA, the component's arithmetic).
+
+A rate window's arrival time is kept per window (count and length) as `at_ms + rest / count`.
 
 Before that, every ticket whose lease expired (`expires <= now`), granted or waiting, is
 removed. A store keeps ONE clock (SQLite: the machine's CLOCK_MONOTONIC; Redis: `TIME`;
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Literal, Optional, Protocol, Sequence
 
 from ..errors import TurnstileError
+from ..types import RateWindow
 
 KEY_LENGTH_MAX = 200
 """The longest key name, in bytes of UTF-8: the component's one key length (`KEY_BYTES_MAX`)."""
@@ -50,6 +55,10 @@ LIMIT_MAX = 1_000_000
 """The largest limit."""
 DELAY_MS_MAX = 86_400_000
 """The longest delay or pause (24 h)."""
+RATE_COUNT_MAX = 1_000_000
+"""A rate window's largest count and burst at a store (its arrival times stay exact in 53 bits)."""
+RATE_WINDOWS_MAX = 8
+"""The most rate windows one key may carry."""
 
 TicketStateKind = Literal["waiting", "granted", "lost"]
 Removal = Literal["released", "withdrawn", "lost"]
@@ -64,6 +73,22 @@ class Terms:
     limit: int
     delay_ms: int
     lease_ms: int
+    rates: tuple[RateWindow, ...] = ()
+    """Rate windows every grant on the key keeps within (each window once; count and burst
+    1 ..= 1000000)."""
+    weight: int = 1
+    """Units this ticket's grant costs in each rate window (1 ..= the smallest burst)."""
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One rate window's theoretical arrival time at a store: `at_ms + rest / count` ms on the
+    store's clock (`rest < count`), kept per window (`count` starts per `per_ms`)."""
+
+    count: int
+    per_ms: int
+    at_ms: int
+    rest: int
 
 
 @dataclass(frozen=True)
@@ -113,6 +138,8 @@ class KeyInspection:
     paused_until_ms: int
     held: tuple[tuple[str, int, int, int, int], ...]
     waiting: tuple[tuple[str, int, int], ...]
+    arrivals: tuple[Arrival, ...] = ()
+    """The arrival times of the key's rate windows (none: no rate window granted yet)."""
 
 
 class SharedStore(Protocol):
@@ -202,6 +229,9 @@ from .sqlite import SqliteStore  # noqa: E402
 
 __all__ = [
     "DELAY_MS_MAX",
+    "RATE_COUNT_MAX",
+    "RATE_WINDOWS_MAX",
+    "Arrival",
     "KEY_LENGTH_MAX",
     "LEASE_MS_MAX",
     "LEASE_MS_MIN",

@@ -11,11 +11,15 @@ runs its statements on a thread of its own, and an instance is used from one thr
 from __future__ import annotations
 
 import weakref
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence
 
 from wasmtime.component import Record, Variant
 
 from .._component import Instance
+from ..types import RateWindow
+
+if TYPE_CHECKING:
+    from . import Arrival  # noqa: F401
 
 
 def _record(**fields: Any) -> Record:
@@ -24,6 +28,32 @@ def _record(**fields: Any) -> Record:
     for name, value in fields.items():
         setattr(r, name.replace("_", "-"), value)
     return r
+
+
+class Head(NamedTuple):
+    """The terms of a key's earliest waiting ticket."""
+
+    limit: int
+    delay_ms: int
+    rates: Sequence[RateWindow] = ()
+    weight: int = 1
+
+
+class KeyState(NamedTuple):
+    """A key as a store keeps it, times on the store's clock."""
+
+    held: int
+    last_grant_ms: int
+    paused_until_ms: int
+    arrivals: Sequence[Arrival] = ()
+
+
+class Decision(NamedTuple):
+    """What the store does with the head: `tag` is `grant`, `empty`, `full` or `wait`."""
+
+    tag: str
+    retry_ms: int = 0
+    arrivals: tuple[Arrival, ...] = ()
 
 
 class GrantRuleError(Exception):
@@ -36,17 +66,30 @@ class GrantRule:
     def __init__(self) -> None:
         self._decide = Instance().func("shared", "decide")
 
-    def decide(self, head: Optional[tuple[int, int]], held: int, last_grant_ms: int, paused_until_ms: int, now_ms: int) -> tuple[str, int]:
-        """What the store does with the key's earliest waiting ticket (`head` is its `(limit,
-        delay_ms)`, `None` when none waits): `("grant", 0)`, `("empty", 0)`, `("full", 0)` or
-        `("wait", retry_ms)`."""
-        key = _record(held=held, last_grant_ms=last_grant_ms, paused_until_ms=paused_until_ms)
-        wit_head = None if head is None else _record(limit=head[0], delay_ms=head[1])
-        result = self._decide(wit_head, key, now_ms)
+    def decide(self, head: Optional[Head], key: KeyState, now_ms: int) -> Decision:
+        """What the store does with the key's earliest waiting ticket (`head`, `None` when none
+        waits): `Decision("grant", 0, arrivals)` (write those arrival times), `("empty", 0)`,
+        `("full", 0)` or `("wait", retry_ms)`."""
+        wit_key = _record(
+            held=key.held,
+            last_grant_ms=key.last_grant_ms,
+            paused_until_ms=key.paused_until_ms,
+            arrivals=[_record(count=a.count, per_ms=a.per_ms, at_ms=a.at_ms, rest=a.rest) for a in key.arrivals],
+        )
+        wit_head = None
+        if head is not None:
+            rates = [_record(count=w.count, per_ms=w.per_ms, burst=w.burst) for w in head.rates]
+            wit_head = _record(limit=head.limit, delay_ms=head.delay_ms, rates=rates, weight=head.weight)
+        result = self._decide(wit_head, wit_key, now_ms)
         # result<decision, grant-error> lifts untagged: the decision is a Variant, an error a Record.
         if not isinstance(result, Variant):
             raise GrantRuleError(result.message)
-        return result.tag, int(result.payload or 0)
+        if result.tag == "grant":
+            from . import Arrival  # the package's public type (it imports this module)
+
+            arrivals = tuple(Arrival(a.count, getattr(a, "per-ms"), getattr(a, "at-ms"), a.rest) for a in result.payload)
+            return Decision("grant", 0, arrivals)
+        return Decision(result.tag, int(result.payload or 0))
 
 
 class Renewal(NamedTuple):

@@ -41,6 +41,8 @@ from . import (
     LEASE_MS_MAX,
     LEASE_MS_MIN,
     LIMIT_MAX,
+    RATE_COUNT_MAX,
+    RATE_WINDOWS_MAX,
     RENEW_TICKETS_MAX,
     LeaseLostError,
     Removal,
@@ -52,6 +54,7 @@ from . import (
     Wake,
     Watch,
 )
+from ..types import RateWindow
 from ._rules import GivenUp, LeaseRefused, LeaseSchedule, Renewal
 
 
@@ -172,14 +175,28 @@ class SharedKeys:
         self._count = 0
         self._closed = False
 
-    async def acquire(self, key: str, *, limit: int, delay_ms: int = 0, timeout: Optional[float] = None) -> SharedPermit:
+    async def acquire(
+        self,
+        key: str,
+        *,
+        limit: int,
+        delay_ms: int = 0,
+        rates: Sequence[RateWindow] = (),
+        weight: int = 1,
+        timeout: Optional[float] = None,
+    ) -> SharedPermit:
         """Waits for a permit on `key`: enters the key's FIFO at the store and returns when the
-        store granted it. `timeout` (seconds) bounds the whole wait: then the request is
-        withdrawn and `TimeoutError` raised; cancelling the task withdraws it too. Raises
+        store granted it. The store keeps `limit`, `delay_ms` and the rate windows `rates` (at
+        most 8, each window once, count and burst 1 ..= 1000000: GCRA at the store, across
+        processes), where this permit costs `weight` units (1 ..= the smallest burst).
+        `timeout` (seconds) bounds the whole wait: then the request is withdrawn and
+        `TimeoutError` raised; cancelling the task withdraws it too. Raises
         `StoreUnavailableError`, `LeaseLostError`, or `DisposedError` after `close()`."""
         _check_key(key)
         limit = _int_in(limit, "limit", 1, LIMIT_MAX)
         delay_ms = _int_in(delay_ms, "delay_ms", 0, DELAY_MS_MAX)
+        windows = _check_rates(rates)
+        weight = _int_in(weight, "weight", 1, min((w.burst for w in windows), default=1))
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout >= 0):
             raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         if self._closed:
@@ -194,7 +211,7 @@ class SharedKeys:
         self._pump()
         k.pending.add(ticket)
         try:
-            request = self.store.request(key, ticket, Terms(limit=limit, delay_ms=delay_ms, lease_ms=self.lease_ms))
+            request = self.store.request(key, ticket, Terms(limit=limit, delay_ms=delay_ms, lease_ms=self.lease_ms, rates=windows, weight=weight))
             state = await (request if deadline is None else asyncio.wait_for(request, max(0.0, deadline - loop.time())))
         except asyncio.TimeoutError:
             self._forget(n)
@@ -561,6 +578,28 @@ def _check_key(key: Any) -> None:
     size = len(key.encode())
     if not 0 < size <= KEY_LENGTH_MAX:
         raise ValueError(f"key must be 1 ..= {KEY_LENGTH_MAX} bytes of UTF-8, got {size}")
+
+
+def _check_rates(rates: Any) -> tuple[RateWindow, ...]:
+    """`rates`, checked: a sequence of at most 8 `RateWindow`s, each window once, count and
+    burst 1 ..= 1000000 (the stores keep arrival times exactly in 53 bits), at least 1 ms long."""
+    if isinstance(rates, (str, bytes)) or not isinstance(rates, Sequence):
+        raise TypeError(f"rates must be a sequence of RateWindow, got {type(rates).__name__}")
+    if len(rates) > RATE_WINDOWS_MAX:
+        raise ValueError(f"rates must hold at most {RATE_WINDOWS_MAX} windows, got {len(rates)}")
+    out: list[RateWindow] = []
+    for i, w in enumerate(rates):
+        if not isinstance(w, RateWindow):
+            raise TypeError(f"rates[{i}] must be a RateWindow, got {type(w).__name__}")
+        window = RateWindow(
+            _int_in(w.count, f"rates[{i}].count", 1, RATE_COUNT_MAX),
+            _int_in(w.per_ms, f"rates[{i}].per_ms", 1, 2**32 - 1),
+            _int_in(w.burst, f"rates[{i}].burst", 1, RATE_COUNT_MAX),
+        )
+        if any(o.count == window.count and o.per_ms == window.per_ms for o in out):
+            raise ValueError(f"rates[{i}] names the window {window.count}/{window.per_ms} ms a second time")
+        out.append(window)
+    return tuple(out)
 
 
 def _int_in(value: Any, what: str, low: int, high: int) -> int:

@@ -29,8 +29,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, TypeVar
 
-from . import DELAY_MS_MAX, KeyInspection, Removal, SharedStoreError, StoreUnavailableError, Terms, TicketState, Wake
-from ._rules import GrantRule, GrantRuleError
+from ..types import RateWindow
+from . import DELAY_MS_MAX, Arrival, KeyInspection, Removal, SharedStoreError, StoreUnavailableError, Terms, TicketState, Wake
+from ._rules import Decision, GrantRule, GrantRuleError, Head, KeyState
 
 T = TypeVar("T")
 
@@ -47,6 +48,8 @@ class _Ticket:
     delay_ms: int
     lease_ms: int
     expires_ms: int
+    rates: tuple[RateWindow, ...] = ()
+    weight: int = 1
     granted_ms: Optional[int] = None
     grant: int = 0
 
@@ -61,6 +64,8 @@ class _Key:
     paused_until_ms: int = 0
     delay_max_ms: int = 0
     """The longest delay a granted ticket had: the key is forgotten only once it has passed."""
+    arrivals: dict[tuple[int, int], Arrival] = field(default_factory=dict)
+    """Each rate window's arrival time, by `(count, per_ms)`."""
     waiting: dict[str, _Ticket] = field(default_factory=dict)
     held: dict[str, _Ticket] = field(default_factory=dict)
     expiry_floor_ms: float = math.inf
@@ -118,8 +123,10 @@ class MemoryStore:
             if live is not None:
                 live.expires_ms = now + live.lease_ms
             else:
+                # Terms the rule refuses never enter the key (they would refuse every later grant).
+                self._decide(Head(terms.limit, terms.delay_ms, terms.rates, terms.weight), KeyState(0, 0, 0), now)
                 k.seq += 1
-                t = _Ticket(ticket, k.seq, terms.limit, terms.delay_ms, terms.lease_ms, now + terms.lease_ms)
+                t = _Ticket(ticket, k.seq, terms.limit, terms.delay_ms, terms.lease_ms, now + terms.lease_ms, tuple(terms.rates), terms.weight)
                 k.waiting[ticket] = t
                 k.expiry_floor_ms = min(k.expiry_floor_ms, t.expires_ms)
             return lambda retry: _state(k, ticket, retry)
@@ -173,6 +180,7 @@ class MemoryStore:
             grants=k.grants,
             last_grant_ms=k.last_grant_ms,
             paused_until_ms=k.paused_until_ms,
+            arrivals=tuple(k.arrivals[w] for w in sorted(k.arrivals)),
             held=tuple((t.ticket, t.seq, t.grant, t.granted_ms or 0, t.expires_ms) for t in k.held.values()),
             waiting=tuple((t.ticket, t.seq, t.expires_ms) for t in k.waiting.values()),
         )
@@ -236,17 +244,16 @@ class MemoryStore:
         """The grant rule (the component's `decide`): grants heads while it says so."""
         for _ in range(_GRANTS_PER_CALL_MAX):
             head = next(iter(k.waiting.values()), None)
-            try:
-                decision, retry_ms = self._rule.decide(
-                    None if head is None else (head.limit, head.delay_ms), len(k.held), k.last_grant_ms, k.paused_until_ms, now
-                )
-            except GrantRuleError as e:
-                raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: {e}") from e
-            if decision in ("empty", "full"):
+            terms = None if head is None else Head(head.limit, head.delay_ms, head.rates, head.weight)
+            state = KeyState(len(k.held), k.last_grant_ms, k.paused_until_ms, tuple(k.arrivals.values()))
+            decision = self._decide(terms, state, now)
+            if decision.tag in ("empty", "full"):
                 return None
             assert head is not None
-            if decision == "wait":
-                return head.ticket, retry_ms
+            if decision.tag == "wait":
+                return head.ticket, decision.retry_ms
+            for a in decision.arrivals:
+                k.arrivals[(a.count, a.per_ms)] = a
             del k.waiting[head.ticket]
             k.grants += 1
             head.granted_ms = now
@@ -258,13 +265,19 @@ class MemoryStore:
             changed[head.ticket] = TicketState(head.ticket, "granted", seq=head.seq, grant=head.grant, granted_ms=now)
         raise SharedStoreError("store-failed", f"more than {_GRANTS_PER_CALL_MAX} grants in one operation on key {key!r}")
 
+    def _decide(self, head: Optional[Head], state: KeyState, now: int) -> Decision:
+        try:
+            return self._rule.decide(head, state, now)
+        except GrantRuleError as e:
+            raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: {e}") from e
+
     def _settle(self, key: str, k: _Key, now: int, retry: _Retry, changed: dict[str, TicketState]) -> None:
         """After an operation: wakes the watchers of tickets that changed, then forgets the key
         or re-arms its timer."""
         if changed:
             self._wake(key, changed)
         idle = not k.waiting and not k.held
-        forget_at_ms = max(k.paused_until_ms, k.last_grant_ms + k.delay_max_ms)
+        forget_at_ms = max([k.paused_until_ms, k.last_grant_ms + k.delay_max_ms, *(a.at_ms + 2 for a in k.arrivals.values())])
         if idle and now >= forget_at_ms:
             if k.timer is not None:
                 k.timer.cancel()

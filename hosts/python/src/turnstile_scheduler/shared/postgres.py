@@ -32,7 +32,7 @@ import re
 import secrets
 from typing import Any, Callable, Optional, Sequence
 
-from . import KeyInspection, Removal, SharedStoreError, StoreUnavailableError, Terms, TicketState, Wake
+from . import Arrival, KeyInspection, Removal, SharedStoreError, StoreUnavailableError, Terms, TicketState, Wake
 from ._texts import store_text
 
 _SCHEMA_LOCK = (0x7475726E, 1)
@@ -197,13 +197,13 @@ class PostgresStore:
     async def request(self, key: str, ticket: str, terms: Terms) -> TicketState:
         rows = await self._query(
             "request",
-            "SELECT * FROM turnstile_shared_request_v1(%s, %s, %s, %s, %s, %s)",
-            (key, self.owner, ticket, terms.limit, terms.delay_ms, terms.lease_ms),
+            "SELECT * FROM turnstile_shared_request_v2(%s, %s, %s, %s, %s, %s, %s::jsonb, %s)",
+            (key, self.owner, ticket, terms.limit, terms.delay_ms, terms.lease_ms, json.dumps([[w.count, w.per_ms, w.burst] for w in terms.rates]), terms.weight),
         )
         return _state(rows[0])
 
     async def renew(self, key: str, tickets: Sequence[str]) -> list[TicketState]:
-        rows = await self._query("renew", "SELECT * FROM turnstile_shared_renew_v1(%s, %s, %s::text[])", (key, self.owner, list(tickets)))
+        rows = await self._query("renew", "SELECT * FROM turnstile_shared_renew_v2(%s, %s, %s::text[])", (key, self.owner, list(tickets)))
         return [_state(row) for row in rows]
 
     async def release(self, key: str, ticket: str) -> Removal:
@@ -213,15 +213,15 @@ class PostgresStore:
         return await self._remove("abandon", key, ticket)
 
     async def _remove(self, what: str, key: str, ticket: str) -> Removal:
-        rows = await self._query(what, "SELECT turnstile_shared_remove_v1(%s, %s, %s)", (key, self.owner, ticket))
+        rows = await self._query(what, "SELECT turnstile_shared_remove_v2(%s, %s, %s)", (key, self.owner, ticket))
         return rows[0][0]
 
     async def pause(self, key: str, for_ms: int) -> int:
-        rows = await self._query("pause", "SELECT turnstile_shared_pause_v1(%s, %s)", (key, for_ms))
+        rows = await self._query("pause", "SELECT turnstile_shared_pause_v2(%s, %s)", (key, for_ms))
         return int(rows[0][0])
 
     async def inspect(self, key: str) -> KeyInspection:
-        rows = await self._query("inspect", "SELECT turnstile_shared_inspect_v1(%s)", (key,))
+        rows = await self._query("inspect", "SELECT turnstile_shared_inspect_v2(%s)", (key,))
         out = rows[0][0]
         out = json.loads(out) if isinstance(out, str) else out
         k = out.get("key") or {}
@@ -233,6 +233,7 @@ class PostgresStore:
             grants=int(k.get("grants", 0)),
             last_grant_ms=int(k.get("last_grant_ms", 0)),
             paused_until_ms=int(k.get("paused_until_ms", 0)),
+            arrivals=tuple(Arrival(*(int(v) for v in a)) for a in out.get("arrivals") or []),
             held=tuple((t, s, g, at, exp) for t, s, at, g, exp in tickets if at is not None),
             waiting=tuple((t, s, exp) for t, s, at, _, exp in tickets if at is None),
         )

@@ -26,7 +26,7 @@ import re
 import secrets
 from typing import Any, Callable, Optional, Sequence
 
-from . import KeyInspection, Removal, SharedStoreError, StoreUnavailableError, Terms, TicketState, Wake
+from . import Arrival, KeyInspection, Removal, SharedStoreError, StoreUnavailableError, Terms, TicketState, Wake
 from ._texts import redis_script
 
 
@@ -105,7 +105,8 @@ class RedisStore:
             raise StoreUnavailableError("redis", f"{what}: {type(e).__name__}: {e}") from e
 
     async def request(self, key: str, ticket: str, terms: Terms) -> TicketState:
-        return _state(await self._call("request", key, ticket, terms.limit, terms.delay_ms, terms.lease_ms, self.channel))
+        rates = ",".join(f"{w.count}/{w.per_ms}/{w.burst}" for w in terms.rates) or "-"
+        return _state(await self._call("request", key, ticket, terms.limit, terms.delay_ms, terms.lease_ms, self.channel, terms.weight, rates))
 
     async def renew(self, key: str, tickets: Sequence[str]) -> list[TicketState]:
         return [_state(row) for row in await self._call("renew", key, *tickets)]
@@ -122,7 +123,9 @@ class RedisStore:
     async def inspect(self, key: str) -> KeyInspection:
         out = await self._call("inspect", key)
         now, seq, grants, last, paused = (int(v) for v in out[:5])
-        rows = sorted(((r[0], int(r[1]), int(r[2]), int(r[3]), int(float(r[4]))) for r in out[5:]), key=lambda r: r[1])
+        flat = [int(v) for v in out[5]]
+        arrivals = sorted((Arrival(*flat[i : i + 4]) for i in range(0, len(flat) - 3, 4)), key=lambda a: (a.count, a.per_ms))
+        rows = sorted(((r[0], int(r[1]), int(r[2]), int(r[3]), int(float(r[4]))) for r in out[6:]), key=lambda r: r[1])
         return KeyInspection(
             key=key,
             now_ms=now,
@@ -130,6 +133,7 @@ class RedisStore:
             grants=grants,
             last_grant_ms=last,
             paused_until_ms=paused,
+            arrivals=tuple(arrivals),
             held=tuple((t, s, g, at, exp) for t, s, at, g, exp in rows if at > 0),
             waiting=tuple((t, s, exp) for t, s, at, _, exp in rows if at == 0),
         )

@@ -46,7 +46,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence, TypeVar
 
+from ..types import RateWindow
 from . import (
+    Arrival,
     KeyInspection,
     Removal,
     SharedStoreError,
@@ -56,7 +58,7 @@ from . import (
     TicketState,
     Wake,
 )
-from ._rules import GrantRule, GrantRuleError
+from ._rules import Decision, GrantRule, GrantRuleError, Head, KeyState
 from ._texts import sqlite_texts
 
 T = TypeVar("T")
@@ -184,7 +186,7 @@ class SqliteStore:
                     raise SharedStoreError(
                         "store-failed",
                         f"{self.path} holds shared-key schema {version}; this package knows schema {self._schema_version} "
-                        "(schema 1, before 0.3, ran on the wall clock: delete the file once no process of an older version uses it)",
+                        "(schema 2 had no rate windows, schema 1 ran on the wall clock: delete the file once no process of an older version uses it)",
                     )
                 for statement in self._sql["schema"].split(";\n"):
                     db.execute(statement)
@@ -217,6 +219,7 @@ class SqliteStore:
         elif row[0] != self._boot:
             db.execute(self._sql["wipeTickets"])
             db.execute(self._sql["wipeKeys"])
+            db.execute(self._sql["wipeArrivals"])
             db.execute(self._sql["setMeta"], ("boot", self._boot))
             db.execute(self._sql["setMeta"], ("created_ms", "0"))
         created = db.execute(self._sql["meta"], ("created_ms",)).fetchone()
@@ -298,8 +301,15 @@ class SqliteStore:
             if db.execute(self._sql["ticket"], (key, ticket)).fetchone():
                 db.execute(self._sql["renew"], (now, key, ticket))
             else:
+                # Terms the rule refuses never enter the key (the transaction rolls back; written,
+                # they would refuse every later grant on the key until their lease ended).
+                try:
+                    self._rule.decide(Head(terms.limit, terms.delay_ms, terms.rates, terms.weight), KeyState(0, 0, 0), now)
+                except GrantRuleError as e:
+                    raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: {e}") from e
                 seq = db.execute(self._sql["nextSeq"], (key,)).fetchone()[0]
-                db.execute(self._sql["insert"], (key, ticket, seq, terms.limit, terms.delay_ms, terms.lease_ms, now, now + terms.lease_ms))
+                rates = json.dumps([[w.count, w.per_ms, w.burst] for w in terms.rates], separators=(",", ":"))
+                db.execute(self._sql["insert"], (key, ticket, seq, terms.limit, terms.delay_ms, rates, terms.weight, terms.lease_ms, now, now + terms.lease_ms))
             head = self._promote(db, key, now)
             state = _state(db, self._sql, key, ticket, head)
             self._settle(db, key, now)
@@ -364,6 +374,7 @@ class SqliteStore:
                 grants=grants,
                 last_grant_ms=last,
                 paused_until_ms=paused,
+                arrivals=_arrivals(db, self._sql, key),
                 held=tuple((r[0], r[1], r[3], r[2], r[4]) for r in rows if r[2] is not None),
                 waiting=tuple((r[0], r[1], r[4]) for r in rows if r[2] is None),
             )
@@ -379,8 +390,10 @@ class SqliteStore:
         """After a write on `key`: its `idle_at_ms`, its row deleted once idle, and a sweep of
         up to 16 other keys idle past their time (with their expired tickets)."""
         db.execute(self._sql["settle"], (key, key))
+        db.execute(self._sql["forgetArrivals"], (key, now))
         db.execute(self._sql["forget"], (key, now))
         db.execute(self._sql["sweepTickets"], (now,))
+        db.execute(self._sql["sweepArrivals"], (now,))
         db.execute(self._sql["sweepKeys"], (now,))
 
     def _promote(self, db: sqlite3.Connection, key: str, now: int) -> _Head:
@@ -488,32 +501,46 @@ def _promote(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: 
     left waiting and, when only its delay or a pause holds it, the ms until it may be granted."""
     for _ in range(_GRANTS_PER_CALL_MAX):
         head = db.execute(sql["head"], (key,)).fetchone()
-        grants = last_grant_ms = paused_until_ms = held = 0
-        if head is not None:
-            held = db.execute(sql["held"], (key,)).fetchone()[0]
-            _, grants, last_grant_ms, paused_until_ms = db.execute(sql["keyState"], (key,)).fetchone()
-        decision, retry_ms = _decide(rule, head, held, last_grant_ms, _gate(head, paused_until_ms, created_ms), now)
-        if decision == "empty":
+        decision = _decide(db, sql, rule, key, head, now, created_ms)
+        if decision.tag == "empty":
             return None, None
-        if decision == "full":
+        if decision.tag == "full":
             return head[0], None
-        if decision == "wait":
-            return head[0], retry_ms
+        if decision.tag == "wait":
+            return head[0], decision.retry_ms
+        rested_ms = 0
+        for a in decision.arrivals:
+            db.execute(sql["setArrival"], (key, a.count, a.per_ms, a.at_ms, a.rest))
+            rested_ms = max(rested_ms, a.at_ms + 2)
+        grants = db.execute(sql["keyState"], (key,)).fetchone()[1]
         db.execute(sql["grant"], (now, grants + 1, now, key, head[0]))
-        db.execute(sql["countGrant"], (now, head[2], key))
+        db.execute(sql["countGrant"], (now, head[2], rested_ms, key))
     raise SharedStoreError("store-failed", f"more than {_GRANTS_PER_CALL_MAX} grants in one operation on key {key!r}")
 
 
-def _gate(head: Optional[tuple[str, int, int, int]], paused_until_ms: int, created_ms: int) -> int:
-    """The pause the rule sees: the key's, and on a new file, its creation plus the head's lease."""
-    return paused_until_ms if head is None else max(paused_until_ms, created_ms + head[3])
-
-
-def _decide(rule: GrantRule, head: Optional[tuple[str, int, int, int]], held: int, last: int, paused: int, now: int) -> tuple[str, int]:
+def _decide(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: str, head: Optional[tuple], now: int, created_ms: int) -> Decision:
+    """The grant rule on the key's rows: the head's terms (`head` is the `head` statement's row:
+    ticket, limit, delay, lease, rates as a JSON list of `[count, per_ms, burst]`, weight), the
+    key's counters and arrival times, and as the pause the key's, and on a new file its creation
+    plus the head's lease."""
+    if head is None:
+        return Decision("empty")
+    _, limit, delay_ms, lease_ms, rates_text, weight = head
+    held = db.execute(sql["held"], (key,)).fetchone()[0]
+    _, _, last_grant_ms, paused_until_ms = db.execute(sql["keyState"], (key,)).fetchone() or (0, 0, 0, 0)
     try:
-        return rule.decide(None if head is None else (head[1], head[2]), held, last, paused, now)
+        rates = tuple(RateWindow(int(c), int(p), int(b)) for c, p, b in json.loads(rates_text or "[]"))
+    except (ValueError, TypeError) as e:
+        raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: rates {rates_text!r}") from e
+    state = KeyState(held, last_grant_ms, max(paused_until_ms, created_ms + lease_ms), _arrivals(db, sql, key))
+    try:
+        return rule.decide(Head(limit, delay_ms, rates, weight), state, now)
     except GrantRuleError as e:
         raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: {e}") from e
+
+
+def _arrivals(db: sqlite3.Connection, sql: dict[str, str], key: str) -> tuple[Arrival, ...]:
+    return tuple(Arrival(c, p, at, rest) for c, p, at, rest in db.execute(sql["arrivals"], (key,)).fetchall())
 
 
 def _state(db: sqlite3.Connection, sql: dict[str, str], key: str, ticket: str, head: _Head) -> TicketState:
@@ -531,8 +558,4 @@ def _promotable(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, ke
     if earliest is not None and earliest <= now:
         return True
     head = db.execute(sql["head"], (key,)).fetchone()
-    if head is None:
-        return False
-    held = db.execute(sql["held"], (key,)).fetchone()[0]
-    _, _, last_grant_ms, paused_until_ms = db.execute(sql["keyState"], (key,)).fetchone() or (0, 0, 0, 0)
-    return _decide(rule, head, held, last_grant_ms, _gate(head, paused_until_ms, created_ms), now)[0] == "grant"
+    return _decide(db, sql, rule, key, head, now, created_ms).tag == "grant"
