@@ -295,6 +295,7 @@ fn grant_table() -> Vec<(String, Option<Head>, KeyState, u64, Decision)> {
                 "grant" => Decision::Grant {
                     arrivals: out[1..]
                         .iter()
+                        .filter(|&&t| t != "exact")
                         .map(|t| table_arrival(t.strip_prefix("at=").expect("at="), NOW))
                         .collect(),
                 },

@@ -6,7 +6,7 @@
 // is reported skipped, with the reason; never passed.
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkCase, grantTable } from './fixtures/grant-table.mjs';
+import { checkCase, checkExact, grantTable } from './fixtures/grant-table.mjs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { PostgresStore, SharedKeys, SharedStoreError, StoreUnavailableError } from '../dist/shared/index.js';
@@ -99,6 +99,7 @@ test('postgres: the functions grant as the shared table says', { skip, timeout: 
   const store = await open();
   t.after(() => store.close());
   for (const [i, c] of grantTable().entries()) {
+    if (c.exact) continue; // on the millisecond: the next test runs it with `now` given
     const key = `case-${i}`;
     const [{ now: nowText }] = await sql(url, 'SELECT turnstile_shared_now_v2() AS now');
     const now = Number(nowText);
@@ -118,6 +119,40 @@ test('postgres: the functions grant as the shared table says', { skip, timeout: 
     }
     const states = await store.renew(key, c.limit === null ? [] : ['w']);
     checkCase(c, states, await store.inspect(key), now);
+  }
+});
+
+// The same table through the grant rule's own function, given `now`: every case exactly,
+// those that turn on the millisecond too (the test above runs on the server's clock).
+test('postgres: the grant rule\'s function follows the shared table exactly, given now', { skip, timeout: 30000 }, async (t) => {
+  const { url, open } = await setup();
+  const store = await open(); // runs the store text
+  t.after(() => store.close());
+  const now = 1_000_000_000_000;
+  const far = now + 600_000;
+  for (const [i, c] of grantTable().entries()) {
+    const key = `exact-${i}`;
+    await sql(url, 'INSERT INTO turnstile_shared_keys (key, seq, grants, last_grant_ms, paused_until_ms, idle_at_ms) VALUES ($1, $2, $3, $4, $5, $6)',
+      [key, c.held + 1, c.held, c.since === null ? 0 : now - c.since, c.pause === null ? 0 : now + c.pause, far]);
+    for (let h = 1; h <= c.held; h++) {
+      await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, lease_ms, expires_ms, granted_ms, grant_no) VALUES ($1, $2, $3, $4, 1, 0, 600000, $5, $6, $4)',
+        [key, 'someone', `h${h}`, h, far, now]);
+    }
+    for (const a of c.arrivals) {
+      await sql(url, 'INSERT INTO turnstile_shared_arrivals (key, count, per_ms, at_ms, rest) VALUES ($1, $2, $3, $4, $5)', [key, a.count, a.perMs, now + a.ms, a.rest]);
+    }
+    if (c.limit !== null) {
+      await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, rates, weight, lease_ms, expires_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 600000, $9)',
+        [key, 'me', 'w', c.held + 1, c.limit, c.delay, JSON.stringify(c.rates.map((w) => [w.count, w.perMs, w.burst])), c.weight, far]);
+    }
+    const [head] = await sql(url, 'SELECT head_ticket, retry_ms FROM turnstile_shared_promote_v2($1, $2, false, NULL, NULL)', [key, now]);
+    const [w] = await sql(url, "SELECT granted_ms FROM turnstile_shared_tickets WHERE key = $1 AND ticket = 'w'", [key]);
+    const state = w === undefined ? undefined
+      : w.granted_ms !== null ? { state: 'granted', retryMs: null }
+      : { state: 'waiting', retryMs: head.head_ticket === 'w' && head.retry_ms !== null ? Number(head.retry_ms) : null };
+    const arrivals = (await sql(url, 'SELECT count, per_ms, at_ms, rest FROM turnstile_shared_arrivals WHERE key = $1', [key]))
+      .map((r) => ({ count: Number(r.count), perMs: Number(r.per_ms), atMs: Number(r.at_ms), rest: Number(r.rest) }));
+    checkExact(c, state, arrivals, now);
   }
 });
 

@@ -86,6 +86,7 @@ test('redis: the script grants as the shared table says', { skip, timeout: 30000
   const raw = new Redis(server.url);
   t.after(async () => { raw.disconnect(); await store.close(); });
   for (const [i, c] of grantTable().entries()) {
+    if (c.exact) continue; // on the millisecond: Redis's TIME cannot be set
     const key = `case-${i}`;
     const base = `table:{${key}}`;
     const [secs, micros] = await raw.time();
