@@ -144,8 +144,11 @@ fn lease_error(e: LeaseError) -> wit::LeaseError {
 
 fn decision(d: Decision) -> wit::Decision {
     match d {
-        Decision::Grant { arrivals } => wit::Decision::Grant(
-            arrivals
+        Decision::Grant {
+            arrivals,
+            rested_ms,
+        } => wit::Decision::Grant(wit::Granted {
+            arrivals: arrivals
                 .into_iter()
                 .map(|a| wit::Arrival {
                     count: a.count,
@@ -154,7 +157,8 @@ fn decision(d: Decision) -> wit::Decision {
                     rest: a.rest,
                 })
                 .collect(),
-        ),
+            rested_ms,
+        }),
         Decision::Empty => wit::Decision::Empty,
         Decision::Full => wit::Decision::Full,
         Decision::Wait { retry_ms } => wit::Decision::Wait(retry_ms),

@@ -117,6 +117,9 @@ pub enum Decision {
     Grant {
         /// The head's windows' arrival times after this grant.
         arrivals: Vec<Arrival>,
+        /// From this time on, these windows pace a grant as fresh ones would: a store keeps
+        /// the key until then at least (the latest [`Arrival::rested_at`]; 0 without windows).
+        rested_ms: u64,
     },
     /// No ticket waits.
     Empty,
@@ -175,12 +178,16 @@ pub fn decide(head: Option<&Head>, key: &KeyState, now_ms: u64) -> Result<Decisi
             retry_ms: gate_ms - now_ms,
         });
     }
-    let arrivals = head
+    let arrivals: Vec<Arrival> = head
         .rates
         .iter()
         .map(|&w| Arrival::from_tat_n(w, window_started(w, tat_n(key, w), now_ms, head.weight)))
         .collect();
-    Ok(Decision::Grant { arrivals })
+    let rested_ms = arrivals.iter().map(|a| a.rested_at()).max().unwrap_or(0);
+    Ok(Decision::Grant {
+        arrivals,
+        rested_ms,
+    })
 }
 
 /// The arrival time the store keeps for window `w` (0: none).

@@ -292,13 +292,19 @@ fn grant_table() -> Vec<(String, Option<Head>, KeyState, u64, Decision)> {
             };
             let out: Vec<&str> = output.split_whitespace().collect();
             let decision = match out[0] {
-                "grant" => Decision::Grant {
-                    arrivals: out[1..]
+                "grant" => {
+                    let arrivals: Vec<Arrival> = out[1..]
                         .iter()
                         .filter(|&&t| t != "exact")
                         .map(|t| table_arrival(t.strip_prefix("at=").expect("at="), NOW))
-                        .collect(),
-                },
+                        .collect();
+                    // The store keeps the key until its windows rested: 2 ms past the latest.
+                    let rested_ms = arrivals.iter().map(|a| a.at_ms + 2).max().unwrap_or(0);
+                    Decision::Grant {
+                        arrivals,
+                        rested_ms,
+                    }
+                }
                 "full" => Decision::Full,
                 "empty" => Decision::Empty,
                 "wait" => Decision::Wait {
@@ -389,7 +395,8 @@ fn the_grant_rule_refuses_terms_no_client_writes() {
     assert_eq!(
         decide(Some(&head), &key, u64::MAX),
         Ok(Decision::Grant {
-            arrivals: Vec::new()
+            arrivals: Vec::new(),
+            rested_ms: 0
         })
     );
 }

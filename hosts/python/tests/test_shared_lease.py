@@ -107,7 +107,9 @@ def test_the_grant_rule_follows_the_shared_table() -> None:
         last = 0 if since == "never" else now - int(since)
         paused = 0 if pause == "none" else now + int(pause)
         if want[0] == "grant":
-            expected = Decision("grant", 0, tuple(_arrival(t.removeprefix("at="), now) for t in want[1:] if t != "exact"))
+            arrivals_after = tuple(_arrival(t.removeprefix("at="), now) for t in want[1:] if t != "exact")
+            rested = max((a.at_ms + 2 for a in arrivals_after), default=0)
+            expected = Decision("grant", 0, arrivals_after, rested)
         else:
             expected = Decision(want[0], int(want[1]) if len(want) > 1 else 0)
         assert rule.decide(head, KeyState(int(held), last, paused, tuple(arrivals)), now) == expected, line

@@ -22,11 +22,11 @@ export async function sharedInstance(): Promise<Instance> {
   return current;
 }
 
-/** What a store may do with a key's earliest waiting ticket (the grant rule): grant it and
- * write `arrivals` (its rate windows' arrival times), or leave it waiting (`full`: for a
+/** What a store may do with a key's earliest waiting ticket (the grant rule): grant it, write
+ * `arrivals` (its rate windows' arrival times) and keep the key until `restedMs` at least, or leave it waiting (`full`: for a
  * release; `wait`: `ms` for the delay, a rate window or a pause), or nothing waits. */
 export type Decision =
-  | { readonly tag: 'grant'; readonly arrivals: Arrival[] }
+  | { readonly tag: 'grant'; readonly arrivals: Arrival[]; readonly restedMs: number }
   | { readonly tag: 'empty' }
   | { readonly tag: 'full' }
   | { readonly tag: 'wait'; readonly ms: number };
@@ -60,7 +60,11 @@ export function decide(instance: Instance, head: HeadTerms | undefined, key: Key
     (payload) => new SharedStoreError('store-failed', `the store holds a ticket no client writes: ${(payload as wsh.GrantError).message}`),
   );
   switch (d.tag) {
-    case 'grant': return { tag: 'grant', arrivals: d.val.map((a) => ({ count: a.count, perMs: a.perMs, atMs: Number(a.atMs), rest: a.rest })) };
+    case 'grant': return {
+      tag: 'grant',
+      arrivals: d.val.arrivals.map((a) => ({ count: a.count, perMs: a.perMs, atMs: Number(a.atMs), rest: a.rest })),
+      restedMs: Number(d.val.restedMs),
+    };
     case 'wait': return { tag: 'wait', ms: Number(d.val) };
     default: return { tag: d.tag };
   }

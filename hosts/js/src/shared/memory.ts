@@ -61,6 +61,8 @@ interface Key {
   delayMaxMs: number;
   /** Each rate window's arrival time, by `count/perMs`. */
   readonly arrivals: Map<string, Arrival>;
+  /** The key's windows pace as fresh ones from then: it is kept until then at least. */
+  restedMs: number;
   readonly waiting: Map<string, Ticket>;
   readonly held: Map<string, Ticket>;
   /** No lease ends before this (a lower bound: renewals only lengthen leases). */
@@ -245,6 +247,7 @@ export class MemoryStore implements SharedStore {
       if (decision.tag === 'empty' || decision.tag === 'full') return null;
       if (decision.tag === 'wait') return { head: head!.ticket, ms: decision.ms };
       for (const a of decision.arrivals) k.arrivals.set(`${a.count}/${a.perMs}`, a);
+      k.restedMs = Math.max(k.restedMs, decision.restedMs);
       const t = head!;
       k.waiting.delete(t.ticket);
       t.grantedMs = now;
@@ -271,8 +274,7 @@ export class MemoryStore implements SharedStore {
   #settle(key: string, k: Key, now: number, retry: { head: string; ms: number } | null, changed: Map<string, TicketState>): void {
     if (changed.size > 0) this.#wake(key, changed);
     const idle = k.waiting.size === 0 && k.held.size === 0;
-    let forgetAtMs = Math.max(k.pausedUntilMs, k.lastGrantMs + k.delayMaxMs);
-    for (const a of k.arrivals.values()) forgetAtMs = Math.max(forgetAtMs, a.atMs + 2);
+    const forgetAtMs = Math.max(k.pausedUntilMs, k.lastGrantMs + k.delayMaxMs, k.restedMs);
     if (idle && now >= forgetAtMs) {
       k.timer?.cancel();
       this.#keys.delete(key);
@@ -299,7 +301,7 @@ export class MemoryStore implements SharedStore {
   #key(key: string): Key {
     let k = this.#keys.get(key);
     if (!k) {
-      k = { seq: 0, grants: 0, lastGrantMs: 0, pausedUntilMs: 0, delayMaxMs: 0, arrivals: new Map(), waiting: new Map(), held: new Map(), expiryFloorMs: Infinity, timer: undefined };
+      k = { seq: 0, grants: 0, lastGrantMs: 0, pausedUntilMs: 0, delayMaxMs: 0, arrivals: new Map(), restedMs: 0, waiting: new Map(), held: new Map(), expiryFloorMs: Infinity, timer: undefined };
       this.#keys.set(key, k);
     }
     return k;

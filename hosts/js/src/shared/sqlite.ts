@@ -438,13 +438,9 @@ export class SqliteStore implements SharedStore {
       if (decision.tag === 'empty') return { head: null, retryMs: null };
       if (decision.tag === 'full') return { head: head![0], retryMs: null };
       if (decision.tag === 'wait') return { head: head![0], retryMs: decision.ms };
-      let restedMs = 0;
-      for (const a of decision.arrivals) {
-        this.#s.setArrival.run(key, a.count, a.perMs, a.atMs, a.rest);
-        restedMs = Math.max(restedMs, a.atMs + 2);
-      }
+      for (const a of decision.arrivals) this.#s.setArrival.run(key, a.count, a.perMs, a.atMs, a.rest);
       this.#s.grant.run(now, grants! + 1, now, key, head![0]);
-      this.#s.countGrant.run(now, head![2], restedMs, key);
+      this.#s.countGrant.run(now, head![2], decision.restedMs, key);
     }
     throw new SharedStoreError('store-failed', `more than ${GRANTS_PER_CALL_MAX} grants in one operation on key ${JSON.stringify(key)}`);
   }

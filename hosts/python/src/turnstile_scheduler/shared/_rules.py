@@ -54,6 +54,8 @@ class Decision(NamedTuple):
     tag: str
     retry_ms: int = 0
     arrivals: tuple[Arrival, ...] = ()
+    rested_ms: int = 0
+    """A grant's: the key is kept until then at least (its windows pace as fresh ones from then)."""
 
 
 class GrantRuleError(Exception):
@@ -87,8 +89,9 @@ class GrantRule:
         if result.tag == "grant":
             from . import Arrival  # the package's public type (it imports this module)
 
-            arrivals = tuple(Arrival(a.count, getattr(a, "per-ms"), getattr(a, "at-ms"), a.rest) for a in result.payload)
-            return Decision("grant", 0, arrivals)
+            granted = result.payload
+            arrivals = tuple(Arrival(a.count, getattr(a, "per-ms"), getattr(a, "at-ms"), a.rest) for a in granted.arrivals)
+            return Decision("grant", 0, arrivals, getattr(granted, "rested-ms"))
         return Decision(result.tag, int(result.payload or 0))
 
 

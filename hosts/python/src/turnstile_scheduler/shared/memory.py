@@ -66,6 +66,8 @@ class _Key:
     """The longest delay a granted ticket had: the key is forgotten only once it has passed."""
     arrivals: dict[tuple[int, int], Arrival] = field(default_factory=dict)
     """Each rate window's arrival time, by `(count, per_ms)`."""
+    rested_ms: int = 0
+    """The key's windows pace as fresh ones from then: it is kept until then at least."""
     waiting: dict[str, _Ticket] = field(default_factory=dict)
     held: dict[str, _Ticket] = field(default_factory=dict)
     expiry_floor_ms: float = math.inf
@@ -254,6 +256,7 @@ class MemoryStore:
                 return head.ticket, decision.retry_ms
             for a in decision.arrivals:
                 k.arrivals[(a.count, a.per_ms)] = a
+            k.rested_ms = max(k.rested_ms, decision.rested_ms)
             del k.waiting[head.ticket]
             k.grants += 1
             head.granted_ms = now
@@ -277,7 +280,7 @@ class MemoryStore:
         if changed:
             self._wake(key, changed)
         idle = not k.waiting and not k.held
-        forget_at_ms = max([k.paused_until_ms, k.last_grant_ms + k.delay_max_ms, *(a.at_ms + 2 for a in k.arrivals.values())])
+        forget_at_ms = max(k.paused_until_ms, k.last_grant_ms + k.delay_max_ms, k.rested_ms)
         if idle and now >= forget_at_ms:
             if k.timer is not None:
                 k.timer.cancel()

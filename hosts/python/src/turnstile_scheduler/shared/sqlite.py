@@ -508,13 +508,11 @@ def _promote(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: 
             return head[0], None
         if decision.tag == "wait":
             return head[0], decision.retry_ms
-        rested_ms = 0
         for a in decision.arrivals:
             db.execute(sql["setArrival"], (key, a.count, a.per_ms, a.at_ms, a.rest))
-            rested_ms = max(rested_ms, a.at_ms + 2)
         grants = db.execute(sql["keyState"], (key,)).fetchone()[1]
         db.execute(sql["grant"], (now, grants + 1, now, key, head[0]))
-        db.execute(sql["countGrant"], (now, head[2], rested_ms, key))
+        db.execute(sql["countGrant"], (now, head[2], decision.rested_ms, key))
     raise SharedStoreError("store-failed", f"more than {_GRANTS_PER_CALL_MAX} grants in one operation on key {key!r}")
 
 
