@@ -73,7 +73,7 @@ try {
   for (const name of ['sqlite.sql', 'sqlite-statements.json', 'redis.lua', 'postgres.sql']) {
     assert.ok(readFileSync(join(installedTexts, name)).equals(readFileSync(join(here, '..', '..', 'shared', 'store', name))), `the installed ${name} differs from shared/store/${name}`);
   }
-  writeFileSync(join(app, 'texts.mjs'), "await import('@turnstile/scheduler/shared'); const t = await import('./node_modules/@turnstile/scheduler/dist/shared/texts.js'); if (t.sqliteTexts().schemaVersion !== 2 || !t.redisScript().startsWith('-- Turnstile')) process.exit(1); console.log('texts ok');\n");
+  writeFileSync(join(app, 'texts.mjs'), "await import('@turnstile/scheduler/shared'); const t = await import('./node_modules/@turnstile/scheduler/dist/shared/texts.js'); if (t.sqliteTexts().schemaVersion !== 3 || !t.redisScript().startsWith('-- Turnstile')) process.exit(1); console.log('texts ok');\n");
   const texts = run('node', ['texts.mjs'], { cwd: app });
   assert.equal(texts.status, 0, texts.stderr);
 
