@@ -33,6 +33,8 @@ const CONCURRENCY: &[&str] = &[
     "[]",
     "[{ key = \"x:{p}\" }, { key = \"x:{q}\" }]",
     "[{ key = \"k\", shared = true }, 2]",
+    "{ key = \"k\", shared = true, rate = [\"900/min\", \"5000/h\"], burst = 10 }",
+    "{ key = \"k\", shared = true, rate = \"2000000/h\" }",
     "{ key = \"fs\", path = \"{p}\" }",
     "{ key = \"fs\", path = \"/\", limit = 2 }",
     "[{ key = \"fs\", path = \"{p}\" }, { key = \"fs\", path = \"{q}\" }]",

@@ -18,7 +18,7 @@ use turnstile_engine::schedule::{
 
 /// The policies a restart may switch between: `a` stops to fanning out, limits change, `c`
 /// takes a key set (its own key and `k`) and then loses its limits, `t` takes its key from its arguments (one config spaces it), `k` becomes a
-/// shared key (permits from a store), `p` moves between two paths of the tree `fs` and then
+/// shared key (permits from a store, with a rate window its store keeps and `b` weighing 2), `p` moves between two paths of the tree `fs` and then
 /// writes one, and one knows no tool at all.
 const CONFIGS: [&str; 3] = [
     "[conversation.tools.a]\nconcurrency = { key = \"k\", limit = 2 }\nfan_out = { on_error = \"stop\" }\n\
@@ -26,8 +26,8 @@ const CONFIGS: [&str; 3] = [
      [conversation.tools.c]\nconcurrency = [{ key = \"c\" }, { key = \"k\", limit = 2 }]\nfan_out = true\n\
      [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 1 }\nfan_out = true\n\
      [conversation.tools.p]\nconcurrency = [{ key = \"fs\", path = \"{p}\" }, { key = \"fs\", path = \"{q}\" }]\nfan_out = true\n",
-    "[conversation.tools.a]\nconcurrency = { key = \"k\", shared = true }\n\
-     [conversation.tools.b]\nconcurrency = { key = \"k\", shared = true }\nfan_out = true\n\
+    "[conversation.tools.a]\nconcurrency = { key = \"k\", shared = true, rate = \"2/ms\", burst = 2 }\n\
+     [conversation.tools.b]\nconcurrency = { key = \"k\", shared = true, rate = \"2/ms\", burst = 2, weight = 2 }\nfan_out = true\n\
      [conversation.tools.c]\nfan_out = true\n\
      [conversation.tools.t]\nconcurrency = { key = \"f:{p}/{q}\", limit = 2, delay = 3 }\n\
      [conversation.tools.p]\nconcurrency = { key = \"fs\", path = \"{p}\" }\n",
