@@ -89,8 +89,8 @@ pub enum Code {
     WeightAboveBurst,
     /// One key named twice in one tool's key set.
     ConcurrencyKeyRepeated,
-    /// A `shared` key in a key set: its store grants one key's permits, not a set's all or
-    /// none.
+    /// A key set with two `shared` keys (two stores' permits cannot yet be taken all or
+    /// none), or a delay or a rate on a key beside its shared key.
     SharedKeyInSet,
     /// Two adaptive limits in one key set: a rate limit on its call could not say which one
     /// to halve.

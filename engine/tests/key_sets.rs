@@ -134,6 +134,9 @@ struct World {
     template_limit: u32,
     /// Their retry cap (one for both templates: they can make one name, so must agree).
     template_retries: Option<u32>,
+    /// The fixed key that is `shared` (permits from a store), if any: a set holds it at most
+    /// once, so the config allows it in sets.
+    shared: Option<usize>,
     tools: Vec<Tool>,
 }
 
@@ -145,6 +148,7 @@ impl World {
         let retries: Vec<Option<u32>> = (0..keys).map(|_| retries_of(rng)).collect();
         let template_limit = rng.range(1, 3) as u32;
         let template_retries = retries_of(rng);
+        let shared = rng.chance(40).then(|| rng.below(keys));
         let mut tools = Vec::new();
         for t in 0..rng.range(2, 5) {
             let mut candidates: Vec<Member> = (0..keys).map(Member::Fixed).collect();
@@ -178,8 +182,14 @@ impl World {
             retries,
             template_limit,
             template_retries,
+            shared,
             tools,
         }
+    }
+
+    /// The shared key's name, if any.
+    fn shared_key(&self) -> Option<String> {
+        self.shared.map(|i| format!("k{i}"))
     }
 
     fn member_toml(&self, m: Member) -> String {
@@ -192,7 +202,12 @@ impl World {
             ),
         };
         let retries = retries.map_or(String::new(), |r| format!(", retries = {r}"));
-        format!("{{ key = \"{key}\", limit = {limit}{retries} }}")
+        let shared = if matches!(m, Member::Fixed(i) if self.shared == Some(i)) {
+            ", shared = true"
+        } else {
+            ""
+        };
+        format!("{{ key = \"{key}\", limit = {limit}{retries}{shared} }}")
     }
 
     fn toml(&self) -> String {
@@ -222,7 +237,7 @@ impl World {
     }
 
     /// The model's own naming of a call's keys: each member's name, in written order, each
-    /// name once.
+    /// name once, the shared key first (README: a call's keys list it first).
     fn keys(&self, tool: usize, a: &str, b: &str) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
         for m in &self.tools[tool].members {
@@ -234,6 +249,13 @@ impl World {
             if !names.contains(&name) {
                 names.push(name);
             }
+        }
+        if let Some(at) = names
+            .iter()
+            .position(|n| Some(n) == self.shared_key().as_ref())
+        {
+            let shared = names.remove(at);
+            names.insert(0, shared);
         }
         names
     }
@@ -279,6 +301,11 @@ struct CallSpec {
 enum St {
     Pending,
     Approved,
+    /// A call with the shared key: its permit was asked for (every slot of its keys taken).
+    Acquiring,
+    /// Its permit came: it starts once every earlier entry of the shared key has, and no key
+    /// of its is paused.
+    Granted,
     Running,
     /// Running in a cancelled batch: told to abort, it holds its slots until it ends.
     Aborted,
@@ -293,9 +320,23 @@ impl St {
         matches!(self, Self::Pending | Self::Approved)
     }
 
-    /// Started and not ended: holds a slot of each of its keys.
+    /// Asking for a permit, holding one, or started and not ended: holds a slot of each of its
+    /// keys.
     fn holds(self) -> bool {
+        matches!(
+            self,
+            Self::Running | Self::Aborted | Self::Acquiring | Self::Granted
+        )
+    }
+
+    /// Started and not ended: its execution runs.
+    fn runs(self) -> bool {
         matches!(self, Self::Running | Self::Aborted)
+    }
+
+    /// Holds a permit (or its request) without having started.
+    fn holds_permit_unstarted(self) -> bool {
+        matches!(self, Self::Acquiring | Self::Granted)
     }
 
     fn answered(self) -> bool {
@@ -326,9 +367,36 @@ struct Model {
     /// executions it aborted (that have not ended since).
     to_settle: Vec<(u64, Reason)>,
     to_abort: BTreeSet<u64>,
+    /// The shared key's name, if the world has one.
+    shared: Option<String>,
+    /// Permits (or requests) the next round gives back to the store (README: an entry that
+    /// held one ended, hit a rate limit, was cancelled while waiting for it, or yielded).
+    to_release: BTreeSet<u64>,
 }
 
 impl Model {
+    /// Whether entry `i` takes the shared key.
+    fn has_shared(&self, i: usize) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|s| self.entries[i].keys.contains(s))
+    }
+
+    /// Whether granted entry `i` may start: no earlier entry of the shared key is waiting,
+    /// asking or granted (written order on the shared key), and no key of its is paused.
+    fn granted_may_start(&self, i: usize, now: u64) -> bool {
+        let Some(s) = self
+            .shared
+            .as_ref()
+            .filter(|_| self.entries[i].st == St::Granted)
+        else {
+            return false;
+        };
+        !self.entries[..i]
+            .iter()
+            .any(|f| f.keys.contains(s) && (f.st.waits() || f.st.holds_permit_unstarted()))
+            && self.time_of(i) <= now
+    }
     fn open(&self, batch: usize) -> bool {
         !self
             .entries
@@ -375,25 +443,39 @@ impl Model {
             .fold(e.not_before, u64::max)
     }
 
-    /// What must start now: repeatedly the lowest-numbered approved entry of an open batch whose
-    /// every key has room, no pause past `now` and no earlier waiting entry.
-    fn releases(&mut self, world: &World, now: u64) -> Vec<u64> {
-        let mut started = Vec::new();
+    /// What must start now, and which permits must be asked for: repeatedly the
+    /// lowest-numbered approved entry of an open batch whose every key has room, no pause past
+    /// `now` and no earlier waiting entry (it starts, or with the shared key asks for its
+    /// permit, taking every slot); and every granted entry that may start.
+    fn releases(&mut self, world: &World, now: u64) -> (Vec<u64>, Vec<u64>) {
+        let (mut started, mut requested) = (Vec::new(), Vec::new());
         loop {
             let found = (0..self.entries.len())
                 .find(|&i| self.ready_but_for_time(i, world) && self.time_of(i) <= now);
-            let Some(i) = found else { break };
+            if let Some(i) = found {
+                if self.has_shared(i) {
+                    self.entries[i].st = St::Acquiring;
+                    requested.push(self.entries[i].id);
+                } else {
+                    self.entries[i].st = St::Running;
+                    started.push(self.entries[i].id);
+                }
+                continue;
+            }
+            let granted = (0..self.entries.len()).find(|&i| self.granted_may_start(i, now));
+            let Some(i) = granted else { break };
             self.entries[i].st = St::Running;
             started.push(self.entries[i].id);
         }
         started.sort_unstable();
-        started
+        requested.sort_unstable();
+        (started, requested)
     }
 
     /// The earliest time at which an entry that waits on time alone could start.
     fn waits_on_time(&self, world: &World, now: u64) -> Option<u64> {
         (0..self.entries.len())
-            .filter(|&i| self.ready_but_for_time(i, world))
+            .filter(|&i| self.ready_but_for_time(i, world) || self.granted_may_start(i, u64::MAX))
             .map(|i| self.time_of(i))
             .filter(|&t| t > now)
             .min()
@@ -415,10 +497,32 @@ impl Model {
             .collect()
     }
 
-    /// An execution ended (ok or failed): it needs no abort any more.
+    /// An execution ended (ok or failed): it needs no abort any more, and gives its permit
+    /// back.
     fn end(&mut self, id: u64, ok: bool) {
+        self.give_back(id);
         self.set(id, St::Ended(ok));
         self.to_abort.remove(&id);
+    }
+
+    /// Entry `id` gives its permit (or its request) back, if its keys hold the shared one.
+    fn give_back(&mut self, id: u64) {
+        let i = self.entries.iter().position(|e| e.id == id).unwrap();
+        if self.has_shared(i) {
+            self.to_release.insert(id);
+        }
+    }
+
+    /// The store granted entry `id`'s permit.
+    fn grant(&mut self, id: u64) {
+        self.set(id, St::Granted);
+    }
+
+    /// The store refused entry `id`'s permit: it fails without running, and frees its slots
+    /// (nothing goes back: it holds nothing at the store; the host knows, so no round reports
+    /// it).
+    fn deny(&mut self, id: u64) {
+        self.set(id, St::Settled(Reason::Failed));
     }
 
     /// A cancellation: pending and approved entries settled, running ones aborted.
@@ -434,6 +538,11 @@ impl Model {
                     e.st = St::Aborted;
                     self.to_abort.insert(e.id);
                 }
+                St::Acquiring | St::Granted => {
+                    e.st = St::Settled(Reason::Cancelled);
+                    self.to_settle.push((e.id, Reason::Cancelled));
+                    self.to_release.insert(e.id);
+                }
                 _ => {}
             }
         }
@@ -445,6 +554,7 @@ impl Model {
     /// its cap. Says what became of it.
     fn rate_limited(&mut self, id: u64, until: u64, cap: u32) -> &'static str {
         self.to_abort.remove(&id);
+        self.give_back(id);
         let keys = self.entry(id).keys.clone();
         for k in keys {
             let p = self.paused.entry(k).or_default();
@@ -464,6 +574,21 @@ impl Model {
             if e.keys.is_empty() {
                 e.not_before = until;
             }
+            // Back in line on the shared key: every later entry of it that asked for or holds
+            // a permit without having started gives it back and asks again after it (so no
+            // process holds permits for entries waiting behind one with no request).
+            if let Some(s) = self
+                .shared
+                .clone()
+                .filter(|s| self.entry(id).keys.contains(s))
+            {
+                for f in self.entries.iter_mut() {
+                    if f.id > id && f.keys.contains(&s) && f.st.holds_permit_unstarted() {
+                        f.st = St::Approved;
+                        self.to_release.insert(f.id);
+                    }
+                }
+            }
             return "back in line";
         };
         e.st = St::Settled(settled);
@@ -480,6 +605,8 @@ impl Model {
     fn restart(&mut self) -> Vec<u64> {
         self.paused.clear();
         self.to_abort.clear();
+        // The permits went with the process: a new one asks for its own.
+        self.to_release.clear();
         // A settlement no round reported yet is undone: the entry is what it was before it
         // (an execution given up on, started; one settled before it ran, approved), so the
         // restart answers it again rather than never.
@@ -508,11 +635,11 @@ impl Model {
                     e.st = St::Pending;
                     rerun.push(e.id);
                 }
-                St::Approved if cancelled => {
+                St::Approved | St::Acquiring | St::Granted if cancelled => {
                     e.st = St::Settled(Reason::Cancelled);
                     self.to_settle.push((e.id, Reason::Cancelled));
                 }
-                St::Approved => e.st = St::Pending,
+                St::Approved | St::Acquiring | St::Granted => e.st = St::Pending,
                 _ => {}
             }
         }
@@ -551,6 +678,9 @@ struct Seen {
     ended: BTreeSet<u64>,
     /// Started and not gone back in line since.
     started: BTreeSet<u64>,
+    /// A permit asked for (listed in `acquire`) and not given back since (`release`).
+    requested: BTreeSet<u64>,
+    /// Holding slots: started, or asking for a permit or holding one.
     running: BTreeSet<u64>,
     /// Every submitted entry: its batch and keys (as the model named them).
     entries: BTreeMap<u64, (usize, Vec<String>)>,
@@ -574,6 +704,12 @@ struct Stats {
     time_waits: u64,
     restarts: u64,
     reruns: u64,
+    /// Permits asked for by set entries with the shared key, granted, denied, and given back
+    /// by entries that had no response (yields behind a rate limit).
+    set_permits: u64,
+    grants: u64,
+    denials: u64,
+    yields: u64,
 }
 
 impl Stats {
@@ -594,6 +730,10 @@ impl Stats {
         self.time_waits += o.time_waits;
         self.restarts += o.restarts;
         self.reruns += o.reruns;
+        self.set_permits += o.set_permits;
+        self.grants += o.grants;
+        self.denials += o.denials;
+        self.yields += o.yields;
     }
 }
 
@@ -623,6 +763,10 @@ impl Sim {
         let text = world.toml();
         let policy = config::resolve(&[Layer::new("t.toml", &text)])
             .unwrap_or_else(|d| panic!("seed {seed}: config refused:\n{text}\n{d:#?}"));
+        let model = Model {
+            shared: world.shared_key(),
+            ..Model::default()
+        };
         Self {
             seed,
             rng,
@@ -630,7 +774,7 @@ impl Sim {
             text,
             s: Scheduler::new(policy.clone()),
             policy,
-            model: Model::default(),
+            model,
             seen: Seen::default(),
             out: Releases::default(),
             now: 0,
@@ -763,11 +907,16 @@ impl Sim {
         }
     }
 
-    fn approve(&mut self, e: u64) {
-        writeln!(self.log, "approve e{e}").unwrap();
-        if let Err(r) = self.s.on_event(Input::Approve(EntryId(e))) {
-            self.fail(&format!("approve e{e} refused: {r:?}"));
+    /// Gives the engine one input about entry `e`, which it must accept, and logs it.
+    fn send(&mut self, what: &str, e: u64, input: Input) {
+        writeln!(self.log, "{what} e{e}").unwrap();
+        if let Err(r) = self.s.on_event(input) {
+            self.fail(&format!("{what} e{e} refused: {r:?}"));
         }
+    }
+
+    fn approve(&mut self, e: u64) {
+        self.send("approve", e, Input::Approve(EntryId(e)));
         self.model.set(e, St::Approved);
         self.seen.approved.insert(e);
     }
@@ -793,6 +942,23 @@ impl Sim {
         self.model.end(e, ok);
         self.seen.running.remove(&e);
         self.seen.ended.insert(e);
+    }
+
+    /// The store grants `e`'s permit.
+    fn grant(&mut self, e: u64) {
+        self.send("grant", e, Input::Granted(EntryId(e)));
+        self.model.grant(e);
+        self.stats.grants += 1;
+    }
+
+    /// The store refuses `e`'s permit (an unreachable store, say).
+    fn deny(&mut self, e: u64) {
+        self.send("deny", e, Input::Denied(EntryId(e)));
+        self.model.deny(e);
+        self.stats.denials += 1;
+        self.seen.settled.insert(e);
+        self.seen.running.remove(&e);
+        self.seen.requested.remove(&e);
     }
 
     /// Ends `e` rate-limited, asking to wait until `until` (under 5 minutes from the clock).
@@ -821,6 +987,7 @@ impl Sim {
         // It may start again; if the scheduler gave up, the round's `settled` says so.
         self.seen.running.remove(&e);
         self.seen.started.remove(&e);
+        self.seen.requested.remove(&e);
     }
 
     fn cancel(&mut self, batch: usize) {
@@ -864,6 +1031,7 @@ impl Sim {
         // No execution survives; what has no response is decided again (or settled, which
         // the next round reports).
         self.seen.running.clear();
+        self.seen.requested.clear();
         let answered: BTreeSet<u64> = self.seen.ended.union(&self.seen.settled).copied().collect();
         self.seen.approved.retain(|e| answered.contains(e));
         self.seen.started.retain(|e| answered.contains(e));
@@ -894,7 +1062,42 @@ impl Sim {
         }
         let mut got: Vec<u64> = self.out.start.iter().map(|e| e.0).collect();
         got.sort_unstable();
-        let want = self.model.releases(&self.world, now);
+        let (want, want_requested) = self.model.releases(&self.world, now);
+        let mut requested: Vec<u64> = self.out.acquire.iter().map(|p| p.entry.0).collect();
+        requested.sort_unstable();
+        let mut released: Vec<u64> = self.out.release.iter().map(|p| p.entry.0).collect();
+        released.sort_unstable();
+        let want_released: Vec<u64> = std::mem::take(&mut self.model.to_release)
+            .into_iter()
+            .collect();
+        self.agree(now, "asked for permits for", &requested, &want_requested);
+        self.agree(now, "gave back the permits of", &released, &want_released);
+        if self
+            .out
+            .acquire
+            .iter()
+            .any(|p| Some(&p.key) != self.model.shared.as_ref())
+        {
+            self.fail(&format!(
+                "round {now}: a permit asked for on a key not shared: {:?}",
+                self.out.acquire
+            ));
+        }
+        // A permit given back by an entry with no response: it goes back in line (a yield).
+        self.stats.set_permits += requested
+            .iter()
+            .filter(|&&e| self.seen.entries[&e].1.len() > 1)
+            .count() as u64;
+        for &e in &released {
+            if !self.seen.ended.contains(&e) && !self.seen.settled.contains(&e) {
+                if self.seen.started.contains(&e) || self.seen.requested.contains(&e) {
+                    self.stats.yields += u64::from(!self.seen.started.contains(&e));
+                }
+                self.seen.requested.remove(&e);
+                self.seen.running.remove(&e);
+                self.seen.started.remove(&e);
+            }
+        }
         let mut settled: Vec<(u64, Reason)> = self
             .out
             .settled
@@ -917,8 +1120,8 @@ impl Sim {
             .collect();
         writeln!(
             self.log,
-            "round {now}: start {got:?} settled {settled:?} abort {aborts:?} retired {retired:?} \
-             wake {:?}",
+            "round {now}: start {got:?} acquire {requested:?} release {released:?} settled \
+             {settled:?} abort {aborts:?} retired {retired:?} wake {:?}",
             self.out.wake_at
         )
         .unwrap();
@@ -929,16 +1132,8 @@ impl Sim {
             .iter()
             .filter(|(_, r)| *r == Reason::Cancelled)
             .count() as u64;
-        if got != want {
-            self.fail(&format!(
-                "round {now}: the engine started {got:?}, the model {want:?}"
-            ));
-        }
-        if settled != want_settled {
-            self.fail(&format!(
-                "round {now}: the engine settled {settled:?}, the model {want_settled:?}"
-            ));
-        }
+        self.agree(now, "started", &got, &want);
+        self.agree(now, "settled", &settled, &want_settled);
         if aborts != want_aborts || self.out.abort.iter().any(|a| a.cause != AbortCause::Cancel) {
             self.fail(&format!(
                 "round {now}: the engine aborted {:?}, the model {want_aborts:?}",
@@ -954,7 +1149,7 @@ impl Sim {
             self.seen.settled.insert(e);
             self.seen.running.remove(&e);
         }
-        self.check(&got);
+        self.check(&got, &requested);
         self.check_states();
         // Something that waits on time alone is woken in time.
         if let Some(t) = self.model.waits_on_time(&self.world, now) {
@@ -975,6 +1170,15 @@ impl Sim {
         self.stats.set_waits += waiting_sets as u64;
     }
 
+    /// One of the round's outputs as the engine and the model have it: they must be equal.
+    fn agree<T: PartialEq + std::fmt::Debug>(&self, now: u64, what: &str, got: &T, want: &T) {
+        if got != want {
+            self.fail(&format!(
+                "round {now}: the engine {what} {got:?}, the model {want:?}"
+            ));
+        }
+    }
+
     /// Every entry's state agrees with the model's; a retired batch's entries are unknown.
     fn check_states(&self) {
         for e in &self.model.entries {
@@ -986,6 +1190,8 @@ impl Sim {
                     (St::Pending, Some(State::Pending))
                     | (St::Approved, Some(State::Approved))
                     | (St::Running, Some(State::Running))
+                    | (St::Acquiring, Some(State::Acquiring))
+                    | (St::Granted, Some(State::Granted))
                     | (St::Aborted, Some(State::Aborted(AbortCause::Cancel))) => true,
                     (St::Ended(true), Some(State::Ended(Outcome::Ok)))
                     | (St::Ended(false), Some(State::Ended(Outcome::Failed))) => true,
@@ -1002,8 +1208,19 @@ impl Sim {
         }
     }
 
-    /// The invariants, from the outputs and inputs alone.
-    fn check(&mut self, started: &[u64]) {
+    /// The invariants, from the outputs and inputs alone. A call with the shared key takes its
+    /// other keys when it asks for its permit, and the shared key when it starts.
+    fn check(&mut self, started: &[u64], requested: &[u64]) {
+        let shared = self.model.shared.clone();
+        for &e in requested {
+            if !self.seen.requested.insert(e) {
+                self.fail(&format!("e{e} asked for a permit twice"));
+            }
+            if !self.seen.approved.contains(&e) {
+                self.fail(&format!("e{e} asked for a permit without approval"));
+            }
+            self.seen.running.insert(e);
+        }
         for &e in started {
             if !self.seen.started.insert(e) {
                 self.fail(&format!("e{e} started twice"));
@@ -1014,9 +1231,16 @@ impl Sim {
             if self.seen.settled.contains(&e) || self.seen.ended.contains(&e) {
                 self.fail(&format!("e{e} started after its response"));
             }
+            let with_shared = shared
+                .as_ref()
+                .is_some_and(|s| self.seen.entries[&e].1.contains(s));
+            if with_shared && !self.seen.requested.contains(&e) {
+                self.fail(&format!("e{e} started on the shared key without a permit"));
+            }
             self.seen.running.insert(e);
         }
-        // Waiting: submitted, neither started (since it last went back in line) nor answered.
+        // Waiting: submitted, neither started (since it last went back in line) nor answered;
+        // on a key other than the shared one, nor holding it while asking for a permit.
         let waiting: Vec<u64> = self
             .seen
             .entries
@@ -1024,7 +1248,7 @@ impl Sim {
             .copied()
             .filter(|e| !self.seen.started.contains(e) && !self.seen.settled.contains(e))
             .collect();
-        for &e in started {
+        for &e in started.iter().chain(requested) {
             let (batch, keys) = &self.seen.entries[&e];
             if let Some(p) = waiting
                 .iter()
@@ -1032,11 +1256,27 @@ impl Sim {
             {
                 self.fail(&format!("e{e} started while e{p} of its batch is pending"));
             }
+            let with_shared = shared.as_ref().is_some_and(|s| keys.contains(s));
             for k in keys {
-                if let Some(f) = waiting
-                    .iter()
-                    .find(|&&f| f < e && self.seen.entries[&f].1.contains(k))
-                {
+                let on_shared = shared.as_ref() == Some(k);
+                // The keys this output took: at a request, every key but the shared one; at
+                // a start, the shared one for a call that has it, else every key.
+                let takes = if requested.contains(&e) && !started.contains(&e) {
+                    !on_shared
+                } else {
+                    !with_shared || on_shared
+                };
+                if !takes {
+                    continue;
+                }
+                // Earlier entries still waiting on `k`: on the shared key until they start,
+                // on another key until they start or ask for their permit (holding it).
+                let earlier = waiting.iter().find(|&&f| {
+                    f < e
+                        && self.seen.entries[&f].1.contains(k)
+                        && (on_shared || !self.seen.requested.contains(&f))
+                });
+                if let Some(f) = earlier {
                     self.fail(&format!("e{e} overtook e{f} on key {k}"));
                 }
             }
@@ -1067,7 +1307,17 @@ impl Sim {
         };
         for _ in 0..inputs {
             let pending = self.model.with(|s| s == St::Pending);
-            let running = self.model.with(St::holds);
+            let running = self.model.with(St::runs);
+            let acquiring = self.model.with(|s| s == St::Acquiring);
+            if !acquiring.is_empty() && self.rng.chance(30) {
+                let e = acquiring[self.rng.below(acquiring.len())];
+                if self.rng.chance(5) {
+                    self.deny(e);
+                } else {
+                    self.grant(e);
+                }
+                continue;
+            }
             if !batches.is_empty() && (self.rng.chance(15) || pending.len() + running.len() == 0) {
                 let specs = batches.remove(0);
                 self.submit(&specs);
@@ -1133,7 +1383,11 @@ impl Sim {
                 self.approve(e);
             }
             self.round();
-            let running = self.model.with(St::holds);
+            for e in self.model.with(|s| s == St::Acquiring) {
+                self.grant(e);
+            }
+            self.round();
+            let running = self.model.with(St::runs);
             if running.is_empty()
                 && self.model.entries.iter().all(|e| e.st.answered())
                 && self.model.retired.len() == self.batch_ids.len()
@@ -1183,7 +1437,8 @@ fn key_sets_agree_with_the_reference_model() {
          members making one key, {} waiting set entries seen, {} full keys seen; {} cancels \
          ({} aborts, {} settled cancelled); {} rate limits ({} on a set; {} back in line, {} \
          given up); {} rounds with an entry waiting on time alone; {} restarts ({} entries to \
-         run again)",
+         run again); {} permits asked for by sets with the shared key, {} grants, {} denials, \
+         {} yields",
         seeds.len(),
         t.rounds,
         t.starts,
@@ -1200,7 +1455,11 @@ fn key_sets_agree_with_the_reference_model() {
         t.given_up,
         t.time_waits,
         t.restarts,
-        t.reruns
+        t.reruns,
+        t.set_permits,
+        t.grants,
+        t.denials,
+        t.yields
     );
     if seeds.len() >= 50 {
         for (what, n) in [
@@ -1214,6 +1473,12 @@ fn key_sets_agree_with_the_reference_model() {
             ("waits on time", t.time_waits),
             ("restarts", t.restarts),
             ("re-runs", t.reruns),
+            (
+                "permits asked for by a set with the shared key",
+                t.set_permits,
+            ),
+            ("denials", t.denials),
+            ("yields", t.yields),
         ] {
             assert!(n > 0, "no {what} in {} seeds", seeds.len());
         }

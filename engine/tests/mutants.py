@@ -21,6 +21,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # (name, file, text, replacement): every occurrence of the text is replaced.
 MUTANTS = [
     (
+        "a local key's walk starts a set's call without its shared key's permit",
+        "engine/src/schedule/key_set.rs",
+        "if let Some(shared) = first.filter(|&f| f != k && self.keys.key(f).shared) {",
+        "if let Some(shared) = first.filter(|&f| false && f != k && self.keys.key(f).shared) {",
+    ),
+    (
+        "a set's call yielding its shared permit is not queued again on its other keys",
+        "engine/src/schedule/shared.rs",
+        "self.keys.queue_again(other, b);",
+        "let _ = (other, b);",
+    ),
+    (
+        "a granted set call waiting on another key's pause is woken by that key, not its shared one",
+        "engine/src/schedule/shared.rs",
+        "                self.arm_key(k, gate);\n                return false;",
+        "                self.arm_key(key, gate);\n                return false;",
+    ),
+    (
         "a shared key's permit request without its rate windows (each process takes the whole rate)",
         "engine/src/schedule/shared.rs",
         "rates: key.store_rates.to_vec(),",
@@ -119,7 +137,7 @@ MUTANTS = [
     (
         "a path key's set acquired while a running call holds an overlapping path",
         "engine/src/schedule/path_key.rs",
-        "self.waits_behind(k, e, at).is_none() && self.held_over(k, at).next().is_none()",
+        "self.held_clear(k, at) && self.waits_behind(k, e, at).is_none()",
         "self.waits_behind(k, e, at).is_none()",
     ),
     (

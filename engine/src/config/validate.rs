@@ -453,9 +453,9 @@ fn shared_delay_too_long(tool: &Merged, declared: &Declared, sink: &mut Sink) {
     d.help("a shared key's store keeps its spacing, for at most 24h; use a shorter delay");
 }
 
-/// A key set names each key once, and none of its keys is shared: a shared key's store grants
-/// one key's permits, and a set's must be taken all or none (not yet at the stores), so a
-/// shared key in a set is refused rather than held partly.
+/// A key set names each key once, and at most one of its keys is shared, whose set-mates are
+/// not spaced: the set's call holds its other keys' slots while it asks the store for the
+/// permit, and starts when it comes.
 fn key_set_terms(tool: &Merged, set: &[Declared], sink: &mut Sink) {
     let path = tool_path(&tool.name, Some("concurrency"));
     for (i, d) in set.iter().enumerate() {
@@ -476,20 +476,51 @@ fn key_set_terms(tool: &Merged, set: &[Declared], sink: &mut Sink) {
             .label(first.loc, "first named here")
             .help("name each key once; two templates that make one key (fs:{src}, fs:{dst}) are fine and count once");
         }
-        if let (Some(at), true) = (d.shared.1, d.shared.0 == 1) {
-            sink.push(
-                Code::SharedKeyInSet,
-                &path,
-                format!(
-                    "{:?} is shared, and a shared key's store grants one key's permits, not a \
-                     key set's all or none",
-                    d.key
-                ),
-            )
-            .label(at, "shared, in a key set")
-            .help(
-                "give this tool the shared key alone, or keep the set's keys local to this process",
-            );
+    }
+    // One shared key per set: its permit is the one thing the set waits for from a store, taken
+    // while the set's other keys' slots are held, so nothing is ever held partly. Two would
+    // need every process to take them in one global order, all or none (not yet).
+    let mut shared = set.iter().filter(|d| d.shared.0 == 1);
+    let first_shared = shared.next();
+    for d in shared {
+        let Some(at) = d.shared.1 else { continue };
+        let first = first_shared.map_or("", |f| f.key.as_str());
+        sink.push(
+            Code::SharedKeyInSet,
+            &path,
+            format!(
+                "{:?} and {first:?} are both shared: a key set takes at most one shared key \
+                 (two stores' permits cannot yet be taken all or none, in one order across \
+                 processes)",
+                d.key
+            ),
+        )
+        .label(at, "a second shared key in the set")
+        .help("keep one shared key in the set, and the others local to this process");
+    }
+    // The set's call starts when the store grants the permit: a local delay or rate would be a
+    // second gate that could close in front of a granted call, so the shared key paces instead.
+    if let Some(s) = first_shared {
+        for d in set.iter().filter(|d| d.shared.0 != 1) {
+            let spaced = [
+                (d.delay.0 > 0, d.delay.1, "a delay"),
+                (!d.rate.0.is_empty(), d.rate.1, "a rate"),
+            ];
+            for (_, at, what) in spaced.into_iter().filter(|s| s.0) {
+                let Some(at) = at else { continue };
+                sink.push(
+                    Code::SharedKeyInSet,
+                    &path,
+                    format!(
+                        "{:?} has {what} in a key set with the shared key {:?}: the set's calls \
+                         start when the store grants the permit, and a local gate could then \
+                         close in front of a granted call",
+                        d.key, s.key
+                    ),
+                )
+                .label(at, "spacing a key of a set with a shared key")
+                .help("pace the shared key instead (its store keeps delays and rates across processes), or give this key none");
+            }
         }
     }
     let mut adaptive = set.iter().filter(|d| d.adapt.0 > 0);

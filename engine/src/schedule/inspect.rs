@@ -214,12 +214,18 @@ impl Scheduler {
                     State::Acquiring | State::Granted => entry.key.get().map(|k| {
                         let rec = self.keys.key(k);
                         let key = rec.name.clone();
-                        // A shared key keeps no rate here: its gate is the pause.
-                        if state == State::Granted && rec.gate(1) > self.now {
-                            // A pause holds granted entries too.
+                        // A shared key keeps no rate here, nor do the other keys of its set:
+                        // their gates are their pauses, which hold granted entries too.
+                        let paused = (state == State::Granted)
+                            .then(|| self.keys_of(slot, i as u32))
+                            .into_iter()
+                            .flatten()
+                            .map(|j| self.keys.key(j))
+                            .find(|r| r.gate(1) > self.now);
+                        if let Some(r) = paused {
                             Wait::KeyPaused {
-                                key,
-                                until: rec.gate(1),
+                                key: r.name.clone(),
+                                until: r.gate(1),
                             }
                         } else if state == State::Granted {
                             Wait::PermitGranted { key }

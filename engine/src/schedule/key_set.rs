@@ -80,6 +80,12 @@ impl Scheduler {
     #[inline(never)]
     pub(super) fn set_turn(&mut self, k: u32, e: u64, slot: u32, index: u32) -> Turn {
         let first = self.batches.slot(slot).entries[index as usize].key.get();
+        // A set with a shared key (its first) goes only through that key's walk, which asks
+        // the store for the permit: another key's walk only wakes it.
+        if let Some(shared) = first.filter(|&f| f != k && self.keys.key(f).shared) {
+            self.keys.mark_dirty(shared);
+            return Turn::Wait;
+        }
         let rest = self.set_span(slot, index).map(Some);
         for j in std::iter::once(None).chain(rest) {
             let other = match j {

@@ -164,7 +164,7 @@ pub(crate) enum KeyOf {
 #[derive(Debug)]
 pub(crate) struct ToolRec {
     pub(crate) name: String,
-    /// The key its calls take (the first of its key set).
+    /// The key its calls take (the first of its key set; a set's shared key, if it has one).
     pub(crate) key: KeyOf,
     /// Units of its key's rate one call costs (1 unless the tool says).
     pub(crate) weight: u32,
@@ -262,7 +262,17 @@ impl Keys {
             .tool(name)
             .cloned()
             .unwrap_or_else(|| ToolPolicy::unconfigured(name));
-        let mut set = tool.concurrency.iter().map(|c| {
+        // A set's shared key (the config allows one) is its first: its walk asks the store for
+        // the permit, with the set's other keys' slots taken (`shared.rs`). The rest keep their
+        // written order.
+        let members: Vec<&Concurrency> = (tool.concurrency.iter().filter(|c| c.shared))
+            .chain(tool.concurrency.iter().filter(|c| !c.shared))
+            .collect();
+        debug_assert!(
+            members.len() < 2 || members.iter().filter(|c| c.shared).count() <= 1,
+            "two shared keys in one key set resolved"
+        );
+        let mut set = members.iter().map(|&c| {
             let key = match c.key.template() {
                 None => KeyOf::Fixed(self.intern_key(c)),
                 Some(template) => KeyOf::Template(self.intern_template(c, template)),
@@ -271,8 +281,8 @@ impl Keys {
         });
         let (key, weight) = set.next().unwrap_or((KeyOf::Unkeyed, 1));
         let more = set.collect();
-        let paths = if tool.concurrency.iter().any(|c| c.path.is_some()) {
-            tool.concurrency.iter().map(|c| c.path.clone()).collect()
+        let paths = if members.iter().any(|c| c.path.is_some()) {
+            members.iter().map(|c| c.path.clone()).collect()
         } else {
             Box::default()
         };
@@ -471,6 +481,18 @@ impl Keys {
         key.last_released = key.last_released.min(e.checked_sub(1));
     }
 
+    /// Puts an entry that gave its slot back unstarted (a set's entry yielding its shared
+    /// key's permit) back in its place in the key's queue, unless the queue still holds it.
+    pub(crate) fn queue_again(&mut self, k: u32, e: u64) {
+        let key = &mut self.recs[k as usize];
+        let at = key.queue.partition_point(|&q| q < e);
+        if key.queue.get(at) != Some(&e) {
+            key.queue.insert(at, e);
+        }
+        key.scan_from = key.scan_from.min(e);
+        key.last_released = key.last_released.min(e.checked_sub(1));
+    }
+
     /// The key must walk its queue before this step ends.
     pub(crate) fn mark_dirty(&mut self, k: u32) {
         let key = &mut self.recs[k as usize];
@@ -578,10 +600,11 @@ impl Keys {
             key.running += 1;
         }
         if effects.has(Effects::STARTS) {
-            // A granted entry's slot was taken at its request; the store kept the spacing,
-            // and the key's pause is over (`Scheduler::granted_may_start`).
+            // A granted entry's slot was taken at its request (on its shared key and on the
+            // other keys of its set); the store kept the spacing, and the keys' pauses are over
+            // (`Scheduler::granted_may_start`).
             debug_assert!(
-                effects.has(Effects::TAKES_SLOT) || (key.shared && key.running > 0),
+                effects.has(Effects::TAKES_SLOT) || key.running > 0,
                 "a permit on {} without a slot",
                 key.name
             );

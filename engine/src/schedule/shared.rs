@@ -18,7 +18,7 @@ impl Scheduler {
         while let Some(&e) = self.keys.key(k).queue().front() {
             if let Some((slot, index)) = self.batches.locate(e) {
                 match self.batches.slot(slot).entries[index as usize].life.get() {
-                    State::Granted if !self.granted_may_start(k) => break,
+                    State::Granted if !self.granted_may_start(k, slot, index) => break,
                     State::Granted => {
                         self.keys.released_in_order(k, e);
                         self.release(slot, index);
@@ -36,7 +36,14 @@ impl Scheduler {
         while let Some(&e) = self.keys.key(k).queue().get(i) {
             match self.turn(k, e) {
                 Turn::Wait => return,
-                Turn::Go(slot, index) => self.request(slot, index),
+                Turn::Go(slot, index) => {
+                    self.request(slot, index);
+                    // Its set's other keys gave it their slots now: they record it in order
+                    // and walk on behind it (`key_set.rs`).
+                    if self.in_set(slot, index) {
+                        self.set_released(k, e, slot, index);
+                    }
+                }
                 Turn::Pass => {}
             }
             self.keys.scanned(k, e);
@@ -53,14 +60,24 @@ impl Scheduler {
     /// holds every entry of its key, granted ones too, as on a local key: the entry keeps its
     /// permit and its local slot, and the key's wake-up is armed for the pause's end. (A shared
     /// key's spacing is the store's, so only a pause closes its gate.)
-    pub(super) fn granted_may_start(&mut self, k: u32) -> bool {
-        // A shared key keeps no rate here (its store keeps its terms), so weight is moot.
-        let gate = self.keys.key(k).gate(1);
-        if gate <= self.now {
-            return true;
+    pub(super) fn granted_may_start(&mut self, k: u32, slot: u32, index: u32) -> bool {
+        // A shared key keeps no rate here (its store keeps its terms), so weight is moot; the
+        // other keys of its set are not spaced (the config refuses it), so only their pauses
+        // can close them.
+        let mut keys = vec![k];
+        if self.in_set(slot, index) {
+            keys = self.keys_of(slot, index);
         }
-        self.arm_key(k, gate);
-        false
+        for key in keys {
+            let gate = self.keys.key(key).gate(1);
+            if gate > self.now {
+                // This key's walk wakes then: the entry no longer waits in the other keys'
+                // queues, so their walks would not start it.
+                self.arm_key(k, gate);
+                return false;
+            }
+        }
+        true
     }
 
     /// A shared key's entry `e` went back in line: every entry behind it that asked for a
@@ -79,6 +96,14 @@ impl Scheduler {
             if entry.life.get().holds_permit_unstarted() {
                 debug_assert_eq!(entry.key.get(), Some(k));
                 self.make(slot, index, SchedulerEvent::Yield);
+                // The other keys of its set gave it their slots at its request: it waits in
+                // their queues again, in its place.
+                if self.in_set(slot, index) {
+                    for other in self.keys_of(slot, index).into_iter().filter(|&o| o != k) {
+                        self.keys.queue_again(other, b);
+                        self.keys.mark_dirty(other);
+                    }
+                }
             }
         }
     }

@@ -58,7 +58,7 @@ export type DiagnosticCode =
   | 'weight-above-burst'
   /** One key named twice in one tool's key set. */
   | 'concurrency-key-repeated'
-  /** A `shared` key in a key set: its store grants one key's permits, not a set's all or none. */
+  /** A key set with two `shared` keys, or a delay or a rate on a key beside its shared key. */
   | 'shared-key-in-set'
   /** Two adaptive limits in one key set: a rate limit on its call could not say which one to
    * halve. */
@@ -160,8 +160,9 @@ export interface Concurrency {
  * (`concurrency = [{ key = "fs:{src}" }, { key = "fs:{dst}", limit = 1 }]`), or none (empty)
  * when the tool is unbounded. A call of a key set starts only when every one of its keys has room
  * and it is first among the waiting entries of each key; it holds them all until it ends. Two
- * members that make one key (`{src}` equal to `{dst}`) count once. A key set has no `shared`
- * member (the config refuses one: `shared-key-in-set`). */
+ * members that make one key (`{src}` equal to `{dst}`) count once. A key set has at most one
+ * `shared` member, and then its other members have no delay or rate (`shared-key-in-set`); a
+ * call's keys (`inspect`, saved calls) list the shared one first. */
 export interface ToolPolicy {
   name: string;
   concurrency: readonly Concurrency[];

@@ -170,7 +170,8 @@ test('a key set resolves to every member, in written order; what a set cannot be
   assert.equal(fromObject.fingerprint(), policy.fingerprint());
   for (const [concurrency, code] of [
     [[{ key: 'fs:{path}' }, { key: 'fs:{path}' }], 'concurrency-key-repeated'],
-    [[{ key: 'local' }, { key: 'store', shared: true }], 'shared-key-in-set'],
+    [[{ key: 'store', shared: true }, { key: 'bank', shared: true }], 'shared-key-in-set'],
+    [[{ key: 'local', delay: 100 }, { key: 'store', shared: true }], 'shared-key-in-set'],
     [[{ key: 'e1', limit: { max: 4, adapt: 'aimd' } }, { key: 'e2', limit: { max: 2, adapt: 'aimd' } }], 'adaptive-keys-in-set'],
   ]) {
     assert.throws(

@@ -746,7 +746,8 @@ def test_a_key_sets_keys_are_saved_by_name_and_a_restart_gives_them_back() -> No
 def test_a_key_set_that_the_config_refuses_says_why_with_a_typed_code() -> None:
     for table, code in [
         ('[{ key = "fs:{src}" }, { key = "fs:{src}" }]', DiagnosticCode.CONCURRENCY_KEY_REPEATED),
-        ('[{ key = "a", shared = true }, { key = "b" }]', DiagnosticCode.SHARED_KEY_IN_SET),
+        ('[{ key = "a", shared = true }, { key = "b", shared = true }]', DiagnosticCode.SHARED_KEY_IN_SET),
+        ('[{ key = "a", shared = true }, { key = "b", rate = "1/s" }]', DiagnosticCode.SHARED_KEY_IN_SET),
         (
             '[{ key = "a", limit = { max = 4, adapt = "aimd" } }, { key = "b", limit = { max = 4, adapt = "aimd" } }]',
             DiagnosticCode.ADAPTIVE_KEYS_IN_SET,

@@ -171,8 +171,7 @@ class DiagnosticCode(str, Enum):
     CONCURRENCY_KEY_REPEATED = "concurrency-key-repeated"
     """One key named twice in one tool's key set."""
     SHARED_KEY_IN_SET = "shared-key-in-set"
-    """A `shared` key in a key set: its store grants one key's permits, not a set's all or
-    none."""
+    """A key set with two `shared` keys, or a delay or a rate on a key beside its shared key."""
     ADAPTIVE_KEYS_IN_SET = "adaptive-keys-in-set"
     """Two adaptive limits in one key set: a rate limit on its call could not say which one to
     halve."""
@@ -365,7 +364,8 @@ class Concurrency:
     shared: bool = False
     """The key's limit, delay, rate windows and pauses hold across every process using one store
     (`concurrency = { key, limit, shared = true }`): a `Driver` needs `shared_keys=`. A shared
-    key is always a tool's only key (the config refuses one in a key set)."""
+    key may be one member of a key set (at most one; the set's other members then have no
+    delay or rate), and a call's keys list it first."""
     max_wait_ms: int = MAX_WAIT_DEFAULT_MS
     """The key's maximum wait on a rate limit in milliseconds."""
     rates: tuple[RateWindow, ...] = ()
