@@ -21,6 +21,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # (name, file, text, replacement): every occurrence of the text is replaced.
 MUTANTS = [
     (
+        "lifting a pause does not wake the shared key of a granted set call waiting on it",
+        "engine/src/schedule/time.rs",
+        "for s in std::mem::take(&mut self.keys.key_mut(k).pause_wakes) {",
+        "for s in std::mem::take(&mut self.keys.key_mut(k).pause_wakes).into_iter().filter(|_| false) {",
+    ),
+    (
         "a local key's walk starts a set's call without its shared key's permit",
         "engine/src/schedule/key_set.rs",
         "if let Some(shared) = first.filter(|&f| f != k && self.keys.key(f).shared) {",
@@ -35,8 +41,8 @@ MUTANTS = [
     (
         "a granted set call waiting on another key's pause is woken by that key, not its shared one",
         "engine/src/schedule/shared.rs",
-        "                self.arm_key(k, gate);\n                return false;",
-        "                self.arm_key(key, gate);\n                return false;",
+        "                self.arm_key(k, gate);\n                let wakes",
+        "                self.arm_key(key, gate);\n                let wakes",
     ),
     (
         "a shared key's permit request without its rate windows (each process takes the whole rate)",

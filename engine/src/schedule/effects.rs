@@ -162,7 +162,8 @@ impl Scheduler {
             } else {
                 1
             };
-            let shared = self.keys.commit(k, effects, self.now, weight);
+            let shared = self.keys.key(k).shared;
+            self.keys.commit(k, effects, self.now, weight, shared);
             if self.keys.key(k).tree {
                 self.hold_paths(k, e, (slot, index), effects);
             }
@@ -182,8 +183,10 @@ impl Scheduler {
                 } else {
                     1
                 };
-                let shared = self.keys.commit(k, effects, self.now, weight);
-                debug_assert!(!shared, "a shared key in a key set");
+                // The set's shared key is its first (`Keys::intern_tool`): its permit holds
+                // the set's other keys' slots too.
+                let member_shared = self.keys.commit(k, effects, self.now, weight, shared);
+                debug_assert!(!member_shared, "a shared key beside a set's first");
                 if self.keys.key(k).tree {
                     self.hold_paths(k, e, (slot, index), effects);
                 }

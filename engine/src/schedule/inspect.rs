@@ -11,8 +11,8 @@ pub struct EntryStatus {
     pub label: String,
     /// The tool it calls.
     pub tool: String,
-    /// Its concurrency keys: one, every key of its key set (in written order, each once), or
-    /// none when unbounded.
+    /// Its concurrency keys: one, every key of its key set (in written order, each once; a
+    /// shared key first), or none when unbounded.
     pub keys: Vec<String>,
     /// Where it is.
     pub state: State,
@@ -183,7 +183,7 @@ impl Scheduler {
                 }
             }
         }
-        // A key set's entry waits on the first key of its set, in written order, that holds it:
+        // A key set's entry waits on the first key of its set, in its keys' order, that holds it:
         // each entry keeps the wait of the lowest place in its set seen so far.
         let mut ranks = vec![usize::MAX; if set_waits.is_empty() { 0 } else { end - start }];
         for (at, k, wait) in set_waits {

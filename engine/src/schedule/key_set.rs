@@ -13,6 +13,11 @@
 //! queue, so the per-key FIFO assertion (`Keys::released_in_order`) holds on every key of the
 //! set, paired with the enqueue assertion (`Keys::enqueue`).
 //!
+//! A set may hold one shared key, its first: only that key's walk releases its entries, as a
+//! permit request that takes a slot of every key of the set at once (`set_turn` sends any
+//! other key's walk back to it), and a granted entry starts in written order on the shared key
+//! (`shared.rs`). The argument above holds with "released" read as "asks for its permit".
+//!
 //! A key named by two members (two templates that made one name) counts once. A set has at
 //! most one adaptive key, and a rate limit on a call of a set pauses each of its keys: the
 //! host cannot say which resource answered 429, so every key the call holds waits.
@@ -120,10 +125,12 @@ impl Scheduler {
     /// approved). Entries at the front that no longer wait are dropped on the way, as the
     /// key's own walk would drop them.
     fn first_waiting(&mut self, k: u32, e: u64) -> bool {
-        // A shared key's walk keeps entries that ask for or hold a permit: never in a set (the
-        // config refuses it, and a saved key name is taken only from a template that can make
-        // it, which agrees with the key on `shared`).
-        debug_assert!(!self.keys.key(k).shared, "shared key {k} in a key set");
+        // A shared key's walk keeps entries that ask for or hold a permit: a set's shared key is
+        // its first, which `set_turn` never checks here (it sends other keys' walks to it).
+        debug_assert!(
+            !self.keys.key(k).shared,
+            "shared key {k} checked as a set's other key"
+        );
         while let Some(&q) = self.keys.key(k).queue().front() {
             if q == e {
                 return true;

@@ -32,6 +32,10 @@ pub(crate) struct KeyRec {
     /// Entries holding a slot (running, asking, or waiting for a permit); written only by
     /// [`Keys::commit`].
     running: u32,
+    /// Shared keys whose granted entries wait for this key's pause (a key set's other key):
+    /// lifting the pause walks them, since those entries left this key's queue at their request
+    /// (`Scheduler::granted_may_start`).
+    pub(crate) pause_wakes: Vec<u32>,
     /// Entry numbers with this key not yet released or settled when last looked at, in
     /// (batch, written) order. Entries that got a response, or whose batch retired, are
     /// dropped when they reach the front.
@@ -316,6 +320,7 @@ impl Keys {
             limit: c.limit.get(),
             adapt: c.adapt_min.map(|min| Aimd::new(min.get(), c.limit.get())),
             running: 0,
+            pause_wakes: Vec::new(),
             queue: VecDeque::new(),
             dirty: false,
             last_released: None,
@@ -593,7 +598,14 @@ impl Keys {
     /// only when taken; a start passes the gate; a granted start holds the slot its request
     /// took. Returns whether the key is shared (its permits go back to a store).
     #[inline]
-    pub(crate) fn commit(&mut self, k: u32, effects: Effects, now: u64, weight: u32) -> bool {
+    pub(crate) fn commit(
+        &mut self,
+        k: u32,
+        effects: Effects,
+        now: u64,
+        weight: u32,
+        by_permit: bool,
+    ) -> bool {
         let key = &mut self.recs[k as usize];
         if effects.has(Effects::TAKES_SLOT) {
             debug_assert!(key.running < key.limit, "limit exceeded on {}", key.name);
@@ -601,11 +613,11 @@ impl Keys {
         }
         if effects.has(Effects::STARTS) {
             // A granted entry's slot was taken at its request (on its shared key and on the
-            // other keys of its set); the store kept the spacing, and the keys' pauses are over
-            // (`Scheduler::granted_may_start`).
+            // other keys of its set, `by_permit`); the store kept the spacing, and the keys'
+            // pauses are over (`Scheduler::granted_may_start`). Any other start takes its slot.
             debug_assert!(
-                effects.has(Effects::TAKES_SLOT) || key.running > 0,
-                "a permit on {} without a slot",
+                effects.has(Effects::TAKES_SLOT) || (by_permit && key.running > 0),
+                "a start on {} without a slot",
                 key.name
             );
             debug_assert!(

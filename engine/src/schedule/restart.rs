@@ -60,7 +60,7 @@ pub struct SavedCall {
     /// `None` for a plain call, else its operation count.
     pub operations: Option<u32>,
     /// The keys its arguments made, for a tool with a key template: the name of every key of
-    /// its key set, one per member in written order (a template's own text where the
+    /// its key set, one per member in written order, a shared key first (a template's own text where the
     /// arguments made none); empty for other tools. `resume` gives the call these keys again.
     /// A state saved before key sets has at most one name, its one template's key.
     pub keys: Vec<String>,

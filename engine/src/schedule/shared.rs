@@ -71,9 +71,13 @@ impl Scheduler {
         for key in keys {
             let gate = self.keys.key(key).gate(1);
             if gate > self.now {
-                // This key's walk wakes then: the entry no longer waits in the other keys'
-                // queues, so their walks would not start it.
+                // This key's walk wakes then, or when the host lifts that pause: the entry no
+                // longer waits in the other keys' queues, so their walks would not start it.
                 self.arm_key(k, gate);
+                let wakes = &mut self.keys.key_mut(key).pause_wakes;
+                if key != k && !wakes.contains(&k) {
+                    wakes.push(k);
+                }
                 return false;
             }
         }

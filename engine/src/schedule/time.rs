@@ -227,6 +227,13 @@ impl Scheduler {
         let k = self.named_key(key)?;
         if self.keys.key_mut(k).time.lift_pause() {
             self.keys.mark_dirty(k);
+            // Granted entries of a key set's shared key that waited for this pause.
+            for s in std::mem::take(&mut self.keys.key_mut(k).pause_wakes) {
+                // (A made key forgotten since has no name: nothing of it waits.)
+                if self.keys.key(s).shared && !self.keys.key(s).name.is_empty() {
+                    self.keys.mark_dirty(s);
+                }
+            }
         }
         Ok(())
     }

@@ -107,8 +107,8 @@ export interface SharedTool {
   readonly template: boolean;
 }
 
-/** The tools whose key is shared, by name; `undefined` when none is. A shared key is a tool's
- * only one: the config refuses one in a key set (`shared-key-in-set`). */
+/** The tools with a shared key, by name; `undefined` when none is. A tool has at most one (the
+ * config refuses two in a key set: `shared-key-in-set`). */
 function sharedOf(policy: Policy): Map<string, SharedTool> | undefined {
   let out: Map<string, SharedTool> | undefined;
   for (const tool of policy.tools()) {

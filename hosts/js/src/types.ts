@@ -326,7 +326,7 @@ export type Wait =
   | { kind: 'permit-requested' | 'permit-granted'; key: string };
 
 /** One entry as `inspect` reports it. `keys` are its keys (made from its arguments for a key
- * template): one, its key set's (written order, each once), or none (empty) when unbounded; `why` is `wait` as one plain sentence for a UI, from the component
+ * template): one, its key set's (written order, each once; a shared key first), or none (empty) when unbounded; `why` is `wait` as one plain sentence for a UI, from the component
  * (`"waiting: github is full (2 of 2 running: g1, g2)"`; a wait on time says how long is left
  * by the scheduler's clock as last given). */
 export interface EntryStatus {
@@ -350,7 +350,7 @@ export interface SavedEntry {
 }
 
 /** A call of a live batch; `operations` is absent for a plain call. `keys`, for a tool with a
- * key template, names the key each member of its key set took, in written order (a template's
+ * key template, names the key each member of its key set took, in written order, a shared key first (a template's
  * own text where the arguments made none); empty for other tools: `resume` gives the call those
  * keys again. A state saved by 0.2 has `key` (one name, or absent) instead: `resume` takes it as
  * `keys: [key]` (and refuses a call with both). */

@@ -116,6 +116,7 @@ impl Keys {
         };
         let name = std::mem::take(&mut key.name);
         key.queue = VecDeque::new();
+        key.pause_wakes = Vec::new();
         key.time.disarm();
         key.uses.idle_at = None;
         key.template = None;

@@ -140,8 +140,8 @@ class Policy:
 
     def shared_in(self, instance: Instance, resource: Any) -> dict[str, ToolPolicy]:
         """Each tool whose key is shared (`shared = true`), with its policy (read with
-        `templates_in`). A shared key is its tool's only key: the config refuses one in a key
-        set."""
+        `templates_in`). A tool has at most one shared key (the config refuses two in a key
+        set)."""
         self.templates_in(instance, resource)
         return dict(self._shared or {})
 

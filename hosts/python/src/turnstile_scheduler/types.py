@@ -630,7 +630,7 @@ class EntryStatus:
     sentence for a UI, written by the component so every host says the same ("waiting: github
     is full (2 of 2 running: g1, g2)"; a wait on time says how long is left by the
     scheduler's clock as last given). `keys` are the entry's keys: one, its key set's
-    (written order, each once), or none when its tool is unbounded (for a key template, the
+    (written order, each once; a shared key first), or none when its tool is unbounded (for a key template, the
     key its call's arguments made)."""
 
     entry: int
@@ -684,7 +684,7 @@ class SavedEntry:
 class SavedCall:
     """A call of a live batch; `operations` is None for a plain call. Entries not listed were
     pending or approved. `keys`, for a tool with a key template, names the key each member of
-    its key set took, in written order (a template's own text where the arguments made none);
+    its key set took, in written order, a shared key first (a template's own text where the arguments made none);
     empty for other tools. `resume` gives the call those keys again, since the arguments
     themselves are not saved. (A state saved by 0.2 had `key`, one name or none: `from_dict`
     reads it as `keys` of that one name.)"""
