@@ -91,6 +91,26 @@ test('postgres: the store text runs once per database: a second open changes not
   await store.close();
 });
 
+/** Writes case `c` of the grant table into the tables as key `key`, times from `now`: the key's
+ * counters, the tickets it holds, its windows' arrival times, and its head ticket `w` of
+ * `owner` (when one waits). */
+async function writeCase(url, key, c, now, owner) {
+  const far = now + 600_000;
+  await sql(url, 'INSERT INTO turnstile_shared_keys (key, seq, grants, last_grant_ms, paused_until_ms, idle_at_ms) VALUES ($1, $2, $3, $4, $5, $6)',
+    [key, c.held + 1, c.held, c.since === null ? 0 : now - c.since, c.pause === null ? 0 : now + c.pause, far]);
+  for (let h = 1; h <= c.held; h++) {
+    await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, lease_ms, expires_ms, granted_ms, grant_no) VALUES ($1, $2, $3, $4, 1, 0, 600000, $5, $6, $4)',
+      [key, 'someone', `h${h}`, h, far, now]);
+  }
+  for (const a of c.arrivals) {
+    await sql(url, 'INSERT INTO turnstile_shared_arrivals (key, count, per_ms, at_ms, rest) VALUES ($1, $2, $3, $4, $5)', [key, a.count, a.perMs, now + a.ms, a.rest]);
+  }
+  if (c.limit !== null) {
+    await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, rates, weight, lease_ms, expires_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 600000, $9)',
+      [key, owner, 'w', c.held + 1, c.limit, c.delay, JSON.stringify(c.rates.map((w) => [w.count, w.perMs, w.burst])), c.weight, far]);
+  }
+}
+
 // The grant rule's table (tests/shared/grant-rule.txt), which the engine's rule and the Redis
 // script are tested against too, run against the store's functions: each case is written into
 // the tables relative to the server's clock, then one `renew` of the head.
@@ -103,20 +123,7 @@ test('postgres: the functions grant as the shared table says', { skip, timeout: 
     const key = `case-${i}`;
     const [{ now: nowText }] = await sql(url, 'SELECT turnstile_shared_now_v2() AS now');
     const now = Number(nowText);
-    const far = now + 600_000;
-    await sql(url, 'INSERT INTO turnstile_shared_keys (key, seq, grants, last_grant_ms, paused_until_ms, idle_at_ms) VALUES ($1, $2, $3, $4, $5, $6)',
-      [key, c.held + 1, c.held, c.since === null ? 0 : now - c.since, c.pause === null ? 0 : now + c.pause, far]);
-    for (let h = 1; h <= c.held; h++) {
-      await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, lease_ms, expires_ms, granted_ms, grant_no) VALUES ($1, $2, $3, $4, 1, 0, 600000, $5, $6, $4)',
-        [key, 'someone', `h${h}`, h, far, now]);
-    }
-    for (const a of c.arrivals) {
-      await sql(url, 'INSERT INTO turnstile_shared_arrivals (key, count, per_ms, at_ms, rest) VALUES ($1, $2, $3, $4, $5)', [key, a.count, a.perMs, now + a.ms, a.rest]);
-    }
-    if (c.limit !== null) {
-      await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, rates, weight, lease_ms, expires_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 600000, $9)',
-        [key, store.owner, 'w', c.held + 1, c.limit, c.delay, JSON.stringify(c.rates.map((w) => [w.count, w.perMs, w.burst])), c.weight, far]);
-    }
+    await writeCase(url, key, c, now, store.owner);
     const states = await store.renew(key, c.limit === null ? [] : ['w']);
     checkCase(c, states, await store.inspect(key), now);
   }
@@ -129,22 +136,9 @@ test('postgres: the grant rule\'s function follows the shared table exactly, giv
   const store = await open(); // runs the store text
   t.after(() => store.close());
   const now = 1_000_000_000_000;
-  const far = now + 600_000;
   for (const [i, c] of grantTable().entries()) {
     const key = `exact-${i}`;
-    await sql(url, 'INSERT INTO turnstile_shared_keys (key, seq, grants, last_grant_ms, paused_until_ms, idle_at_ms) VALUES ($1, $2, $3, $4, $5, $6)',
-      [key, c.held + 1, c.held, c.since === null ? 0 : now - c.since, c.pause === null ? 0 : now + c.pause, far]);
-    for (let h = 1; h <= c.held; h++) {
-      await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, lease_ms, expires_ms, granted_ms, grant_no) VALUES ($1, $2, $3, $4, 1, 0, 600000, $5, $6, $4)',
-        [key, 'someone', `h${h}`, h, far, now]);
-    }
-    for (const a of c.arrivals) {
-      await sql(url, 'INSERT INTO turnstile_shared_arrivals (key, count, per_ms, at_ms, rest) VALUES ($1, $2, $3, $4, $5)', [key, a.count, a.perMs, now + a.ms, a.rest]);
-    }
-    if (c.limit !== null) {
-      await sql(url, 'INSERT INTO turnstile_shared_tickets (key, owner, ticket, seq, limit_n, delay_ms, rates, weight, lease_ms, expires_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 600000, $9)',
-        [key, 'me', 'w', c.held + 1, c.limit, c.delay, JSON.stringify(c.rates.map((w) => [w.count, w.perMs, w.burst])), c.weight, far]);
-    }
+    await writeCase(url, key, c, now, 'me');
     const [head] = await sql(url, 'SELECT head_ticket, retry_ms FROM turnstile_shared_promote_v2($1, $2, false, NULL, NULL)', [key, now]);
     const [w] = await sql(url, "SELECT granted_ms FROM turnstile_shared_tickets WHERE key = $1 AND ticket = 'w'", [key]);
     const state = w === undefined ? undefined
