@@ -246,7 +246,8 @@ struct StepOutput {
     /// `KEY UNTIL` of each shared key to pause at its store.
     pause_store: Vec<String>,
     start: Vec<u64>,
-    acquire: Vec<u64>,
+    /// `(entry, limit)` of each permit to ask for.
+    acquire: Vec<(u64, Option<u32>)>,
     release: Vec<u64>,
     /// `(entry, reason, stopped-after)` of each entry the scheduler settled.
     settle: Vec<(u64, String, Option<u32>)>,
@@ -1231,7 +1232,19 @@ impl Runner {
                 step.pause_store, out.pause_store
             ));
         }
-        let acquire: Vec<String> = out.acquire.iter().map(|&e| self.label_of(e)).collect();
+        // A wanted `LABEL limit=N` also checks the limit the request carries.
+        let acquire: Vec<String> = out
+            .acquire
+            .iter()
+            .zip(step.acquire.iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(&(e, limit), want)| match want {
+                Some(w) if w.contains(" limit=") => {
+                    let limit = limit.map_or("none".to_owned(), |l| l.to_string());
+                    format!("{} limit={limit}", self.label_of(e))
+                }
+                _ => self.label_of(e),
+            })
+            .collect();
         let release: Vec<String> = out.release.iter().map(|&e| self.label_of(e)).collect();
         if acquire != step.acquire || release != step.release {
             return Err(format!(
@@ -1427,7 +1440,7 @@ fn step_once(
                 }
                 out.settle.push((*entry, reason.clone(), *after));
             }
-            ActionView::Acquire { entry, .. } => out.acquire.push(*entry),
+            ActionView::Acquire { entry, limit, .. } => out.acquire.push((*entry, *limit)),
             ActionView::Start(e) => out.start.push(*e),
             ActionView::Retired(b) => out.retired.push(*b),
         }

@@ -81,8 +81,6 @@ pub enum Code {
     /// Tools naming one concurrency key (or a template and a key it can make) disagree on
     /// whether its limit adapts, or on its floor.
     ConcurrencyAdaptConflict,
-    /// An adaptive limit on a `shared` key: its store keeps one fixed limit for every process.
-    AdaptOnSharedKey,
     /// A `weight` above 1 on a key with no `rate`: it would count against nothing.
     WeightWithoutRate,
     /// A `weight` above the key's `burst`: such a call could never start.
@@ -136,7 +134,6 @@ impl Code {
         Self::BurstWithoutRate,
         Self::SharedRateOutOfRange,
         Self::ConcurrencyAdaptConflict,
-        Self::AdaptOnSharedKey,
         Self::WeightWithoutRate,
         Self::WeightAboveBurst,
         Self::ConcurrencyKeyRepeated,
@@ -179,7 +176,6 @@ impl Code {
             Self::BurstWithoutRate => "burst-without-rate",
             Self::SharedRateOutOfRange => "shared-rate-out-of-range",
             Self::ConcurrencyAdaptConflict => "concurrency-adapt-conflict",
-            Self::AdaptOnSharedKey => "adapt-on-shared-key",
             Self::WeightWithoutRate => "weight-without-rate",
             Self::WeightAboveBurst => "weight-above-burst",
             Self::ConcurrencyKeyRepeated => "concurrency-key-repeated",

@@ -45,6 +45,12 @@ MUTANTS = [
         "                self.arm_key(key, gate);\n                let wakes",
     ),
     (
+        "an adaptive shared key asks its store for its ceiling after a 429 (the store never sees it back off)",
+        "engine/src/schedule/shared.rs",
+        "limit: (key.limit != u32::MAX).then_some(key.limit),",
+        "limit: (key.limit != u32::MAX).then_some(key.adapt.map_or(key.limit, |a| a.bounds().1)),",
+    ),
+    (
         "a shared key's permit request without its rate windows (each process takes the whole rate)",
         "engine/src/schedule/shared.rs",
         "rates: key.store_rates.to_vec(),",

@@ -676,3 +676,97 @@ fn store_pauses_follow_the_shared_keys_pause() {
         .unwrap();
     assert_eq!(step(&mut s, &[("github", 1000)], 40), github(1000));
 }
+
+/// An adaptive limit on a shared key adapts in this process, by the ends it reports, as on a
+/// local key, and its permit requests carry the limit as it is now: the store counts every
+/// process's grants against it, so a process that saw a 429 waits while the key holds as many
+/// permits as its lowered limit, whoever holds them. The 429 also pauses the key at the store.
+#[test]
+fn an_adaptive_shared_key_asks_its_store_for_the_limit_it_adapted_to() {
+    let mut t = T::with(
+        r#"
+[conversation.tools.api]
+concurrency = { key = "api", limit = { max = 4, min = 1, adapt = "aimd" }, shared = true }
+"#,
+    );
+    let ids: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+    let calls: Vec<(&str, &str, Option<u32>)> =
+        ids.iter().map(|id| (id.as_str(), "api", None)).collect();
+    let e = t.batch(&calls);
+    let limits = |t: &T| -> Vec<(EntryId, Option<u32>)> {
+        let acquire = &t.out.releases.acquire;
+        acquire.iter().map(|p| (p.entry, p.limit)).collect()
+    };
+    assert_eq!(
+        limits(&t),
+        e[..4].iter().map(|&x| (x, Some(4))).collect::<Vec<_>>()
+    );
+    let out = t.step(Inputs {
+        now: Some(0),
+        granted: &e[..4],
+        ..Inputs::default()
+    });
+    assert_eq!(out.start, e[..4]);
+    // c0 hits a 429 (retry at 1000): the limit halves to 2, the key pauses here and at the
+    // store, and c0 asks again, behind nothing, with the new limit.
+    let out = t.step(Inputs {
+        now: Some(10),
+        retry: &[(e[0], 1000)],
+        ..Inputs::default()
+    });
+    assert_eq!(out.release, vec![e[0]]);
+    let pauses: Vec<(String, u64)> = out
+        .releases
+        .pause_store
+        .iter()
+        .map(|p| (p.key.clone(), p.until))
+        .collect();
+    assert_eq!(pauses, [("api".to_owned(), 1000)]);
+    let st = t.s.inspect(BatchId(1)).unwrap();
+    let why = st[0].why.clone().unwrap_or_default();
+    assert!(why.contains("adapts between 1 and 4 and is 2 now"), "{why}");
+    // Three still run, above the new limit of 2: nothing asks until two of them end.
+    let out = t.step(Inputs {
+        now: Some(1000),
+        ok: &[e[1]],
+        ..Inputs::default()
+    });
+    assert!(out.acquire.is_empty(), "{:?}", out.acquire);
+    let out = t.step(Inputs {
+        now: Some(1001),
+        ok: &[e[2]],
+        ..Inputs::default()
+    });
+    assert_eq!(out.release, vec![e[2]]);
+    assert_eq!(limits(&t), [(e[0], Some(2))]);
+    // Clean ends of executions started before the halving do not grow it; two clean ends
+    // started after it grow it to 3, and the next request says so.
+    let out = t.step(Inputs {
+        now: Some(1002),
+        granted: &[e[0]],
+        ok: &[e[3]],
+        ..Inputs::default()
+    });
+    assert_eq!(out.start, vec![e[0]]);
+    assert_eq!(limits(&t), [(e[4], Some(2))]);
+    t.step(Inputs {
+        now: Some(1003),
+        granted: &[e[4]],
+        ..Inputs::default()
+    });
+    t.step(Inputs {
+        now: Some(1004),
+        ok: &[e[0], e[4]],
+        ..Inputs::default()
+    });
+    assert_eq!(
+        limits(&t),
+        [(e[5], Some(3)), (e[6], Some(3)), (e[7], Some(3))]
+    );
+    let st = t.s.inspect(BatchId(1)).unwrap();
+    let why = st[8].why.clone().unwrap_or_default();
+    assert!(
+        why.contains("is 3 now, growing back by clean ends"),
+        "{why}"
+    );
+}

@@ -79,7 +79,6 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
         Code::BurstWithoutRate => W::BurstWithoutRate,
         Code::SharedRateOutOfRange => W::SharedRateOutOfRange,
         Code::ConcurrencyAdaptConflict => W::ConcurrencyAdaptConflict,
-        Code::AdaptOnSharedKey => W::AdaptOnSharedKey,
         Code::WeightWithoutRate => W::WeightWithoutRate,
         Code::WeightAboveBurst => W::WeightAboveBurst,
         Code::ConcurrencyKeyRepeated => W::ConcurrencyKeyRepeated,

@@ -745,7 +745,6 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
         D::BurstWithoutRate => "burst-without-rate",
         D::SharedRateOutOfRange => "shared-rate-out-of-range",
         D::ConcurrencyAdaptConflict => "concurrency-adapt-conflict",
-        D::AdaptOnSharedKey => "adapt-on-shared-key",
         D::WeightWithoutRate => "weight-without-rate",
         D::WeightAboveBurst => "weight-above-burst",
         D::ConcurrencyKeyRepeated => "concurrency-key-repeated",

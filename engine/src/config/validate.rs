@@ -597,8 +597,7 @@ fn path_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
 
 /// A `burst` and a `weight` need a `rate`, and a weight above the burst could never start. A
 /// shared key's store keeps its rate windows, exactly only for counts and bursts up to
-/// [`SHARED_RATE_COUNT_MAX`], and not (yet) an adaptive limit, which is refused rather than
-/// kept by each process alone (each would adapt on its own).
+/// [`SHARED_RATE_COUNT_MAX`].
 fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
     let path = tool_path(&tool.name, Some("concurrency"));
     // A rate lifted by a higher layer (`rate = []`) leaves a lower layer's burst and weights
@@ -672,20 +671,6 @@ fn rate_terms(tool: &Merged, d: &Declared, sink: &mut Sink) {
             "write the rate over a shorter window (\"1000/ms\" rather than \"1000000/s\"), or \
              keep it on a key that is not shared",
         );
-    }
-    if let (Some(at), Some(shared), true, true) =
-        (d.adapt.1, d.shared.1, d.shared.0 == 1, d.adapt.0 > 0)
-    {
-        sink.push(
-            Code::AdaptOnSharedKey,
-            &path,
-            "a shared key's store keeps one fixed limit for every process, so an adaptive limit \
-             would adapt in each process alone"
-                .to_owned(),
-        )
-        .label(at, "an adaptive limit")
-        .label(shared, "on a shared key")
-        .help("give the shared key a fixed limit (limit = 4), or keep it local to adapt");
     }
 }
 

@@ -265,9 +265,17 @@ impl Sim {
             }
         }
         // A shared key's permit request carries its store's terms (delay, rate windows, the
-        // call's weight); this process keeps no spacing of its own on it.
+        // call's weight, and an adaptive limit where it is now); this process keeps no spacing
+        // of its own on it.
         for p in self.out.releases.acquire.clone() {
-            let store = self.model.rule(p.entry.0).and_then(|k| k.store.clone());
+            let rule = self.model.rule(p.entry.0);
+            let mut store = rule.and_then(|k| k.store.clone());
+            if let (Some(s), Some(k)) = (store.as_mut(), rule.filter(|k| k.adapt_min.is_some())) {
+                s.limit = Some(self.model.limit_now(k));
+                if s.limit < Some(k.limit) {
+                    self.count("permit", "carries an adapted limit");
+                }
+            }
             let got = (
                 p.limit,
                 p.delay_ms,

@@ -88,7 +88,7 @@ pub(super) struct KeyRule {
     pub(super) delay: u32,
     /// The rate windows `(count, per_ms)` and their burst (none on a shared key).
     pub(super) rates: Rates,
-    /// The floor of an adaptive limit (`limit` is then its ceiling); none on a shared key.
+    /// The floor of an adaptive limit (`limit` is then its ceiling).
     pub(super) adapt_min: Option<u32>,
     /// Units of the key's rate one call of this tool costs (1 when the key has no rate).
     pub(super) weight: u32,
@@ -414,15 +414,15 @@ impl Gen {
         }
     }
 
-    /// The floor of `key`'s adaptive limit: none when the integer form names it, when it is
-    /// shared, or when its limit is 0 (unbounded).
+    /// The floor of `key`'s adaptive limit: none when the integer form names it, or when its
+    /// limit is 0 (unbounded). A shared key adapts too: it asks its store for its limit now.
     fn adapt_of(&self, key: &str) -> Option<u32> {
         let int_form = self
             .tools
             .iter()
             .any(|t| t.conc == Conc::Int && t.name == key);
         let limit = self.limits[key];
-        if int_form || self.is_shared(key) || limit == 0 {
+        if int_form || limit == 0 {
             return None;
         }
         self.adapts[key].map(|min| min.min(limit))

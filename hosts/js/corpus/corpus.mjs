@@ -243,7 +243,7 @@ class ScheduleRunner {
         seen.start.push(label);
       }
       seen.settle.push(...out.settle.map((s) => settleLine(this.label(s.entry), s.reason)));
-      seen.acquire.push(...[...out.acquire].map((e) => this.label(e)));
+      seen.acquire.push(...out.requests.map((r) => ({ label: this.label(r.entry), limit: r.limit ?? 'none' })));
       seen.release.push(...[...out.release].map((e) => this.label(e)));
       seen.pauseStore.push(...out.pauseStore.map((p) => `${p.key} ${p.until}`));
       seen.retired.push(...[...out.retired].map((b) => this.fileBatch.get(b) ?? `?${b}`));
@@ -407,6 +407,8 @@ class ScheduleRunner {
     }
     if (!eq(seen.abort, step.abort ?? [])) throw new Error(`want abort ${json(step.abort ?? [])}, got ${json(seen.abort)}`);
     if (!eq(seen.pauseStore, step.pause_store ?? [])) throw new Error(`want pause_store ${json(step.pause_store ?? [])}, got ${json(seen.pauseStore)}`);
+    // A wanted `LABEL limit=N` also checks the limit the request carries.
+    seen.acquire = seen.acquire.map((a, i) => (step.acquire?.[i]?.includes(' limit=') ? `${a.label} limit=${a.limit}` : a.label));
     if (!eq(seen.acquire, step.acquire ?? []) || !eq(seen.release, step.release ?? [])) {
       throw new Error(`want acquire ${json(step.acquire ?? [])} release ${json(step.release ?? [])}, got acquire ${json(seen.acquire)} release ${json(seen.release)}`);
     }

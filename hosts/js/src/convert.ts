@@ -4,7 +4,7 @@
 // Everything that comes in from the host (a saved state) is validated on the way.
 import type * as wc from './component/interfaces/turnstile-scheduler-config.js';
 import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.js';
-import type { Concurrency, Diagnostic, EntryState, EntryStatus, Limits, Reason, SavedCall, SavedEntryState, SavedState, Settled, Started, StepOutputs, ToolPolicy, Unrestored, Wait } from './types.js';
+import type { Concurrency, Diagnostic, EntryState, EntryStatus, Limits, PermitRequest, Reason, SavedCall, SavedEntryState, SavedState, Settled, Started, StepOutputs, ToolPolicy, Unrestored, Wait } from './types.js';
 import type { RawOutputs } from './scheduler.js';
 import type { CallOutcome, EntryOutcome } from './driver.js';
 import { RestoredError } from './errors.js';
@@ -94,6 +94,11 @@ export function outputs(out: RawOutputs): StepOutputs {
     errors: out.errors,
     retired: out.retired.slice(),
     acquire: BigUint64Array.from(out.acquire, (r) => r.entry),
+    requests: out.acquire.map((r) => {
+      const request: PermitRequest = { entry: r.entry, key: r.key, delayMs: r.delayMs, rates: r.rates.map((w) => ({ count: w.count, perMs: w.perMs, burst: w.burst })), weight: r.weight };
+      if (r.limit !== undefined) request.limit = r.limit;
+      return request;
+    }),
     release: BigUint64Array.from(out.release, (p) => p.entry),
     pauseStore: out.pauseStore.map((p) => ({ key: p.key, until: ms(p.until) })),
   };

@@ -51,7 +51,6 @@ export type DiagnosticCode =
   /** Tools naming one concurrency key disagree on whether its limit adapts, or on its floor. */
   | 'concurrency-adapt-conflict'
   /** An adaptive limit on a `shared` key (its store keeps one fixed limit). */
-  | 'adapt-on-shared-key'
   /** A `weight` above 1 on a key with no `rate`. */
   | 'weight-without-rate'
   /** A `weight` above the key's `burst` (such a call could never start). */
@@ -294,6 +293,11 @@ export interface StepOutputs {
   /** Entries of shared keys to acquire a permit for from the store, in written order; report
    * each as `granted` or `denied`. Each holds a local slot meanwhile. */
   acquire: BigUint64Array;
+  /** The permits to ask for, one per entry of `acquire`, in its order, with the terms the store
+   * keeps for the key: `limit` (absent: unbounded; an adaptive limit's value now, which this
+   * process moved by the ends it reported), `delayMs`, `rates`, and the entry's `weight` in
+   * them. */
+  requests: PermitRequest[];
   /** Entries of shared keys whose permit (or permit request) the host gives back: they ended,
    * hit a rate limit, or were cancelled or stopped while waiting for a permit. */
   release: BigUint64Array;
@@ -302,6 +306,16 @@ export interface StepOutputs {
    * key's pause moved later (a rate limit it waits for, or `pause` on a configured or
    * template-made key). Each key at most once per step. */
   pauseStore: { key: string; until: number }[];
+}
+
+/** A permit to ask a shared key's store for (`StepOutputs.requests`). */
+export interface PermitRequest {
+  entry: bigint;
+  key: string;
+  limit?: number;
+  delayMs: number;
+  rates: RateWindow[];
+  weight: number;
 }
 
 /** Where an entry is. */

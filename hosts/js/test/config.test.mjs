@@ -95,7 +95,7 @@ test('rate windows resolve to { count, perMs } in ascending order with their bur
   );
 });
 
-test('an adaptive limit resolves to its ceiling and adaptMin; a fixed one has no adaptMin; a shared key refuses it', async () => {
+test('an adaptive limit resolves to its ceiling and adaptMin; a fixed one has no adaptMin', async () => {
   const t = await Turnstile.load();
   const policy = t.resolve([{ conversation: { tools: { api: { concurrency: { key: 'api', limit: { max: 8, min: 2, adapt: 'aimd' } } }, plain: { concurrency: 3 } } } }]);
   assert.equal(policy.tool('api').concurrency[0].limit, 8);
@@ -104,7 +104,6 @@ test('an adaptive limit resolves to its ceiling and adaptMin; a fixed one has no
   for (const [limit, extra, code] of [
     [{ max: 4 }, {}, 'concurrency-type'],
     [{ max: 2, min: 3, adapt: 'aimd' }, {}, 'concurrency-type'],
-    [{ max: 4, adapt: 'aimd' }, { shared: true }, 'adapt-on-shared-key'],
   ]) {
     assert.throws(
       () => t.resolve([{ conversation: { tools: { a: { concurrency: { key: 'k', limit, ...extra } } } } }]),

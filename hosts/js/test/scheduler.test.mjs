@@ -57,7 +57,7 @@ test('step: every input judged on its own, refusals are data, the rest applies',
   const { sched } = await setup();
   const b = sched.submit(['r1', 'r2', 'r3'].map((id) => ({ id, tool: 'rfd_renumber' })));
   const [r1, r2, r3] = b.entries();
-  assert.deepEqual(sched.step(), { abort: [], start: new BigUint64Array(0), settle: [], errors: [], retired: new BigUint64Array(0), acquire: new BigUint64Array(0), release: new BigUint64Array(0), pauseStore: [] });
+  assert.deepEqual(sched.step(), { abort: [], start: new BigUint64Array(0), settle: [], errors: [], retired: new BigUint64Array(0), acquire: new BigUint64Array(0), requests: [], release: new BigUint64Array(0), pauseStore: [] });
   let out = sched.step({ approve: [r1, MAX, r1] });
   assert.deepEqual(out.errors.map((e) => [e.input, e.index, e.code]), [['approve', 1, 'unknown-entry'], ['approve', 2, 'already-decided']]);
   assert.equal(typeof out.errors[0].message, 'string');
@@ -93,6 +93,7 @@ test('shared keys: acquire and release are outputs, granted and denied are input
   const [g1, g2, g3] = b.entries();
   let out = sched.step({ approve: [g1, g2, g3] });
   assert.deepEqual([...out.acquire], [g1, g2]);
+  assert.deepEqual(out.requests, [g1, g2].map((entry) => ({ entry, key: 'github', limit: 2, delayMs: 0, rates: [], weight: 1 })));
   assert.deepEqual([...out.start], []);
   out = sched.step({ granted: [g2] });
   assert.deepEqual([...out.start], [], 'g2 waits for g1 (written order)');

@@ -253,7 +253,7 @@ class SchedulingRun:
         self.start: list[str] = []
         self.settle: list[str] = []
         self.retired: list[int] = []
-        self.acquire: list[str] = []
+        self.acquire: list[Any] = []
         self.release: list[str] = []
         self.pause_store: list[str] = []
         self.at: Optional[int] = None  # the step's `at`: the `now` of each step call it makes
@@ -286,7 +286,7 @@ class SchedulingRun:
         self.start += [self.labels.get(e, f"?{e}") for e in out.start]
         self.settle += [f"{self.labels.get(s.entry, f'?{s.entry}')} {reason_text(s.reason)}" for s in out.settle]
         self.retired += [self.file_batch.get(b, -1) for b in out.retired]
-        self.acquire += [self.labels.get(e, f"?{e}") for e in out.acquire]
+        self.acquire += [(self.labels.get(r.entry, f"?{r.entry}"), "none" if r.limit is None else r.limit) for r in out.requests]
         self.release += [self.labels.get(e, f"?{e}") for e in out.release]
         self.pause_store += [f"{key} {until}" for key, until in out.pause_store]
         return out
@@ -407,6 +407,11 @@ class SchedulingRun:
         compare("abort", strings(step, "abort"), self.abort)
         compare("pause_store", strings(step, "pause_store"), self.pause_store)
         want_acquire, want_release = strings(step, "acquire"), strings(step, "release")
+        # A wanted `LABEL limit=N` also checks the limit the request carries.
+        self.acquire = [
+            f"{label} limit={limit}" if i < len(want_acquire) and " limit=" in want_acquire[i] else label
+            for i, (label, limit) in enumerate(self.acquire)
+        ]
         if self.acquire != want_acquire or self.release != want_release:
             raise AssertionError(
                 f"want acquire {want_acquire} release {want_release}, got acquire {self.acquire} release {self.release}"

@@ -460,13 +460,14 @@ def test_closing_the_driver_mid_execution_releases_the_permit(tmp_path: Path) ->
 
 
 def test_scheduler_step_takes_granted_and_denied_like_the_other_entry_lists() -> None:
-    from turnstile_scheduler import EntryState, InputErrorCode, InputKind, PermitGranted, PermitRequested
+    from turnstile_scheduler import EntryState, InputErrorCode, InputKind, PermitGranted, PermitRequest, PermitRequested
 
     with Scheduler(policy()) as s:
         sub = s.submit([Call("a", "gh"), Call("b", "gh"), Call("c", "gh")])
         a, b, c = sub.entries
         out = s.step(approve=[a, b, c])
         assert (out.start, out.acquire, out.release) == ([], [a, b], [])
+        assert out.requests == [PermitRequest(e, "github", 2, 0, (), 1) for e in (a, b)]
         for bad in (["1"], "ab", [-1], [2**64]):
             with pytest.raises((TypeError, ValueError)):
                 s.step(granted=bad)

@@ -170,7 +170,6 @@ def test_an_adaptive_limit_resolves_to_its_ceiling_and_halves_on_a_rate_limit() 
     for table, code in [
         ('{ key = "k", limit = { max = 4 } }', DiagnosticCode.CONCURRENCY_TYPE),
         ('{ key = "k", limit = { max = 2, min = 3, adapt = "aimd" } }', DiagnosticCode.CONCURRENCY_TYPE),
-        ('{ key = "k", limit = { max = 4, adapt = "aimd" }, shared = true }', DiagnosticCode.ADAPT_ON_SHARED_KEY),
     ]:
         with pytest.raises(ConfigError) as e:
             Policy.resolve([("t", f"[conversation.tools.a]\nconcurrency = {table}\n")])

@@ -43,6 +43,7 @@ from .types import (
     PermitGranted,
     PermitRequested,
     Outputs,
+    RateWindow,
     Reason,
     ReasonKind,
     RefusedInput,
@@ -259,7 +260,17 @@ def _outputs(
     abort: Optional[list[Any]] = None,
     pause_store: Optional[list[Any]] = None,
 ) -> Outputs:
-    requests = [PermitRequest(r.entry, r.key, r.limit, getattr(r, "delay-ms")) for r in acquire or ()]
+    requests = [
+        PermitRequest(
+            r.entry,
+            r.key,
+            r.limit,
+            getattr(r, "delay-ms"),
+            tuple(RateWindow(w.count, getattr(w, "per-ms"), w.burst) for w in r.rates),
+            r.weight,
+        )
+        for r in acquire or ()
+    ]
     return Outputs(
         start=start,
         settle=[Settled(s.entry, _reason(s.reason), s.message) for s in settle],

@@ -162,7 +162,6 @@ class DiagnosticCode(str, Enum):
     """A rate window on a `shared` key above 1000000 starts or a burst of 1000000."""
     CONCURRENCY_ADAPT_CONFLICT = "concurrency-adapt-conflict"
     """Tools naming one concurrency key disagree on whether its limit adapts, or its floor."""
-    ADAPT_ON_SHARED_KEY = "adapt-on-shared-key"
     """An adaptive limit on a `shared` key (its store keeps one fixed limit)."""
     WEIGHT_WITHOUT_RATE = "weight-without-rate"
     """A `weight` above 1 on a key with no `rate`."""
@@ -547,12 +546,16 @@ class Abort:
 @dataclass(frozen=True)
 class PermitRequest:
     """A permit to ask a shared key's store for (`Outputs.requests`): at most `limit` permits
-    at once across processes (None: unbounded), starts at least `delay_ms` apart."""
+    at once across processes (None: unbounded; an adaptive limit's value now, which this
+    process moved by the ends it reported), starts at least `delay_ms` apart and within every
+    window of `rates`, where this entry's start costs `weight` units."""
 
     entry: int
     key: str
     limit: Optional[int]
     delay_ms: int
+    rates: "tuple[RateWindow, ...]" = ()
+    weight: int = 1
 
 
 @dataclass(frozen=True)
