@@ -292,6 +292,11 @@ fn simulate(args: &[String]) -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    // What the tests run against, first: a machine that lacks one and cannot install it stops
+    // here, saying so, rather than after the builds (or with tests skipped).
+    ensure_chromium()?;
+    ensure_chromedriver()?;
+    ensure_stores()?;
     js_deps()?;
     let wasm = build_guest()?;
     run(cargo().args(["fmt", "--all", "--check"]))?;
@@ -342,13 +347,11 @@ fn test() -> Result<()> {
     pin(false)?;
     run(harness(&wasm).args(["cases", "tests/cases"]))?;
     js(&wasm)?;
-    ensure_stores()?;
     let js_dir = root().join("hosts/js");
     run(Command::new("npm").args(["test"]).current_dir(&js_dir))?;
     run(Command::new("node")
         .args(["corpus/run-cases.mjs", "../../tests/cases"])
         .current_dir(&js_dir))?;
-    ensure_chromium()?;
     run(Command::new("node")
         .args(["e2e/playground.mjs"])
         .current_dir(&js_dir))?;
@@ -626,10 +629,20 @@ fn ensure_debian(present: bool, what: &str, package: &str) -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask: {what} is missing; installing Debian's {package}");
-    run(Command::new("apt-get").arg("update"))?;
-    run(Command::new("apt-get")
-        .args(["install", "-y", package])
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+    let installed = run(Command::new("apt-get").arg("update")).and_then(|()| {
+        run(Command::new("apt-get")
+            .args(["install", "-y", package])
+            .env("DEBIAN_FRONTEND", "noninteractive"))
+    });
+    installed.map_err(|e| {
+        format!(
+            "\n\n*** xtask: cannot install Debian's {package} ({e}), and the tests need it \
+             ({what} is missing). Install it (as root: apt-get install {package}), or point \
+             the variable this command reads at one (CHROMIUM, CHROMEDRIVER, REDIS_SERVER, \
+             PG_BIN), then run again. Nothing was skipped: no test ran. ***\n"
+        )
+        .into()
+    })
 }
 
 fn fuzz(seconds: &str) -> Result<()> {
