@@ -15,7 +15,8 @@ import pytest
 
 from turnstile_scheduler import RateWindow
 from turnstile_scheduler.shared import Arrival, SharedKeys, StoreUnavailableError, TicketState
-from turnstile_scheduler.shared._rules import Decision, GrantRule, GrantRuleError, Head, KeyState, LeaseRefused, LeaseSchedule
+from turnstile_scheduler.shared import SharedStoreError
+from turnstile_scheduler.shared._rules import Decision, GrantRule, Head, KeyState, LeaseRefused, LeaseSchedule
 
 TABLE = Path(__file__).resolve().parents[3] / "tests" / "shared" / "grant-rule.txt"
 
@@ -71,7 +72,7 @@ def test_every_bad_input_is_a_typed_refusal() -> None:
         (Head(1, 0, (RateWindow(1_000_001, 1000, 1),)), "rate window"),
         (Head(1, 0, (), 2), "weight 2"),
     ):
-        with pytest.raises(GrantRuleError, match=message):
+        with pytest.raises(SharedStoreError, match=message):
             rule.decide(head, KeyState(0, 0, 0), 1)
 
 

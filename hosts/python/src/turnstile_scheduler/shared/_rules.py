@@ -58,10 +58,6 @@ class Decision(NamedTuple):
     """A grant's: the key is kept until then at least (its windows pace as fresh ones from then)."""
 
 
-class GrantRuleError(Exception):
-    """The store holds a row no client writes (a limit of 0, say): `decide` refused it."""
-
-
 class GrantRule:
     """The grant rule (`decide`), in an instance of its own: use it from one thread."""
 
@@ -71,7 +67,8 @@ class GrantRule:
     def decide(self, head: Optional[Head], key: KeyState, now_ms: int) -> Decision:
         """What the store does with the key's earliest waiting ticket (`head`, `None` when none
         waits): `Decision("grant", 0, arrivals)` (write those arrival times), `("empty", 0)`,
-        `("full", 0)` or `("wait", retry_ms)`."""
+        `("full", 0)` or `("wait", retry_ms)`. Raises `SharedStoreError` (`store-failed`) when the
+        rule refuses its input: the store holds a row no client writes (a limit of 0, say)."""
         wit_key = _record(
             held=key.held,
             last_grant_ms=key.last_grant_ms,
@@ -85,7 +82,9 @@ class GrantRule:
         result = self._decide(wit_head, wit_key, now_ms)
         # result<decision, grant-error> lifts untagged: the decision is a Variant, an error a Record.
         if not isinstance(result, Variant):
-            raise GrantRuleError(result.message)
+            from . import SharedStoreError  # the package's public type (it imports this module)
+
+            raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: {result.message}")
         if result.tag == "grant":
             from . import Arrival  # the package's public type (it imports this module)
 

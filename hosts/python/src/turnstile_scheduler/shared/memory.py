@@ -31,7 +31,7 @@ from typing import Callable, Optional, Sequence, TypeVar
 
 from ..types import RateWindow
 from . import DELAY_MS_MAX, Arrival, KeyInspection, Removal, SharedStoreError, StoreUnavailableError, Terms, TicketState, Wake
-from ._rules import Decision, GrantRule, GrantRuleError, Head, KeyState
+from ._rules import GrantRule, Head, KeyState
 
 T = TypeVar("T")
 
@@ -126,7 +126,7 @@ class MemoryStore:
                 live.expires_ms = now + live.lease_ms
             else:
                 # Terms the rule refuses never enter the key (they would refuse every later grant).
-                self._decide(Head(terms.limit, terms.delay_ms, terms.rates, terms.weight), KeyState(0, 0, 0), now)
+                self._rule.decide(Head(terms.limit, terms.delay_ms, terms.rates, terms.weight), KeyState(0, 0, 0), now)
                 k.seq += 1
                 t = _Ticket(ticket, k.seq, terms.limit, terms.delay_ms, terms.lease_ms, now + terms.lease_ms, tuple(terms.rates), terms.weight)
                 k.waiting[ticket] = t
@@ -248,7 +248,7 @@ class MemoryStore:
             head = next(iter(k.waiting.values()), None)
             terms = None if head is None else Head(head.limit, head.delay_ms, head.rates, head.weight)
             state = KeyState(len(k.held), k.last_grant_ms, k.paused_until_ms, tuple(k.arrivals.values()))
-            decision = self._decide(terms, state, now)
+            decision = self._rule.decide(terms, state, now)
             if decision.tag in ("empty", "full"):
                 return None
             assert head is not None
@@ -267,12 +267,6 @@ class MemoryStore:
             k.held[head.ticket] = head
             changed[head.ticket] = TicketState(head.ticket, "granted", seq=head.seq, grant=head.grant, granted_ms=now)
         raise SharedStoreError("store-failed", f"more than {_GRANTS_PER_CALL_MAX} grants in one operation on key {key!r}")
-
-    def _decide(self, head: Optional[Head], state: KeyState, now: int) -> Decision:
-        try:
-            return self._rule.decide(head, state, now)
-        except GrantRuleError as e:
-            raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: {e}") from e
 
     def _settle(self, key: str, k: _Key, now: int, retry: _Retry, changed: dict[str, TicketState]) -> None:
         """After an operation: wakes the watchers of tickets that changed, then forgets the key

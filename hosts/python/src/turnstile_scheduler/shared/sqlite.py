@@ -58,7 +58,7 @@ from . import (
     TicketState,
     Wake,
 )
-from ._rules import Decision, GrantRule, GrantRuleError, Head, KeyState
+from ._rules import Decision, GrantRule, Head, KeyState
 from ._texts import sqlite_texts
 
 T = TypeVar("T")
@@ -303,10 +303,7 @@ class SqliteStore:
             else:
                 # Terms the rule refuses never enter the key (the transaction rolls back; written,
                 # they would refuse every later grant on the key until their lease ended).
-                try:
-                    self._rule.decide(Head(terms.limit, terms.delay_ms, terms.rates, terms.weight), KeyState(0, 0, 0), now)
-                except GrantRuleError as e:
-                    raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: {e}") from e
+                self._rule.decide(Head(terms.limit, terms.delay_ms, terms.rates, terms.weight), KeyState(0, 0, 0), now)
                 seq = db.execute(self._sql["nextSeq"], (key,)).fetchone()[0]
                 rates = json.dumps([[w.count, w.per_ms, w.burst] for w in terms.rates], separators=(",", ":"))
                 db.execute(self._sql["insert"], (key, ticket, seq, terms.limit, terms.delay_ms, rates, terms.weight, terms.lease_ms, now, now + terms.lease_ms))
@@ -531,10 +528,7 @@ def _decide(db: sqlite3.Connection, sql: dict[str, str], rule: GrantRule, key: s
     except (ValueError, TypeError) as e:
         raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: rates {rates_text!r}") from e
     state = KeyState(held, last_grant_ms, max(paused_until_ms, created_ms + lease_ms), _arrivals(db, sql, key))
-    try:
-        return rule.decide(Head(limit, delay_ms, rates, weight), state, now)
-    except GrantRuleError as e:
-        raise SharedStoreError("store-failed", f"the store holds a ticket no client writes: {e}") from e
+    return rule.decide(Head(limit, delay_ms, rates, weight), state, now)
 
 
 def _arrivals(db: sqlite3.Connection, sql: dict[str, str], key: str) -> tuple[Arrival, ...]:
