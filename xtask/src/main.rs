@@ -641,7 +641,6 @@ fn ensure_debian(present: bool, what: &str, package: &str) -> Result<()> {
              the variable this command reads at one (CHROMIUM, CHROMEDRIVER, REDIS_SERVER, \
              PG_BIN), then run again. Nothing was skipped: no test ran. ***\n"
         )
-        .into()
     })
 }
 
