@@ -13,6 +13,9 @@ mod width;
 pub enum Code {
     /// A layer is not valid TOML.
     TomlSyntax,
+    /// A layer that starts with `{` is not valid JSON (or holds what TOML cannot: `null`, a
+    /// key given twice).
+    JsonSyntax,
     /// More layers than [`crate::limits::LAYERS_MAX`].
     TooManyLayers,
     /// A layer longer than [`crate::limits::LAYER_BYTES_MAX`], a name longer than
@@ -105,6 +108,7 @@ impl Code {
     /// Every code, in declaration order.
     pub const ALL: &[Self] = &[
         Self::TomlSyntax,
+        Self::JsonSyntax,
         Self::TooManyLayers,
         Self::TooLarge,
         Self::TooManyTools,
@@ -147,6 +151,7 @@ impl Code {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::TomlSyntax => "toml-syntax",
+            Self::JsonSyntax => "json-syntax",
             Self::TooManyLayers => "too-many-layers",
             Self::TooLarge => "too-large",
             Self::TooManyTools => "too-many-tools",

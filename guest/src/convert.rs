@@ -50,6 +50,7 @@ fn diagnostic_code(code: Code) -> wc::DiagnosticCode {
     use wc::DiagnosticCode as W;
     match code {
         Code::TomlSyntax => W::TomlSyntax,
+        Code::JsonSyntax => W::JsonSyntax,
         Code::TooManyLayers => W::TooManyLayers,
         Code::TooLarge => W::TooLarge,
         Code::TooManyTools => W::TooManyTools,

@@ -716,6 +716,7 @@ pub(crate) fn diagnostic_code(code: wc::DiagnosticCode) -> &'static str {
     use wc::DiagnosticCode as D;
     match code {
         D::TomlSyntax => "toml-syntax",
+        D::JsonSyntax => "json-syntax",
         D::TooManyLayers => "too-many-layers",
         D::TooLarge => "too-large",
         D::TooManyTools => "too-many-tools",

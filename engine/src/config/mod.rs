@@ -19,6 +19,7 @@
 //! warning, `unknown-field-typo` (`typo.rs`).
 
 mod duration;
+mod json_layer;
 mod overlap;
 mod policy;
 mod rate;

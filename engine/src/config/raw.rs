@@ -9,6 +9,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::duration::parse_duration;
+use super::json_layer;
 use super::policy::{OnError, RateWindow};
 use super::rate::parse_rate;
 use super::{Loc, Sink};
@@ -93,8 +94,24 @@ pub(crate) enum RawFanOut {
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
-/// Parses one layer. Returns `None` when the text is not TOML; every problem goes to `sink`.
+/// Parses one layer: TOML, or JSON when it starts with `{` (`json_layer.rs`), read into the
+/// same tree. Returns `None` when the text cannot be read; every problem goes to `sink`.
 pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<RawLayer> {
+    if json_layer::is_json(text) {
+        return match json_layer::parse(text) {
+            Ok(root) => Some(read_root(layer, root.get_ref(), sink)),
+            Err(err) => {
+                let loc = Loc::new(layer, err.span.start, err.span.end);
+                sink.push(
+                    Code::JsonSyntax,
+                    &[],
+                    format!("invalid JSON: {}", err.message),
+                )
+                .label(loc, "here");
+                None
+            }
+        };
+    }
     let root = DeTable::parse(text);
     if let Err(err) = &root {
         // Only the first: recovery after a syntax error mostly reports echoes of it.
@@ -110,23 +127,27 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
     let Ok(root) = root else {
         return None;
     };
+    Some(read_root(layer, root.get_ref(), sink))
+}
+
+/// Reads a layer's tree, TOML's or JSON's.
+fn read_root(layer: u32, root: &DeTable<'_>, sink: &mut Sink) -> RawLayer {
     let mut out = RawLayer::default();
-    let root = root.get_ref();
     warn_near_misses(layer, &[], root, &["conversation"], sink);
     let Some(conversation) = find(root, "conversation") else {
-        return Some(out);
+        return out;
     };
     let path = ["conversation".to_owned()];
     let Some(conversation) = expect_table(layer, &path, conversation, sink) else {
-        return Some(out);
+        return out;
     };
     warn_near_misses(layer, &path, conversation, &["tools"], sink);
     let Some(tools) = find(conversation, "tools") else {
-        return Some(out);
+        return out;
     };
     let path = ["conversation".to_owned(), "tools".to_owned()];
     let Some(tools) = expect_table(layer, &path, tools, sink) else {
-        return Some(out);
+        return out;
     };
     for (name, value) in tools.iter() {
         let name_loc = Loc::from_span(layer, name.span());
@@ -151,7 +172,7 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
             out.tools.push(parse_tool(layer, &path, name, table, sink));
         }
     }
-    Some(out)
+    out
 }
 
 /// The names Turnstile reads in a tool's table; the others are ignored.

@@ -14,6 +14,7 @@ export type Numbers = BigUint64Array | readonly bigint[];
 /** Stable diagnostic codes. */
 export type DiagnosticCode =
   | 'toml-syntax'
+  | 'json-syntax'
   | 'too-many-layers'
   | 'too-large'
   | 'too-many-tools'

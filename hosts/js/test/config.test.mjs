@@ -131,7 +131,7 @@ test('text and objects mix, lowest precedence first; a later object lifts a limi
   assert.equal(policy.tool('github_pulls').concurrency[0].limit, 4);
 });
 
-test('diagnostics of an object layer name the key path, the tools and the layer; spans point into the generated TOML', async () => {
+test('diagnostics of an object layer name the key path, the tools and the layer; spans point into the JSON it crossed as', async () => {
   const t = await Turnstile.load();
   const conflicting = { conversation: { tools: { github_issues: { concurrency: { key: 'github', limit: 4 } }, github_pulls: { concurrency: { key: 'github', limit: 2 } }, bad: { concurrency: 'two' } } } };
   let error;
@@ -147,11 +147,23 @@ test('diagnostics of an object layer name the key path, the tools and the layer;
   const conflict = byCode['concurrency-limit-conflict'];
   assert.deepEqual(conflict.tools, ['github_issues', 'github_pulls']);
   assert.equal(conflict.labels[0].span.layerName, 'plugin');
-  assert.ok(conflict.rendered.includes('concurrency = { key = "github", limit = 2 }'), conflict.rendered);
+  assert.ok(conflict.rendered.includes('"concurrency": { "key": "github", "limit": 2 }'), conflict.rendered);
   const type = byCode['concurrency-type'];
   assert.deepEqual(type.path, ['conversation', 'tools', 'bad', 'concurrency']);
   assert.ok(type.rendered.includes('--> plugin:'), type.rendered);
   assert.ok(error.message.includes('error[concurrency-type]'));
+  // The same text from Python's package (`_json_layer.dumps`), so both cite the same lines.
+  assert.deepEqual([conflict.labels[0].span.line, conflict.labels[0].span.column], [5, 24]);
+  // A JSON text layer cites its own lines; JSON's null is refused where it stands.
+  const json = '{\n  "conversation": {\n    "tools": {\n      "a": { "concurrency": { "key": "k", "limit": "two" } }\n    }\n  }\n}\n';
+  assert.throws(() => t.resolve([{ name: 'tools.json', text: json }]), (e) => e.diagnostics.length === 1 && e.diagnostics[0].code === 'concurrency-type' && e.diagnostics[0].rendered.includes('tools.json:4:52'));
+  assert.throws(() => t.resolve([{ name: 'n.json', text: '{"conversation": null}' }]), (e) => e.diagnostics[0].code === 'json-syntax' && e.diagnostics[0].message.includes('null'));
+  // What JSON cannot hold is refused with its path before anything crosses.
+  const cyclic = { concurrency: 1 };
+  cyclic.again = cyclic;
+  for (const [value, mention] of [[NaN, 'a finite number'], [2n ** 64n, 'within 2^53'], [cyclic, 'cycle'], [null, 'a JSON value'], ['\uD800', 'lone surrogates']]) {
+    assert.throws(() => t.resolve([{ conversation: { tools: { t: value } } }]), (e) => e instanceof TypeError && e.message.includes('conversation.tools.t') && e.message.includes(mention), mention);
+  }
   // A bare object is named by its position.
   assert.throws(() => t.resolve([{}, { conversation: { tools: { x: { concurrency: -1 } } } }]), (e) => e.diagnostics[0].labels[0].span.layerName === 'layer 2');
 });

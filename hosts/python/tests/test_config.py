@@ -1,5 +1,5 @@
-"""Config layers as TOML text or plain dicts of the same shape, and the `check` command. Wrong
-shapes are in test_validation.py."""
+"""Config layers as TOML text, JSON text or plain dicts of the same shape, and the `check`
+command. Wrong shapes are in test_validation.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from turnstile_scheduler import ConfigError, DiagnosticCode, Layer, Policy, TurnstileError
-from turnstile_scheduler._toml import dumps
+from turnstile_scheduler._json_layer import dumps
 
 GITHUB = {
     "conversation": {
@@ -24,14 +24,13 @@ GITHUB = {
 }
 
 
-def test_a_dict_layer_is_written_as_toml_a_person_would_write() -> None:
-    text = dumps(GITHUB, "layer")
-    assert '[conversation.tools.github_issues]\nconcurrency = { key = "github", limit = 4 }\nsource = "mcp"' in text
-    assert '[conversation.tools."weird name"]\nconcurrency = 2' in text
-    assert 'params = [1, 2.5, true, "q\\"uote"]' in text
-    import tomllib
+def test_a_dict_layer_crosses_as_json_as_a_person_writes_it() -> None:
+    import json
 
-    assert tomllib.loads(text) == GITHUB
+    text = dumps(GITHUB, "layer")
+    assert '"github_issues": {\n        "concurrency": { "key": "github", "limit": 4 },\n        "source": "mcp"\n' in text
+    assert '"params": [1, 2.5, true, "q\\"uote"]' in text
+    assert json.loads(text) == GITHUB
 
 
 def test_dict_and_text_layers_resolve_alike() -> None:
@@ -65,7 +64,7 @@ def test_max_wait_resolves_to_max_wait_ms_and_tools_naming_a_key_agree_on_it() -
     assert (d.code, d.tools) == (DiagnosticCode.CONCURRENCY_MAX_WAIT_CONFLICT, ["a", "b"])
 
 
-def test_diagnostics_of_a_dict_layer_name_key_paths_tools_and_the_generated_text() -> None:
+def test_diagnostics_of_a_dict_layer_name_key_paths_tools_and_the_lines_of_its_json() -> None:
     bad = {"conversation": {"tools": {"a": {"concurrency": {"key": "g", "limit": 4}}, "b": {"concurrency": {"key": "g", "limit": 2}}, "c": {"concurrency": "2"}}}}
     with pytest.raises(ConfigError) as e:
         Policy.resolve([("plugin", bad)])
@@ -74,15 +73,38 @@ def test_diagnostics_of_a_dict_layer_name_key_paths_tools_and_the_generated_text
     conflict = by_code["concurrency-limit-conflict"]
     assert conflict.tools == ["a", "b"] and conflict.path == ["conversation", "tools"]
     assert conflict.labels[0].span.layer_name == "plugin"
-    assert 'concurrency = { key = "g", limit = 4 }' in conflict.rendered
+    # The JSON the dict crossed as, one field a line: the labels point at its lines.
+    assert '"limit": 4' in conflict.rendered and '"limit": 2' in conflict.rendered
+    assert conflict.labels[0].span.line > 1
     assert by_code["concurrency-type"].path == ["conversation", "tools", "c", "concurrency"]
     assert "plugin:" in str(e.value)
 
 
-@pytest.mark.parametrize("value", [None, {1, 2}, b"x", object()])
-def test_values_toml_cannot_hold_name_their_key_path(value) -> None:
-    with pytest.raises(TypeError, match=r"layers\[0\]\.source: conversation\.tools\.t\.concurrency"):
+@pytest.mark.parametrize("value", [None, {1, 2}, b"x", object(), float("nan"), float("inf"), "\ud800"])
+def test_values_json_cannot_hold_name_their_key_path(value) -> None:
+    with pytest.raises((TypeError, ValueError), match=r"layers\[0\]\.source: conversation\.tools\.t\.concurrency"):
         Policy.resolve([("u", {"conversation": {"tools": {"t": {"concurrency": value}}}})])
+
+
+def test_a_dict_that_contains_itself_is_refused_with_its_path() -> None:
+    tools: dict = {"t": {"concurrency": 1}}
+    tools["t"]["again"] = tools
+    with pytest.raises(ValueError, match=r"conversation\.tools\.t\.again: the value contains itself"):
+        Policy.resolve([("u", {"conversation": {"tools": tools}})])
+
+
+def test_a_json_text_layer_cites_its_own_lines() -> None:
+    text = '{\n  "conversation": {\n    "tools": {\n      "a": { "concurrency": { "key": "k", "limit": "two" } }\n    }\n  }\n}\n'
+    with pytest.raises(ConfigError) as e:
+        Policy.resolve([("tools.json", text)])
+    [d] = e.value.diagnostics
+    assert d.code == DiagnosticCode.CONCURRENCY_TYPE and d.path == ["conversation", "tools", "a", "concurrency", "limit"]
+    assert (d.labels[0].span.line, d.labels[0].span.column) == (4, 52)
+    assert "tools.json:4:52" in d.rendered
+    with pytest.raises(ConfigError) as e:
+        Policy.resolve([("nulls.json", '{"conversation": null}')])
+    [d] = e.value.diagnostics
+    assert d.code == DiagnosticCode.JSON_SYNTAX and "null" in d.message
 
 
 def run_check(*args: str) -> subprocess.CompletedProcess:
@@ -98,6 +120,14 @@ def test_check_renders_diagnostics_and_exits_1(tmp_path) -> None:
     assert r.returncode == 1, r
     assert "error[concurrency-limit-conflict]" in r.stderr and f"{plugin}:2:15" in r.stderr
     assert "1 error in 2 layers" in r.stderr
+
+
+def test_check_reads_a_json_file_and_cites_its_own_lines(tmp_path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text('{\n  "conversation": {\n    "tools": {\n      "a": { "concurrency": { "key": "k", "limit": "two" } }\n    }\n  }\n}\n')
+    r = run_check("check", str(tools))
+    assert r.returncode == 1, r
+    assert "error[concurrency-type]" in r.stderr and f"{tools}:4:52" in r.stderr
 
 
 def test_check_lists_the_tools_and_exits_0(tmp_path) -> None:

@@ -1,8 +1,9 @@
 """Config layers and the validated `Policy`.
 
-A layer is TOML text or plain data of the same shape (`{"conversation": {"tools": {...}}}`);
-plain data is written as TOML first (see `_toml`), so both resolve alike and diagnostics name
-the same key paths and tools. Layers are a list, lowest precedence first; each is a `Layer`, a
+A layer is TOML text, JSON text (a text that starts with `{`), or plain data of the same shape
+(`{"conversation": {"tools": {...}}}`), which crosses as JSON text (see `_json_layer`), so all
+resolve alike and diagnostics name the same key paths and tools, and point at the layer's own
+lines. Layers are a list, lowest precedence first; each is a `Layer`, a
 `(name, source)` pair, or an object with `.name` and `.text`.
 """
 
@@ -12,7 +13,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from . import _check, _toml
+from . import _check, _json_layer
 from ._component import Instance, shared_instance
 from .errors import ConfigError, DisposedError
 from .types import (
@@ -44,7 +45,7 @@ class Layer:
 
 
 def layer_texts(layers: Any) -> list[tuple[str, str]]:
-    """`(name, TOML text)` for each layer; TypeError or ValueError for a wrong shape."""
+    """`(name, text)` for each layer (TOML, or JSON); TypeError or ValueError for a wrong shape."""
     if isinstance(layers, (str, bytes)) or isinstance(layers, Mapping) or isinstance(layers, Layer):
         raise TypeError(
             f"layers must be a list of layers (Layer, (name, source) pairs), not a single {type(layers).__name__}; "
@@ -68,9 +69,9 @@ def layer_texts(layers: Any) -> list[tuple[str, str]]:
         if isinstance(source, str):
             text = _check.string(source, f"{what}.source")
         elif isinstance(source, Mapping):
-            text = _toml.dumps(source, f"{what}.source")
+            text = _json_layer.dumps(source, f"{what}.source")
         else:
-            raise TypeError(f"{what}.source must be TOML text (str) or a dict, not {type(source).__name__}")
+            raise TypeError(f"{what}.source must be TOML or JSON text (str) or a dict, not {type(source).__name__}")
         out.append((name, text))
     return out
 
@@ -83,7 +84,7 @@ class Policy:
         self.instance = instance
         self._resource = resource
         self.layers: tuple[tuple[str, str], ...] = tuple(layers)
-        """The layers as resolved: `(name, TOML text)`, plain data already written as TOML."""
+        """The layers as resolved: `(name, text)`, plain data already written as JSON."""
         self._templates: Optional[dict[str, tuple[str, ...]]] = None
         self._shared: Optional[dict[str, ToolPolicy]] = None
         # A policy nobody closes is freed in the component when it is collected (each

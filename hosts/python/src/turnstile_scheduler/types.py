@@ -121,6 +121,7 @@ class DiagnosticCode(str, Enum):
     a newer component, stays a plain `str`)."""
 
     TOML_SYNTAX = "toml-syntax"
+    JSON_SYNTAX = "json-syntax"
     TOO_MANY_LAYERS = "too-many-layers"
     TOO_LARGE = "too-large"
     TOO_MANY_TOOLS = "too-many-tools"
