@@ -10,12 +10,12 @@ import asyncio
 import pytest
 
 import vloop
+from _adapters import policy
 from turnstile_scheduler import (
     CallSettledError,
     DisposedError,
     Driver,
     Gate,
-    Policy,
     Reason,
     ReasonKind,
     Scheduler,
@@ -23,20 +23,6 @@ from turnstile_scheduler import (
     TurnstileError,
     explain,
 )
-
-CONFIG = """
-[conversation.tools.rfd_draft]
-concurrency = { key = "rfd" }
-[conversation.tools.rfd_renumber]
-concurrency = { key = "rfd" }
-[conversation.tools.github_issues]
-concurrency = { key = "github", limit = 2 }
-"""
-
-
-def policy() -> Policy:
-    return Policy.resolve([("test", CONFIG)])
-
 
 class Log:
     """Records start and end of every run, and the peak in flight per tool key."""

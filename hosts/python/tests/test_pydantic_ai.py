@@ -16,51 +16,23 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset, WrapperToolset
 
+import _adapters as adapters
 import vloop
+from _adapters import CONFIG, LIMITS
 from turnstile_scheduler import Gate, Policy
 from turnstile_scheduler.pydantic_ai import LimitedToolset, limited
 
-CONFIG = """
-[conversation.tools.rfd_draft]
-concurrency = { key = "rfd" }
-[conversation.tools.rfd_renumber]
-concurrency = { key = "rfd" }
-[conversation.tools.github_issues]
-concurrency = { key = "github", limit = 2 }
-"""
-LIMITS = {"rfd": 1, "github": 2}
-KEY = {"rfd_draft": "rfd", "rfd_renumber": "rfd", "github_issues": "github", "read": "read"}
-
-
-class World:
-    """The tools' shared state, and a record of every start and end."""
-
-    def __init__(self) -> None:
-        self.rfds: dict[int, str] = {1: "existing"}
-        self.events: list[tuple[str, str, str]] = []  # (start|end, tool, call label)
-        self.running: dict[str, int] = {}
-        self.peak: dict[str, int] = {}
+class World(adapters.World):
+    """The shared world, with its tools as a pydantic-ai toolset."""
 
     def toolset(self) -> FunctionToolset[Any]:
         tools: FunctionToolset[Any] = FunctionToolset()
         world = self
 
-        async def recorded(tool: str, label: str, seconds: float) -> None:
-            key = KEY[tool]
-            world.events.append(("start", tool, label))
-            world.running[key] = world.running.get(key, 0) + 1
-            world.peak[key] = max(world.peak.get(key, 0), world.running[key])
-            await asyncio.sleep(seconds)
-            world.running[key] -= 1
-
         @tools.tool_plain
         async def rfd_draft(title: str) -> int:
             """Allocates the next RFD number (read, think, write: racy by nature)."""
-            number = max(world.rfds) + 1
-            await recorded("rfd_draft", title, 0.02)
-            world.rfds[number] = title
-            world.events.append(("end", "rfd_draft", title))
-            return number
+            return await world.draft(title)
 
         @tools.tool_plain
         async def rfd_renumber(old: int, new: int) -> str:
@@ -70,7 +42,7 @@ class World:
                     raise ModelRetry(f"no RFD {old}")
                 if new in world.rfds:
                     raise ModelRetry(f"RFD {new} exists")
-                await recorded("rfd_renumber", f"{old}->{new}", 0.01)
+                await world.recorded("rfd_renumber", f"{old}->{new}", 0.01)
                 world.rfds[new] = world.rfds.pop(old)
                 return f"{old} is now {new}"
             finally:
@@ -78,34 +50,25 @@ class World:
 
         @tools.tool_plain
         async def github_issues(n: int) -> str:
-            await recorded("github_issues", str(n), 0.01)
+            await world.recorded("github_issues", str(n), 0.01)
             world.events.append(("end", "github_issues", str(n)))
             return f"issue {n}"
 
         @tools.tool_plain
         async def read(path: str) -> str:
-            await recorded("read", path, 0.005)
+            await world.recorded("read", path, 0.005)
             world.events.append(("end", "read", path))
             return f"contents of {path}"
 
         return tools
-
-    def starts(self, tool_key: str) -> list[str]:
-        return [label for kind, tool, label in self.events if kind == "start" and KEY[tool] == tool_key]
 
 
 def call(tool: str, args: dict[str, Any], call_id: str) -> ToolCallPart:
     return ToolCallPart(tool, args, tool_call_id=call_id)
 
 
-# Three model turns, each one response with several tool calls, then the answer. Each turn
-# asserts what the model received for the previous one.
-TURNS = [
-    [call("rfd_draft", {"title": "A"}, "d1"), call("read", {"path": "x"}, "x1"), call("rfd_draft", {"title": "B"}, "d2")],
-    [call("rfd_renumber", {"old": 2, "new": 5}, "r1"), call("rfd_renumber", {"old": 5, "new": 6}, "r2"),
-     call("rfd_renumber", {"old": 6, "new": 7}, "r3")],
-    [call("github_issues", {"n": i}, f"g{i}") for i in range(5)],
-]
+# Each turn asserts what the model received for the previous one.
+TURNS = [[call(*c) for c in turn] for turn in adapters.TURNS]
 
 
 class Script:

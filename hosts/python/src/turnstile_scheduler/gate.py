@@ -54,7 +54,7 @@ operations uses `Driver.run` with `Call(id, tool, operations=n)`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
+from typing import Any, Awaitable, Callable, Optional, Sequence, TypeVar, Union
 
 from . import _arguments, _check
 from .config import Policy
@@ -146,6 +146,7 @@ class Gate:
         self._abort_grace = _check.number(abort_grace, "abort_grace")
         self._decide = decide
         self._arriving: list[_Pending] = []
+        self._expected: dict[str, _Pending] = {}  # call id -> a call of an `expect`ed batch, until claimed
         self._batches: set[_GateBatch] = set()
         self._closed = False
 
@@ -170,10 +171,16 @@ class Gate:
         if self._closed:
             raise DisposedError("the gate")
         loop = asyncio.get_running_loop()
-        p = _Pending(tool, call_id, arguments, loop.create_future(), asyncio.current_task())
-        if not self._arriving:
-            loop.call_soon(self._flush)
-        self._arriving.append(p)
+        p = self._expected.pop(call_id, None)  # its place in a batch `expect` submitted
+        if p is not None and p.tool == tool and not p.withdrawn and p.go.get_loop() is loop:
+            p.task = asyncio.current_task()
+        else:
+            if p is not None:
+                self._withdraw(p)
+            p = _Pending(tool, call_id, arguments, loop.create_future(), asyncio.current_task())
+            if not self._arriving:
+                loop.call_soon(self._flush)
+            self._arriving.append(p)
         try:
             await p.go
         except asyncio.CancelledError:
@@ -183,6 +190,14 @@ class Gate:
             # Released: run it here, in the caller's task.
             done = p.done
             assert done is not None
+            if done.done():
+                # An expected call the driver stopped (timeout, cancelled batch) before it was
+                # claimed: it ended without running.
+                await p.reported
+                if p.why == "timeout":
+                    raise TimeoutError(f"{call_id} ({tool}) ran past execution_timeout")
+                reason = Reason(ReasonKind.CANCELLED)
+                raise CallSettledError(call_id, tool, reason, explain_in(self.driver.scheduler.instance, call_id, lower_reason(reason)))
             try:
                 value = await run(arguments)
             except asyncio.CancelledError as e:
@@ -219,6 +234,47 @@ class Gate:
             await p.reported
             return value
 
+    def expect(self, calls: Sequence[tuple[str, str, Any]]) -> None:
+        """Submits `calls` (`(tool, call_id, arguments)`, in written order) as ONE batch now,
+        for a framework that sees a model response before it starts its calls: each call then
+        runs through `gate.call(tool, call_id, arguments, run)`, which takes its place in that
+        batch (in any turn, in any order) instead of arriving. `decide` is asked about every
+        call of the batch, and none of it starts before every one is decided (the component's
+        rule for a batch). A released call keeps its slot until it is claimed, so a call the
+        framework will not run must be given up with `withdraw(call_id)`. Call from the loop
+        the calls will run on. Raises `SubmitError` when the batch is refused (a call id
+        already live), `DisposedError` after `close()`."""
+        if self._closed:
+            raise DisposedError("the gate")
+        loop = asyncio.get_running_loop()
+        pending = []
+        for tool, call_id, arguments in calls:
+            tool = _check.string(tool, "tool")
+            call_id = _check.string(call_id, "call_id")
+            _arguments.check(arguments, "arguments")
+            pending.append(_Pending(tool, call_id, arguments, loop.create_future(), None))
+        if not pending:
+            return
+        self._begin(pending)
+        for p in pending:
+            old = self._expected.pop(p.call_id, None)
+            if old is not None:
+                self._withdraw(old)
+            self._expected[p.call_id] = p
+
+    def withdraw(self, call_id: str) -> bool:
+        """Gives up an `expect`ed call nobody claimed: queued, it ends without running when
+        released (its key moves on); released, it ends now. False when no such call waits."""
+        p = self._expected.pop(call_id, None)
+        if p is None:
+            return False
+        self._withdraw(p)
+        return True
+
+    def expected(self) -> list[str]:
+        """The call ids of `expect`ed calls not claimed or withdrawn yet."""
+        return list(self._expected)
+
     # -- lifetime ---------------------------------------------------------------------------
 
     @property
@@ -236,6 +292,7 @@ class Gate:
             if not p.go.done():
                 p.go.set_exception(DisposedError("the gate"))
         self._arriving = []
+        self._expected = {}
         for gb in list(self._batches):
             if gb.task is not None:
                 gb.task.cancel()
@@ -262,6 +319,15 @@ class Gate:
         pending = [p for p in arriving if not p.go.done()]
         if not pending or self._closed:
             return
+        try:
+            self._begin(pending)
+        except Exception as e:  # SubmitError, DisposedError: the whole batch is refused
+            for p in pending:
+                if not p.go.done():
+                    p.go.set_exception(e)
+
+    def _begin(self, pending: list[_Pending]) -> None:
+        """Submits `pending` as one batch and starts driving it (raises when it is refused)."""
         gb = _GateBatch(pending)
         calls = [Call(p.call_id, p.tool, arguments=p.arguments) for p in pending]
         by_id = {p.call_id: p for p in pending}
@@ -276,13 +342,7 @@ class Gate:
             if not p.reported.done():
                 p.reported.set_result(None)
 
-        try:
-            gb.batch = self.driver._submit(calls, execute, on_outcome, self._execution_timeout, self._abort_grace)
-        except Exception as e:  # SubmitError, DisposedError: the whole batch is refused
-            for p in pending:
-                if not p.go.done():
-                    p.go.set_exception(e)
-            return
+        gb.batch = self.driver._submit(calls, execute, on_outcome, self._execution_timeout, self._abort_grace)
         self._batches.add(gb)
         gb.task = asyncio.get_running_loop().create_task(self._drive(gb))
 
@@ -312,6 +372,8 @@ class Gate:
                         p.go.set_exception(CallSettledError(p.call_id, p.tool, reason, message))
                     else:
                         p.go.set_exception(error)
+                if p.task is None and p.go.done() and not p.go.cancelled():
+                    p.go.exception()  # an expected call nobody claimed: not an unretrieved error
 
     async def _execute(self, p: _Pending, x: Execution) -> Any:
         """The driver's execution of one call: lets its waiter go and waits for its run's end."""
@@ -330,6 +392,8 @@ class Gate:
             p.why = "timeout" if x._index in b.expired and not b.cancelled else "closed"
             if p.task is not None:
                 p.task.cancel()
+            else:  # expected, not claimed: it ends without running
+                done.cancel()
             try:
                 await asyncio.shield(done)
             except BaseException:

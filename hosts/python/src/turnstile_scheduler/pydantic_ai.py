@@ -1,5 +1,8 @@
 """pydantic-ai: a toolset wrapper that runs every tool call through a `Gate`
-(`pip install "turnstile-scheduler[pydantic-ai]"`).
+(`pip install "turnstile-scheduler[pydantic-ai]"`). Scope: one gate, so one scheduler, per
+limited toolset, shared by every run of every agent that uses it, so a key's limit holds across
+conversations; for a scheduler per conversation, give each conversation's runs a toolset of its
+own (`agent.run(..., toolsets=[limited(my_toolset, policy)])`, or one `Gate` per conversation).
 
 ```python
 from turnstile_scheduler.pydantic_ai import limited
