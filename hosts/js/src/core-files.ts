@@ -13,7 +13,7 @@ export function coreUrl(name: string): URL {
   return url;
 }
 
-/** Fetches and compiles a core module (browsers, workers, Deno). */
+/** Fetches and compiles a core module (browsers, workers). */
 export async function fetchCore(name: string): Promise<WebAssembly.Module> {
   const url = coreUrl(name);
   const response = await fetch(url);

@@ -1,7 +1,8 @@
 // Turnstile for TypeScript and JavaScript: the component (transpiled by jco) behind a typed API.
 // This universal entry point reads the core modules from disk under Node and fetches them
 // elsewhere; the `node` and `browser` export conditions pick `node.js` / `browser.js`, which do
-// only one (so a browser bundle has no `node:` import).
+// only one (so a browser bundle has no `node:` import), and `deno` picks `deno.js`, which reads
+// and fetches nothing (source-phase imports of the core modules).
 import { fetchCore, coreUrl } from './core-files.js';
 import { setDefaultLoader } from './turnstile.js';
 
