@@ -8,8 +8,9 @@
 //                           the shared entry reads them (src/shared/texts.ts); fails without them.
 // `node build.mjs --pack`   (npm's prepack) also builds the component with `cargo xtask build-guest`
 //                           when it is missing, failing loudly if that fails, and copies the
-//                           licenses from the repository root into the package.
-// `node build.mjs --unpack` (npm's postpack) removes the copied licenses.
+//                           licenses and SHARED.md (the shared-key guide, one source for both
+//                           packages) from the repository root into the package.
+// `node build.mjs --unpack` (npm's postpack) removes the copied licenses and SHARED.md.
 //
 // jco is pinned to 1.12.0: its glue costs about 25 ns per scalar call where 1.35's costs 2.6 us
 // (1.35 reads `process.env.JCO_DEBUG` several times per call and keeps async-task bookkeeping
@@ -42,13 +43,14 @@ import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '../..');
-const licenses = ['LICENSE-MIT', 'LICENSE-APACHE'];
+// Copied from the repository root into the package by --pack, removed by --unpack.
+const rootFiles = ['LICENSE-MIT', 'LICENSE-APACHE', 'SHARED.md'];
 // The store texts: one source in the repository, shipped by this package and the Python one.
 const storeTexts = join(root, 'shared', 'store');
 const storeFiles = ['sqlite.sql', 'sqlite-statements.json', 'redis.lua', 'postgres.sql'];
 
 if (process.argv.includes('--unpack')) {
-  for (const name of licenses) rmSync(join(here, name), { force: true });
+  for (const name of rootFiles) rmSync(join(here, name), { force: true });
   process.exit(0);
 }
 const pack = process.argv.includes('--pack');
@@ -261,6 +263,12 @@ writeFileSync(gluePath, glue);
 const named = [...glue.matchAll(/getCoreModule\('([^']+)'\)/g)].map((m) => m[1]).sort();
 const literal = [...readFileSync(join(here, 'src', 'core-files.ts'), 'utf8').matchAll(/new URL\('\.\/component\/([^']+)', import\.meta\.url\)/g)].map((m) => m[1]).sort();
 if (named.join() !== literal.join()) fail(`jco's glue loads ${named.join(', ')} but src/core-files.ts has literal URLs for ${literal.join(', ')}: update src/core-files.ts`);
+// ... and the ones src/deno-core.js imports (source phase) for the `deno` entry, which is plain
+// JavaScript (TypeScript cannot parse `import source`) copied as it is.
+const denoCore = readFileSync(join(here, 'src', 'deno-core.js'), 'utf8');
+const sourced = [...denoCore.matchAll(/^import source \w+ from '\.\/component\/([^']+)';$/gm)].map((m) => m[1]).sort();
+if (named.join() !== sourced.join()) fail(`jco's glue loads ${named.join(', ')} but src/deno-core.js imports ${sourced.join(', ')}: update src/deno-core.js`);
+writeFileSync(join(dist, 'deno-core.js'), denoCore);
 
 execFileSync(bin('tsc'), ['-p', join(here, 'tsconfig.json')], { stdio: 'inherit' });
 
@@ -271,7 +279,7 @@ for (const name of storeFiles) {
 }
 
 if (pack) {
-  for (const name of licenses) {
+  for (const name of rootFiles) {
     if (!existsSync(join(root, name))) fail(`${join(root, name)} is missing`);
     copyFileSync(join(root, name), join(here, name));
   }

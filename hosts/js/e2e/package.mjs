@@ -34,10 +34,21 @@ try {
   const packed = JSON.parse(packOut.slice(packOut.search(/^\[/m)));
   const tarball = join(work, packed[0].filename);
   const files = packed[0].files.map((f) => f.path);
-  for (const need of ['package.json', 'README.md', 'LICENSE-MIT', 'LICENSE-APACHE', 'dist/index.js', 'dist/node.js', 'dist/browser.js', 'dist/index.d.ts', 'dist/cli.js', 'dist/component/turnstile.js', 'dist/component/turnstile.core.wasm', 'dist/component/turnstile.core2.wasm', 'dist/component/turnstile.core3.wasm', 'dist/gate.js', 'dist/ai.js', 'dist/ai.d.ts', 'dist/mcp.js', 'dist/mcp.d.ts', 'dist/shared/store/sqlite.sql', 'dist/shared/store/sqlite-statements.json', 'dist/shared/store/redis.lua', 'dist/shared/store/postgres.sql']) {
+  for (const need of ['package.json', 'README.md', 'SHARED.md', 'examples/agent-host.mjs', 'LICENSE-MIT', 'LICENSE-APACHE', 'dist/index.js', 'dist/node.js', 'dist/browser.js', 'dist/index.d.ts', 'dist/cli.js', 'dist/component/turnstile.js', 'dist/component/turnstile.core.wasm', 'dist/component/turnstile.core2.wasm', 'dist/component/turnstile.core3.wasm', 'dist/gate.js', 'dist/ai.js', 'dist/ai.d.ts', 'dist/mcp.js', 'dist/mcp.d.ts', 'dist/shared/store/sqlite.sql', 'dist/shared/store/sqlite-statements.json', 'dist/shared/store/redis.lua', 'dist/shared/store/postgres.sql']) {
     assert.ok(files.includes(need), `the tarball lacks ${need}`);
   }
   assert.ok(!files.some((f) => f.startsWith('src/') || f.startsWith('test/')), 'the tarball ships sources or tests');
+  // The README stands alone: every path it names for a user (outside its last section,
+  // "Developing Turnstile", which names repository files) is in the tarball.
+  const readme = readFileSync(join(here, 'README.md'), 'utf8');
+  const userPart = readme.slice(0, readme.indexOf('\n## Developing Turnstile\n'));
+  assert.ok(userPart.length > 0 && userPart.length < readme.length, 'the README has a final "Developing Turnstile" section');
+  for (const [, path] of userPart.matchAll(/`(?:node )?([\w@./-]+\.(?:mjs|js|ts|md|json))`/g)) {
+    const shipped = path.replace(/^node_modules\/@turnstile\/scheduler\//, '');
+    if (!shipped.includes('/') && !/^[A-Z]+\.md$/.test(shipped)) continue; // a module name (`a.js`, `index.js`), not a path
+    assert.ok(files.includes(shipped), `the README names ${path}, which the tarball lacks`);
+  }
+  assert.doesNotMatch(userPart, /in the repository|hosts\/|\.jp\//, 'the README sends users to the repository');
   // postpack removed the copied licenses from the working tree again.
   assert.ok(!readdirSync(here).includes('LICENSE-MIT'), 'postpack left LICENSE-MIT behind');
   const manifest = JSON.parse(readFileSync(join(here, 'package.json'), 'utf8'));
@@ -77,8 +88,13 @@ try {
   const texts = run('node', ['texts.mjs'], { cwd: app });
   assert.equal(texts.status, 0, texts.stderr);
 
-  // 3. The example, unchanged.
+  // 3. The example, as installed (it imports the package by name) and copied, unchanged; the
+  // installed SHARED.md is the repository's.
   step('example');
+  assert.ok(readFileSync(join(app, 'node_modules', '@turnstile', 'scheduler', 'SHARED.md')).equals(readFileSync(join(here, '..', '..', 'SHARED.md'))), 'the installed SHARED.md differs from the repository\'s');
+  const installed = run('node', [join('node_modules', '@turnstile', 'scheduler', 'examples', 'agent-host.mjs')], { cwd: app });
+  assert.equal(installed.status, 0, installed.stderr);
+  assert.match(installed.stdout, /toolu_03 fs_read_file ok,ok/);
   copyFileSync(join(here, 'examples', 'agent-host.mjs'), join(app, 'agent-host.mjs'));
   const example = run('node', ['agent-host.mjs'], { cwd: app });
   assert.equal(example.status, 0, example.stderr);
@@ -96,6 +112,13 @@ try {
   assert.equal(bad.status, 1, bad.stderr);
   assert.match(bad.stdout, /error\[concurrency-limit-conflict\]/);
   assert.match(bad.stdout, /--> bad\.toml:2:15/);
+  // A JSON file is cited by its own lines, as the component read it.
+  writeFileSync(join(app, 'bad.json'), '{\n  "conversation": {\n    "tools": {\n      "a": { "concurrency": { "key": "k", "limit": "two" } }\n    }\n  }\n}\n');
+  const badJson = run(cli, ['check', 'bad.json'], { cwd: app });
+  assert.equal(badJson.status, 1, badJson.stderr);
+  assert.match(badJson.stdout, /error\[concurrency-type\][^\n]*\n\s*--> bad\.json:4:52/);
+  writeFileSync(join(app, 'list.json'), '[1]\n');
+  assert.equal(run(cli, ['check', 'list.json'], { cwd: app }).status, 2);
   const good = run(cli, ['check', 'good.toml'], { cwd: app });
   assert.equal(good.status, 0, good.stderr);
   assert.equal(run(cli, ['check', 'missing.toml'], { cwd: app }).status, 2);

@@ -1,14 +1,15 @@
 // What a TypeScript/JavaScript agent host copies: resolve the user's config layers once, make one
 // scheduler and driver for the conversation, and run each model response's tool calls through
-// `driver.run` (call ids may repeat once an earlier response's batch has finished). Run it with
-// `npm run example` after `npm run build`; it imports the package by name, so it runs unchanged
-// in a project that installed it.
+// `driver.run` (call ids may repeat once an earlier response's batch has finished). It ships with
+// the package: in a project that installed it, `node node_modules/@turnstile/scheduler/examples/agent-host.mjs`
+// runs it (it imports the package by name, so a copy runs unchanged too); in the repository,
+// `npm run example` after `npm run build`.
 import { ConfigError, Driver, RefusedInputError, Scheduler, Turnstile } from '@turnstile/scheduler';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 const layers = [
   {
-    name: 'plugin: jp-rfd',
+    name: 'plugin: rfd-tools',
     text: `
 [conversation.tools.rfd_draft]
 concurrency = { key = "rfd" }

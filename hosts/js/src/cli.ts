@@ -12,7 +12,7 @@ user), and renders every problem with its key path, tools and source lines.
 FILE is TOML, or JSON (.json) holding the same shape as an object.
 
   turnstile check plugin.toml user.toml
-  npx @turnstile/scheduler check .jp/config.toml
+  npx @turnstile/scheduler check defaults.toml workspace.toml tools.json
 
 A name a small edit away from one Turnstile reads (concurency, fanout) is a warning: it is
 printed and the check still passes, unless --deny-warnings is given.
@@ -65,14 +65,12 @@ async function main(args: string[]): Promise<number> {
       process.stderr.write(`turnstile check: cannot read ${file}: ${(e as Error).message}\n`);
       return 2;
     }
-    if (file.endsWith('.json')) {
-      try {
-        layers.push({ name: file, value: JSON.parse(text) });
-      } catch (e) {
-        process.stderr.write(`turnstile check: ${file} is not JSON: ${(e as Error).message}\n`);
-        return 2;
-      }
-    } else layers.push({ name: file, text });
+    // The component reads a layer that starts with `{` as JSON, and cites its own lines.
+    if (file.endsWith('.json') && !text.trimStart().startsWith('{')) {
+      process.stderr.write(`turnstile check: ${file}: a JSON layer is an object (its text starts with \`{\`)\n`);
+      return 2;
+    }
+    layers.push({ name: file, text });
   }
   const turnstile = await Turnstile.load();
   try {

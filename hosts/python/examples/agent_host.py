@@ -3,6 +3,8 @@ driver over its own scheduler, run each model response's tool calls through `dri
 requests on a shared MCP connection with `admission.slot`, and persist `unfinished()` to survive
 a crash (`persist` saves the driver's snapshot; `Driver.resume` runs the restored calls next to
 new ones).
+It ships inside the package: `python -m turnstile_scheduler.examples.agent_host` runs the installed
+copy (`turnstile_scheduler/examples/agent_host.py` in site-packages); in the repository,
 `python examples/agent_host.py`."""
 
 import asyncio
@@ -20,7 +22,7 @@ from turnstile_scheduler import (
 )
 
 LAYERS = [
-    Layer("plugin: jp-rfd", """
+    Layer("plugin: rfd-tools", """
 [conversation.tools.rfd_draft]
 concurrency = { key = "rfd" }
 [conversation.tools.rfd_renumber]

@@ -1,10 +1,12 @@
 """The distribution: a wheel and an sdist built from the repository carry the component, the
-licenses and the project URLs; the wheel installs into a fresh venv outside the repository and
-the example runs there; a build without the component fails loudly."""
+licenses, the project URLs, the example and the shared-key guide (SHARED.md); the README names
+no file the wheel lacks; the wheel installs into a fresh venv outside the repository and the
+installed example runs there; a build without the component fails loudly."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,6 +48,10 @@ def test_the_wheel_carries_the_component_store_texts_licenses_and_urls(wheel: Pa
         for text in ("sqlite.sql", "sqlite-statements.json", "redis.lua", "postgres.sql"):
             assert z.read(f"turnstile_scheduler/shared/store/{text}") == (ROOT / "shared" / "store" / text).read_bytes()
         assert not any(n.startswith("turnstile/") for n in names), "the import name must not clash with PyPI's turnstile"
+        # What the README sends a wheel user to: the example and the shared-key guide, inside the
+        # package, byte for byte the repository's.
+        assert z.read("turnstile_scheduler/examples/agent_host.py") == (PACKAGE / "examples" / "agent_host.py").read_bytes()
+        assert z.read("turnstile_scheduler/SHARED.md") == (ROOT / "SHARED.md").read_bytes()
         licenses = [n for n in names if n.endswith(("LICENSE-MIT", "LICENSE-APACHE"))]
         assert len(licenses) == 2, names
         [meta] = [n for n in names if n.endswith("METADATA")]
@@ -69,10 +75,29 @@ def test_the_wheel_installs_and_runs_outside_the_repository(wheel: Path, tmp_pat
     r = run(python, "agent_host.py", cwd=app, env=clean)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "toolu_03 fs_read_file ok,ok" in r.stdout
+    r = run(python, "-m", "turnstile_scheduler.examples.agent_host", cwd=app, env=clean)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "toolu_03 fs_read_file ok,ok" in r.stdout
     r = run(python, "-m", "turnstile_scheduler", "--help", cwd=app, env=clean)
     assert r.returncode == 0 and "check" in r.stdout
     r = run(python, "-c", "import turnstile_scheduler, sys; print(turnstile_scheduler.__file__)", cwd=app, env=clean)
     assert str(env_dir) in r.stdout
+
+
+def test_the_readme_names_only_what_the_wheel_ships(wheel: Path) -> None:
+    """Every path the README gives a user (above its last section, "Developing Turnstile", which
+    names repository files) is in the wheel, and it sends the user nowhere in the repository."""
+    readme = (PACKAGE / "README.md").read_text(encoding="utf-8")
+    user, sep, _ = readme.partition("\n## Developing Turnstile\n")
+    assert sep, 'the README ends with a "Developing Turnstile" section'
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    paths = re.findall(r"`([\w./-]+/[\w.-]+\.(?:py|md|toml|json|sql|lua))`", user)
+    assert paths, "the README names the shipped example and guide"
+    for path in paths:
+        assert path in names, f"the README names {path}, which the wheel lacks"
+    for hint in ("in the repository", "repository root", "hosts/", "tests/", "bench/", ".jp/"):
+        assert hint not in user, f"the README sends users to {hint!r}"
 
 
 def test_a_build_without_the_component_or_the_store_texts_fails_loudly(tmp_path: Path) -> None:
