@@ -44,7 +44,7 @@ import type * as ws from './component/interfaces/turnstile-scheduler-scheduler.j
 import * as convert from './convert.js';
 import { Scheduler, Submitted, type CallInput, type RawNotRun, type RawOutputs, type RawRetry, type ResumeOptions } from './scheduler.js';
 import type { Policy } from './turnstile.js';
-import type { EntryStatus, InputKind, Reason, SavedCall, SavedState, Unrestored } from './types.js';
+import type { EntryStatus, InputKind, Reason, SavedCall, SavedState, Unrestored, Wait } from './types.js';
 import { DELAY_MS_MAX, LIMIT_MAX } from './shared/contract.js';
 import type { SharedKeys, SharedPermit } from './shared/keys.js';
 import { array, clockOption, fail, func, millis, oneOf, record, signal as checkSignal, string as checkString, type Clock } from './validate.js';
@@ -118,6 +118,46 @@ export interface RunOptions<C extends CallInput = CallInput> {
    * call when it ends rather than when its batch ends (the `Gate` is built on it). Called
    * synchronously from the driver's round: it must not block; what it throws is ignored. */
   onOutcome?: (outcome: EntryOutcome, call: C) => void;
+}
+
+/** What the driver tells `DriverOptions.onEvent`, about one entry: `entry`, its `label` (`id`
+ * or `id#i`), its call's `tool`, its `batch`, its `keys` (the component's, as `inspect` lists
+ * them: empty when unbounded) and `atMs`, when it happened by the driver's clock. Facts only: the
+ * wait, its key and its `why` sentence are the component's (`Scheduler.inspect`).
+ * - `wait`: an approved entry that did not start in the step that approved it, or whose wait
+ *   changed kind or key since its last `wait` event (at most one per entry per step).
+ * - `start`: an execution starts (also a run again after a rate limit), just before `execute` is
+ *   called; `waitedMs` since the entry was approved (a run again: since its rate-limited end),
+ *   `wait` the last wait it had (absent when it never waited).
+ * - `end`: an execution ended, `durationMs` after its start: `ok`, `failed`, `cancelled` (its
+ *   batch was cancelled while it ran), or `rate-limited` (a `RateLimitedError`: it runs again or
+ *   is settled, as the component decides; `retryAfterMs` is the error's).
+ * - `settled`: an entry settled without running (a decision, the component, a cancellation), or
+ *   given up after its abort grace (`timed-out`); `message` is the component's sentence. */
+export type DriverEvent =
+  | { type: 'wait'; entry: bigint; label: string; tool: string; batch: bigint; atMs: number; keys: string[]; wait: Wait; why: string }
+  | { type: 'start'; entry: bigint; label: string; tool: string; batch: bigint; atMs: number; keys: string[]; waitedMs: number; wait?: Wait }
+  | {
+      type: 'end';
+      entry: bigint;
+      label: string;
+      tool: string;
+      batch: bigint;
+      atMs: number;
+      keys: string[];
+      status: 'ok' | 'failed' | 'rate-limited' | 'cancelled';
+      durationMs: number;
+      retryAfterMs?: number;
+    }
+  | { type: 'settled'; entry: bigint; label: string; tool: string; batch: bigint; atMs: number; keys: string[]; reason: Reason; message: string };
+
+/** What the driver keeps per entry for its events (only with `onEvent`): since when it waits
+ * (its approval, or its rate-limited end), and its last reported wait. */
+interface Track {
+  since: number;
+  wait: Wait | undefined;
+  /** The last wait's kind and key, compared to tell a change. */
+  sig: string | undefined;
 }
 
 /** A live batch as `Driver.inspect` shows it. */
@@ -240,6 +280,8 @@ class Batch {
   readonly outcomes: (EntryOutcome | undefined)[];
   /** Started executions by offset. */
   readonly running: (Run | undefined)[];
+  /** Each entry's keys by offset, read once from `inspect` (only with `onEvent`). */
+  keys: string[][] | undefined;
   cancelled = false;
   /** Its execution limit (`executionTimeoutMs`, or the saved batch's `execution-ms`), for the
    * message of a deadline's abort. */
@@ -277,6 +319,10 @@ class Batch {
     const id = this.submitted.calls[index].id;
     return operation === undefined ? id : `${id}#${operation}`;
   }
+
+  tool(offset: number): string {
+    return this.submitted.calls[this.plain ? offset : this.submitted.at(offset).index].tool;
+  }
 }
 
 /** One started execution; it is the `Execution` handed to `execute`. */
@@ -286,6 +332,8 @@ class Run implements Execution {
   readonly #index: number;
   readonly operation: number | undefined;
   ended = false;
+  /** When it started, by the driver's clock (set with `onEvent` only). */
+  startedAt: number | undefined;
   /** The rate limit it ended with (the component decides what becomes of the entry). */
   limited: RateLimitedError | undefined;
   /** Questions open (reported to the component as one wait while above 0). */
@@ -376,6 +424,12 @@ export interface DriverOptions {
    * with breaks the driver: every live batch rejects with `PersistError`, running executions
    * are aborted, the driver is disposed. Resume with `Driver.resume(policy, text, ...)`. */
   persist?: (snapshot: string) => unknown;
+  /** Told every wait, start, end and settlement (see `DriverEvent`), synchronously from the
+   * driver's round after the step's actions are applied (a `start` just before `execute` is
+   * called): it must not block; what it throws is ignored. Without it the driver keeps no
+   * telemetry state and makes no `inspect` call. `@turnstile/scheduler/otel` makes one that
+   * records OpenTelemetry spans and metrics. */
+  onEvent?: (event: DriverEvent) => void;
 }
 
 /** What `Driver.resume` gives back: the driver, every saved batch as a promise (retired ones
@@ -436,16 +490,24 @@ export class Driver {
   #reports: (Batch | number)[] = [];
   #starts: (Batch | number)[] = [];
   #retiring: { batch: Batch; outcomes: CallOutcome[] }[] = [];
+  /** `DriverOptions.onEvent`; with it, each entry's `Track` until its outcome, and the events the
+   * step under way hands out: ends and settlements, then (after the starts) waits. */
+  readonly #onEvent: DriverOptions['onEvent'];
+  readonly #tracks = new Map<number, Track>();
+  #events: DriverEvent[] = [];
+  #waits: DriverEvent[] = [];
   readonly #step = () => this.#flush();
 
   /** A driver for `scheduler`; a scheduler has at most one (`Driver.of` finds it). A policy that
    * declares a shared key needs `options.sharedKeys` (a `TypeError` naming the keys otherwise). */
   constructor(scheduler: Scheduler, options: DriverOptions = {}) {
     if (!(scheduler instanceof Scheduler)) fail('scheduler', 'a Scheduler', scheduler);
-    const o = record(options, 'options', ['sharedKeys', 'clock', 'persist']);
+    const o = record(options, 'options', ['sharedKeys', 'clock', 'persist', 'onEvent']);
     this.#clock = clockOption(o.clock, 'options.clock');
     if (o.persist !== undefined) func(o.persist, 'options.persist');
+    if (o.onEvent !== undefined) func(o.onEvent, 'options.onEvent');
     this.#persist = o.persist as DriverOptions['persist'];
+    this.#onEvent = o.onEvent as DriverOptions['onEvent'];
     const keys = o.sharedKeys as SharedKeys | undefined;
     if (keys !== undefined && (typeof keys !== 'object' || keys === null || typeof keys.acquire !== 'function' || typeof keys.pause !== 'function')) {
       fail('options.sharedKeys', 'a SharedKeys (from @turnstile/scheduler/shared)', keys);
@@ -486,7 +548,7 @@ export class Driver {
   ): Resumed {
     // No `executionTimeoutMs` or `abortGraceMs`: a restored batch keeps the limits it was saved
     // with (the component's), as in Python.
-    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'onOutcome', 'argsOf', 'sharedKeys', 'clock', 'persist']);
+    const o = record(options, 'options', ['started', 'execute', 'signal', 'decide', 'onOutcome', 'argsOf', 'sharedKeys', 'clock', 'persist', 'onEvent']);
     func(o.execute, 'options.execute');
     if (o.argsOf !== undefined) func(o.argsOf, 'options.argsOf');
     const runOptions = checkRunOptions({ signal: o.signal, decide: o.decide, onOutcome: o.onOutcome });
@@ -519,6 +581,7 @@ export class Driver {
       if (o.sharedKeys !== undefined) driverOptions.sharedKeys = o.sharedKeys as SharedKeys;
       if (o.clock !== undefined) driverOptions.clock = o.clock as Clock;
       if (o.persist !== undefined) driverOptions.persist = o.persist as DriverOptions['persist'];
+      if (o.onEvent !== undefined) driverOptions.onEvent = o.onEvent as DriverOptions['onEvent'];
       driver = new Driver(scheduler, driverOptions);
     } catch (error) {
       scheduler.dispose();
@@ -572,6 +635,8 @@ export class Driver {
       return Promise.reject(error);
     }
     this.#insert(batch);
+    // Its keys, made at submission, for its events (even once it retired).
+    if (this.#onEvent !== undefined) batch.keys = keysOf(this.scheduler.inspect(batch.submitted.batch), batch.count);
     if (this.#persist !== undefined) {
       // Saved from its first step on, even while `decide` is still out.
       this.#dirty = true;
@@ -581,8 +646,10 @@ export class Driver {
     return batch.promise;
   }
 
-  /** Every live batch: the scheduler's view of its entries, and executions that ignore their
-   * abort signal. */
+  /** Every live batch: the scheduler's view of every entry (`Scheduler.inspect`: its `keys`, its
+   * state, and for an approved one that waits its `wait` and the component's `why` sentence; a
+   * running entry lists its keys too), and executions that ignore their abort signal. A snapshot
+   * for a UI or a probe; `DriverOptions.onEvent` tells every wait, start and end as it happens. */
   inspect(): LiveBatch[] {
     const now = this.now();
     return this.#live.map((b) => {
@@ -641,6 +708,9 @@ export class Driver {
     this.#pending.clear();
     this.#wake?.cancel();
     this.#wake = undefined;
+    this.#tracks.clear();
+    this.#events = [];
+    this.#waits = [];
     drivers.delete(this.scheduler);
     this.scheduler.dispose();
   }
@@ -729,6 +799,27 @@ export class Driver {
     const first = batch.outcomes[offset] === undefined;
     batch.outcomes[offset] = outcome;
     if (first && report && batch.options.onOutcome !== undefined) this.#reports.push(batch, offset);
+    if (first && report && this.#onEvent !== undefined) {
+      this.#tracks.delete(batch.first + offset);
+      // Handed out with the step that takes it, like `onOutcome`.
+      if (outcome.status === 'settled') {
+        this.#events.push({ type: 'settled', ...this.#about(batch, offset), atMs: this.now(), reason: outcome.reason, message: outcome.message });
+      }
+    }
+  }
+
+  /** The fields every event about an entry has (but `atMs`). */
+  #about(batch: Batch, offset: number): { entry: bigint; label: string; tool: string; batch: bigint; keys: string[] } {
+    return { entry: BigInt(batch.first + offset), label: batch.label(offset), tool: batch.tool(offset), batch: batch.submitted.batch, keys: batch.keys?.[offset] ?? [] };
+  }
+
+  /** Gives the host an event; what its hook throws is ignored. */
+  #emit(event: DriverEvent): void {
+    try {
+      this.#onEvent!(event);
+    } catch {
+      // A host's hook must not break the driver's round.
+    }
   }
 
   #cancel(batch: Batch, reason: unknown): void {
@@ -771,6 +862,7 @@ export class Driver {
     batch.cancelled = saved.cancelled;
     batch.executionMs = saved.limits?.executionMs;
     const statuses = this.scheduler.inspect(saved.batch);
+    if (this.#onEvent !== undefined && statuses) batch.keys = keysOf(statuses, count);
     const states = savedEntries(saved);
     const pending: number[] = [];
     for (let i = 0; i < count; i++) {
@@ -825,6 +917,18 @@ export class Driver {
     }
     const run = new Run(batch, offset);
     batch.running[offset] = run;
+    if (this.#onEvent !== undefined) {
+      const now = this.now();
+      const entry = batch.first + offset;
+      let track = this.#tracks.get(entry);
+      if (track === undefined) this.#tracks.set(entry, (track = { since: now, wait: undefined, sig: undefined }));
+      run.startedAt = now;
+      const event: DriverEvent = { type: 'start', ...this.#about(batch, offset), atMs: now, waitedMs: now - track.since };
+      if (track.wait !== undefined) event.wait = track.wait;
+      // A run again after a rate limit reports the waits it has from then on.
+      track.wait = track.sig = undefined;
+      this.#emit(event);
+    }
     const hold = this.sharedKeys === undefined ? undefined : this.#holds.get(batch.first + offset);
     if (hold?.permit) {
       const permit = hold.permit;
@@ -940,6 +1044,15 @@ export class Driver {
     }
     const batch = run.batch;
     if (!ok && value instanceof RateLimitedError && !this.#disposed) {
+      if (run.startedAt !== undefined) {
+        const now = this.now();
+        const entry = batch.first + run.offset;
+        const track = this.#tracks.get(entry);
+        // A run again waits from here.
+        if (track !== undefined) track.since = now;
+        else this.#tracks.set(entry, { since: now, wait: undefined, sig: undefined });
+        this.#events.push({ type: 'end', ...this.#about(batch, run.offset), atMs: now, status: 'rate-limited', durationMs: now - run.startedAt, retryAfterMs: value.retryAfterMs });
+      }
       // Not an end: the component decides. The entry goes back in line and runs again after the
       // pause, or is settled (rate-limited past its key's retries; cancelled in a cancelled
       // batch, which the outcome reports as `cancelled` with this error), and its key pauses.
@@ -969,6 +1082,10 @@ export class Driver {
     else outcome = ok ? { entry, label, status: 'ok', value } : { entry, label, status: 'failed', error: value };
     this.#record(batch, run.offset, outcome);
     if (this.#disposed) return;
+    if (run.startedAt !== undefined) {
+      const now = this.now();
+      this.#events.push({ type: 'end', ...this.#about(batch, run.offset), atMs: now, status: outcome.status as 'ok' | 'failed' | 'cancelled', durationMs: now - run.startedAt });
+    }
     const p = this.#pending;
     if (ok) p.ok.push(batch.first + run.offset, batch);
     else p.failed.push(batch.first + run.offset, batch);
@@ -1057,12 +1174,22 @@ export class Driver {
     const reports = this.#reports;
     const starts = this.#starts;
     const retiring = this.#retiring;
-    if (reports.length === 0 && starts.length === 0 && retiring.length === 0 && !this.#dirty && !(changed && this.#persist !== undefined)) return;
+    const events = this.#events;
+    const waits = this.#waits;
+    if (events.length !== 0 || waits.length !== 0) {
+      this.#events = [];
+      this.#waits = [];
+    }
+    if (reports.length === 0 && starts.length === 0 && retiring.length === 0 && !this.#dirty && !(changed && this.#persist !== undefined)) {
+      // Nothing to save or hand out but events: told now.
+      if (events.length !== 0 || waits.length !== 0) this.#handOut(reports, starts, retiring, events, waits);
+      return;
+    }
     this.#reports = [];
     this.#starts = [];
     this.#retiring = [];
     if (this.#persist === undefined) {
-      this.#handOut(reports, starts, retiring);
+      this.#handOut(reports, starts, retiring, events, waits);
       return;
     }
     this.#dirty = false;
@@ -1076,20 +1203,20 @@ export class Driver {
     }
     if (saved !== null && (typeof saved === 'object' || typeof saved === 'function') && typeof (saved as PromiseLike<unknown>).then === 'function') {
       Promise.resolve(saved).then(
-        () => this.#persisted(reports, starts, retiring),
+        () => this.#persisted(reports, starts, retiring, events, waits),
         (error) => this.#persistFailed(error, retiring),
       );
-    } else this.#persisted(reports, starts, retiring);
+    } else this.#persisted(reports, starts, retiring, events, waits);
   }
 
-  #persisted(reports: (Batch | number)[], starts: (Batch | number)[], retiring: { batch: Batch; outcomes: CallOutcome[] }[]): void {
+  #persisted(reports: (Batch | number)[], starts: (Batch | number)[], retiring: { batch: Batch; outcomes: CallOutcome[] }[], events: DriverEvent[], waits: DriverEvent[]): void {
     this.#persisting = false;
     if (this.#disposed) {
       // Disposed meanwhile: nothing starts, but retired batches are done and saved.
       for (const r of retiring) r.batch.resolve(r.outcomes);
       return;
     }
-    this.#handOut(reports, starts, retiring);
+    this.#handOut(reports, starts, retiring, events, waits);
     if (this.#scheduled) void RESOLVED.then(this.#step);
   }
 
@@ -1106,9 +1233,10 @@ export class Driver {
     this.dispose();
   }
 
-  /** What a step decided, to the host: outcomes to `onOutcome`, executions started, retired
-   * batches resolved. */
-  #handOut(reports: (Batch | number)[], starts: (Batch | number)[], retiring: { batch: Batch; outcomes: CallOutcome[] }[]): void {
+  /** What a step decided, to the host: outcomes to `onOutcome`, ends and settlements to
+   * `onEvent`, executions started (each told as it starts), waits to `onEvent`, retired batches
+   * resolved. */
+  #handOut(reports: (Batch | number)[], starts: (Batch | number)[], retiring: { batch: Batch; outcomes: CallOutcome[] }[], events?: DriverEvent[], waits?: DriverEvent[]): void {
     for (let i = 0; i < reports.length; i += 2) {
       const batch = reports[i] as Batch;
       const offset = reports[i + 1] as number;
@@ -1118,7 +1246,9 @@ export class Driver {
         // A host's hook must not break the driver's round.
       }
     }
+    if (events) for (const event of events) this.#emit(event);
     for (let i = 0; i < starts.length; i += 2) this.#start(starts[i] as Batch, starts[i + 1] as number);
+    if (waits) for (const event of waits) this.#emit(event);
     for (const r of retiring) r.batch.resolve(r.outcomes);
   }
 
@@ -1147,6 +1277,7 @@ export class Driver {
       // A trap (InstanceBrokenError) or a disposed scheduler: every batch on it goes with it.
       this.#byBatch.clear();
       this.#last = undefined;
+      this.#tracks.clear();
       this.#dropHolds(error);
       for (const batch of this.#live.splice(0)) {
         this.#reject(batch, error);
@@ -1233,6 +1364,52 @@ export class Driver {
     }
     const retired = out.retired;
     for (let i = 0; i < retired.length; i++) this.#retire(retired[i]);
+    if (this.#onEvent !== undefined) this.#observe(p, out, now);
+  }
+
+  /** With `onEvent`: the step's approvals start their wait, and every entry of a batch the step
+   * touched (an input or an output of it) that waits is compared, once, with its last `wait`
+   * event: a new wait, or one of another kind or key, is told (the component's wait, keys and
+   * sentence, from `inspect`). */
+  #observe(p: Pending, out: RawOutputs, now: number): void {
+    const touched = new Set<Batch>();
+    const approve = p.approve;
+    for (let i = 0; i < approve.length; i++) {
+      const entry = approve.at(i);
+      const track = this.#tracks.get(entry);
+      if (track === undefined) this.#tracks.set(entry, { since: now, wait: undefined, sig: undefined });
+      else track.since = now;
+    }
+    for (const list of [approve, p.ask, p.answer, p.ok, p.failed, p.cancel, p.granted, p.denied]) {
+      for (let i = 0; i < list.length; i++) touched.add(list.owners[i]!);
+    }
+    for (const b of p.settleOwners) touched.add(b);
+    for (const b of p.retryOwners) touched.add(b);
+    const byEntry = (entry: bigint) => {
+      const b = this.#find(Number(entry));
+      if (b) touched.add(b);
+    };
+    for (let i = 0; i < out.start.length; i++) byEntry(out.start[i]);
+    for (const s of out.settled) byEntry(s.entry);
+    for (const a of out.abort) byEntry(a.entry);
+    for (const a of out.acquire) byEntry(a.entry);
+    for (const batch of touched) {
+      if (batch.retired) continue;
+      const statuses = this.scheduler.inspect(batch.submitted.batch);
+      if (!statuses) continue;
+      for (const s of statuses) {
+        const wait = s.wait;
+        if (wait === undefined) continue;
+        const entry = Number(s.entry);
+        let track = this.#tracks.get(entry);
+        if (track === undefined) this.#tracks.set(entry, (track = { since: now, wait: undefined, sig: undefined }));
+        const sig = 'key' in wait ? `${wait.kind}\u0000${wait.key}` : wait.kind;
+        if (track.sig === sig) continue;
+        track.sig = sig;
+        track.wait = wait;
+        this.#waits.push({ type: 'wait', entry: s.entry, label: s.label, tool: s.tool, batch: batch.submitted.batch, atMs: now, keys: s.keys, wait, why: s.why ?? '' });
+      }
+    }
   }
 
   /** The component gave up on a running execution (its abort grace passed): it counts as ended
@@ -1340,6 +1517,13 @@ export class Driver {
     }
     return undefined;
   }
+}
+
+/** Each entry's keys by offset, from a batch's `inspect` (empty for none). */
+function keysOf(statuses: EntryStatus[] | undefined, count: number): string[][] {
+  const keys: string[][] = new Array(count);
+  for (let i = 0; i < count; i++) keys[i] = statuses?.[i]?.keys ?? [];
+  return keys;
 }
 
 /** A duration for the store: whole milliseconds within its largest delay. */

@@ -62,6 +62,10 @@ export interface GateOptions {
   /** The clock, when the gate makes its driver (see `DriverOptions.clock`); the gate's own
    * `abortGraceMs` wait runs on its driver's clock. */
   clock?: DriverOptions['clock'];
+  /** Told every wait, start, end and settlement, when the gate makes its driver (see
+   * `DriverOptions.onEvent`; `otelEvents()` from `@turnstile/scheduler/otel` records them as
+   * OpenTelemetry spans and metrics). */
+  onEvent?: DriverOptions['onEvent'];
 }
 
 export interface GateCallOptions {
@@ -130,10 +134,11 @@ export class Gate {
   /** A gate over a driver, a scheduler (its driver, `Driver.of`) or a policy (a new scheduler:
    * one gate per conversation). */
   constructor(target: Driver | Scheduler | Policy, options: GateOptions = {}) {
-    const o = record(options, 'options', ['decide', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys', 'clock']);
+    const o = record(options, 'options', ['decide', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys', 'clock', 'onEvent']);
     const driverOptions: DriverOptions = {};
     if (o.sharedKeys !== undefined) driverOptions.sharedKeys = o.sharedKeys as DriverOptions['sharedKeys'];
     if (o.clock !== undefined) driverOptions.clock = o.clock as DriverOptions['clock'];
+    if (o.onEvent !== undefined) driverOptions.onEvent = o.onEvent as DriverOptions['onEvent'];
     if (target instanceof Driver) this.driver = target;
     else if (target instanceof Scheduler) this.driver = Driver.of(target, driverOptions);
     else if (target instanceof Policy) {

@@ -108,6 +108,9 @@ export interface LimitedOptions {
   sharedKeys?: DriverOptions['sharedKeys'];
   /** The clock, when the adapter makes the driver. */
   clock?: DriverOptions['clock'];
+  /** Told every wait, start, end and settlement, when the adapter makes the driver (see
+   * `DriverOptions.onEvent`). */
+  onEvent?: DriverOptions['onEvent'];
 }
 
 type Target = Policy | Scheduler | Driver;
@@ -225,10 +228,11 @@ class Limiter {
   runOf(context: object): Run {
     let run = this.runs.get(context);
     if (run) return run;
-    const { sharedKeys, clock } = this.options;
+    const { sharedKeys, clock, onEvent } = this.options;
     const driverOptions: DriverOptions = {};
     if (sharedKeys !== undefined) driverOptions.sharedKeys = sharedKeys;
     if (clock !== undefined) driverOptions.clock = clock;
+    if (onEvent !== undefined) driverOptions.onEvent = onEvent;
     if (this.target instanceof Policy) {
       const scheduler = new Scheduler(this.target);
       try {
@@ -485,7 +489,7 @@ export function limited<A extends Agent<any, any>>(agent: A, target: Target, opt
     fail('agent', 'an Agent of @openai/agents', agent);
   }
   if (!(target instanceof Policy || target instanceof Scheduler || target instanceof Driver)) fail('target', 'a Policy, Scheduler or Driver', target);
-  const o = record(options, 'options', ['decide', 'settled', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys', 'clock']) as LimitedOptions;
+  const o = record(options, 'options', ['decide', 'settled', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys', 'clock', 'onEvent']) as LimitedOptions;
   if (o.decide !== undefined) func(o.decide, 'options.decide');
   if (o.settled !== undefined) oneOf(o.settled, 'options.settled', ['return', 'throw']);
   if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');

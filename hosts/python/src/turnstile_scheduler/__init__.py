@@ -23,6 +23,7 @@ from ._component import Instance
 from .admission import Admission, Permit, Slot
 from .config import Layer, Policy
 from .driver import Driver, Execution, Resumed, run_batch
+from .events import DriverEvent, EndEvent, SettledEvent, StartEvent, WaitEvent
 from .gate import CallSettledError, Gate
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
 from .errors import (
@@ -115,6 +116,11 @@ __all__ = [
     "Severity",
     "DisposedError",
     "Driver",
+    "DriverEvent",
+    "EndEvent",
+    "SettledEvent",
+    "StartEvent",
+    "WaitEvent",
     "EntryOutcome",
     "EntryState",
     "EntryStatus",

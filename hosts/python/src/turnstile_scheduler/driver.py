@@ -16,6 +16,16 @@ its key when its tool's key is a template (`"fs:{path}"`), and reach `decide` an
 be in flight at once on one driver. This page is hosts/DRIVERS.md for Python: the same
 contract, names and outcomes as the JS driver.
 
+Telemetry. `Driver(scheduler, on_event=report)`: `report(event)` gets the driver's facts as
+they happen (`turnstile_scheduler.events`): `WaitEvent` (an approved entry that did not start
+at once, or whose wait changed kind or key; the wait and its `why` are the component's),
+`StartEvent` (with `waited_ms` since approval, or since a rate-limited end), `EndEvent`
+(ok, failed, rate-limited, cancelled) and `SettledEvent`; each with the entry's label, tool,
+batch, keys and `at_ms` (`Driver.now()`). It is called synchronously after each step's
+actions were applied (after `on_outcome` and the starts); what it raises is ignored. Without
+it the driver does none of this work. `turnstile_scheduler.otel.otel_events()` makes one that
+records OpenTelemetry spans and metrics. `Driver.inspect()` shows every live batch at any time.
+
 Persistence. `Driver(scheduler, persist=save)`: `save(text)` (sync or async) gets the
 snapshot's JSON text (`_snapshot.py`, byte for byte the JS package's) after a batch's
 submission, after a step that starts executions (before they start), and after a step that
@@ -106,6 +116,7 @@ from wasmtime.component import Variant
 
 from . import _check, _snapshot
 from .config import Policy
+from .events import DriverEvent, EndEvent, OnEvent, SettledEvent, StartEvent, WaitEvent, wait_key
 from .errors import DisposedError, PersistError, RateLimited, RefusedInputError, RestoredError, SubmitError, TurnstileError
 from .outcomes import CallOutcome, EntryOutcome, OutcomeStatus, Running
 from .scheduler import Scheduler, _limits, build_calls, explain_in, lower_reason
@@ -204,7 +215,7 @@ class _Batch:
         "driver", "batch", "first", "calls", "labels", "call_of", "call_index", "call_starts", "ops", "execute", "outcomes",
         "tasks", "asking", "expired", "finished", "cancelled", "failed", "count", "since", "aborted", "aborted_at", "given_up",
         "begun", "on_outcome", "execution_timeout", "final", "gone", "limited", "acquiring", "permits", "permit_used", "shared_keys",
-        "denied_errors", "lost", "watchers",
+        "denied_errors", "lost", "watchers", "tele",
     )
 
     def __init__(
@@ -274,6 +285,8 @@ class _Batch:
         self.cancelled = False
         # Resolved when it left the driver (retired and handed out, or the driver was closed).
         self.gone: asyncio.Future[None] = driver._loop.create_future()  # type: ignore[union-attr]
+        # What `on_event` needs (None without it): see `_Tele`.
+        self.tele: Optional[_Tele] = None
 
     def leave(self) -> None:
         if not self.gone.done():
@@ -300,6 +313,26 @@ class _Batch:
                 out.append(CallOutcome(c.id, c.tool, outcomes[i : i + n]))  # type: ignore[arg-type]
                 i += n
         return out
+
+
+class _Tele:
+    """A batch's facts for `on_event`: each entry's keys (the component's, read once at
+    submission), when it was approved (or its rate-limited end) and when its execution started
+    (driver clock, ms), the entries approved and not yet started or settled, and the last wait
+    reported for each (and its kind and key, to see a change)."""
+
+    __slots__ = ("keys", "approved", "started", "pending", "last", "sig")
+
+    def __init__(self, keys: list[tuple[str, ...]]) -> None:
+        self.keys = keys
+        self.approved: dict[int, int] = {}
+        self.started: dict[int, int] = {}
+        self.pending: set[int] = set()
+        self.last: dict[int, Any] = {}
+        self.sig: dict[int, tuple[type, Optional[str]]] = {}
+
+
+_END_STATUS = {OutcomeStatus.OK: "ok", OutcomeStatus.FAILED: "failed", OutcomeStatus.CANCELLED: "cancelled", OutcomeStatus.SETTLED: "cancelled"}
 
 
 class _Inputs:
@@ -339,7 +372,8 @@ class Driver:
     """Runs batches on one scheduler (see the module doc). `Driver(scheduler)` drives a
     scheduler you own; `Driver.resume(policy, snapshot, ...)` makes the scheduler and owns it.
     `persist(text)` (sync or async) is where the driver saves its snapshot (hosts/DRIVERS.md,
-    "Persistence"). `close()` (or `with` / `async with`) cancels every batch in flight and
+    "Persistence"); `on_event(event)` gets its telemetry events (module doc, "Telemetry").
+    `close()` (or `with` / `async with`) cancels every batch in flight and
     refuses new ones; it closes the scheduler when the driver owns it. A driver dropped
     without `close()` is closed by its finalizer."""
 
@@ -350,6 +384,7 @@ class Driver:
         shared_keys: Optional[SharedKeys] = None,
         persist: Optional[Persist] = None,
         owns_scheduler: bool = False,
+        on_event: Optional[OnEvent] = None,
     ) -> None:
         if not isinstance(scheduler, Scheduler):
             raise TypeError(f"scheduler must be a Scheduler, not {type(scheduler).__name__}")
@@ -357,6 +392,8 @@ class Driver:
             raise TypeError(f"shared_keys must be a SharedKeys, not {type(shared_keys).__name__}")
         if persist is not None:
             _callable(persist, "persist")
+        if on_event is not None:
+            _callable(on_event, "on_event")
         shared_tools = dict(getattr(scheduler, "_shared_tools", {}))
         if shared_tools and shared_keys is None:
             keys = sorted({c.key for t in shared_tools.values() for c in t.concurrency if c.shared})
@@ -409,6 +446,12 @@ class Driver:
         self._reports: list[tuple[_Batch, int]] = []
         self._starts: list[tuple[_Batch, int]] = []
         self._retiring: list[_Batch] = []
+        # Telemetry (`on_event`; module turnstile_scheduler.events): the events of the step
+        # under way, the batches it touched (their waits are compared after it), its `now`.
+        self._on_event = on_event
+        self._events: list[DriverEvent] = []
+        self._touched: dict[int, _Batch] = {}
+        self._step_now = 0
 
     @classmethod
     def resume(
@@ -423,6 +466,7 @@ class Driver:
         shared_keys: Optional[SharedKeys] = None,
         persist: Optional[Persist] = None,
         arguments_of: Optional[Callable[[Any], Any]] = None,
+        on_event: Optional[OnEvent] = None,
     ) -> Resumed:
         """Resumes a snapshot (the text `persist` was given, or a `SavedState` without values)
         under a new driver, which owns its scheduler; call it inside a running event loop.
@@ -443,7 +487,7 @@ class Driver:
         scheduler, unrestored = Scheduler.resume(policy, saved.state, started=started)
         try:
             args = None if arguments_of is None else [[arguments_of(c) for c in b.calls] for b in saved.state.batches]
-            driver = cls(scheduler, owns_scheduler=True, shared_keys=shared_keys, persist=persist)
+            driver = cls(scheduler, owns_scheduler=True, shared_keys=shared_keys, persist=persist, on_event=on_event)
         except BaseException:
             scheduler.close()
             raise
@@ -758,8 +802,11 @@ class Driver:
     # -- inspection and lifetime ---------------------------------------------------------------
 
     def inspect(self) -> list[LiveBatch]:
-        """Every live batch in batch order: the scheduler's view of its entries, and
-        executions whose task was cancelled and that have not ended (`since`: seconds ago)."""
+        """Every live batch in batch order (the way to see what is in flight, rather than
+        `Scheduler.unfinished()`): whether it was cancelled or failed, every entry's status as
+        the scheduler sees it (`EntryStatus`: state, keys (running entries' too), and for one
+        that waits its `wait` and the component's `why`), and executions whose task was
+        cancelled and that have not ended (`since`: seconds ago)."""
         now = self._loop.time() if self._loop is not None else 0.0
         out = []
         for b in sorted(self._batches.values(), key=lambda b: b.first):
@@ -868,6 +915,9 @@ class Driver:
         return result  # type: ignore[no-any-return]
 
     def _add(self, b: _Batch) -> None:
+        if self._on_event is not None:
+            # The entries' keys, the component's (they never change): one `inspect` per batch.
+            b.tele = _Tele([s.keys for s in self.scheduler.inspect(b.batch) or []])
         self._batches[b.batch] = b
         owner = self._owner
         for e in range(b.first, b.first + b.count):
@@ -931,9 +981,10 @@ class Driver:
             settle = [_Settlement(e, how) for e, how in lists[_SETTLE]] if lists[_SETTLE] else []
             retry = [_RetryAfter(e, until) for e, until in lists[_RETRY]] if lists[_RETRY] else []
             pause = [_KeyPause(key, until) for key, until in lists[_PAUSE]] if lists[_PAUSE] else []
+            self._step_now = now = self.now()
             inputs = _StepInputs(
                 lists[_APPROVE], settle, lists[_ASK], lists[_ANSWER], lists[_OK], lists[_FAILED], lists[_CANCEL],
-                self.now(), retry, pause, lists[_GRANTED], lists[_DENIED], lists[_LIFT_PAUSE],
+                now, retry, pause, lists[_GRANTED], lists[_DENIED], lists[_LIFT_PAUSE],
             )
             try:
                 out = self._step(self._resource, inputs)
@@ -957,11 +1008,17 @@ class Driver:
         """Persists what the step changed (hosts/DRIVERS.md, "Persistence"), then hands it out."""
         reports, starts, retiring = self._reports, self._starts, self._retiring
         persist = self._persist
+        tele: Optional[tuple[list[DriverEvent], list[_Batch]]] = None
+        if self._on_event is not None:
+            tele = self._events, list(self._touched.values())
+            self._events, self._touched = [], {}
         if not (reports or starts or retiring or self._dirty or (changed and persist is not None)):
+            if tele is not None:
+                self._report(*tele)
             return
         self._reports, self._starts, self._retiring = [], [], []
         if persist is None:
-            self._hand_out(reports, starts, retiring)
+            self._hand_out(reports, starts, retiring, tele)
             return
         self._dirty = False
         self._persisting = True
@@ -971,7 +1028,7 @@ class Driver:
             self._persist_failed(e, retiring)
             return
         if not _inspect.isawaitable(saved):
-            self._persisted(reports, starts, retiring)
+            self._persisted(reports, starts, retiring, tele)
             return
 
         def done(task: "asyncio.Future[Any]") -> None:
@@ -980,13 +1037,16 @@ class Driver:
             elif task.exception() is not None:
                 self._persist_failed(task.exception(), retiring)  # type: ignore[arg-type]
             else:
-                self._persisted(reports, starts, retiring)
+                self._persisted(reports, starts, retiring, tele)
 
         self._hold(asyncio.ensure_future(saved, loop=self._loop)).add_done_callback(done)
 
-    def _persisted(self, reports: list[tuple[_Batch, int]], starts: list[tuple[_Batch, int]], retiring: list[_Batch]) -> None:
+    def _persisted(
+        self, reports: list[tuple[_Batch, int]], starts: list[tuple[_Batch, int]], retiring: list[_Batch],
+        tele: Optional[tuple[list[DriverEvent], list[_Batch]]] = None,
+    ) -> None:
         self._persisting = False
-        self._hand_out(reports, starts, retiring)
+        self._hand_out(reports, starts, retiring, tele)
         if self._scheduled:
             self._loop.call_soon(self._flush)  # type: ignore[union-attr]
 
@@ -1005,21 +1065,95 @@ class Driver:
             return
         self._shut(error)
 
-    def _hand_out(self, reports: list[tuple[_Batch, int]], starts: list[tuple[_Batch, int]], retiring: list[_Batch]) -> None:
+    def _hand_out(
+        self, reports: list[tuple[_Batch, int]], starts: list[tuple[_Batch, int]], retiring: list[_Batch],
+        tele: Optional[tuple[list[DriverEvent], list[_Batch]]] = None,
+    ) -> None:
         """What a step decided, to the host: outcomes to `on_outcome`, executions started,
-        retired batches returned."""
+        retired batches returned, then the step's events to `on_event`."""
         if not self._closed:  # a closed driver reports nothing more
             for b, i in reports:
                 try:
                     b.on_outcome(b.outcomes[i], b.call_of[i])  # type: ignore[misc]
                 except Exception:
                     pass  # a host's hook must not break the driver's round
-        for b, i in starts:
-            self._start(b, i)
+        if tele is None:
+            for b, i in starts:
+                self._start(b, i)
+        else:
+            events = tele[0]
+            for b, i in starts:
+                t = b.tele
+                if t is None:
+                    self._start(b, i)
+                    continue
+                now = self.now()
+                t.started[i] = now
+                if self._start(b, i):
+                    t.pending.discard(i)
+                    approved = t.approved.pop(i, now)
+                    t.sig.pop(i, None)
+                    events.append(StartEvent(b.first + i, b.labels[i], b.call_of[i].tool, b.batch, now, t.keys[i], max(now - approved, 0), t.last.pop(i, None)))
+                else:
+                    del t.started[i]
+                    self._settled_event(events, b, i, now)
         for b in retiring:
             if not b.finished.done():
                 b.finished.set_result(None)
             b.leave()
+        if tele is not None:
+            self._report(*tele)
+
+    def _settled_event(
+        self, events: list[DriverEvent], b: _Batch, i: int, now: int, reason: Optional[Reason] = None, message: Optional[str] = None,
+    ) -> None:
+        """A settled event for entry `i`: the component's settlement (`reason`, `message`), or
+        the settled outcome just recorded for it."""
+        t = b.tele
+        if t is None:
+            return
+        if reason is None:
+            o = b.outcomes[i]
+            if o is None or o.reason is None:
+                return
+            reason, message = o.reason, o.message
+        t.pending.discard(i)
+        t.started.pop(i, None)
+        t.approved.pop(i, None)
+        t.last.pop(i, None)
+        t.sig.pop(i, None)
+        events.append(SettledEvent(b.first + i, b.labels[i], b.call_of[i].tool, b.batch, now, t.keys[i], reason, message or ""))
+
+    def _report(self, events: list[DriverEvent], touched: list[_Batch]) -> None:
+        """Hands a step's events to `on_event`: its ends, settlements and starts, then a wait
+        event for each entry of a batch the step touched that waits, when it did not wait
+        before or its wait changed kind or key (the component's `inspect`, once per batch)."""
+        on_event = self._on_event
+        if on_event is None or self._closed or self.scheduler.closed:
+            return
+        for b in touched:
+            t = b.tele
+            if t is None or not t.pending or self._batches.get(b.batch) is not b:
+                continue
+            statuses = self.scheduler.inspect(b.batch)
+            if statuses is None:
+                continue
+            now = self.now()
+            for i in sorted(t.pending):
+                s = statuses[i]
+                w = s.wait
+                if w is None or s.state not in (EntryState.APPROVED, EntryState.ACQUIRING, EntryState.GRANTED):
+                    continue
+                sig = (type(w), wait_key(w))
+                if t.sig.get(i) != sig:
+                    t.sig[i] = sig
+                    t.last[i] = w
+                    events.append(WaitEvent(b.first + i, b.labels[i], b.call_of[i].tool, b.batch, now, t.keys[i], w, s.why or ""))
+        for e in events:
+            try:
+                on_event(e)
+            except Exception:
+                pass  # a host's hook must not break the driver's round
 
     def _retire(self, number: int) -> None:
         """A batch left the scheduler: it returns once the step's snapshot (which keeps it
@@ -1140,29 +1274,93 @@ class Driver:
             b = owner.get(entry)
             if b is not None:
                 self._starts.append((b, entry - b.first))
+        if self._on_event is not None:
+            self._tele_step(q, refused, start, settled, abort, acquire, release)
         for n in retired:
             self._retire(n)
 
-    def _start(self, b: _Batch, i: int) -> None:
+    def _tele_step(
+        self, q: _Inputs, refused: set[tuple[int, int]], start: list[int], settled: list[Any], abort: Sequence[Any],
+        acquire: Sequence[Any], release: Sequence[int],
+    ) -> None:
+        """The step's facts for `on_event` (after its outputs were applied): ends it took, then
+        entries settled; approvals and rate-limited ends start a wait; the batches it touched
+        get their waits compared when the step is handed out."""
+        now, events, touched, owner = self._step_now, self._events, self._touched, self._owner
+        lists, owners = q.lists, q.owners
+        for k in (_APPROVE, _SETTLE, _ASK, _ANSWER, _OK, _FAILED, _CANCEL, _RETRY, _GRANTED, _DENIED):
+            for b in owners[k]:
+                if b is not None and b.tele is not None:
+                    touched[b.batch] = b
+        for entries in (start, release):
+            for entry in entries:
+                b = owner.get(entry)
+                if b is not None and b.tele is not None:
+                    touched[b.batch] = b
+        for x in list(settled) + list(abort) + list(acquire):
+            b = owner.get(x.entry)
+            if b is not None and b.tele is not None:
+                touched[b.batch] = b
+        for k in (_OK, _FAILED, _RETRY):
+            for n, value in enumerate(lists[k]):
+                b = owners[k][n]
+                if (k, n) in refused or b is None or b.tele is None:
+                    continue
+                entry, until = value if k == _RETRY else (value, None)
+                i, t = entry - b.first, b.tele
+                began = t.started.pop(i, None)
+                if began is not None:
+                    if k == _RETRY:
+                        status, after = "rate-limited", max(until - now, 0)
+                    else:
+                        o = b.outcomes[i]
+                        status, after = ("failed" if o is None else _END_STATUS[o.status]), None
+                    events.append(EndEvent(entry, b.labels[i], b.call_of[i].tool, b.batch, now, t.keys[i], status, max(now - began, 0), after))  # type: ignore[arg-type]
+                if k == _RETRY:  # it waits again, from its rate-limited end
+                    t.approved[i] = now
+                    t.pending.add(i)
+                    t.last.pop(i, None)
+                    t.sig.pop(i, None)
+        for n, entry in enumerate(lists[_APPROVE]):
+            b = owners[_APPROVE][n]
+            if (_APPROVE, n) not in refused and b is not None and b.tele is not None:
+                i = entry - b.first
+                b.tele.approved[i] = now
+                b.tele.pending.add(i)
+        for k in (_SETTLE, _DENIED):
+            for n, value in enumerate(lists[k]):
+                b = owners[k][n]
+                if (k, n) not in refused and b is not None and b.tele is not None:
+                    entry = value[0] if k == _SETTLE else value
+                    self._settled_event(events, b, entry - b.first, now)
+        for x in settled:
+            b = owner.get(x.entry)
+            if b is not None and b.tele is not None:
+                i = x.entry - b.first
+                self._settled_event(events, b, i, now, _lift_reason(x.reason), x.message)
+
+    def _start(self, b: _Batch, i: int) -> bool:
+        """Starts entry `i` (calls `execute`); False when its batch was cancelled (settled
+        cancelled instead)."""
         entry = b.first + i
         if b.cancelled:
             # Released in the step that also carried its batch's cancellation: it never runs.
             self._record(b, i, self._settled(entry, b.labels[i], _CANCELLED_REASON, _CANCELLED_WIT))
             self._queue(_FAILED, entry, b)
-            return
+            return False
         x = Execution(entry, b.labels[i], b.call_of[i], b.ops[i], b, i)
         try:
             awaitable = b.execute(x)
         except RateLimited as e:  # raised before returning an awaitable: a rate limit all the same
             self._retry(b, i, e)
-            return
+            return True
         except Exception as e:  # execute is not async, or raised before returning: its failure
             self._ended(b, i, EntryOutcome(entry, x.label, FAILED, error=e), False)
-            return
+            return True
         if type(awaitable) is not _CoroutineType and not _inspect.isawaitable(awaitable):
             error = TypeError(f"execute returned {type(awaitable).__name__} for {x.label}, not an awaitable (make it async def)")
             self._ended(b, i, EntryOutcome(entry, x.label, FAILED, error=error), False)
-            return
+            return True
         loop = self._loop
         task = loop.create_task(self._run(b, i, awaitable))  # type: ignore[union-attr]
         b.tasks[i] = task
@@ -1171,6 +1369,7 @@ class Driver:
         if permit is not None:
             b.permit_used.add(i)
             b.watchers[i] = loop.create_task(self._watch_lost(b, i, permit, task))  # type: ignore[union-attr]
+        return True
 
     async def _run(self, b: _Batch, i: int, awaitable: Awaitable[Any]) -> None:
         """An execution's task: awaits what `execute` returned and reports the end. (Tasks not

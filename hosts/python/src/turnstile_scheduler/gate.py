@@ -59,6 +59,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence, TypeVar, Union
 from . import _arguments, _check
 from .config import Policy
 from .driver import Decide, Driver, Execution, _Batch
+from .events import OnEvent
 from .errors import DisposedError, RateLimited, TurnstileError
 from .outcomes import EntryOutcome
 from .scheduler import Scheduler, explain, explain_in, lower_reason
@@ -118,7 +119,9 @@ class Gate:
     """Batches the calls a framework starts itself (see the module doc). `target` is a
     `Policy` (the gate makes and owns a scheduler and driver), a `Scheduler` (its driver, made
     on first use) or a `Driver`. `decide(label, call)`, `execution_timeout` and `abort_grace`
-    go to every batch the gate runs (`Driver.run`'s)."""
+    go to every batch the gate runs (`Driver.run`'s). `on_event` (telemetry, `Driver`'s) goes
+    to the driver the gate makes: a `Policy` target, or a `Scheduler` without a driver (a
+    driver you pass or that exists already takes it from its own constructor: a ValueError)."""
 
     def __init__(
         self,
@@ -127,16 +130,29 @@ class Gate:
         decide: Optional[Decide] = None,
         execution_timeout: Optional[float] = None,
         abort_grace: Optional[float] = None,
+        on_event: Optional[OnEvent] = None,
     ) -> None:
         if decide is not None and not callable(decide):
             raise TypeError(f"decide must be callable, not {type(decide).__name__}")
+        if on_event is not None and not callable(on_event):
+            raise TypeError(f"on_event must be callable, not {type(on_event).__name__}")
         self._owns = False
         if isinstance(target, Driver):
+            if on_event is not None:
+                raise ValueError("on_event belongs to the driver: pass it to Driver(...)")
             self.driver = target
         elif isinstance(target, Scheduler):
-            self.driver = Driver.of(target)
+            existing = getattr(target, "_driver", None)
+            if on_event is not None and existing is not None and not existing.closed:
+                raise ValueError("this scheduler has a driver already: on_event belongs to it (Driver(..., on_event=...))")
+            self.driver = Driver.of(target) if on_event is None else Driver(target, on_event=on_event)
         elif isinstance(target, Policy):
-            self.driver = Driver(Scheduler(target), owns_scheduler=True)
+            scheduler = Scheduler(target)
+            try:
+                self.driver = Driver(scheduler, owns_scheduler=True, on_event=on_event)
+            except BaseException:
+                scheduler.close()
+                raise
             self._owns = True
         else:
             raise TypeError(f"target must be a Policy, Scheduler or Driver, not {type(target).__name__}")

@@ -84,6 +84,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from .config import Policy
 from .driver import Decide, Driver
+from .events import OnEvent
 from .gate import CallSettledError, Gate
 from .scheduler import Scheduler
 
@@ -132,7 +133,8 @@ class TurnstileMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     written order (see the module doc). `target` is a `Policy` (a scheduler this middleware
     makes and shares across the agent's runs), a `Scheduler`, a `Driver` or a `Gate`.
     `decide(label, call)`, `execution_timeout` and `abort_grace` (seconds) go to every batch
-    (`Driver.run`'s); give them to the `Gate` instead when you pass one."""
+    (`Driver.run`'s), and `on_event` (telemetry) to the driver the gate makes (`Gate`'s); give
+    them to the `Gate` instead when you pass one."""
 
     def __init__(
         self,
@@ -142,16 +144,17 @@ class TurnstileMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         execution_timeout: Optional[float] = None,
         abort_grace: Optional[float] = None,
         settled: Literal["return", "raise"] = "return",
+        on_event: Optional[OnEvent] = None,
     ) -> None:
         if settled not in ("return", "raise"):
             raise ValueError(f"settled must be 'return' or 'raise', not {settled!r}")
         if isinstance(target, Gate):
-            if decide is not None or execution_timeout is not None or abort_grace is not None:
-                raise ValueError("decide, execution_timeout and abort_grace belong to the gate: pass them to Gate(...)")
+            if decide is not None or execution_timeout is not None or abort_grace is not None or on_event is not None:
+                raise ValueError("decide, execution_timeout, abort_grace and on_event belong to the gate: pass them to Gate(...)")
             self.gate = target
             self._owns = False
         else:
-            self.gate = Gate(target, decide=decide, execution_timeout=execution_timeout, abort_grace=abort_grace)
+            self.gate = Gate(target, decide=decide, execution_timeout=execution_timeout, abort_grace=abort_grace, on_event=on_event)
             self._owns = True
         self.settled = settled
         self._lt: Optional[_LoopThread] = None

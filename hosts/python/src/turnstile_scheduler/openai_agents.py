@@ -73,6 +73,7 @@ from agents.tool_context import ToolContext
 from . import _check
 from .config import Policy
 from .driver import Decide, Driver
+from .events import OnEvent
 from .gate import CallSettledError, Gate
 from .scheduler import Scheduler
 
@@ -121,8 +122,9 @@ class _Limiter:
     runs."""
 
     def __init__(self, target: Union[Policy, Scheduler, Driver], decide: Optional[Decide], settled: str,
-                 execution_timeout: Optional[float], abort_grace: Optional[float]) -> None:
+                 execution_timeout: Optional[float], abort_grace: Optional[float], on_event: Optional[OnEvent] = None) -> None:
         self.target = target
+        self.on_event = on_event
         self.decide = decide
         self.settled = settled
         self.execution_timeout = execution_timeout
@@ -134,7 +136,8 @@ class _Limiter:
         run = self.runs.get(id(usage))
         if run is None:
             # A Policy: the gate makes (and closes) the run's own scheduler and driver.
-            gate = Gate(self.target, decide=self.decide, execution_timeout=self.execution_timeout, abort_grace=self.abort_grace)
+            gate = Gate(self.target, decide=self.decide, execution_timeout=self.execution_timeout, abort_grace=self.abort_grace,
+                        on_event=self.on_event)
             run = self.runs[id(usage)] = _Run(gate, owns=isinstance(self.target, Policy))
             weakref.finalize(usage, self._forget, id(usage), run)
         return run
@@ -236,12 +239,15 @@ def limited(
     settled: Literal["return", "raise"] = "return",
     execution_timeout: Optional[float] = None,
     abort_grace: Optional[float] = None,
+    on_event: Optional[OnEvent] = None,
 ) -> Agent[Any]:
     """A clone of `agent` whose function tools run through the scheduler, each model response
     one batch in written order (see the module doc). `target` is a `Policy` (a scheduler per
     run), a `Scheduler` or a `Driver` (shared by every run). `decide(label, call)` is asked about
     each call of a response before any of it starts; `execution_timeout` and `abort_grace`
-    (seconds) go to every batch (`Driver.run`'s)."""
+    (seconds) go to every batch (`Driver.run`'s). `on_event` (telemetry, `Driver`'s) goes to
+    the driver of each run made from a `Policy`; a `Scheduler` or `Driver` target takes it from
+    `Driver(..., on_event=...)`."""
     if not isinstance(agent, Agent):
         raise TypeError(f"agent must be an agents.Agent, not {type(agent).__name__}")
     if not isinstance(target, (Policy, Scheduler, Driver)):
@@ -250,12 +256,17 @@ def limited(
         raise ValueError(f"settled must be 'return' or 'raise', not {settled!r}")
     if decide is not None and not callable(decide):
         raise TypeError(f"decide must be callable, not {type(decide).__name__}")
+    if on_event is not None:
+        if not callable(on_event):
+            raise TypeError(f"on_event must be callable, not {type(on_event).__name__}")
+        if not isinstance(target, Policy):
+            raise ValueError("on_event belongs to the driver of a Scheduler or Driver target: pass it to Driver(...)")
     if _check.number(execution_timeout, "execution_timeout") == 0:
         raise ValueError("execution_timeout must be > 0 seconds (or None)")
     _check.number(abort_grace, "abort_grace")
     if isinstance(agent.hooks, _Hooks):
         raise ValueError("this agent is limited already")
-    limiter = _Limiter(target, decide, settled, execution_timeout, abort_grace)
+    limiter = _Limiter(target, decide, settled, execution_timeout, abort_grace, on_event)
     tools: list[Any] = []
     for tool in agent.tools:
         if isinstance(tool, FunctionTool):

@@ -50,6 +50,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from .config import Policy
 from .driver import Decide, Driver
+from .events import OnEvent
 from .gate import CallSettledError, Gate
 from .scheduler import Scheduler
 
@@ -99,17 +100,18 @@ def limited(
     *,
     decide: Optional[Decide] = None,
     settled: Literal["return", "raise"] = "return",
+    on_event: Optional[OnEvent] = None,
 ) -> LimitedToolset:
     """`toolset`, limited: every tool call goes through a gate. `target` is a `Gate`, or what a
     `Gate` is made from (a `Policy` makes a scheduler that every run of this toolset shares;
-    pass one gate per conversation to keep conversations apart). `decide` goes to a gate made
-    here."""
+    pass one gate per conversation to keep conversations apart). `decide` and `on_event`
+    (telemetry, `Driver`'s) go to a gate made here."""
     if settled not in ("return", "raise"):
         raise ValueError(f"settled must be 'return' or 'raise', not {settled!r}")
     if isinstance(target, Gate):
-        if decide is not None:
-            raise ValueError("decide belongs to the gate: pass it to Gate(...)")
+        if decide is not None or on_event is not None:
+            raise ValueError("decide and on_event belong to the gate: pass them to Gate(...)")
         gate = target
     else:
-        gate = Gate(target, decide=decide)
+        gate = Gate(target, decide=decide, on_event=on_event)
     return LimitedToolset(toolset, gate=gate, settled=settled)
