@@ -28,6 +28,14 @@
 // - rejects with the batch's error when the whole batch failed (`SubmitError`, a failed
 //   `decide`, a disposed driver).
 // `gate.cancel()` cancels every live batch and every call not yet submitted.
+//
+// A known batch. A framework that sees the model's response before it starts any of its calls
+// (a LangChain `afterModel` hook) submits the response with `gate.expect(calls)`: ONE batch now,
+// in the order given, decided as a whole before any of it starts. Each call then goes through
+// `gate.call(tool, callId, args, run)` as usual, which takes its place in that batch instead of
+// arriving (in any turn, in any order). A call released before its `gate.call` came keeps its
+// slot until it comes, so a call the framework will not run must be given up with
+// `gate.withdraw(callId)`; `gate.expected()` lists the ones not claimed yet.
 import { Driver, type Decision, type DriverOptions, type EntryOutcome } from './driver.js';
 import { CallSettledError, SubmitError } from './errors.js';
 import { Scheduler } from './scheduler.js';
@@ -78,8 +86,8 @@ class Pending {
   readonly id: string;
   readonly tool: string;
   readonly args: unknown;
-  readonly run: GateRun<unknown, unknown>;
-  readonly signal: AbortSignal | undefined;
+  run: GateRun<unknown, unknown> | undefined;
+  signal: AbortSignal | undefined;
   readonly resolve: (value: unknown) => void;
   readonly reject: (error: unknown) => void;
   done = false;
@@ -87,8 +95,13 @@ class Pending {
   aborted = false;
   detach: () => void = () => {};
   onSettle: () => void = () => {};
+  /** An `expect`ed call released before its `gate.call` came: starts it (`claim`) or ends its
+   * execution without running (`withdraw`, its batch cancelled). */
+  waiting: { start: () => void; end: (error: unknown) => void } | undefined;
+  /** The promise `gate.call` returns, for an `expect`ed call. */
+  promise: Promise<unknown> | undefined;
 
-  constructor(id: string, tool: string, args: unknown, run: GateRun<unknown, unknown>, signal: AbortSignal | undefined, resolve: (value: unknown) => void, reject: (error: unknown) => void) {
+  constructor(id: string, tool: string, args: unknown, run: GateRun<unknown, unknown> | undefined, signal: AbortSignal | undefined, resolve: (value: unknown) => void, reject: (error: unknown) => void) {
     this.id = id;
     this.tool = tool;
     this.args = args;
@@ -130,6 +143,8 @@ export class Gate {
   readonly #held = new Set<string>();
   /** Cancels each live batch. */
   readonly #batches = new Set<AbortController>();
+  /** Calls of `expect`ed batches whose `gate.call` has not come yet, by call id. */
+  readonly #expected = new Map<string, Pending>();
 
   /** A gate over a driver, a scheduler (its driver, `Driver.of`) or a policy (a new scheduler:
    * one gate per conversation). */
@@ -169,10 +184,16 @@ export class Gate {
       checkName(tool, 'tool');
       checkName(callId, 'callId');
       if (callId.includes('#')) throw new SubmitError('invalid-id', `call id ${JSON.stringify(callId)} contains '#'`);
-      if (this.#ids.has(callId)) throw new SubmitError('duplicate-id', `call id ${JSON.stringify(callId)} is used by a call that has not settled`);
     } catch (error) {
       return Promise.reject(error);
     }
+    const expected = this.#expected.get(callId);
+    if (expected !== undefined) {
+      this.#expected.delete(callId);
+      if (expected.tool === tool) return this.#claim(expected, run as GateRun<unknown, unknown>, signal) as Promise<R>;
+      this.#withdraw(expected); // another tool's call under that id: a call of its own
+    }
+    if (this.#ids.has(callId)) return Promise.reject(new SubmitError('duplicate-id', `call id ${JSON.stringify(callId)} is used by a call that has not settled`));
     if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise<R>((resolve, reject) => {
       const pending = new Pending(callId, tool, args, run as GateRun<unknown, unknown>, signal, resolve as (value: unknown) => void, reject);
@@ -191,6 +212,92 @@ export class Gate {
     });
   }
 
+  /** Submits `calls` (in written order) as ONE batch now, for a framework that sees a model
+   * response before it starts any of its calls: `decide` is asked about every call of it, and
+   * none starts before every one is decided. Each call then runs through `gate.call(tool, id,
+   * args, run)`, which takes its place in this batch (in any turn, in any order) and settles as
+   * any call does. A call released before its `gate.call` came keeps its slot (and its
+   * `executionTimeoutMs` runs) until it comes, so give up a call the framework will not run
+   * with `withdraw(id)`. Throws `SubmitError` (and submits nothing) when an id is invalid,
+   * repeated, or used by a call that has not settled. */
+  expect(calls: readonly GateCallInput[]): void {
+    if (!Array.isArray(calls)) fail('calls', 'an array of { id, tool, args }', calls);
+    const seen = new Set<string>();
+    const checked = calls.map((c, i) => {
+      const o = record(c, `calls[${i}]`, ['id', 'tool', 'args']);
+      const id = string(o.id, `calls[${i}].id`);
+      const tool = string(o.tool, `calls[${i}].tool`);
+      checkName(tool, 'tool');
+      checkName(id, 'callId');
+      if (id.includes('#')) throw new SubmitError('invalid-id', `call id ${JSON.stringify(id)} contains '#'`);
+      if (seen.has(id) || this.#ids.has(id)) throw new SubmitError('duplicate-id', `call id ${JSON.stringify(id)} is used by a call that has not settled`);
+      seen.add(id);
+      return { id, tool, args: o.args };
+    });
+    if (checked.length === 0) return;
+    const pending = checked.map(({ id, tool, args }) => {
+      let resolve!: (value: unknown) => void;
+      let reject!: (error: unknown) => void;
+      const promise = new Promise<unknown>((res, rej) => {
+        resolve = res;
+        reject = rej;
+      });
+      promise.catch(() => {}); // answered when claimed; nobody may claim it
+      const p = new Pending(id, tool, args, undefined, undefined, resolve, reject);
+      p.promise = promise;
+      p.onSettle = () => this.#ids.delete(id);
+      this.#ids.add(id);
+      return p;
+    });
+    for (const p of pending) {
+      const old = this.#expected.get(p.id);
+      if (old !== undefined) this.#withdraw(old); // settled, never claimed
+      this.#expected.set(p.id, p);
+    }
+    this.#submit(pending);
+  }
+
+  /** Gives up an `expect`ed call whose `gate.call` never came: queued, it ends without running
+   * when released (its key moves on); released, it ends now. False when no such call waits. */
+  withdraw(callId: string): boolean {
+    const p = this.#expected.get(callId);
+    if (p === undefined) return false;
+    this.#expected.delete(callId);
+    this.#withdraw(p);
+    return true;
+  }
+
+  /** The ids of `expect`ed calls not claimed by `gate.call` nor withdrawn yet. */
+  expected(): string[] {
+    return [...this.#expected.keys()];
+  }
+
+  #withdraw(p: Pending): void {
+    const error = new Error(`${p.id} was withdrawn: its call never came`);
+    p.settle(false, error);
+    p.waiting?.end(error);
+  }
+
+  /** `gate.call` for an `expect`ed call: runs `run` when released (now, if it was). */
+  #claim(p: Pending, run: GateRun<unknown, unknown>, signal: AbortSignal | undefined): Promise<unknown> {
+    p.run = run;
+    p.signal = signal;
+    if (!p.done && signal) {
+      const onAbort = () => {
+        p.aborted = true;
+        p.settle(false, signal.reason);
+        p.waiting?.end(signal.reason);
+      };
+      if (signal.aborted) onAbort();
+      else {
+        signal.addEventListener('abort', onAbort, { once: true });
+        p.detach = () => signal.removeEventListener('abort', onAbort);
+      }
+    }
+    p.waiting?.start();
+    return p.promise!;
+  }
+
   /** Cancels every live batch (parked calls reject with `CallSettledError` `cancelled`, running
    * ones have their signal aborted) and every call not yet submitted. */
   cancel(reason?: unknown): void {
@@ -204,9 +311,13 @@ export class Gate {
   #close(): void {
     const open = this.#open;
     this.#open = [];
+    this.#submit(open.filter((pending) => !pending.done));
+  }
+
+  /** Submits `open` as one batch. */
+  #submit(open: Pending[]): void {
     const calls: Submitted[] = [];
     for (const pending of open) {
-      if (pending.done) continue;
       let id = pending.id;
       for (let n = 2; this.#held.has(id); n++) id = `${pending.id}@${n}`;
       this.#held.add(id);
@@ -247,6 +358,35 @@ export class Gate {
     const pending = call.pending;
     // Cancelled by its own signal while queued: it ends at once and holds no slot.
     if (pending.done) return Promise.reject(new Error(`${pending.id} was cancelled before it started`));
+    if (pending.run === undefined) {
+      // Released before its `gate.call` came: it keeps its slot until the call comes, is
+      // withdrawn, or its batch is cancelled.
+      return new Promise((resolve, reject) => {
+        const onAbort = () => {
+          // Stopped before its call came: past `executionTimeoutMs`, the timeout; its batch
+          // cancelled, it ends without running, as a queued call would.
+          pending.waiting = undefined;
+          const reason = batchSignal.reason;
+          if (reason instanceof DOMException && reason.name === 'TimeoutError') return reject(reason);
+          const instance = this.driver.scheduler.held.instance;
+          reject(new CallSettledError({ kind: 'cancelled' }, pending.id, pending.tool, instance.explainOrKind(pending.id, { tag: 'cancelled' })));
+        };
+        if (batchSignal.aborted) return onAbort();
+        batchSignal.addEventListener('abort', onAbort, { once: true });
+        pending.waiting = {
+          start: () => {
+            pending.waiting = undefined;
+            batchSignal.removeEventListener('abort', onAbort);
+            resolve(pending.done ? Promise.reject(new Error(`${pending.id} was cancelled before it started`)) : this.#execute(call, batchSignal));
+          },
+          end: (error) => {
+            pending.waiting = undefined;
+            batchSignal.removeEventListener('abort', onAbort);
+            reject(error);
+          },
+        };
+      });
+    }
     const signal = pending.signal ? AbortSignal.any([batchSignal, pending.signal]) : batchSignal;
     let result: Promise<unknown>;
     try {

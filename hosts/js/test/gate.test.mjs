@@ -295,3 +295,92 @@ test('a gate over a persisting driver leaves nothing retired in the snapshot (ev
   assert.ok(saved.length > 0, 'the driver persisted');
   driver.dispose();
 });
+
+// -- expect: a batch known before its calls come -------------------------------------------------
+
+test('expect submits a known batch at once: decided whole in written order, run per key in that order however the calls come', { timeout: 10_000 }, async () => {
+  const log = [];
+  const g = await gate({
+    decide: async (label, call) => {
+      if (label === 'a') await sleep(20); // a split batch would start the rest meanwhile
+      log.push(`decided ${label} ${call.tool}`);
+      return 'approve';
+    },
+  });
+  g.expect([
+    { id: 'a', tool: 'rfd_draft', args: { name: 'a' } },
+    { id: 'g', tool: 'github', args: { name: 'g' } },
+    { id: 'b', tool: 'rfd_renumber', args: { name: 'b' } },
+  ]);
+  assert.deepEqual(g.expected().sort(), ['a', 'b', 'g']);
+  // The calls come later, in another task, in reverse order.
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  const results = ['b', 'g', 'a'].map((id) => g.call(id === 'g' ? 'github' : id === 'a' ? 'rfd_draft' : 'rfd_renumber', id, { name: id }, recorder(log)));
+  assert.deepEqual(g.expected(), []);
+  assert.deepEqual(await Promise.all(results), ['b done', 'g done', 'a done']);
+  const at = (line) => log.indexOf(line);
+  assert.deepEqual(log.slice(0, 3), ['decided a rfd_draft', 'decided g github', 'decided b rfd_renumber']);
+  assert.ok(at('start b') > at('end a'), 'written order on the key, not arrival order');
+  assert.ok(at('start g') < at('end a'), 'another key does not wait');
+  assert.deepEqual(g.driver.inspect(), []);
+});
+
+test('an expected call released before its call came keeps its slot; withdraw frees it, queued or released', { timeout: 10_000 }, async () => {
+  const g = await gate();
+  const log = [];
+  g.expect([
+    { id: 'a', tool: 'rfd_draft', args: { name: 'a' } },
+    { id: 'b', tool: 'rfd_draft', args: { name: 'b' } },
+    { id: 'c', tool: 'rfd_draft', args: { name: 'c' } },
+  ]);
+  // `a` is released and waits for its call: `b` and `c` stay queued behind it.
+  await sleep(20);
+  assert.deepEqual(log, []);
+  assert.equal(g.withdraw('b'), true, 'queued: it will end without running');
+  assert.equal(g.withdraw('b'), false);
+  assert.equal(g.withdraw('nobody'), false);
+  assert.deepEqual(g.expected().sort(), ['a', 'c']);
+  assert.equal(g.withdraw('a'), true, 'released: it ends now, the key moves on');
+  assert.equal(await g.call('rfd_draft', 'c', { name: 'c' }, recorder(log)), 'c done');
+  assert.deepEqual(log, ['start c', 'end c']);
+  assert.deepEqual(g.expected(), []);
+  assert.deepEqual(g.driver.inspect(), []);
+  // The withdrawn ids are free again.
+  assert.equal(await g.call('rfd_draft', 'a', { name: 'a' }, recorder(log)), 'a done');
+});
+
+test('expect: a settled call answers its claim, a refused batch submits nothing, another tool under the id is a call of its own', { timeout: 10_000 }, async () => {
+  const g = await gate({ decide: (label) => (label === 'r' ? 'reject' : 'approve') });
+  const log = [];
+  g.expect([{ id: 'r', tool: 'rfd_draft', args: { name: 'r' } }]);
+  await sleep(5);
+  await assert.rejects(g.call('rfd_draft', 'r', { name: 'r' }, recorder(log)), (e) => e instanceof CallSettledError && e.message === 'not run: the user rejected this call');
+  // Refused whole: a repeated id, an id in flight, an invalid id.
+  assert.throws(() => g.expect([{ id: 'x', tool: 'github', args: {} }, { id: 'x', tool: 'github', args: {} }]), (e) => e instanceof SubmitError && e.code === 'duplicate-id');
+  g.expect([{ id: 'y', tool: 'github', args: { name: 'y' } }]);
+  assert.throws(() => g.expect([{ id: 'z', tool: 'github', args: {} }, { id: 'y', tool: 'github', args: {} }]), (e) => e instanceof SubmitError && e.code === 'duplicate-id');
+  assert.throws(() => g.expect([{ id: 'a#1', tool: 'github', args: {} }]), (e) => e instanceof SubmitError && e.code === 'invalid-id');
+  assert.throws(() => g.expect('nope'), TypeError);
+  assert.deepEqual(g.expected(), ['y']);
+  g.expect([]); // nothing to submit
+  // `y` claimed by another tool: the expected call is withdrawn, this one runs on its own.
+  assert.equal(await g.call('rfd_draft', 'y', { name: 'y' }, recorder(log)), 'y done');
+  assert.deepEqual(g.expected(), []);
+  // A claim whose own signal aborts before its release: it never runs.
+  g.expect([{ id: 'p', tool: 'rfd_draft', args: { name: 'p' } }, { id: 'q', tool: 'rfd_draft', args: { name: 'q' } }]);
+  const p = g.call('rfd_draft', 'p', { name: 'p' }, recorder(log, 20));
+  const controller = new AbortController();
+  const q = g.call('rfd_draft', 'q', { name: 'q' }, recorder(log), { signal: controller.signal });
+  controller.abort(new Error('left'));
+  await assert.rejects(q, /left/);
+  assert.equal(await p, 'p done');
+  assert.ok(!log.includes('start q'));
+  // gate.cancel ends an expected call that waits for its claim: the claim gets the sentence.
+  g.expect([{ id: 'w', tool: 'github', args: { name: 'w' } }]);
+  await sleep(5);
+  g.cancel();
+  await sleep(5);
+  await assert.rejects(g.call('github', 'w', { name: 'w' }, recorder(log)), (e) => e instanceof CallSettledError && e.reason.kind === 'cancelled');
+  await sleep(5);
+  assert.deepEqual(g.driver.inspect(), []);
+});
