@@ -134,6 +134,19 @@ pub(crate) fn parse_layer(layer: u32, text: &str, sink: &mut Sink) -> Option<Raw
 fn read_root(layer: u32, root: &DeTable<'_>, sink: &mut Sink) -> RawLayer {
     let mut out = RawLayer::default();
     warn_near_misses(layer, &[], root, &["conversation"], sink);
+    // Tools written at the top (`[tools.a]`, `{ "tools": ... }`) would configure nothing and
+    // leave every tool unbounded: said, since it is no near miss of a name.
+    if let Some((field, _)) = root.iter().find(|(k, _)| k.get_ref().as_ref() == "tools") {
+        sink.push(
+            Code::UnknownFieldTypo,
+            &["tools".to_owned()],
+            "unknown field `tools` is ignored, so nothing it sets applies: Turnstile reads \
+             tools only under `conversation`"
+                .to_owned(),
+        )
+        .label(Loc::from_span(layer, field.span()), "ignored")
+        .help("did you mean `conversation.tools`? ([conversation.tools.NAME] in TOML)");
+    }
     let Some(conversation) = find(root, "conversation") else {
         return out;
     };
