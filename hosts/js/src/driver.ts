@@ -80,9 +80,11 @@ export type EntryOutcome =
   | { entry: bigint; label: string; status: 'cancelled'; value?: unknown; error?: unknown }
   /** It never ran (or stopped being needed): `reason` says why, and `message` is the sentence to
    * show a user or hand back to the model as the call's result (the component's `explain` text,
-   * the same in every host: `"not run: the batch was cancelled"`). `error` is set only when a
-   * shared key's store could not grant its permit (reason `failed`): what `SharedKeys.acquire`
-   * rejected with (`StoreUnavailableError`, `LeaseLostError`, ...). */
+   * the same in every host: `"not run: the batch was cancelled"`). `error` is set when a shared
+   * key's store could not grant its permit (reason `failed`): what `SharedKeys.acquire` rejected
+   * with (`StoreUnavailableError`, `LeaseLostError`, ...); and on every entry settled because
+   * `decide` failed (reason `failed`, or `cancelled` for those approved before): what it threw
+   * (a `Gate` then rejects the call with that error itself). */
   | { entry: bigint; label: string; status: 'settled'; reason: Reason; message: string; error?: unknown };
 
 /** One call's outcome: its entries' outcomes in operation order. */
@@ -292,6 +294,9 @@ class Batch {
   /** Left the driver's live batches. */
   retired = false;
   abortReason: unknown = undefined;
+  /** What `decide` threw (or the TypeError / RangeError for what it answered): every entry of
+   * the batch settled from then on carries it as its outcome's `error`. */
+  decideError: unknown = undefined;
   resolve!: (outcomes: CallOutcome[]) => void;
   reject!: (error: unknown) => void;
   detach: () => void = () => {};
@@ -770,6 +775,7 @@ export class Driver {
   /** `decide` threw, rejected or returned something else: the undecided entries are settled as
    * failed, the batch is cancelled and rejects with the error. */
   #decideFailed(batch: Batch, error: unknown, pending: number[] | null): void {
+    batch.decideError ??= error;
     if (!batch.done && !batch.cancelled) {
       const from = this.#decided.get(batch) ?? 0;
       const n = pending === null ? batch.count : pending.length;
@@ -796,6 +802,8 @@ export class Driver {
    * after the step that takes it (and its snapshot, with `persist`): the input that reports it
    * is queued with it, so the next step takes both. */
   #record(batch: Batch, offset: number, outcome: EntryOutcome, report = true): void {
+    // An entry settled because `decide` failed carries the host's error, not only a sentence.
+    if (outcome.status === 'settled' && batch.decideError !== undefined && outcome.error === undefined) outcome = { ...outcome, error: batch.decideError };
     const first = batch.outcomes[offset] === undefined;
     batch.outcomes[offset] = outcome;
     if (first && report && batch.options.onOutcome !== undefined) this.#reports.push(batch, offset);

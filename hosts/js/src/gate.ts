@@ -38,6 +38,7 @@
 // `gate.withdraw(callId)`; `gate.expected()` lists the ones not claimed yet.
 import { Driver, type Decision, type DriverOptions, type EntryOutcome } from './driver.js';
 import { CallSettledError, SubmitError } from './errors.js';
+import { SharedStoreError } from './shared/contract.js';
 import { Scheduler } from './scheduler.js';
 import { Policy } from './turnstile.js';
 import { fail, func, millis, record, signal as checkSignal, string } from './validate.js';
@@ -438,7 +439,12 @@ function answer(pending: Pending, outcome: EntryOutcome): void {
       else pending.settle(true, outcome.value);
       return;
     case 'settled':
-      // `error`: what a shared key's store failed with, as the error's `cause`.
+      // `decide` failed (the host's bug): that error itself, not a sentence that would hide it.
+      if (outcome.error !== undefined && !(outcome.error instanceof SharedStoreError)) {
+        pending.settle(false, outcome.error);
+        return;
+      }
+      // A shared key's store could not grant it: its error is the `cause`.
       pending.settle(false, new CallSettledError(outcome.reason, pending.id, pending.tool, outcome.message, outcome.error));
   }
 }

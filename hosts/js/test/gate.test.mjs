@@ -100,6 +100,28 @@ test('calls settled by decide reject with CallSettledError carrying the reason a
   assert.deepEqual(d, { status: 'fulfilled', value: 'd' });
 });
 
+test('a decide that throws or answers nonsense fails every call of its batch with that error, not a sentence', { timeout: 10_000 }, async () => {
+  for (const answer of ['throw', 'yes']) {
+    const broken = new Error('decide is broken');
+    const g = await gate({
+      decide: (label) => {
+        if (label !== 'b') return 'approve';
+        if (answer === 'throw') throw broken;
+        return answer;
+      },
+    });
+    const ran = [];
+    const results = await Promise.allSettled(['a', 'b', 'c'].map((id) => g.call('rfd_draft', id, { name: id }, async (args) => ran.push(args.name))));
+    assert.deepEqual(ran, [], 'nothing of the batch runs');
+    const errors = results.map((r) => r.reason);
+    assert.ok(results.every((r) => r.status === 'rejected'));
+    assert.ok(errors.every((e) => e === errors[0]), 'one error, the one decide made');
+    if (answer === 'throw') assert.equal(errors[0], broken);
+    else assert.ok(errors[0] instanceof RangeError && !(errors[0] instanceof CallSettledError), String(errors[0]));
+    g.driver.dispose();
+  }
+});
+
 test('gate.cancel rejects parked calls as cancelled and aborts running ones; the key is free after', { timeout: 10_000 }, async () => {
   const g = await gate();
   const log = [];

@@ -95,6 +95,32 @@ def test_a_rejected_call_raises_at_once_and_the_others_run() -> None:
     vloop.run(main())
 
 
+@pytest.mark.parametrize("answer", ["raise", "yes"])
+def test_a_decide_that_raises_or_answers_nonsense_fails_every_call_with_its_error(answer) -> None:
+    # Not a sentence for the model (which would hide the host's bug): the error itself, for the
+    # calls decided before it too (their batch is cancelled) and those after it.
+    async def main():
+        log = Log()
+
+        def decide(label, call):
+            if label != "b":
+                return "approve"
+            if answer == "raise":
+                raise RuntimeError("decide is broken")
+            return answer
+
+        async with Gate(policy(), decide=decide) as gate:
+            slow = log.tool("rfd_draft", "rfd", 0.05)
+            calls = [asyncio.ensure_future(gate.call("rfd_draft", c, c, slow)) for c in "abc"]
+            results = await asyncio.gather(*calls, return_exceptions=True)
+        want = RuntimeError if answer == "raise" else ValueError
+        assert all(type(r) is want for r in results), results
+        assert all(r is results[0] for r in results), "one error, the one decide made"
+        assert log.events == []
+
+    vloop.run(main())
+
+
 def test_a_run_that_raises_fails_only_its_call_and_frees_the_key() -> None:
     async def main():
         log = Log()

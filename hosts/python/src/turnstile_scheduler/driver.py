@@ -106,6 +106,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect as _inspect
 import math
 import weakref
@@ -215,7 +216,7 @@ class _Batch:
         "driver", "batch", "first", "calls", "labels", "call_of", "call_index", "call_starts", "ops", "execute", "outcomes",
         "tasks", "asking", "expired", "finished", "cancelled", "failed", "count", "since", "aborted", "aborted_at", "given_up",
         "begun", "on_outcome", "execution_timeout", "final", "gone", "limited", "acquiring", "permits", "permit_used", "shared_keys",
-        "denied_errors", "lost", "watchers", "tele",
+        "denied_errors", "lost", "watchers", "tele", "decide_error",
     )
 
     def __init__(
@@ -287,6 +288,8 @@ class _Batch:
         self.gone: asyncio.Future[None] = driver._loop.create_future()  # type: ignore[union-attr]
         # What `on_event` needs (None without it): see `_Tele`.
         self.tele: Optional[_Tele] = None
+        # What `decide` raised (or the error for what it answered), once it failed.
+        self.decide_error: Optional[BaseException] = None
 
     def leave(self) -> None:
         if not self.gone.done():
@@ -667,7 +670,10 @@ class Driver:
                     raise error(f"decide({b.labels[i]!r}) result must be one of 'approve', 'reject', 'skip', 'fail', not {decision!r}")
                 n += 1
         except Exception as e:
-            # Undecided entries fail; the batch is cancelled (nothing of it runs) and fails.
+            # Undecided entries fail; the batch is cancelled (nothing of it runs) and fails. Each
+            # entry settled from now on carries the error (`_record`).
+            if b.decide_error is None:
+                b.decide_error = e
             for i in todo[n:]:
                 self._queue(_SETTLE, (b.first + i, "failed"), b)
             b.fail(e)
@@ -1178,6 +1184,9 @@ class Driver:
     def _record(self, b: _Batch, i: int, outcome: EntryOutcome, report: bool = True) -> None:
         """The one place an entry's outcome is recorded. The first one recorded goes to
         `on_outcome` after the step that takes it (and its snapshot, with `persist`)."""
+        if outcome.status is SETTLED and b.decide_error is not None and outcome.error is None:
+            # An entry settled because `decide` failed carries the host's error, not only a sentence.
+            outcome = dataclasses.replace(outcome, error=b.decide_error)
         first = b.outcomes[i] is None
         b.outcomes[i] = outcome
         if first and report and b.on_outcome is not None:

@@ -354,7 +354,14 @@ class Gate:
         def on_outcome(outcome: EntryOutcome, call: Call) -> None:
             p = by_id[call.id]
             if not p.go.done() and outcome.reason is not None:
-                p.go.set_exception(CallSettledError(p.call_id, p.tool, outcome.reason, outcome.message))
+                from .shared import SharedStoreError  # the store's errors stay a settlement
+
+                if outcome.error is not None and not isinstance(outcome.error, SharedStoreError):
+                    # `decide` failed (the host's bug): that error itself, not a sentence that
+                    # would hide it.
+                    p.go.set_exception(outcome.error)
+                else:
+                    p.go.set_exception(CallSettledError(p.call_id, p.tool, outcome.reason, outcome.message))
             if not p.reported.done():
                 p.reported.set_result(None)
 
