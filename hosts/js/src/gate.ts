@@ -440,7 +440,7 @@ function answer(pending: Pending, outcome: EntryOutcome): void {
       return;
     case 'settled':
       // `decide` failed (the host's bug): that error itself, not a sentence that would hide it.
-      if (outcome.error !== undefined && !(outcome.error instanceof SharedStoreError)) {
+      if (outcome.error !== undefined && (outcome.reason.kind === 'failed' || outcome.reason.kind === 'cancelled') && !(outcome.error instanceof SharedStoreError)) {
         pending.settle(false, outcome.error);
         return;
       }

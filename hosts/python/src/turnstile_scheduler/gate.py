@@ -354,9 +354,8 @@ class Gate:
         def on_outcome(outcome: EntryOutcome, call: Call) -> None:
             p = by_id[call.id]
             if not p.go.done() and outcome.reason is not None:
-                from .shared import SharedStoreError  # the store's errors stay a settlement
-
-                if outcome.error is not None and not isinstance(outcome.error, SharedStoreError):
+                b = gb.batch
+                if b is not None and outcome.error is not None and outcome.error is b.decide_error:
                     # `decide` failed (the host's bug): that error itself, not a sentence that
                     # would hide it.
                     p.go.set_exception(outcome.error)
