@@ -80,7 +80,9 @@ export function otelEvents(options: OtelEventsOptions = {}): (event: DriverEvent
         s.running = true;
         const reason = event.wait?.kind;
         each(keys, (a) => waitDuration.record(event.waitedMs, a), reason === undefined ? undefined : { 'turnstile.wait.reason': reason });
-        if (event.waitedMs > 0 || event.wait !== undefined) {
+        // Only a start the component saw waiting (a `wait` event): not the millisecond or two
+        // between a release and its start.
+        if (event.wait !== undefined) {
           // The driver's clock may be virtual or monotonic: the span ends now, by the wall clock,
           // and lasts what the driver measured.
           const end = Date.now();

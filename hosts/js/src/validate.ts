@@ -10,6 +10,7 @@ const describe = (value: unknown): string => {
   if (typeof value === 'bigint') return `${value}n`;
   if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
   if (value === null) return 'null';
+  if (value === undefined) return 'undefined';
   if (Array.isArray(value)) return 'an array';
   if (typeof value === 'object') return value.constructor?.name ? `a ${value.constructor.name}` : 'an object';
   return `${typeof value} ${String(value)}`;

@@ -10,8 +10,8 @@ driver = Driver(Scheduler(policy), on_event=otel_events())      # or Gate(policy
 `turnstile_scheduler.events`) that records, with the global tracer and meter provider by
 default (`trace.get_tracer("turnstile_scheduler")`, `metrics.get_meter("turnstile_scheduler")`):
 
-- a span `wait_for {tool}` (kind INTERNAL) for each execution that started after a wait
-  (`waited_ms > 0`, or a wait was reported), from its approval (or its rate-limited end) to its
+- a span `wait_for {tool}` (kind INTERNAL) for each execution that started after a wait the
+  component reported (a `WaitEvent`), from its approval (or its rate-limited end) to its
   start, with `gen_ai.operation.name` = "wait_for", `gen_ai.tool.name`, `gen_ai.tool.call.id`
   (the label), `turnstile.key` (its first key), `turnstile.keys`, `turnstile.wait.reason` (the
   last wait's kind: "key-full", "key-paused", "key-spacing", "behind", "retry-at",
@@ -92,7 +92,9 @@ def otel_events(*, tracer: Optional[Any] = None, meter: Optional[Any] = None) ->
             extra = {} if reason is None else {"turnstile.wait.reason": reason}
             for attrs in _points(e.keys, extra):
                 wait_duration.record(e.waited_ms, attrs)
-            if e.waited_ms > 0 or e.wait is not None:
+            # Only a start the component saw waiting (a wait event): not the millisecond or two
+            # between a release and its start.
+            if e.wait is not None:
                 end_ns = time.time_ns()
                 start_ns = end_ns - e.waited_ms * 1_000_000
                 attributes: dict[str, Any] = {
