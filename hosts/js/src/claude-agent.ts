@@ -66,33 +66,26 @@ import {
   type SpawnedProcess,
   type SpawnOptions,
 } from '@anthropic-ai/claude-agent-sdk';
-import { Driver, type Decision, type DriverOptions } from './driver.js';
-import { Gate, type GateCallInput, type GateOptions } from './gate.js';
+import { Driver, type Decision } from './driver.js';
+import { GATE_OPTIONS, Gate, adapterGate, releaseAdapterGate, type GateCallInput, type GateOptions } from './gate.js';
 import { Scheduler } from './scheduler.js';
 import { Policy } from './turnstile.js';
-import { fail, func, millis, record } from './validate.js';
+import { fail, record } from './validate.js';
 
 /** How long a call may wait for its turn in its `PreToolUse` hook, in seconds (the CLI's
  * default is 60 s, after which the hook fails and, with `onFailure: 'block'`, the call is
  * refused). */
 export const HOOK_TIMEOUT_SECONDS = 24 * 3600;
 
-export interface ClaudeAgentOptions {
+/** The gate's options (`GateOptions`: used when the adapter makes the gate), and the hooks'
+ * timeout. */
+export interface ClaudeAgentOptions extends GateOptions {
   /** Decides each call of a response in written order, before any of it starts (default:
    * approve all); may be async (a prompt). */
   decide?: (label: string, call: GateCallInput) => Decision | Promise<Decision>;
   /** Aborts a running call's signal once it has run this long; the CLI cannot stop the tool,
    * so the call keeps its slot until the CLI reports its end. */
   executionTimeoutMs?: number;
-  /** Once a running call's signal aborted, how long it may still take before its slot is freed
-   * (see `GateOptions.abortGraceMs`). */
-  abortGraceMs?: number;
-  /** The store client for the policy's shared keys, when the adapter makes the driver. */
-  sharedKeys?: DriverOptions['sharedKeys'];
-  /** The clock, when the adapter makes the driver. */
-  clock?: DriverOptions['clock'];
-  /** Told every wait, start, end and settlement, when the adapter makes the driver. */
-  onEvent?: DriverOptions['onEvent'];
   /** How long a call may wait for its turn in its hook, in seconds (default a day); past it
    * the CLI refuses the call. */
   hookTimeoutSeconds?: number;
@@ -111,7 +104,6 @@ export interface TurnstileClaudeAgent {
   dispose(): void;
 }
 
-const GATE_OPTIONS = ['decide', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys', 'clock', 'onEvent'] as const;
 
 /** The CLI reported the call failed (`PostToolUseFailure`, or an error `tool_result`). */
 class Failed extends Error {}
@@ -385,22 +377,7 @@ export function claudeAgent(target: Policy | Scheduler | Driver | Gate, options:
   const o = record(options, 'options', [...GATE_OPTIONS, 'hookTimeoutSeconds']) as ClaudeAgentOptions;
   const hookTimeout = o.hookTimeoutSeconds ?? HOOK_TIMEOUT_SECONDS;
   if (typeof hookTimeout !== 'number' || !(hookTimeout > 0) || !Number.isFinite(hookTimeout)) fail('options.hookTimeoutSeconds', 'a positive number of seconds', hookTimeout);
-  let gate: Gate;
-  let owns: 'nothing' | 'gate' | 'driver' = 'nothing';
-  if (target instanceof Gate) {
-    for (const name of GATE_OPTIONS) {
-      if (o[name] !== undefined) throw new TypeError(`options.${name} belongs to the gate: pass it to new Gate(...)`);
-    }
-    gate = target;
-  } else if (target instanceof Policy || target instanceof Scheduler || target instanceof Driver) {
-    if (o.decide !== undefined) func(o.decide, 'options.decide');
-    if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
-    if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
-    const gateOptions: GateOptions = {};
-    for (const name of GATE_OPTIONS) if (o[name] !== undefined) (gateOptions as any)[name] = o[name];
-    gate = new Gate(target, gateOptions);
-    owns = target instanceof Policy ? 'driver' : 'gate';
-  } else fail('target', 'a Policy, Scheduler, Driver or Gate', target);
+  const { gate, owns } = adapterGate(target, o);
 
   let disposed = false;
   return {
@@ -450,8 +427,7 @@ export function claudeAgent(target: Policy | Scheduler | Driver | Gate, options:
     dispose(): void {
       if (disposed) return;
       disposed = true;
-      if (owns !== 'nothing') gate.cancel();
-      if (owns === 'driver') gate.driver.dispose();
+      releaseAdapterGate(gate, owns);
     },
   };
 }

@@ -424,6 +424,35 @@ export class Gate {
   }
 }
 
+/** @internal The gate options an adapter takes and hands to the gate it makes. */
+export const GATE_OPTIONS = ['decide', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys', 'clock', 'onEvent'] as const;
+
+/** @internal An adapter's gate, and what the adapter owns of it: a `Gate` given is used as it is
+ * (its options are the gate's: an adapter option among `GATE_OPTIONS` is refused), anything else
+ * gets a gate made here with the adapter's `GATE_OPTIONS`, checked under `options.NAME`. */
+export function adapterGate(target: unknown, o: GateOptions): { gate: Gate; owns: 'nothing' | 'gate' | 'driver' } {
+  if (target instanceof Gate) {
+    for (const name of GATE_OPTIONS) {
+      if (o[name] !== undefined) throw new TypeError(`options.${name} belongs to the gate: pass it to new Gate(...)`);
+    }
+    return { gate: target, owns: 'nothing' };
+  }
+  if (!(target instanceof Policy || target instanceof Scheduler || target instanceof Driver)) fail('target', 'a Policy, Scheduler, Driver or Gate', target);
+  if (o.decide !== undefined) func(o.decide, 'options.decide');
+  if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
+  if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
+  const gateOptions: GateOptions = {};
+  for (const name of GATE_OPTIONS) if (o[name] !== undefined) (gateOptions as Record<string, unknown>)[name] = o[name];
+  return { gate: new Gate(target, gateOptions), owns: target instanceof Policy ? 'driver' : 'gate' };
+}
+
+/** @internal Gives back what an adapter owns of its gate (`adapterGate`): cancels the calls in
+ * flight on a gate it made, and disposes the driver it made with it. */
+export function releaseAdapterGate(gate: Gate, owns: 'nothing' | 'gate' | 'driver'): void {
+  if (owns !== 'nothing') gate.cancel();
+  if (owns === 'driver') gate.driver.dispose();
+}
+
 /** Settles a call with its entry's outcome. */
 function answer(pending: Pending, outcome: EntryOutcome): void {
   switch (outcome.status) {

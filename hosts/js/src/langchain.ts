@@ -58,32 +58,22 @@
 //    `handler` invokes (`request.tool.invoke(toolCall, config)`) when given another.
 // 3. `handler` throws what the tool threw, and returns a `ToolMessage` (or a `Command`).
 import { AIMessage, MiddlewareError, ToolInvocationError, ToolMessage, createMiddleware, type AgentMiddleware } from 'langchain';
-import { Driver, type Decision, type DriverOptions } from './driver.js';
+import { Driver, type Decision } from './driver.js';
 import { CallSettledError } from './errors.js';
-import { Gate, type GateCallInput, type GateOptions } from './gate.js';
+import { GATE_OPTIONS, Gate, adapterGate, releaseAdapterGate, type GateCallInput, type GateOptions } from './gate.js';
 import { Scheduler } from './scheduler.js';
 import { Policy } from './turnstile.js';
-import { fail, func, millis, oneOf, record } from './validate.js';
+import { oneOf, record } from './validate.js';
 
-export interface TurnstileMiddlewareOptions {
+/** The gate's options (`GateOptions`: used when the middleware makes the gate), and how a
+ * settled call is answered. */
+export interface TurnstileMiddlewareOptions extends GateOptions {
   /** Decides each call of a response in written order, before any of it starts (default:
    * approve all); may be async (a prompt). */
   decide?: (label: string, call: GateCallInput) => Decision | Promise<Decision>;
   /** A call the scheduler settled: `'return'` (default) answers the model with the component's
    * sentence in an error `ToolMessage`; `'throw'` throws `CallSettledError` from the tool node. */
   settled?: 'return' | 'throw';
-  /** Aborts a running call's signal (a `TimeoutError`) once it has run this long. */
-  executionTimeoutMs?: number;
-  /** Once a running call's signal aborted, how long it may still take before its slot is freed
-   * (see `GateOptions.abortGraceMs`). */
-  abortGraceMs?: number;
-  /** The store client for the policy's shared keys, when the middleware makes the driver. */
-  sharedKeys?: DriverOptions['sharedKeys'];
-  /** The clock, when the middleware makes the driver. */
-  clock?: DriverOptions['clock'];
-  /** Told every wait, start, end and settlement, when the middleware makes the driver (see
-   * `DriverOptions.onEvent`). */
-  onEvent?: DriverOptions['onEvent'];
 }
 
 /** The middleware, with the gate it runs the calls on. */
@@ -106,8 +96,6 @@ class Failed extends Error {
   }
 }
 
-const GATE_OPTIONS = ['decide', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys', 'clock', 'onEvent'] as const;
-
 /** A LangChain v1 agent middleware running every tool call of `createAgent` through the
  * scheduler, each model response one batch in written order (see the module doc). `target` is
  * a `Policy` (a scheduler this middleware makes, shared by every run of the agent), a
@@ -116,22 +104,7 @@ const GATE_OPTIONS = ['decide', 'executionTimeoutMs', 'abortGraceMs', 'sharedKey
 export function turnstileMiddleware(target: Policy | Scheduler | Driver | Gate, options: TurnstileMiddlewareOptions = {}): TurnstileMiddleware {
   const o = record(options, 'options', ['settled', ...GATE_OPTIONS]) as TurnstileMiddlewareOptions;
   if (o.settled !== undefined) oneOf(o.settled, 'options.settled', ['return', 'throw']);
-  let gate: Gate;
-  let owns: 'nothing' | 'gate' | 'driver' = 'nothing';
-  if (target instanceof Gate) {
-    for (const name of GATE_OPTIONS) {
-      if (o[name] !== undefined) throw new TypeError(`options.${name} belongs to the gate: pass it to new Gate(...)`);
-    }
-    gate = target;
-  } else if (target instanceof Policy || target instanceof Scheduler || target instanceof Driver) {
-    if (o.decide !== undefined) func(o.decide, 'options.decide');
-    if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
-    if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
-    const gateOptions: GateOptions = {};
-    for (const name of GATE_OPTIONS) if (o[name] !== undefined) (gateOptions as any)[name] = o[name];
-    gate = new Gate(target, gateOptions);
-    owns = target instanceof Policy ? 'driver' : 'gate';
-  } else fail('target', 'a Policy, Scheduler, Driver or Gate', target);
+  const { gate, owns } = adapterGate(target, o);
   const settled = o.settled ?? 'return';
 
   /** Withdraws the expected calls of the responses in `messages` (but `skip`) that never ran. */
@@ -225,8 +198,7 @@ export function turnstileMiddleware(target: Policy | Scheduler | Driver | Gate, 
     dispose(): void {
       if (disposed) return;
       disposed = true;
-      if (owns !== 'nothing') gate.cancel();
-      if (owns === 'driver') gate.driver.dispose();
+      releaseAdapterGate(gate, owns);
     },
   }) as TurnstileMiddleware;
 }

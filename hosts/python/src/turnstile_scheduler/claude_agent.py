@@ -61,7 +61,7 @@ from claude_agent_sdk.types import _configure_can_use_tool
 from .config import Policy
 from .driver import Decide, Driver
 from .events import OnEvent
-from .gate import Gate
+from .gate import Gate, _adapter_gate
 from .scheduler import Scheduler
 
 __all__ = ["Turnstile"]
@@ -289,14 +289,7 @@ class Turnstile:
         on_event: Optional[OnEvent] = None,
         hook_timeout: float = HOOK_TIMEOUT,
     ) -> None:
-        if isinstance(target, Gate):
-            if decide is not None or execution_timeout is not None or abort_grace is not None or on_event is not None:
-                raise ValueError("decide, execution_timeout, abort_grace and on_event belong to the gate: pass them to Gate(...)")
-            self.gate = target
-            self._owns = False
-        else:
-            self.gate = Gate(target, decide=decide, execution_timeout=execution_timeout, abort_grace=abort_grace, on_event=on_event)
-            self._owns = True
+        self.gate, self._owns = _adapter_gate(target, decide=decide, execution_timeout=execution_timeout, abort_grace=abort_grace, on_event=on_event)
         self.hook_timeout = hook_timeout
 
     def _prepare(self, prompt: Union[str, AsyncIterable[dict[str, Any]]], options: Optional[ClaudeAgentOptions]) -> tuple[ClaudeAgentOptions, _Peek]:

@@ -445,3 +445,21 @@ def _only_ours(task: Optional["asyncio.Task[Any]"]) -> bool:
     tell; before, the gate's is assumed)."""
     uncancel = getattr(task, "uncancel", None)
     return uncancel is None or uncancel() == 0
+
+
+def _adapter_gate(
+    target: Any,
+    *,
+    decide: Optional[Decide],
+    execution_timeout: Optional[float],
+    abort_grace: Optional[float],
+    on_event: Optional[OnEvent],
+) -> "tuple[Gate, bool]":
+    """An adapter's gate, and whether the adapter made it (so closes it): a `Gate` given is used
+    as it is (its options are the gate's, refused here), anything else gets a gate made with the
+    adapter's options."""
+    if isinstance(target, Gate):
+        if decide is not None or execution_timeout is not None or abort_grace is not None or on_event is not None:
+            raise ValueError("decide, execution_timeout, abort_grace and on_event belong to the gate: pass them to Gate(...)")
+        return target, False
+    return Gate(target, decide=decide, execution_timeout=execution_timeout, abort_grace=abort_grace, on_event=on_event), True

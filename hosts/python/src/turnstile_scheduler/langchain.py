@@ -85,7 +85,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from .config import Policy
 from .driver import Decide, Driver
 from .events import OnEvent
-from .gate import CallSettledError, Gate
+from .gate import CallSettledError, Gate, _adapter_gate
 from .scheduler import Scheduler
 
 __all__ = ["TurnstileMiddleware"]
@@ -148,14 +148,7 @@ class TurnstileMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     ) -> None:
         if settled not in ("return", "raise"):
             raise ValueError(f"settled must be 'return' or 'raise', not {settled!r}")
-        if isinstance(target, Gate):
-            if decide is not None or execution_timeout is not None or abort_grace is not None or on_event is not None:
-                raise ValueError("decide, execution_timeout, abort_grace and on_event belong to the gate: pass them to Gate(...)")
-            self.gate = target
-            self._owns = False
-        else:
-            self.gate = Gate(target, decide=decide, execution_timeout=execution_timeout, abort_grace=abort_grace, on_event=on_event)
-            self._owns = True
+        self.gate, self._owns = _adapter_gate(target, decide=decide, execution_timeout=execution_timeout, abort_grace=abort_grace, on_event=on_event)
         self.settled = settled
         self._lt: Optional[_LoopThread] = None
         self._lt_lock = threading.Lock()
