@@ -10,15 +10,8 @@ import { MockLanguageModelV4, convertArrayToReadableStream } from 'ai/test';
 import { z } from 'zod';
 import { Gate, Turnstile } from '../dist/index.js';
 import { limitTools } from '../dist/ai.js';
+import { CONFIG } from './fixtures/adapters.mjs';
 
-const CONFIG = `
-[conversation.tools.rfd_draft]
-concurrency = { key = "rfd" }
-[conversation.tools.rfd_renumber]
-concurrency = { key = "rfd" }
-[conversation.tools.github_issues]
-concurrency = { key = "github", limit = 2 }
-`;
 const KEY = { rfd_draft: 'rfd', rfd_renumber: 'rfd', github_issues: 'github', clock: 'none' };
 
 /** The model's responses, one per step, each with several tool calls in written order. */

@@ -26,14 +26,7 @@ const { z } = await import('zod');
 const { CallSettledError, Gate, Turnstile } = await import('../dist/index.js');
 const { turnstileMiddleware } = await import('../dist/langchain.js');
 
-const CONFIG = `
-[conversation.tools.rfd_draft]
-concurrency = { key = "rfd" }
-[conversation.tools.rfd_renumber]
-concurrency = { key = "rfd" }
-[conversation.tools.github_issues]
-concurrency = { key = "github", limit = 2 }
-`;
+const { CONFIG, tracker } = await import('./fixtures/adapters.mjs');
 const LIMITS = { rfd: 1, github: 2 };
 const KEY = { rfd_draft: 'rfd', rfd_renumber: 'rfd', github_issues: 'github', read: 'read' };
 
@@ -96,16 +89,7 @@ const contents = (answers) => Object.fromEntries(Object.entries(answers).map(([i
 /** The tools' shared state, and a record of every start and end. */
 function world({ draftMs = 20 } = {}) {
   const state = { rfds: new Map([[1, 'existing']]), events: [], running: {}, peak: {} };
-  const enter = (name, label) => {
-    const key = KEY[name];
-    state.events.push(['start', name, label]);
-    state.running[key] = (state.running[key] ?? 0) + 1;
-    state.peak[key] = Math.max(state.peak[key] ?? 0, state.running[key]);
-  };
-  const leave = (name, label) => {
-    state.running[KEY[name]] -= 1;
-    state.events.push(['end', name, label]);
-  };
+  const { enter, leave } = tracker(state, KEY);
   /** `ms` of work inside a start and an end (no end when the signal aborts it). */
   const work = async (name, label, ms, signal) => {
     enter(name, label);

@@ -26,14 +26,7 @@ const { limited } = await import('../dist/openai-agents.js');
 
 setTracingDisabled(true);
 
-const CONFIG = `
-[conversation.tools.rfd_draft]
-concurrency = { key = "rfd" }
-[conversation.tools.rfd_renumber]
-concurrency = { key = "rfd" }
-[conversation.tools.github_issues]
-concurrency = { key = "github", limit = 2 }
-`;
+const { CONFIG, tracker } = await import('./fixtures/adapters.mjs');
 const KEY = { rfd_draft: 'rfd', rfd_renumber: 'rfd', github_issues: 'github', read: 'read' };
 
 let turnstile;
@@ -95,16 +88,7 @@ class ScriptedModel {
 /** The tools' shared state, and a record of every start and end. */
 function world() {
   const state = { rfds: new Map([[1, 'existing']]), events: [], running: {}, peak: {}, signals: [] };
-  const enter = (name, label) => {
-    const key = KEY[name];
-    state.events.push(['start', name, label]);
-    state.running[key] = (state.running[key] ?? 0) + 1;
-    state.peak[key] = Math.max(state.peak[key] ?? 0, state.running[key]);
-  };
-  const leave = (name, label) => {
-    state.running[KEY[name]] -= 1;
-    state.events.push(['end', name, label]);
-  };
+  const { enter, leave } = tracker(state, KEY);
   const tools = [
     tool({
       name: 'rfd_draft',
