@@ -151,6 +151,10 @@ export class Gate {
    * one gate per conversation). */
   constructor(target: Driver | Scheduler | Policy, options: GateOptions = {}) {
     const o = record(options, 'options', ['decide', 'executionTimeoutMs', 'abortGraceMs', 'sharedKeys', 'clock', 'onEvent']);
+    // Checked before a driver is made, so a wrong option leaves no scheduler behind.
+    if (o.decide !== undefined) func(o.decide, 'options.decide');
+    if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
+    if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
     const driverOptions: DriverOptions = {};
     if (o.sharedKeys !== undefined) driverOptions.sharedKeys = o.sharedKeys as DriverOptions['sharedKeys'];
     if (o.clock !== undefined) driverOptions.clock = o.clock as DriverOptions['clock'];
@@ -166,9 +170,6 @@ export class Gate {
         throw error;
       }
     } else fail('target', 'a Driver, Scheduler or Policy', target);
-    if (o.decide !== undefined) func(o.decide, 'options.decide');
-    if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
-    if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
     this.#options = o as GateOptions;
   }
 
@@ -438,9 +439,6 @@ export function adapterGate(target: unknown, o: GateOptions): { gate: Gate; owns
     return { gate: target, owns: 'nothing' };
   }
   if (!(target instanceof Policy || target instanceof Scheduler || target instanceof Driver)) fail('target', 'a Policy, Scheduler, Driver or Gate', target);
-  if (o.decide !== undefined) func(o.decide, 'options.decide');
-  if (o.executionTimeoutMs !== undefined) millis(o.executionTimeoutMs, 'options.executionTimeoutMs');
-  if (o.abortGraceMs !== undefined) millis(o.abortGraceMs, 'options.abortGraceMs');
   const gateOptions: GateOptions = {};
   for (const name of GATE_OPTIONS) if (o[name] !== undefined) (gateOptions as Record<string, unknown>)[name] = o[name];
   return { gate: new Gate(target, gateOptions), owns: target instanceof Policy ? 'driver' : 'gate' };

@@ -136,6 +136,11 @@ class Gate:
             raise TypeError(f"decide must be callable, not {type(decide).__name__}")
         if on_event is not None and not callable(on_event):
             raise TypeError(f"on_event must be callable, not {type(on_event).__name__}")
+        # Checked before a driver is made, so a wrong option leaves no scheduler behind.
+        self._execution_timeout = _check.number(execution_timeout, "execution_timeout")
+        if self._execution_timeout == 0:
+            raise ValueError("execution_timeout must be > 0 seconds (or None)")
+        self._abort_grace = _check.number(abort_grace, "abort_grace")
         self._owns = False
         if isinstance(target, Driver):
             if on_event is not None:
@@ -156,10 +161,6 @@ class Gate:
             self._owns = True
         else:
             raise TypeError(f"target must be a Policy, Scheduler or Driver, not {type(target).__name__}")
-        self._execution_timeout = _check.number(execution_timeout, "execution_timeout")
-        if self._execution_timeout == 0:
-            raise ValueError("execution_timeout must be > 0 seconds (or None)")
-        self._abort_grace = _check.number(abort_grace, "abort_grace")
         self._decide = decide
         self._arriving: list[_Pending] = []
         self._expected: dict[str, _Pending] = {}  # call id -> a call of an `expect`ed batch, until claimed
