@@ -1,0 +1,1 @@
+//! The async driver: runs batches of tool calls under a policy.

@@ -1,0 +1,1 @@
+//! Shared keys: one limit across processes, through a store.
