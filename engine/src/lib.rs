@@ -10,6 +10,7 @@
 //!   asks [`schedule::Scheduler::next_releases`] what to start and what it settled.
 //! - [`admission`]: per-connection admission control (classes of work under one budget).
 //! - [`retry_after`]: a `Retry-After` header value read as a wait, the same in every host.
+//! - [`simulate`]: batches on a virtual clock, as a timeline (every CLI's `simulate`).
 //! - [`shared`]: shared keys' rules: the lease schedule a client drives and the store's grant
 //!   rule (the store texts are data in `shared/store/`, which the packages ship).
 //!
@@ -32,4 +33,5 @@ pub mod path;
 pub mod retry_after;
 pub mod schedule;
 pub mod shared;
+pub mod simulate;
 pub mod template;

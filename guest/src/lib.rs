@@ -5,6 +5,7 @@
 
 mod convert;
 mod shared;
+mod simulate;
 
 use std::cell::{Cell, RefCell};
 

@@ -31,6 +31,7 @@ pub mod bindings {
 pub use bindings::exports::turnstile::scheduler::admission as wit_admission;
 pub use bindings::exports::turnstile::scheduler::config as wit_config;
 pub use bindings::exports::turnstile::scheduler::scheduler as wit_scheduler;
+pub use bindings::exports::turnstile::scheduler::simulate as wit_simulate;
 
 /// What a host should cap: the guest's linear memory, and optionally the work one call may do
 /// (wasmtime fuel, roughly one unit per instruction).

@@ -14,8 +14,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use host_harness::simulate::{self, Error as SimError};
-use host_harness::{ComponentSource, ComponentSubject, Harness, Instance};
-use turnstile_corpus::{self as corpus, Case, SimulateSpec};
+use host_harness::{
+    ComponentSource, ComponentSubject, Harness, Instance, wit_config, wit_simulate,
+};
+use turnstile_corpus::{self as corpus, Case};
 
 const HELP: &str = "\
 usage: host-harness [--component PATH] COMMAND [ARGS]...
@@ -124,6 +126,8 @@ enum Command {
     /// Layer paths, and whether a warning fails the check.
     Check(Vec<String>, bool),
     Simulate(SimulateArgs),
+    /// `simulate --help`: the component's text.
+    SimulateHelp,
 }
 
 /// `simulate`'s arguments, checked but not yet read.
@@ -131,7 +135,8 @@ enum Command {
 struct SimulateArgs {
     file: Option<String>,
     layers: Vec<String>,
-    batches: Vec<corpus::BatchSpec>,
+    /// `--calls` texts, checked by the component.
+    calls: Vec<String>,
     /// `--duration MS` (no label) and `--duration LABEL=MS`, in order.
     durations: Vec<(Option<String>, u64)>,
     fail: Vec<String>,
@@ -166,7 +171,8 @@ fn help_of(command: Option<&str>) -> &'static str {
     match command {
         Some("cases") => CASES_HELP,
         Some("check") => CHECK_HELP,
-        Some("simulate") => simulate::HELP,
+        // The component has the full text (`simulate --help` asks it); this is its usage.
+        Some("simulate") => SIMULATE_USAGE,
         _ => HELP,
     }
 }
@@ -206,12 +212,7 @@ fn parse(args: Vec<String>) -> Result<Parsed, Usage> {
             ("--", _) => options_done = true,
             ("--component", _) => component = Some(PathBuf::from(value()?)),
             ("--layer", Some("simulate")) => sim.layers.push(value()?),
-            ("--calls", Some("simulate")) => {
-                let calls = value()?;
-                let batch = simulate::split_calls(&calls)
-                    .map_err(|e| Usage::new(command, format!("--calls: {e}")))?;
-                sim.batches.push(batch);
-            }
+            ("--calls", Some("simulate")) => sim.calls.push(value()?),
             ("--duration", Some("simulate")) => {
                 sim.durations
                     .push(duration(&value()?).map_err(|e| Usage::new(command, e))?);
@@ -223,13 +224,14 @@ fn parse(args: Vec<String>) -> Result<Parsed, Usage> {
     }
     if help {
         return match command {
-            Some("help") => help_topic(&words),
+            Some("help") => help_topic(&words, component),
+            Some("simulate") => Ok(simulate_help(component)),
             other => Ok(Parsed::Help(help_of(other))),
         };
     }
     match command {
         None => Err(Usage::new(None, "no command given".to_owned())),
-        Some("help") => help_topic(&words),
+        Some("help") => help_topic(&words, component),
         Some(name) => Ok(Parsed::Run {
             component,
             command: command_with(name, words, sim, deny_warnings)?,
@@ -257,9 +259,6 @@ fn command_with(
         _ if words.len() > 1 => usage("simulate takes one FILE at most; add layers with --layer"),
         _ => {
             sim.file = words.pop();
-            if sim.file.is_none() && sim.batches.is_empty() && !sim.layers.is_empty() {
-                return usage("nothing to simulate: give the batches with --calls");
-            }
             Ok(Command::Simulate(sim))
         }
     }
@@ -273,13 +272,28 @@ fn command_named(word: &str) -> Result<&'static str, Usage> {
 }
 
 /// `help` and `help COMMAND`.
-fn help_topic(words: &[String]) -> Result<Parsed, Usage> {
+fn help_topic(words: &[String], component: Option<PathBuf>) -> Result<Parsed, Usage> {
     match words {
         [] => Ok(Parsed::Help(HELP)),
-        [topic] => command_named(topic).map(|c| Parsed::Help(help_of(Some(c)))),
+        [topic] => command_named(topic).map(|c| match c {
+            "simulate" => simulate_help(component),
+            c => Parsed::Help(help_of(Some(c))),
+        }),
         _ => Err(Usage::new(None, "help takes one COMMAND".to_owned())),
     }
 }
+
+/// `simulate --help` is the component's text (the same in every CLI but for the name).
+fn simulate_help(component: Option<PathBuf>) -> Parsed {
+    Parsed::Run {
+        component,
+        command: Command::SimulateHelp,
+    }
+}
+
+/// The first line of `simulate --help`, for a usage mistake's reminder.
+const SIMULATE_USAGE: &str =
+    "usage: host-harness simulate [FILE] [--layer LAYER.toml]... [--calls CALLS]...\n";
 
 /// `MS` or `LABEL=MS`.
 fn duration(value: &str) -> Result<(Option<String>, u64), String> {
@@ -298,6 +312,13 @@ fn run(component: Option<PathBuf>, command: Command) -> Result<ExitCode, String>
         Command::Cases(paths) => cases(component, &paths),
         Command::Check(paths, deny_warnings) => check(component, &paths, deny_warnings),
         Command::Simulate(args) => simulate_command(component, args),
+        Command::SimulateHelp => {
+            let harness = load(component)?;
+            let mut inst = instance(&harness)?;
+            let help = simulate::help(&mut inst, "host-harness").map_err(|e| e.to_string())?;
+            print!("{help}");
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -390,50 +411,43 @@ fn check(
 }
 
 fn simulate_command(component: Option<PathBuf>, args: SimulateArgs) -> Result<ExitCode, String> {
-    let (mut case, mut layers) = match &args.file {
+    let file = match &args.file {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-            let case: Case = match toml::from_str(&text) {
-                Ok(case) => case,
-                Err(e) => {
-                    eprintln!("host-harness: {path}: not a case file: {e}");
-                    return Ok(ExitCode::FAILURE);
-                }
-            };
-            let layers = simulate::file_layers(path, &text, &case);
-            (case, layers)
+            Some(wit_config::Layer {
+                name: path.clone(),
+                text,
+            })
         }
-        None if args.layers.is_empty() && args.batches.is_empty() => {
-            let case = embedded_case(simulate::DEFAULT_CASE)?;
-            let layers = simulate::named_layers(&case);
-            (case, layers)
-        }
-        None => (embedded_case("")?, Vec::new()),
+        None => None,
     };
+    let mut layers = Vec::new();
     for path in &args.layers {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        layers.push((path.clone(), text));
+        layers.push(wit_config::Layer {
+            name: path.clone(),
+            text,
+        });
     }
-    case.batch.extend(args.batches);
-    if case.batch.is_empty() {
-        let file = args.file.as_deref().unwrap_or("the input");
-        return Err(format!(
-            "{file} has no [[batch]]: nothing to simulate (add --calls)"
-        ));
-    }
-    let spec = case.simulate.get_or_insert_with(SimulateSpec::default);
+    let mut duration_ms = None;
+    let mut durations = Vec::new();
     for (label, ms) in args.durations {
         match label {
-            Some(label) => {
-                spec.durations.insert(label, ms);
-            }
-            None => spec.duration_ms = Some(ms),
+            Some(label) => durations.push((label, ms)),
+            None => duration_ms = Some(ms),
         }
     }
-    spec.fail.extend(args.fail);
+    let input = wit_simulate::Input {
+        file,
+        layers,
+        calls: args.calls,
+        duration_ms,
+        durations,
+        fail: args.fail,
+    };
     let harness = load(component)?;
     let mut inst = instance(&harness)?;
-    match simulate::simulate(&mut inst, &layers, &case) {
+    match simulate::run(&mut inst, &input) {
         Ok(timeline) => {
             print!("{timeline}");
             Ok(ExitCode::SUCCESS)
@@ -442,15 +456,13 @@ fn simulate_command(component: Option<PathBuf>, args: SimulateArgs) -> Result<Ex
             eprintln!("{rendered}");
             Ok(ExitCode::FAILURE)
         }
-        Err(SimError::Input(why)) => {
+        Err(SimError::Refused(why, status)) => {
             eprintln!("host-harness: {why}");
-            Ok(ExitCode::FAILURE)
+            if status == 2 {
+                eprintln!("(`host-harness simulate --help` says more)");
+            }
+            Ok(ExitCode::from(status))
         }
         Err(SimError::Host(why)) => Err(why),
     }
-}
-
-/// A case the binary carries (the default, or the empty case options fill in).
-fn embedded_case(text: &str) -> Result<Case, String> {
-    toml::from_str(text).map_err(|e| format!("the embedded case: {e}"))
 }

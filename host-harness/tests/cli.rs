@@ -180,7 +180,17 @@ fn unknown_commands_and_flags_are_usage_errors() {
 fn commands_without_their_files_are_usage_errors() {
     assert_usage_error(&["check"], "check needs at least one LAYER");
     assert_usage_error(&["cases"], "cases needs at least one PATH");
-    assert_usage_error(&["simulate", "--layer", "l.toml"], "--calls");
+    // Layers without calls: the component says so, after the files were read.
+    let dir = scratch("layers-only");
+    std::fs::write(
+        dir.join("l.toml"),
+        "[conversation.tools.a]\nconcurrency = 1\n",
+    )
+    .unwrap();
+    let r = run_in(Some(&dir), &["simulate", "--layer", "l.toml"]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("give the batches with --calls"), "{r:?}");
+    assert!(r.stderr.contains("simulate --help"), "{r:?}");
 }
 
 /// The binary copied elsewhere and run from another folder, with no hint of the workspace: the
@@ -471,4 +481,42 @@ fn check_warns_of_typos_and_deny_warnings_fails() {
     let ok = run(&["check", "--deny-warnings", clean.to_str().unwrap()]);
     assert_eq!(ok.code, Some(0), "{ok:?}");
     assert!(!ok.stdout.contains("warning"), "{ok:?}");
+}
+
+/// `tests/simulate/runs.toml`: the runs every Turnstile CLI must print alike (the npm and
+/// Python packages' CLIs run the same file).
+#[test]
+fn simulate_prints_what_every_cli_prints() {
+    #[derive(serde::Deserialize)]
+    struct Runs {
+        run: Vec<SimRun>,
+    }
+    #[derive(serde::Deserialize)]
+    struct SimRun {
+        about: String,
+        args: Vec<String>,
+        status: i32,
+        stdout: String,
+        stderr: String,
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/simulate");
+    let text = std::fs::read_to_string(root.join("runs.toml")).unwrap();
+    let runs: Runs = toml::from_str(&text).unwrap();
+    assert!(
+        runs.run.len() >= 10,
+        "runs.toml holds {} runs",
+        runs.run.len()
+    );
+    for r in &runs.run {
+        let args: Vec<&str> = r.args.iter().map(String::as_str).collect();
+        let got = run_in(Some(&root.join("files")), &args);
+        let stderr = got.stderr.replace("host-harness", "PROGRAM");
+        assert_eq!(
+            (got.code, got.stdout.as_str(), stderr.as_str()),
+            (Some(r.status), r.stdout.as_str(), r.stderr.as_str()),
+            "{}: {:?}",
+            r.about,
+            r.args
+        );
+    }
 }

@@ -131,6 +131,13 @@ try {
   assert.equal(run(cli, ['check', '--deny-warnings', 'typo.toml'], { cwd: app }).status, 1);
   assert.equal(run(cli, ['check', '--deny-warnings', 'good.toml'], { cwd: app }).status, 0);
   assert.equal(run(cli, ['check', '--nope', 'good.toml'], { cwd: app }).status, 2);
+  // simulate: the embedded default from the installed package, and a case file of the user's.
+  const sim = run(cli, ['simulate'], { cwd: app });
+  assert.equal(sim.status, 0, sim.stderr);
+  assert.match(sim.stdout, /70 {2}done {15}every entry ended or settled/);
+  const calls = run(cli, ['simulate', '--layer', 'good.toml', '--calls', 'a1 a, a2 a'], { cwd: app });
+  assert.equal(calls.status, 0, calls.stderr);
+  assert.match(calls.stdout, /submit {2}batch 1 {4}2 calls/);
 
   // 5. TypeScript against the published types.
   step('tsc against the published types');

@@ -2,10 +2,15 @@
 // `turnstile check FILE...`: resolves config layers (TOML files, or `.json` files holding the
 // same shape), lowest precedence first, and prints every diagnostic rustc-style. Exit 0 when the
 // config resolves (the resolved tools are listed), 1 on diagnostics, 2 on a usage or file error.
+// `turnstile simulate [FILE] [options]`: the component's timeline of batches on a virtual
+// clock, with the flags of every Turnstile CLI (`turnstile simulate --help`).
 import { readFile } from 'node:fs/promises';
 import { ConfigError, Turnstile, type LayerInput, type ToolPolicy } from './node.js';
+import { simulate, simulateHelp, SimulateError, type SimulateInput } from './simulate.js';
 
 const HELP = `usage: turnstile check [--deny-warnings] FILE...
+       turnstile simulate [FILE] [--layer LAYER.toml]... [--calls CALLS]... [--duration MS]...
+                          [--fail LABEL]...
 
 Resolves config layers, lowest precedence first (program defaults, plugins, workspace,
 user), and renders every problem with its key path, tools and source lines.
@@ -19,7 +24,85 @@ printed and the check still passes, unless --deny-warnings is given.
 
 Exit status: 0 resolved, 1 diagnostics (or warnings with --deny-warnings), 2 usage or
 unreadable file.
+
+simulate prints the timeline of batches on a virtual clock: what starts when, what waits and
+why (\`turnstile simulate --help\` has its options and the case-file format).
 `;
+
+/** `simulate`'s flags, read as the Rust harness reads them: `--flag value` or `--flag=value`,
+ * `--` ends the options, one FILE at most. A usage mistake is a string. */
+async function simulateCommand(args: string[]): Promise<number> {
+  const usage = (message: string): number => {
+    process.stderr.write(`turnstile: ${message}\n(\`turnstile simulate --help\` says more)\n`);
+    return 2;
+  };
+  const options = args.includes('--') ? args.slice(0, args.indexOf('--')) : args;
+  if (options.includes('--help') || options.includes('-h')) {
+    process.stdout.write(await simulateHelp('turnstile'));
+    return 0;
+  }
+  const files: string[] = [];
+  const layerFiles: string[] = [];
+  const input: SimulateInput = { layers: [], calls: [], durations: [], fail: [] };
+  let optionsDone = false;
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    if (optionsDone || !arg.startsWith('-') || arg === '-') {
+      files.push(arg);
+      continue;
+    }
+    if (arg === '--') {
+      optionsDone = true;
+      continue;
+    }
+    const eq = arg.startsWith('--') ? arg.indexOf('=') : -1;
+    const flag = eq > 0 ? arg.slice(0, eq) : arg;
+    if (!['--layer', '--calls', '--duration', '--fail'].includes(flag)) return usage(`unknown option \`${flag}\``);
+    let value: string;
+    if (eq > 0) value = arg.slice(eq + 1);
+    else if (i + 1 < args.length) value = args[++i]!;
+    else return usage(`${flag} needs a value`);
+    if (flag === '--layer') layerFiles.push(value);
+    else if (flag === '--calls') input.calls.push(value);
+    else if (flag === '--fail') input.fail.push(value);
+    else {
+      const m = /^(?:(.+)=)?([0-9]+)$/.exec(value);
+      const ms = m === null ? NaN : Number(m[2]);
+      if (m === null || !Number.isSafeInteger(ms)) return usage(`--duration: expected MS or LABEL=MS in whole milliseconds, got \`${value}\``);
+      if (m[1] === undefined) input.durationMs = ms;
+      else input.durations.push([m[1], ms]);
+    }
+  }
+  if (files.length > 1) return usage('simulate takes one FILE at most; add layers with --layer');
+  const read = async (path: string): Promise<string | undefined> => {
+    try {
+      return await readFile(path, 'utf8');
+    } catch (e) {
+      process.stderr.write(`turnstile: ${path}: ${(e as Error).message}\n`);
+      return undefined;
+    }
+  };
+  if (files[0] !== undefined) {
+    const text = await read(files[0]);
+    if (text === undefined) return 2;
+    input.file = { name: files[0], text };
+  }
+  for (const path of layerFiles) {
+    const text = await read(path);
+    if (text === undefined) return 2;
+    input.layers.push({ name: path, text });
+  }
+  try {
+    process.stdout.write(await simulate(input));
+    return 0;
+  } catch (e) {
+    if (!(e instanceof SimulateError)) throw e;
+    // Diagnostics print as they are; a sentence is the program's.
+    process.stderr.write(e.kind === 'config' ? `${e.message}\n` : `turnstile: ${e.message}\n`);
+    if (e.exitStatus === 2) process.stderr.write('(`turnstile simulate --help` says more)\n');
+    return e.exitStatus;
+  }
+}
 
 /** A key as the summary names it: a path key with its path (`fs path {path}`). */
 const keyName = (c: ToolPolicy['concurrency'][number]): string => (c.path === undefined ? c.key : `${c.key} path ${c.path}`);
@@ -36,6 +119,7 @@ function line(t: ToolPolicy): string {
 }
 
 async function main(args: string[]): Promise<number> {
+  if (args[0] === 'simulate') return simulateCommand(args.slice(1));
   if (args.length === 0 || args.includes('--help') || args.includes('-h') || args[0] === 'help') {
     process.stdout.write(HELP);
     return args.length === 0 ? 2 : 0;

@@ -79,7 +79,10 @@ def test_the_wheel_installs_and_runs_outside_the_repository(wheel: Path, tmp_pat
     assert r.returncode == 0, r.stdout + r.stderr
     assert "toolu_03 fs_read_file ok,ok" in r.stdout
     r = run(python, "-m", "turnstile_scheduler", "--help", cwd=app, env=clean)
-    assert r.returncode == 0 and "check" in r.stdout
+    assert r.returncode == 0 and "check" in r.stdout and "simulate" in r.stdout
+    r = run(python, "-m", "turnstile_scheduler", "simulate", cwd=app, env=clean)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "every entry ended or settled" in r.stdout
     r = run(python, "-c", "import turnstile_scheduler, sys; print(turnstile_scheduler.__file__)", cwd=app, env=clean)
     assert str(env_dir) in r.stdout
 

@@ -1,7 +1,10 @@
 """`python -m turnstile_scheduler check [--deny-warnings] FILE...`: resolves TOML layers (lowest
 precedence first) and renders every config diagnostic like rustc. Exit 0 when the layers resolve
 (the resolved tools are listed, after any warnings), 1 on diagnostics (or on warnings with
-`--deny-warnings`), 2 on a usage error or an unreadable file."""
+`--deny-warnings`), 2 on a usage error or an unreadable file.
+
+`python -m turnstile_scheduler simulate [FILE] [options]`: the component's timeline of batches
+on a virtual clock, with the flags of every Turnstile CLI (`simulate --help`)."""
 
 from __future__ import annotations
 
@@ -9,14 +12,17 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from ._simulate import SimulateError, simulate, simulate_help
 from .config import Policy
 from .errors import ConfigError
+
+PROG = "python -m turnstile_scheduler"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m turnstile_scheduler",
-        description="Turnstile's tool-call scheduler: check config layers.",
+        prog=PROG,
+        description="Turnstile's tool-call scheduler: check config layers, or simulate batches.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     check = commands.add_parser(
@@ -29,10 +35,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     check.add_argument("--deny-warnings", action="store_true", help="a warning fails the check")
     check.add_argument("files", nargs="+", metavar="FILE", help="a TOML layer")
+    # `simulate --help` is the component's text (the same in every Turnstile CLI).
+    sim = commands.add_parser(
+        "simulate",
+        help="print the timeline of batches on a virtual clock (`simulate --help`)",
+        add_help=False,
+        allow_abbrev=False,
+    )
+    sim.add_argument("-h", "--help", action="store_true")
+    sim.add_argument("file", nargs="?", metavar="FILE")
+    sim.add_argument("--layer", action="append", default=[], metavar="LAYER.toml")
+    sim.add_argument("--calls", action="append", default=[], metavar="CALLS")
+    sim.add_argument("--duration", action="append", default=[], metavar="MS|LABEL=MS")
+    sim.add_argument("--fail", action="append", default=[], metavar="LABEL")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "simulate":
+        return _simulate(sim, args)
     layers = []
     for path in args.files:
         try:
@@ -71,6 +92,44 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{t.name}: {limit}{extra}")
     policy.close()
     return 1 if warnings and args.deny_warnings else 0
+
+
+def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.help:
+        sys.stdout.write(simulate_help(PROG))
+        return 0
+    duration_ms = None
+    durations = []
+    for value in args.duration:
+        label, _, ms = value.rpartition("=")
+        if not ms.isdigit() or not ms.isascii() or (_ and not label):
+            parser.error(f"--duration: expected MS or LABEL=MS in whole milliseconds, got `{value}`")
+        if _:
+            durations.append((label, int(ms)))
+        else:
+            duration_ms = int(ms)
+    try:
+        file = None if args.file is None else (args.file, _read(args.file))
+        layers = [(path, _read(path)) for path in args.layer]
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    try:
+        timeline = simulate(
+            file=file, layers=layers, calls=args.calls, duration_ms=duration_ms, durations=durations, fail=args.fail
+        )
+    except SimulateError as e:
+        print(str(e) if e.kind == "config" else f"{PROG}: {e}", file=sys.stderr)
+        if e.exit_status == 2:
+            print(f"(`{PROG} simulate --help` says more)", file=sys.stderr)
+        return e.exit_status
+    sys.stdout.write(timeline)
+    return 0
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
 if __name__ == "__main__":

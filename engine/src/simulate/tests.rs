@@ -1,0 +1,188 @@
+//! `simulate`'s input rules: what a case file may hold, where its errors point, and how the
+//! flags add to it. The timelines themselves are checked by every CLI against
+//! tests/simulate/runs.toml.
+
+use super::{Error, Input, run};
+use crate::config::Layer;
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test; // `#[test]` under wasm-bindgen-test
+
+fn file(text: &str) -> Input {
+    Input {
+        file: Some(("case.toml".to_owned(), text.to_owned())),
+        ..Input::default()
+    }
+}
+
+fn refused(input: &Input) -> Error {
+    run(input).expect_err("simulated")
+}
+
+const ONE_TOOL: &str = "[[layer]]\ntext = '''\n[conversation.tools.a]\nconcurrency = 1\n'''\n";
+
+#[test]
+fn a_case_file_runs_and_the_flags_add_to_it() {
+    let text = format!("{ONE_TOOL}\n[[batch]]\ncalls = [\"a1 a\", \"a2 a\"]\n");
+    let timeline = run(&file(&text)).unwrap();
+    assert!(
+        timeline.contains("    10  start   a2         a key a\n"),
+        "{timeline}"
+    );
+    let mut input = file(&text);
+    input.duration_ms = Some(4);
+    input.durations.push(("a2".to_owned(), 1));
+    input.fail.push("a1".to_owned());
+    input.calls.push("b1 b".to_owned());
+    let timeline = run(&input).unwrap();
+    assert!(
+        timeline.contains("     4  end     a1         failed\n"),
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains("     5  end     a2         ok\n"),
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains("submit  batch 2    1 calls"),
+        "{timeline}"
+    );
+}
+
+#[test]
+fn a_case_file_with_a_mistake_says_where() {
+    let cases = [
+        (
+            "[[batches]]\ncalls = []\n",
+            "line 1, column 3: unknown field `batches`",
+        ),
+        ("layer = 3\n", "`layer` must be an array of tables"),
+        ("[[layer]]\nname = \"x\"\n", "a [[layer]] needs `text`"),
+        (
+            "[[layer]]\ntext = 3\n",
+            "line 2, column 8: `text` must be a string",
+        ),
+        (
+            "[[batch]]\ncall = [\"a1 a\"]\n",
+            "unknown field `call` in a [[batch]]",
+        ),
+        (
+            "[[batch]]\ncalls = [\"a1 a\"]\nexecution_ms = -1\n",
+            "`execution_ms` must be a whole number",
+        ),
+        (
+            "[[batch]]\ncalls = [\"a1 a\"]\nexecution_ms = 5000000000\n",
+            "`execution_ms` is above",
+        ),
+        (
+            "[simulate]\nduration = 3\n",
+            "unknown field `duration` in [simulate]",
+        ),
+        (
+            "[simulate]\ndurations = { a1 = \"x\" }\n",
+            "`a1` must be a whole number",
+        ),
+        (
+            "[simulate]\nfail = \"a1\"\n",
+            "`fail` must be an array of strings",
+        ),
+        ("simulate = 1\n", "`simulate` must be a table"),
+        ("[[batch]\n", "line 1, column"),
+    ];
+    for (text, says) in cases {
+        let e = refused(&file(text));
+        assert!(matches!(e, Error::NotACase(_)), "{text}: {e:?}");
+        assert_eq!(e.exit_status(), 1);
+        let shown = e.to_string();
+        assert!(shown.starts_with("case.toml: not a case file: "), "{shown}");
+        assert!(shown.contains(says), "{text}: no {says:?} in {shown}");
+    }
+}
+
+#[test]
+fn a_corpus_case_s_other_fields_are_not_read() {
+    let text = format!(
+        "description = \"d\"\ntools = [\"a a/1\"]\n{ONE_TOOL}\n[[batch]]\ncalls = [\"a1 a\"]\n\n[[step]]\ndo = \"submit 1\"\nwhatever = true\n"
+    );
+    assert!(run(&file(&text)).is_ok());
+}
+
+#[test]
+fn diagnostics_cite_the_file_s_lines_or_an_escaped_layer_s_own() {
+    let text = "[[layer]]\ntext = '''\n[conversation.tools.a]\nconcurrency = -1\n'''\n\n[[batch]]\ncalls = [\"a1 a\"]\n";
+    let Error::Config(d) = refused(&file(text)) else {
+        panic!("not a config error");
+    };
+    assert!(
+        d[0].rendered.contains("--> case.toml:4:15"),
+        "{}",
+        d[0].rendered
+    );
+    let escaped = "[[layer]]\nname = \"esc\"\ntext = \"[conversation.tools.a]\\nconcurrency = -1\\n\"\n\n[[batch]]\ncalls = [\"a1 a\"]\n";
+    let Error::Config(d) = refused(&file(escaped)) else {
+        panic!("not a config error");
+    };
+    assert!(
+        d[0].rendered.contains("--> case.toml[esc]:2:15"),
+        "{}",
+        d[0].rendered
+    );
+}
+
+#[test]
+fn nothing_to_simulate_and_calls_that_are_not_calls_are_usage_mistakes() {
+    let e = refused(&file(ONE_TOOL));
+    assert_eq!(
+        (e.exit_status(), e.to_string().as_str()),
+        (
+            2,
+            "case.toml has no [[batch]]: nothing to simulate (add --calls)"
+        )
+    );
+    let layers_only = Input {
+        layers: vec![Layer::new("l.toml", "")],
+        ..Input::default()
+    };
+    assert!(matches!(refused(&layers_only), Error::Nothing(_)));
+    for calls in ["a1", "a1 a,", "a1 a*0", "a1 a*x"] {
+        let input = Input {
+            calls: vec![calls.to_owned()],
+            ..Input::default()
+        };
+        let e = refused(&input);
+        assert!(matches!(e, Error::Calls(_)), "{calls}: {e:?}");
+        assert_eq!(e.exit_status(), 2);
+    }
+}
+
+#[test]
+fn labels_and_batches_the_scheduler_refuses_are_input_errors() {
+    let text = format!(
+        "{ONE_TOOL}\n[[batch]]\ncalls = [\"a1 a\"]\n\n[simulate]\ndurations = {{ a9 = 1 }}\n"
+    );
+    let e = refused(&file(&text));
+    assert_eq!(
+        e.to_string(),
+        "durations: no entry is labelled a9; the labels are a1"
+    );
+    let dup = Input {
+        calls: vec!["a1 a, a1 a".to_owned()],
+        ..Input::default()
+    };
+    assert!(refused(&dup).to_string().starts_with("batch 1: "));
+    assert_eq!(refused(&dup).exit_status(), 1);
+}
+
+#[test]
+fn the_embedded_default_runs_and_help_names_the_program() {
+    let timeline = run(&Input::default()).unwrap();
+    assert!(
+        timeline.ends_with("    70  done               every entry ended or settled\n"),
+        "{timeline}"
+    );
+    let help = super::help("turnstile");
+    assert!(help.starts_with("usage: turnstile simulate [FILE]"));
+    assert!(
+        help.contains("\n                          [--duration MS]"),
+        "{help}"
+    );
+}
