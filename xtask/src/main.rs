@@ -329,6 +329,8 @@ fn test() -> Result<()> {
             "turnstile-engine",
             "--package",
             "turnstile-corpus",
+            "--package",
+            "turnstile",
         ])
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     run(cargo()

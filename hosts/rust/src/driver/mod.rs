@@ -1,1 +1,467 @@
-//! The async driver: runs batches of tool calls under a policy.
+//! The async driver: runs batches of tool calls under a policy, starting each execution when
+//! the engine releases it, reporting every decision, question and end, and resolving each
+//! batch with every call's outcome in written order (hosts/DRIVERS.md is the contract).
+//!
+//! One [`Driver`] per scheduler owns its rounds: a stepper task gathers everything the batches
+//! report until it runs (approvals, settlements, questions, ends, cancellations, pauses) into
+//! one round, performs the engine's actions in its order, saves the snapshot (with `persist`)
+//! and only then hands out what the round decided. Every decision is the engine's.
+//!
+//! Never hangs, never leaks:
+//! - `decide` that fails or panics: the batch's undecided entries are settled `failed`, the
+//!   batch is cancelled and fails with the error; its keys are free for later batches.
+//! - `execute` runs as a task of its own: a panic is that entry's failure
+//!   ([`ExecError::Panicked`]), never the driver's.
+//! - A question still open when its execution ends is closed: its answer is not reported.
+//! - An execution that ignores its abort keeps its slot ([`Driver::inspect`] lists it under
+//!   `aborted`) until it ends or its batch's abort grace gives up on it (settled `timed-out`).
+
+mod decide;
+mod errors;
+mod execution;
+mod holds;
+mod options;
+mod outcome;
+mod policy;
+mod restore;
+mod run;
+mod snapshot;
+mod state;
+mod step;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{Notify, oneshot};
+use turnstile_engine::schedule::{BatchId, EntryStatus, HostSettle, Limits, Scheduler};
+
+pub use errors::{
+    Abort, DriverError, ExecError, HostError, PauseError, PersistError, ResumeError, RunError,
+};
+pub use execution::{CancelToken, Execution};
+pub use options::{
+    ArgumentsOf, Call, Decide, Decision, DriverOptions, Execute, OnOutcome, Persist, ResumeOptions,
+    RunOptions,
+};
+pub use outcome::{CallOutcome, EntryOutcome, Outcomes, Status};
+pub use policy::{ConfigError, Diagnostic, Layer, Policy};
+pub use restore::Resumed;
+pub use run::Run;
+pub use snapshot::Snapshot;
+
+use crate::clock::TokioClock;
+use state::{Batch, Inner, PauseInput, RunResult, State};
+
+/// Runs batches of tool calls on one scheduler. Cheap to clone: every clone is the same
+/// driver, so several tasks may [`run`](Self::run) batches on it at once.
+///
+/// ```
+/// use serde_json::{json, Value};
+/// use turnstile::{Call, Driver, DriverOptions, ExecError, Policy, RunOptions, Status};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let policy = Policy::from_toml("policy", "[conversation.tools.write]\nconcurrency = 1\n")?;
+/// let driver = Driver::new(&policy, DriverOptions::default())?;
+/// let calls = vec![
+///     Call::new("w1", "write").with_arguments(json!({ "path": "a" })),
+///     Call::new("w2", "write").with_arguments(json!({ "path": "b" })),
+/// ];
+/// // w2 starts once w1 ended: `write` runs one at a time.
+/// let outcomes = driver
+///     .run(calls, |x| async move { Ok::<Value, ExecError>(json!(format!("wrote {}", x.label()))) }, RunOptions::default())
+///     .await?;
+/// assert_eq!(outcomes[1].entries[0].status, Status::Ok(json!("wrote w2")));
+/// driver.close();
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Driver {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").finish_non_exhaustive()
+    }
+}
+
+/// A live batch as [`Driver::inspect`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveBatch {
+    /// Its number.
+    pub batch: u64,
+    /// Cancelled (by the host, or because it failed).
+    pub cancelled: bool,
+    /// Its run failed (`decide` failed, an input was refused).
+    pub failed: bool,
+    /// The engine's view of every entry: its keys, its state, why an approved one waits.
+    pub entries: Vec<EntryStatus>,
+    /// Executions still running whose abort was sent: entry, label, and ms since the abort.
+    pub aborted: Vec<(u64, String, u64)>,
+}
+
+impl Driver {
+    /// A driver for `policy`, inside a tokio runtime (it spawns its stepper and executions
+    /// there). A policy with shared keys (`shared = true`) needs
+    /// [`DriverOptions::shared_keys`].
+    pub fn new(policy: &Policy, options: DriverOptions) -> Result<Self, DriverError> {
+        Self::with_scheduler(policy, Scheduler::new(policy.inner.clone()), options)
+    }
+
+    pub(crate) fn with_scheduler(
+        policy: &Policy,
+        scheduler: Scheduler,
+        options: DriverOptions,
+    ) -> Result<Self, DriverError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(DriverError::NoRuntime);
+        }
+        let keys = policy.shared_keys();
+        if !keys.is_empty() && options.shared_keys.is_none() {
+            return Err(DriverError::NoSharedKeys { keys });
+        }
+        let clock = options.clock.unwrap_or_else(|| Arc::new(TokioClock::new()));
+        let wake = Arc::new(Notify::new());
+        let persist = options.persist;
+        let inner = Arc::new_cyclic(|me: &Weak<Inner>| Inner {
+            state: Mutex::new(State::new(scheduler, persist.is_some(), me.clone())),
+            wake: wake.clone(),
+            clock: clock.clone(),
+            persist,
+            shared: options.shared_keys,
+        });
+        tokio::spawn(step::stepper(Arc::downgrade(&inner), wake, clock));
+        Ok(Self { inner })
+    }
+
+    /// Resumes a snapshot under a new driver (hosts/DRIVERS.md, "Persistence"): retired
+    /// batches not forgotten come back as runs that resolve at once with their saved outcomes;
+    /// each live batch runs again, its ended entries keeping their saved values (errors as
+    /// [`ExecError::Failed`] with the saved name and message), its pending entries decided and
+    /// executed like a new batch's; `started` says what becomes of an entry that was running.
+    pub fn resume(
+        policy: &Policy,
+        snapshot: &str,
+        options: ResumeOptions,
+    ) -> Result<Resumed, ResumeError> {
+        restore::resume(policy, snapshot, options)
+    }
+
+    /// Submits `calls` as a batch now, decides every entry, runs what the engine releases
+    /// (each execution a task of its own), and resolves with every call's outcome in written
+    /// order once the batch retires.
+    ///
+    /// Cancel the batch with [`RunOptions::cancel`] (the [`Run`] still resolves, with
+    /// `cancelled` and `settled` outcomes) or by dropping the [`Run`] (its outcomes are
+    /// discarded). Fails with [`RunError::Submit`] when the engine refuses the batch,
+    /// [`RunError::Decide`] when `decide` fails, [`RunError::Refused`] when an input of it is
+    /// refused, [`RunError::Closed`] / [`RunError::Persist`] when the driver closes or breaks.
+    pub fn run<F, Fut>(&self, calls: Vec<Call>, execute: F, options: RunOptions) -> Run
+    where
+        F: Fn(Execution) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ExecError>> + Send + 'static,
+    {
+        self.run_with(calls, Execute::new(execute), options)
+    }
+
+    /// [`run`](Self::run) with an [`Execute`] already made (shared by several runs).
+    pub fn run_with(&self, calls: Vec<Call>, execute: Execute, options: RunOptions) -> Run {
+        let (tx, rx) = oneshot::channel();
+        match self.submit(calls, execute, options, tx) {
+            Ok((first, batch)) => Run::pending(rx, Some(self.inner.clone()), Some(first), batch),
+            Err(e) => Run::ready(Err(e)),
+        }
+    }
+
+    fn submit(
+        &self,
+        calls: Vec<Call>,
+        execute: Execute,
+        options: RunOptions,
+        tx: oneshot::Sender<RunResult>,
+    ) -> Result<(u64, u64), RunError> {
+        let execution_ms = options::millis(options.execution_timeout, "execution_timeout")
+            .map_err(RunError::InvalidArgument)?;
+        let abort_grace_ms = options::millis(options.abort_grace, "abort_grace")
+            .map_err(RunError::InvalidArgument)?;
+        let mut s = self.inner.lock();
+        if s.closed {
+            return Err(RunError::Closed);
+        }
+        let texts: Vec<Option<String>> =
+            calls.iter().map(|c| arguments_text(&c.arguments)).collect();
+        let engine_calls: Vec<turnstile_engine::schedule::Call<'_>> = calls
+            .iter()
+            .zip(&texts)
+            .map(|(c, text)| turnstile_engine::schedule::Call {
+                id: &c.id,
+                tool: &c.tool,
+                operations: c.operations,
+                arguments: text.as_deref(),
+            })
+            .collect();
+        let limits = Limits {
+            execution_ms,
+            abort_grace_ms,
+        };
+        let submitted = s
+            .scheduler
+            .submit_batch_with(&engine_calls, limits)
+            .map_err(RunError::Submit)?;
+        drop(engine_calls);
+        let at = layout(&calls);
+        let first = submitted.first.0;
+        let id = submitted.batch.0;
+        let count = at.len();
+        s.insert(Batch {
+            id,
+            first,
+            calls,
+            at,
+            execute,
+            decide: options.decide,
+            on_outcome: options.on_outcome,
+            outcomes: vec![None; count],
+            running: (0..count).map(|_| None).collect(),
+            cancelled: false,
+            failed: false,
+            done: false,
+            execution_ms,
+            abort_reason: None,
+            decide_error: None,
+            decided: 0,
+            tx: Some(tx),
+            unwatched: false,
+            done_signal: None,
+        });
+        if s.has_persist {
+            // Saved from its first round on, even while `decide` is still out.
+            s.dirty = true;
+            self.inner.wake.notify_one();
+        }
+        self.inner.begin(&mut s, first, None, options.cancel);
+        Ok((first, id))
+    }
+
+    /// Pauses a key for `duration` from now (a pause only ever extends), for example after a
+    /// 429 the host saw outside an execution. Queued at the call; the future completes once the
+    /// engine applied it: [`PauseError::Refused`] (`unknown-key`) for a key no configured tool
+    /// declares, [`PauseError::Closed`] after [`close`](Self::close).
+    pub fn pause(
+        &self,
+        key: &str,
+        duration: Duration,
+    ) -> impl Future<Output = Result<(), PauseError>> + Send + 'static {
+        let ms = u64::try_from(duration.as_nanos().div_ceil(1_000_000));
+        let queued = match ms {
+            Ok(ms) => self.queue_pause(key, Some(ms)),
+            Err(_) => Err(PauseError::InvalidArgument(format!(
+                "duration must be at most {} ms, got {duration:?}",
+                u64::MAX
+            ))),
+        };
+        async move { queued?.await.unwrap_or(Err(PauseError::Closed)) }
+    }
+
+    /// Lifts the pauses the host set on a key (a rate limit's pause stays). Completes once the
+    /// engine applied it; fails like [`pause`](Self::pause).
+    pub fn lift_pause(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<(), PauseError>> + Send + 'static {
+        let queued = self.queue_pause(key, None);
+        async move { queued?.await.unwrap_or(Err(PauseError::Closed)) }
+    }
+
+    fn queue_pause(
+        &self,
+        key: &str,
+        ms: Option<u64>,
+    ) -> Result<oneshot::Receiver<Result<(), PauseError>>, PauseError> {
+        let mut s = self.inner.lock();
+        if s.closed {
+            return Err(PauseError::Closed);
+        }
+        let now = self.inner.now(&mut s);
+        let (done, rx) = oneshot::channel();
+        let until = ms.map(|ms| now.saturating_add(ms));
+        let key = key.to_owned();
+        self.inner
+            .push(&mut s, |p| p.pause.push(PauseInput { key, until, done }));
+        Ok(rx)
+    }
+
+    /// Every live batch: the engine's view of every entry, and executions that ignore their
+    /// abort.
+    pub fn inspect(&self) -> Vec<LiveBatch> {
+        let mut s = self.inner.lock();
+        let now = self.inner.now(&mut s);
+        let s = &*s;
+        s.batches
+            .values()
+            .map(|b| LiveBatch {
+                batch: b.id,
+                cancelled: b.cancelled,
+                failed: b.failed,
+                entries: s.scheduler.inspect(BatchId(b.id)).unwrap_or_default(),
+                aborted: b
+                    .running
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(offset, run)| {
+                        let run = run.as_ref()?;
+                        let (at, _) = run.aborted.as_ref().filter(|_| !run.ended)?;
+                        Some((
+                            b.first + offset as u64,
+                            b.label(offset as u32),
+                            now.saturating_sub(*at),
+                        ))
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Drops a retired batch from the snapshot (the next round persists without it), once the
+    /// host kept its outcomes itself. Outcomes of no retired batch change nothing.
+    pub fn forget(&self, outcomes: &Outcomes) {
+        let mut s = self.inner.lock();
+        let before = s.retired.len();
+        s.retired.retain(|r| r.batch != outcomes.batch);
+        if s.retired.len() != before && !s.closed {
+            s.dirty = true;
+            self.inner.wake.notify_one();
+        }
+    }
+
+    /// The snapshot's JSON text now (what `persist` is given).
+    pub fn snapshot(&self) -> String {
+        snapshot::snapshot(&self.inner.lock())
+    }
+
+    /// Closes the driver: every live batch fails with [`RunError::Closed`], its executions are
+    /// aborted ([`Abort::Closed`]), pending pauses fail, nothing starts any more.
+    pub fn close(&self) {
+        let mut s = self.inner.lock();
+        let now = self.inner.now(&mut s);
+        s.close(&RunError::Closed, now);
+        self.inner.wake.notify_one();
+    }
+
+    /// Whether [`close`](Self::close) was called (or a `persist` failed).
+    pub fn is_closed(&self) -> bool {
+        self.inner.lock().closed
+    }
+
+    /// Steps the driver's scheduler from outside with `now_ms` (what the contract forbids:
+    /// the driver's next `now` is then refused and every live batch fails). For tests.
+    #[doc(hidden)]
+    pub fn step_scheduler_for_tests(&self, now_ms: u64) {
+        let mut s = self.inner.lock();
+        let mut out = turnstile_engine::schedule::Releases::default();
+        s.scheduler.next_releases(Some(now_ms), &mut out);
+    }
+}
+
+impl Inner {
+    /// Wires the batch's cancellation and decides it (`pending`: offsets to decide, `None`
+    /// for all).
+    pub(crate) fn begin(
+        &self,
+        s: &mut State,
+        first: u64,
+        pending: Option<Vec<u32>>,
+        cancel: Option<CancelToken>,
+    ) {
+        if let Some(token) = cancel {
+            if token.is_cancelled() {
+                s.cancel(first, Abort::Cancelled);
+                self.wake.notify_one();
+                return;
+            }
+            let (done, done_rx) = oneshot::channel::<()>();
+            if let Some(batch) = s.batches.get_mut(&first) {
+                batch.done_signal = Some(done);
+            }
+            let cancelled = token.cancelled();
+            let driver = s.self_ref.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = cancelled => {
+                        if let Some(inner) = driver.upgrade() {
+                            inner.cancel_batch(first, Abort::Cancelled);
+                        }
+                    }
+                    _ = done_rx => {}
+                }
+            });
+        }
+        let Some(batch) = s.batches.get(&first) else {
+            return;
+        };
+        let offsets: Vec<u32> = pending.unwrap_or_else(|| (0..batch.count()).collect());
+        if let Some(decide) = batch.decide.clone() {
+            decide::spawn_decide(s.self_ref.clone(), first, decide, offsets);
+        } else {
+            for i in offsets {
+                let entry = first + u64::from(i);
+                self.push(s, |p| p.approve.push((entry, first)));
+            }
+        }
+    }
+
+    /// Cancels a batch from outside the stepper.
+    pub(crate) fn cancel_batch(&self, first: u64, reason: Abort) {
+        let mut s = self.lock();
+        if s.closed {
+            return;
+        }
+        s.cancel(first, reason);
+        self.wake.notify_one();
+    }
+
+    /// `decide` failed: the undecided entries are settled failed, the batch is cancelled and
+    /// fails with the error.
+    pub(crate) fn decide_failed(&self, first: u64, error: HostError, offsets: &[u32]) {
+        let mut s = self.lock();
+        let Some(batch) = s.batches.get_mut(&first) else {
+            return;
+        };
+        batch.decide_error.get_or_insert_with(|| error.clone());
+        if !batch.done && !batch.cancelled {
+            let from = batch.decided;
+            for &i in offsets.iter().skip(from) {
+                s.settle(first, i, HostSettle::Failed);
+            }
+        }
+        s.fail(first, RunError::Decide(error));
+        self.wake.notify_one();
+    }
+}
+
+/// Each entry's call index and operation, in written order.
+fn layout(calls: &[Call]) -> Vec<(u32, Option<u32>)> {
+    let mut at = Vec::new();
+    for (i, c) in calls.iter().enumerate() {
+        match c.operations {
+            Some(n) => at.extend((0..n).map(|op| (i as u32, Some(op)))),
+            None => at.push((i as u32, None)),
+        }
+    }
+    at
+}
+
+/// The JSON text of a call's arguments for the engine (which reads only the fields a key
+/// template names): an object within the engine's size limit, else nothing (the call then
+/// takes the template's own key: limited, never unbounded).
+fn arguments_text(arguments: &Value) -> Option<String> {
+    if !arguments.is_object() {
+        return None;
+    }
+    let text = serde_json::to_string(arguments).ok()?;
+    (text.len() <= turnstile_engine::limits::ARGUMENTS_BYTES_MAX).then_some(text)
+}
