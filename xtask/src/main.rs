@@ -363,6 +363,11 @@ fn test() -> Result<()> {
         .args(["e2e/package.mjs"])
         .env("TURNSTILE_WASM", &wasm)
         .current_dir(&js_dir))?;
+    // The Node versions the README states: the core on the oldest `engines` allows, the
+    // adapters on Node 22 (binaries from the npm registry, cached in target/node-versions).
+    run(Command::new("node")
+        .args(["e2e/node-versions.mjs"])
+        .current_dir(&js_dir))?;
     let python = py(&wasm)?;
     run(Command::new(&python)
         .args([
