@@ -67,3 +67,6 @@ pub const RENEW_TICKETS_MAX: usize = 1000;
 pub const LEASE_TICKETS_MAX: usize = 100_000;
 /// Grants one store operation makes at most (the SQLite loop and the Redis script stop there).
 pub const GRANTS_PER_OPERATION_MAX: u32 = 10_000;
+/// `simulate`: the longest execution, in ms (2^53 - 1, the largest whole number every host's
+/// numbers hold exactly).
+pub const SIMULATE_DURATION_MS_MAX: u64 = (1 << 53) - 1;

@@ -7,7 +7,7 @@ use crate::Component;
 use crate::exports::turnstile::scheduler::simulate as wit;
 
 impl wit::Guest for Component {
-    fn run(input: wit::Input) -> Result<String, wit::Error> {
+    fn run(input: wit::Input) -> Result<wit::Simulated, wit::Error> {
         let layer = |l: crate::wit_config::Layer| Layer {
             name: l.name,
             text: l.text,
@@ -16,22 +16,21 @@ impl wit::Guest for Component {
             file: input.file.map(|f| (f.name, f.text)),
             layers: input.layers.into_iter().map(layer).collect(),
             calls: input.calls,
-            duration_ms: input.duration_ms,
             durations: input.durations,
             fail: input.fail,
         };
-        simulate::run(&input).map_err(|e| match e {
-            Error::NotACase(why) => wit::Error::NotACase(why),
-            Error::Config(diagnostics) => wit::Error::Config(
-                diagnostics
-                    .into_iter()
-                    .map(crate::convert::diagnostic)
-                    .collect(),
-            ),
-            Error::Calls(why) => wit::Error::Calls(why),
-            Error::Nothing(why) => wit::Error::Nothing(why),
-            Error::Input(why) => wit::Error::Input(why),
-        })
+        let diagnostics = |d: Vec<_>| d.into_iter().map(crate::convert::diagnostic).collect();
+        match simulate::run(&input) {
+            Ok(s) => Ok(wit::Simulated {
+                timeline: s.timeline,
+                warnings: diagnostics(s.warnings),
+            }),
+            Err(Error::NotACase(why)) => Err(wit::Error::NotACase(why)),
+            Err(Error::Config(d)) => Err(wit::Error::Config(diagnostics(d))),
+            Err(Error::Usage(why)) => Err(wit::Error::Usage(why)),
+            Err(Error::Nothing(why)) => Err(wit::Error::Nothing(why)),
+            Err(Error::Input(why)) => Err(wit::Error::Input(why)),
+        }
     }
 
     fn help(program: String) -> String {

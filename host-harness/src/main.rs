@@ -137,8 +137,8 @@ struct SimulateArgs {
     layers: Vec<String>,
     /// `--calls` texts, checked by the component.
     calls: Vec<String>,
-    /// `--duration MS` (no label) and `--duration LABEL=MS`, in order.
-    durations: Vec<(Option<String>, u64)>,
+    /// `--duration MS` and `--duration LABEL=MS` values, in order, read by the component.
+    durations: Vec<String>,
     fail: Vec<String>,
 }
 
@@ -213,10 +213,7 @@ fn parse(args: Vec<String>) -> Result<Parsed, Usage> {
             ("--component", _) => component = Some(PathBuf::from(value()?)),
             ("--layer", Some("simulate")) => sim.layers.push(value()?),
             ("--calls", Some("simulate")) => sim.calls.push(value()?),
-            ("--duration", Some("simulate")) => {
-                sim.durations
-                    .push(duration(&value()?).map_err(|e| Usage::new(command, e))?);
-            }
+            ("--duration", Some("simulate")) => sim.durations.push(value()?),
             ("--fail", Some("simulate")) => sim.fail.push(value()?),
             ("--deny-warnings", Some("check")) if inline.is_none() => deny_warnings = true,
             _ => return Err(Usage::new(command, format!("unknown option `{flag}`"))),
@@ -294,18 +291,6 @@ fn simulate_help(component: Option<PathBuf>) -> Parsed {
 /// The first line of `simulate --help`, for a usage mistake's reminder.
 const SIMULATE_USAGE: &str =
     "usage: host-harness simulate [FILE] [--layer LAYER.toml]... [--calls CALLS]...\n";
-
-/// `MS` or `LABEL=MS`.
-fn duration(value: &str) -> Result<(Option<String>, u64), String> {
-    let bad =
-        || format!("--duration: expected MS or LABEL=MS in whole milliseconds, got `{value}`");
-    let (label, ms) = match value.rsplit_once('=') {
-        Some((label, ms)) if !label.is_empty() => (Some(label.to_owned()), ms),
-        Some(_) => return Err(bad()),
-        None => (None, value),
-    };
-    Ok((label, ms.parse().map_err(|_| bad())?))
-}
 
 fn run(component: Option<PathBuf>, command: Command) -> Result<ExitCode, String> {
     match command {
@@ -429,26 +414,20 @@ fn simulate_command(component: Option<PathBuf>, args: SimulateArgs) -> Result<Ex
             text,
         });
     }
-    let mut duration_ms = None;
-    let mut durations = Vec::new();
-    for (label, ms) in args.durations {
-        match label {
-            Some(label) => durations.push((label, ms)),
-            None => duration_ms = Some(ms),
-        }
-    }
     let input = wit_simulate::Input {
         file,
         layers,
         calls: args.calls,
-        duration_ms,
-        durations,
+        durations: args.durations,
         fail: args.fail,
     };
     let harness = load(component)?;
     let mut inst = instance(&harness)?;
     match simulate::run(&mut inst, &input) {
-        Ok(timeline) => {
+        Ok((warnings, timeline)) => {
+            for warning in warnings {
+                eprintln!("{warning}");
+            }
             print!("{timeline}");
             Ok(ExitCode::SUCCESS)
         }

@@ -75,17 +75,19 @@ pub fn resolve(instance: &mut Instance, layers: &[(String, String)]) -> Result<R
         })
 }
 
-/// `simulate.run`: the timeline, or why not.
-pub fn run(instance: &mut Instance, input: &wsim::Input) -> Result<String, Error> {
+/// `simulate.run`: the config's warnings, rendered, and the timeline; or why not.
+pub fn run(instance: &mut Instance, input: &wsim::Input) -> Result<(Vec<String>, String), Error> {
     let iface = instance.exports.turnstile_scheduler_simulate();
     match iface.call_run(&mut instance.store, input).map_err(trap)? {
-        Ok(timeline) => Ok(timeline),
+        Ok(s) => Ok((
+            s.warnings.into_iter().map(|d| d.rendered).collect(),
+            s.timeline,
+        )),
         Err(wsim::Error::Config(diags)) => {
             let text: Vec<String> = diags.into_iter().map(|d| d.rendered).collect();
             Err(Error::Config(text.join("\n")))
         }
-        Err(wsim::Error::Calls(why)) => Err(Error::Refused(format!("--calls: {why}"), 2)),
-        Err(wsim::Error::Nothing(why)) => Err(Error::Refused(why, 2)),
+        Err(wsim::Error::Usage(why) | wsim::Error::Nothing(why)) => Err(Error::Refused(why, 2)),
         Err(wsim::Error::NotACase(why) | wsim::Error::Input(why)) => Err(Error::Refused(why, 1)),
     }
 }

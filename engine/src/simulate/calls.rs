@@ -1,6 +1,8 @@
 //! The call syntax of a batch, as a case file and `--calls` write it: `ID TOOL`, `ID TOOL*N`
 //! (a fan-out call of N operations) or `ID TOOL {JSON}` (the arguments, given as written).
 
+use crate::limits::SIMULATE_DURATION_MS_MAX;
+
 /// One call as written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Written {
@@ -37,12 +39,49 @@ pub(crate) fn read_call(text: &str) -> Result<Written, String> {
             Err(_) => return Err(format!("bad operation count in {text:?}")),
         },
     };
+    if !arguments.is_empty() {
+        let mut found = Vec::new();
+        if let Err(e) = crate::json::scalar_fields(&arguments, &[], &mut found) {
+            let what = match e {
+                crate::json::JsonError::Invalid => "not valid JSON",
+                crate::json::JsonError::NotObject => "JSON, but not an object",
+            };
+            return Err(format!(
+                "`{}`: the arguments {arguments} are {what}; write them as a JSON object \
+                 (`ID TOOL {{\"path\": \"a\"}}`)",
+                text.trim()
+            ));
+        }
+    }
     Ok(Written {
         id,
         tool,
         operations,
         arguments: (!arguments.is_empty()).then_some(arguments),
     })
+}
+
+/// One `--duration` value: `MS` (every execution) or `LABEL=MS` (one entry's), whole
+/// milliseconds up to [`SIMULATE_DURATION_MS_MAX`].
+pub(crate) fn read_duration(text: &str) -> Result<(Option<String>, u64), String> {
+    let bad = || {
+        format!(
+            "--duration: expected MS or LABEL=MS in whole milliseconds (at most \
+             {SIMULATE_DURATION_MS_MAX}), got `{text}`"
+        )
+    };
+    let (label, ms) = match text.rsplit_once('=') {
+        Some((label, ms)) if !label.is_empty() => (Some(label.to_owned()), ms),
+        Some(_) => return Err(bad()),
+        None => (None, text),
+    };
+    if ms.is_empty() || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    match ms.parse::<u64>() {
+        Ok(ms) if ms <= SIMULATE_DURATION_MS_MAX => Ok((label, ms)),
+        _ => Err(bad()),
+    }
 }
 
 /// Splits one `--calls` text into its calls: separated by commas, except a comma inside a
@@ -102,6 +141,37 @@ mod tests {
                 .contains("bad operation count")
         );
         assert!(read_call("lonely").unwrap_err().contains("bad call"));
+        let e = read_call("w1 write {path: a}").unwrap_err();
+        assert!(
+            e.contains("are not valid JSON; write them as a JSON object"),
+            "{e}"
+        );
+        let e = read_call("w1 write [1, 2]").unwrap_err();
+        assert!(e.contains("are JSON, but not an object"), "{e}");
+    }
+
+    #[test]
+    fn durations_are_whole_milliseconds_up_to_the_limit() {
+        assert_eq!(read_duration("25"), Ok((None, 25)));
+        assert_eq!(read_duration("a=b=5"), Ok((Some("a=b".to_owned()), 5)));
+        assert_eq!(
+            read_duration("9007199254740991"),
+            Ok((None, SIMULATE_DURATION_MS_MAX))
+        );
+        for bad in [
+            "",
+            "=5",
+            "x=",
+            "soon",
+            "-1",
+            "+1",
+            "1.5",
+            "9007199254740992",
+            "18446744073709551616",
+        ] {
+            let e = read_duration(bad).unwrap_err();
+            assert!(e.contains("at most 9007199254740991"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use toml::Spanned;
 use toml::de::{DeArray, DeTable, DeValue};
 
 use crate::config::Layer;
+use crate::limits::SIMULATE_DURATION_MS_MAX;
 
 /// A case file's top-level fields: the ones read here, then the ones a corpus case adds.
 const READ: [&str; 3] = ["layer", "batch", "simulate"];
@@ -303,7 +304,24 @@ fn u64_of(value: &Value<'_>, field: &str) -> Result<u64, Fail> {
     let DeValue::Integer(int) = value.get_ref() else {
         return Err(bad());
     };
-    u64::from_str_radix(int.as_str(), int.radix()).map_err(|_| bad())
+    match u64::from_str_radix(int.as_str(), int.radix()) {
+        Ok(ms) if ms <= SIMULATE_DURATION_MS_MAX => Ok(ms),
+        Ok(_) => Err((
+            value.span(),
+            format!("`{field}` is at most {SIMULATE_DURATION_MS_MAX} ms"),
+        )),
+        Err(_) => Err(bad()),
+    }
+}
+
+/// Whether a layer's text is a case file rather than config (it has `[[layer]]` or
+/// `[[batch]]` at the top): config reading ignores those tables, so it would run unbounded.
+pub(crate) fn looks_like_a_case(text: &str) -> bool {
+    DeTable::parse(text).is_ok_and(|root| {
+        root.get_ref()
+            .iter()
+            .any(|(key, _)| matches!(key.get_ref().as_ref(), "layer" | "batch"))
+    })
 }
 
 fn u32_of(value: &Value<'_>, field: &str) -> Result<u32, Fail> {

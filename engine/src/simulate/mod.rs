@@ -19,22 +19,33 @@ use case::{Batch, Case};
 /// The embedded default: the RFD's renumber chain and three draft calls, all on key `rfd`.
 const DEFAULT_CASE: &str = include_str!("../../../tests/cases/sched-default-embedded.toml");
 
-/// What to simulate: a case file, more layers, more batches, and durations and failures.
+/// What to simulate: a case file, more layers, more batches, and durations and failures, as a
+/// CLI's file and flags give them (every CLI passes them through as they are, so the rules and
+/// the messages about them are these, the same everywhere).
 #[derive(Clone, Debug, Default)]
 pub struct Input {
     /// A case file: its name as the user gave it (diagnostics cite it) and its text.
     pub file: Option<(String, String)>,
-    /// More layers, after the file's (so with higher precedence), each named by its path.
+    /// More layers (`--layer`), after the file's (so with higher precedence), each named by its
+    /// path.
     pub layers: Vec<Layer>,
-    /// More batches, after the file's: each one `--calls` text (calls separated by commas).
+    /// More batches (`--calls`), after the file's: each one text of calls separated by commas.
     pub calls: Vec<String>,
-    /// How long every execution takes unless `durations` names it (default 10 ms, or the
-    /// file's `duration_ms`).
-    pub duration_ms: Option<u64>,
-    /// How long one entry's execution takes, by label (after the file's; the last wins).
-    pub durations: Vec<(String, u64)>,
-    /// Entries whose execution fails, by label (added to the file's).
+    /// `--duration` values, in order: `MS` (every execution, instead of the file's
+    /// `duration_ms` or 10) or `LABEL=MS` (one entry's; the last given wins).
+    pub durations: Vec<String>,
+    /// Entries whose execution fails (`--fail`), by label, added to the file's.
     pub fail: Vec<String>,
+}
+
+/// A simulation: the timeline, one line per event, and the config's warnings (a name a small
+/// edit away from one Turnstile reads), which a CLI prints first.
+#[derive(Clone, Debug)]
+pub struct Simulated {
+    /// One line per event, each ending in a newline.
+    pub timeline: String,
+    /// The layers' warnings, as `resolve` gives them.
+    pub warnings: Vec<Diagnostic>,
 }
 
 /// Why a simulation did not run. Each is a sentence for people (`Display`), and says which
@@ -45,8 +56,9 @@ pub enum Error {
     NotACase(String),
     /// The layers do not resolve.
     Config(Vec<Diagnostic>),
-    /// A `calls` text is not calls (a usage mistake).
-    Calls(String),
+    /// A flag's value is wrong (`--calls`, `--duration`, a case file given as `--layer`); the
+    /// message names the flag.
+    Usage(String),
     /// Nothing to simulate: no batch.
     Nothing(String),
     /// A batch was refused, a label names no entry, or the scheduler refused an input.
@@ -54,10 +66,10 @@ pub enum Error {
 }
 
 impl Error {
-    /// A CLI's exit status for it: 2 for a usage mistake (`Calls`, `Nothing`), 1 otherwise.
+    /// A CLI's exit status for it: 2 for a usage mistake (`Usage`, `Nothing`), 1 otherwise.
     pub fn exit_status(&self) -> u8 {
         match self {
-            Self::Calls(_) | Self::Nothing(_) => 2,
+            Self::Usage(_) | Self::Nothing(_) => 2,
             Self::NotACase(_) | Self::Config(_) | Self::Input(_) => 1,
         }
     }
@@ -70,15 +82,37 @@ impl std::fmt::Display for Error {
                 let rendered: Vec<&str> = diagnostics.iter().map(|d| d.rendered.as_str()).collect();
                 f.write_str(&rendered.join("\n"))
             }
-            Self::NotACase(why) | Self::Calls(why) | Self::Nothing(why) | Self::Input(why) => {
+            Self::NotACase(why) | Self::Usage(why) | Self::Nothing(why) | Self::Input(why) => {
                 f.write_str(why)
             }
         }
     }
 }
 
-/// Runs the simulation; the timeline, one line per event.
-pub fn run(input: &Input) -> Result<String, Error> {
+/// Runs the simulation.
+pub fn run(input: &Input) -> Result<Simulated, Error> {
+    let mut durations = Vec::with_capacity(input.durations.len());
+    for text in &input.durations {
+        durations.push(calls::read_duration(text).map_err(Error::Usage)?);
+    }
+    for layer in &input.layers {
+        if case::looks_like_a_case(&layer.text) {
+            return Err(Error::Usage(format!(
+                "--layer {}: this is a case file (it has [[layer]] or [[batch]]), not config: \
+                 give it as FILE",
+                layer.name
+            )));
+        }
+    }
+    let mut batches_given = Vec::with_capacity(input.calls.len());
+    for text in &input.calls {
+        let calls =
+            calls::split_calls(text).map_err(|why| Error::Usage(format!("--calls: {why}")))?;
+        batches_given.push(Batch {
+            calls,
+            ..Batch::default()
+        });
+    }
     let (mut case, source) = match &input.file {
         Some((name, text)) => {
             let case = case::read(name, text, true)
@@ -97,27 +131,24 @@ pub fn run(input: &Input) -> Result<String, Error> {
         None => (Case::default(), "the input"),
     };
     case.layers.extend(input.layers.iter().cloned());
-    for text in &input.calls {
-        let calls = calls::split_calls(text).map_err(Error::Calls)?;
-        case.batches.push(Batch {
-            calls,
-            ..Batch::default()
-        });
-    }
+    case.batches.extend(batches_given);
     if case.batches.is_empty() {
         return Err(Error::Nothing(format!(
             "{source} has no [[batch]]: nothing to simulate (add --calls)"
         )));
     }
-    if let Some(ms) = input.duration_ms {
-        case.timing.duration_ms = Some(ms);
-    }
-    for (label, ms) in &input.durations {
-        case.timing.durations.insert(label.clone(), *ms);
+    for (label, ms) in durations {
+        match label {
+            Some(label) => {
+                case.timing.durations.insert(label, ms);
+            }
+            None => case.timing.duration_ms = Some(ms),
+        }
     }
     case.timing.fail.extend(input.fail.iter().cloned());
 
     let policy = config::resolve(&case.layers).map_err(Error::Config)?;
+    let warnings = policy.warnings().to_vec();
     let mut timeline = timeline::Timeline::new(policy);
     let mut batches = Vec::new();
     let mut approve = Vec::new();
@@ -134,7 +165,8 @@ pub fn run(input: &Input) -> Result<String, Error> {
         approve.extend(entries);
     }
     timeline.check_labels(&case.timing)?;
-    timeline.run(batches, approve, &case.timing)
+    let timeline = timeline.run(batches, approve, &case.timing)?;
+    Ok(Simulated { timeline, warnings })
 }
 
 /// `PROGRAM simulate --help`: the options and the file format.
@@ -163,7 +195,8 @@ options:
   --calls CALLS        one batch: calls separated by commas, each `ID TOOL`, `ID TOOL*N` or
                        `ID TOOL {JSON}` as in a case file; repeat for more batches
                          --calls "r1 rfd_renumber, r2 rfd_renumber, d1 rfd_draft"
-  --duration MS        how long every execution takes (default 10)
+  --duration MS        how long every execution takes (default 10; whole milliseconds, at
+                       most 9007199254740991)
   --duration LABEL=MS  how long one entry's execution takes
   --fail LABEL         this entry's execution fails; repeat for more
   -h, --help           print this help
@@ -171,8 +204,9 @@ options:
 Labels: a plain call's entry is labelled by its ID (`r1`); a fan-out call `ID TOOL*N` (N at
 least 1; the tool must fan out) has N entries, `ID#0` to `ID#N-1`. A call written
 `ID TOOL {JSON}` passes its arguments (a JSON object) to the scheduler; a tool whose
-concurrency key is a template (`key = "fs:{path}"`) makes the call's key from them. IDs are 1 to 256 bytes,
-without `#`. A label that no entry has is an error.
+concurrency key is a template (`key = "fs:{path}"`) makes the call's key from them. IDs are 1
+to 256 bytes, without `#`. A label that no entry has is an error. The config's warnings (a
+name a small edit away from one Turnstile reads) are printed before the timeline.
 
 FILE is a TOML case file:
 
@@ -194,13 +228,15 @@ FILE is a TOML case file:
   durations = { r1 = 25 }      # how long an entry's execution takes, by label
   fail = ["del#1"]             # entries whose execution fails, by label
 
-A layer's text is the config: `[conversation.tools.NAME]` tables with `concurrency` (N, or
-{ key, limit, delay, retries }) and `fan_out` (true, or { enabled, on_error }), as the
-package's README describes; other tables and fields are ignored. Diagnostics cite FILE by
-the path given and by its own line numbers (a layer whose text has escapes, so that it is
-not written verbatim in the file, is cited as FILE[NAME] by its own lines). A case file of
-Turnstile's test corpus may also hold description, diagnostics, rendered, tools, warnings,
-admission and [[step]]: they are allowed and not read; any other field is an error.
+A layer's text is the config: `[conversation.tools.NAME]` tables with `concurrency` (N; or
+{ key, limit, delay, retries, max_wait, rate, shared }; or an array of such tables, a key
+set) and `fan_out` (true, or { enabled, on_error }), as the package's README describes; other
+tables and fields are ignored. Every execution here ends ok or failed: a rate limit (429) is
+not simulated. Diagnostics cite FILE by the path given and by its own line numbers (a layer
+whose text has escapes, so that it is not written verbatim in the file, is cited as
+FILE[NAME] by its own lines). A case file may also hold description, diagnostics, rendered,
+tools, warnings, admission and [[step]] (fields Turnstile's own tests use): they are allowed
+and not read; any other field is an error.
 
 exit status: 0 the timeline was printed; 1 FILE is not a case file, the layers have errors
 (printed on stderr), a batch was refused, or a label names no entry; 2 a usage error, an

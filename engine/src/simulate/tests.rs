@@ -18,34 +18,96 @@ fn refused(input: &Input) -> Error {
     run(input).expect_err("simulated")
 }
 
+fn timeline(input: &Input) -> String {
+    run(input).unwrap().timeline
+}
+
 const ONE_TOOL: &str = "[[layer]]\ntext = '''\n[conversation.tools.a]\nconcurrency = 1\n'''\n";
 
 #[test]
 fn a_case_file_runs_and_the_flags_add_to_it() {
     let text = format!("{ONE_TOOL}\n[[batch]]\ncalls = [\"a1 a\", \"a2 a\"]\n");
-    let timeline = run(&file(&text)).unwrap();
+    let shown = timeline(&file(&text));
     assert!(
-        timeline.contains("    10  start   a2         a key a\n"),
-        "{timeline}"
+        shown.contains("    10  start   a2         a key a\n"),
+        "{shown}"
     );
     let mut input = file(&text);
-    input.duration_ms = Some(4);
-    input.durations.push(("a2".to_owned(), 1));
+    input.durations = vec!["a2=1".to_owned(), "4".to_owned()];
     input.fail.push("a1".to_owned());
     input.calls.push("b1 b".to_owned());
-    let timeline = run(&input).unwrap();
+    let shown = timeline(&input);
     assert!(
-        timeline.contains("     4  end     a1         failed\n"),
-        "{timeline}"
+        shown.contains("     4  end     a1         failed\n"),
+        "{shown}"
     );
-    assert!(
-        timeline.contains("     5  end     a2         ok\n"),
-        "{timeline}"
-    );
-    assert!(
-        timeline.contains("submit  batch 2    1 calls"),
-        "{timeline}"
-    );
+    assert!(shown.contains("     5  end     a2         ok\n"), "{shown}");
+    assert!(shown.contains("submit  batch 2    1 call\n"), "{shown}");
+}
+
+#[test]
+fn warnings_come_with_the_timeline() {
+    let input = Input {
+        layers: vec![Layer::new(
+            "warn.toml",
+            "[conversation.tools.x]\nconcurency = 2\n",
+        )],
+        calls: vec!["a x".to_owned()],
+        ..Input::default()
+    };
+    let simulated = run(&input).unwrap();
+    assert_eq!(simulated.warnings.len(), 1);
+    assert!(simulated.warnings[0].rendered.contains("concurency"));
+    assert!(simulated.timeline.contains("x unkeyed"));
+}
+
+#[test]
+fn flags_with_wrong_values_are_usage_mistakes_that_name_the_flag() {
+    let durations = |d: &str| Input {
+        durations: vec![d.to_owned()],
+        ..Input::default()
+    };
+    let case_as_layer = Input {
+        layers: vec![Layer::new("case.toml", "[[batch]]\ncalls = [\"a1 a\"]\n")],
+        calls: vec!["a1 a".to_owned()],
+        ..Input::default()
+    };
+    let cases = [
+        (durations("soon"), "--duration: expected MS or LABEL=MS"),
+        (
+            durations("18446744073709551616"),
+            "at most 9007199254740991",
+        ),
+        (
+            Input {
+                calls: vec!["w1 write {path: a}".to_owned()],
+                ..Input::default()
+            },
+            "--calls: `w1 write {path: a}`: the arguments",
+        ),
+        (case_as_layer, "--layer case.toml: this is a case file"),
+    ];
+    for (input, says) in cases {
+        let e = refused(&input);
+        assert!(matches!(e, Error::Usage(_)), "{e:?}");
+        assert_eq!(e.exit_status(), 2);
+        assert!(e.to_string().contains(says), "no {says:?} in {e}");
+    }
+}
+
+#[test]
+fn the_longest_durations_do_not_overflow_the_clock() {
+    let input = Input {
+        calls: vec!["a1 a, a2 a, a3 a".to_owned()],
+        layers: vec![Layer::new(
+            "l.toml",
+            "[conversation.tools.a]\nconcurrency = 1\n",
+        )],
+        durations: vec!["9007199254740991".to_owned()],
+        ..Input::default()
+    };
+    let shown = timeline(&input);
+    assert!(shown.contains("27021597764222973  done"), "{shown}");
 }
 
 #[test]
@@ -80,6 +142,10 @@ fn a_case_file_with_a_mistake_says_where() {
         (
             "[simulate]\ndurations = { a1 = \"x\" }\n",
             "`a1` must be a whole number",
+        ),
+        (
+            "[simulate]\nduration_ms = 9007199254740992\n",
+            "`duration_ms` is at most 9007199254740991 ms",
         ),
         (
             "[simulate]\nfail = \"a1\"\n",
@@ -149,7 +215,7 @@ fn nothing_to_simulate_and_calls_that_are_not_calls_are_usage_mistakes() {
             ..Input::default()
         };
         let e = refused(&input);
-        assert!(matches!(e, Error::Calls(_)), "{calls}: {e:?}");
+        assert!(matches!(e, Error::Usage(_)), "{calls}: {e:?}");
         assert_eq!(e.exit_status(), 2);
     }
 }
@@ -162,7 +228,7 @@ fn labels_and_batches_the_scheduler_refuses_are_input_errors() {
     let e = refused(&file(&text));
     assert_eq!(
         e.to_string(),
-        "durations: no entry is labelled a9; the labels are a1"
+        "no entry is labelled a9 (named by --duration or the file's durations); the labels are a1"
     );
     let dup = Input {
         calls: vec!["a1 a, a1 a".to_owned()],
@@ -174,10 +240,10 @@ fn labels_and_batches_the_scheduler_refuses_are_input_errors() {
 
 #[test]
 fn the_embedded_default_runs_and_help_names_the_program() {
-    let timeline = run(&Input::default()).unwrap();
+    let shown = timeline(&Input::default());
     assert!(
-        timeline.ends_with("    70  done               every entry ended or settled\n"),
-        "{timeline}"
+        shown.ends_with("    70  done               every entry ended or settled\n"),
+        "{shown}"
     );
     let help = super::help("turnstile");
     assert!(help.starts_with("usage: turnstile simulate [FILE]"));

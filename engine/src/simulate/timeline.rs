@@ -79,7 +79,10 @@ impl Timeline {
             .sched
             .submit_batch_with(&engine_calls, limits)
             .map_err(|e| Error::Input(format!("batch {n}: {}", e.message)))?;
-        let detail = format!("{} calls", calls.len());
+        let detail = match calls.len() {
+            1 => "1 call".to_owned(),
+            n => format!("{n} calls"),
+        };
         self.event("submit", &format!("batch {}", submitted.batch.0), &detail);
         for st in self.sched.inspect(submitted.batch).unwrap_or_default() {
             let key = match st.keys.as_slice() {
@@ -99,14 +102,16 @@ impl Timeline {
 
     /// Every label `fail` and `durations` name is an entry's.
     pub(super) fn check_labels(&self, timing: &Timing) -> Result<(), Error> {
-        let named = timing.fail.iter().map(|l| ("fail", l));
-        let named = named.chain(timing.durations.keys().map(|l| ("durations", l)));
-        for (field, label) in named {
+        let named = timing.fail.iter().map(|l| ("fail", "--fail", l));
+        let durations = timing.durations.keys();
+        let named = named.chain(durations.map(|l| ("durations", "--duration", l)));
+        for (field, flag, label) in named {
             if !self.labels.contains(label) {
                 let shown: Vec<&str> = self.labels.iter().take(20).map(String::as_str).collect();
                 let more = if self.labels.len() > 20 { ", ..." } else { "" };
                 return Err(Error::Input(format!(
-                    "{field}: no entry is labelled {label}; the labels are {}{more}",
+                    "no entry is labelled {label} (named by {flag} or the file's {field}); the \
+                     labels are {}{more}",
                     shown.join(", ")
                 )));
             }
@@ -184,7 +189,7 @@ impl Timeline {
                 self.event("start", &label, &key);
                 running.push(Running {
                     entry: e,
-                    ends_at_ms: self.now_ms + duration_ms(&label),
+                    ends_at_ms: self.now_ms.saturating_add(duration_ms(&label)),
                     seq,
                 });
                 seq += 1;

@@ -65,13 +65,7 @@ async function simulateCommand(args: string[]): Promise<number> {
     if (flag === '--layer') layerFiles.push(value);
     else if (flag === '--calls') input.calls.push(value);
     else if (flag === '--fail') input.fail.push(value);
-    else {
-      const m = /^(?:(.+)=)?([0-9]+)$/.exec(value);
-      const ms = m === null ? NaN : Number(m[2]);
-      if (m === null || !Number.isSafeInteger(ms)) return usage(`--duration: expected MS or LABEL=MS in whole milliseconds, got \`${value}\``);
-      if (m[1] === undefined) input.durationMs = ms;
-      else input.durations.push([m[1], ms]);
-    }
+    else input.durations.push(value);
   }
   if (files.length > 1) return usage('simulate takes one FILE at most; add layers with --layer');
   const read = async (path: string): Promise<string | undefined> => {
@@ -93,7 +87,9 @@ async function simulateCommand(args: string[]): Promise<number> {
     input.layers.push({ name: path, text });
   }
   try {
-    process.stdout.write(await simulate(input));
+    const { warnings, timeline } = await simulate(input);
+    for (const warning of warnings) process.stderr.write(`${warning}\n`);
+    process.stdout.write(timeline);
     return 0;
   } catch (e) {
     if (!(e instanceof SimulateError)) throw e;

@@ -6,49 +6,51 @@ import type * as wsim from './component/interfaces/turnstile-scheduler-simulate.
 import type * as wc from './component/interfaces/turnstile-scheduler-config.js';
 import { instantiateDefault } from './turnstile.js';
 
-/** What to simulate: the CLI's file and flags, read. */
+/** What to simulate: the CLI's file and flags as the user gave them (the component reads them,
+ * so every rule and message about them is the same in every Turnstile CLI). */
 export interface SimulateInput {
   file?: { name: string; text: string };
   layers: { name: string; text: string }[];
   calls: string[];
-  durationMs?: number;
-  durations: [string, number][];
+  /** `--duration` values: `MS` or `LABEL=MS`. */
+  durations: string[];
   fail: string[];
+}
+
+/** A simulation: the config's warnings, rendered (print them first), and the timeline. */
+export interface Simulated {
+  warnings: string[];
+  timeline: string;
 }
 
 /** Why nothing was simulated: the component's sentence (or every diagnostic, rendered) and the
  * exit status a CLI gives it (2 for a usage mistake, 1 otherwise). */
 export class SimulateError extends Error {
   /** The component's kind: `config` (the message is every diagnostic, rendered), `not-a-case`,
-   * `calls`, `nothing` or `input`. */
+   * `usage`, `nothing` or `input`. */
   readonly kind: wsim.Error['tag'];
   readonly exitStatus: 1 | 2;
   constructor(kind: wsim.Error['tag'], message: string) {
     super(message);
     this.name = 'SimulateError';
     this.kind = kind;
-    this.exitStatus = kind === 'calls' || kind === 'nothing' ? 2 : 1;
+    this.exitStatus = kind === 'usage' || kind === 'nothing' ? 2 : 1;
   }
 }
 
 function refused(payload: unknown): Error {
   const e = payload as wsim.Error;
   if (e.tag === 'config') return new SimulateError(e.tag, (e.val as wc.Diagnostic[]).map((d) => d.rendered).join('\n'));
-  return new SimulateError(e.tag, e.tag === 'calls' ? `--calls: ${e.val}` : e.val);
+  return new SimulateError(e.tag, e.val);
 }
 
-/** The timeline, one line per event; throws `SimulateError` when nothing could be simulated. */
-export async function simulate(input: SimulateInput): Promise<string> {
+/** The warnings and the timeline; throws `SimulateError` when nothing could be simulated. */
+export async function simulate(input: SimulateInput): Promise<Simulated> {
   const instance = await instantiateDefault();
-  const wit: wsim.Input = {
-    layers: input.layers,
-    calls: input.calls,
-    durations: input.durations.map(([label, ms]) => [label, BigInt(ms)]),
-    fail: input.fail,
-  };
+  const wit: wsim.Input = { layers: input.layers, calls: input.calls, durations: input.durations, fail: input.fail };
   if (input.file !== undefined) wit.file = input.file;
-  if (input.durationMs !== undefined) wit.durationMs = BigInt(input.durationMs);
-  return instance.call(() => instance.root.simulate.run(wit), refused);
+  const out = instance.call(() => instance.root.simulate.run(wit), refused);
+  return { warnings: out.warnings.map((d) => d.rendered), timeline: out.timeline };
 }
 
 /** `PROGRAM simulate --help`, the component's text. */

@@ -53,7 +53,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return 2
     if args.command == "simulate":
-        return _simulate(sim, args)
+        return _simulate(args)
     layers = []
     for path in args.files:
         try:
@@ -94,20 +94,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 1 if warnings and args.deny_warnings else 0
 
 
-def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _simulate(args: argparse.Namespace) -> int:
     if args.help:
         sys.stdout.write(simulate_help(PROG))
         return 0
-    duration_ms = None
-    durations = []
-    for value in args.duration:
-        label, _, ms = value.rpartition("=")
-        if not ms.isdigit() or not ms.isascii() or (_ and not label):
-            parser.error(f"--duration: expected MS or LABEL=MS in whole milliseconds, got `{value}`")
-        if _:
-            durations.append((label, int(ms)))
-        else:
-            duration_ms = int(ms)
     try:
         file = None if args.file is None else (args.file, _read(args.file))
         layers = [(path, _read(path)) for path in args.layer]
@@ -115,14 +105,16 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     try:
-        timeline = simulate(
-            file=file, layers=layers, calls=args.calls, duration_ms=duration_ms, durations=durations, fail=args.fail
+        warnings, timeline = simulate(
+            file=file, layers=layers, calls=args.calls, durations=args.duration, fail=args.fail
         )
     except SimulateError as e:
         print(str(e) if e.kind == "config" else f"{PROG}: {e}", file=sys.stderr)
         if e.exit_status == 2:
             print(f"(`{PROG} simulate --help` says more)", file=sys.stderr)
         return e.exit_status
+    for warning in warnings:
+        print(warning, file=sys.stderr)
     sys.stdout.write(timeline)
     return 0
 

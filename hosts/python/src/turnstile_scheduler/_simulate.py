@@ -8,18 +8,20 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Optional, Sequence
 
+from wasmtime.component import Variant
+
 from ._component import Instance
 
 
 class SimulateError(Exception):
     """Why nothing was simulated: `kind` is the component's (`config`, whose message is every
-    diagnostic rendered, `not-a-case`, `calls`, `nothing`, `input`); `exit_status` is 2 for a
-    usage mistake (`calls`, `nothing`) and 1 otherwise."""
+    diagnostic rendered, `not-a-case`, `usage`, `nothing`, `input`); `exit_status` is 2 for a
+    usage mistake (`usage`, `nothing`) and 1 otherwise."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-        self.exit_status = 2 if kind in ("calls", "nothing") else 1
+        self.exit_status = 2 if kind in ("usage", "nothing") else 1
 
 
 def simulate(
@@ -27,29 +29,30 @@ def simulate(
     file: Optional[tuple[str, str]] = None,
     layers: Sequence[tuple[str, str]] = (),
     calls: Sequence[str] = (),
-    duration_ms: Optional[int] = None,
-    durations: Sequence[tuple[str, int]] = (),
+    durations: Sequence[str] = (),
     fail: Sequence[str] = (),
-) -> str:
-    """The timeline, one line per event; raises `SimulateError` when nothing was simulated."""
+) -> tuple[list[str], str]:
+    """The config's warnings, rendered (print them first), and the timeline; raises
+    `SimulateError` when nothing was simulated. The flags' values go through as the user gave
+    them (`durations`: `MS` or `LABEL=MS`): the component reads them, so every rule and message
+    about them is the same in every Turnstile CLI."""
     layer = lambda nt: SimpleNamespace(name=nt[0], text=nt[1])  # noqa: E731
     wit = SimpleNamespace(
         **{
             "file": None if file is None else layer(file),
             "layers": [layer(l) for l in layers],
             "calls": list(calls),
-            "duration-ms": duration_ms,
-            "durations": [(label, ms) for label, ms in durations],
+            "durations": list(durations),
             "fail": list(fail),
         }
     )
     result = Instance().func("simulate", "run")(wit)
-    if isinstance(result, str):
-        return result
+    if not isinstance(result, Variant):
+        return [d.rendered for d in result.warnings], result.timeline
     tag, val = result.tag, result.payload
     if tag == "config":
         raise SimulateError(tag, "\n".join(d.rendered for d in val))
-    raise SimulateError(tag, f"--calls: {val}" if tag == "calls" else val)
+    raise SimulateError(tag, val)
 
 
 def simulate_help(program: str) -> str:
