@@ -305,6 +305,8 @@ fn test() -> Result<()> {
         "--workspace",
         "--all-targets",
         "--release",
+        "--features",
+        "turnstile/sqlite",
         "--",
         "-D",
         "warnings",
@@ -334,7 +336,13 @@ fn test() -> Result<()> {
         ])
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     run(cargo()
-        .args(["test", "--release", "--workspace"])
+        .args([
+            "test",
+            "--release",
+            "--workspace",
+            "--features",
+            "turnstile/sqlite",
+        ])
         .env("TURNSTILE_WASM", &wasm))?;
     // Once more in the dev profile: overflow checks on in every dependency (the fuzz-found
     // renderer overflow only shows there).
@@ -369,6 +377,21 @@ fn test() -> Result<()> {
         .args(["e2e/node-versions.mjs"])
         .current_dir(&js_dir))?;
     let python = py(&wasm)?;
+    // The Rust SQLite store and a Python process of the installed package on one file.
+    run(cargo()
+        .args([
+            "test",
+            "--release",
+            "--package",
+            "turnstile",
+            "--features",
+            "sqlite",
+            "--test",
+            "shared_sqlite",
+            "--",
+            "--ignored",
+        ])
+        .env("TURNSTILE_PYTHON", &python))?;
     run(Command::new(&python)
         .args([
             "-m",

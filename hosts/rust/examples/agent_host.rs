@@ -137,6 +137,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("restored batch {} resolved", outcomes.batch());
         resumed.driver.forget(&outcomes);
     }
+    // Before exiting: the snapshot without the forgotten batches is saved, so the next start
+    // does not hand their outcomes back again.
+    resumed.driver.flush().await?;
     resumed.driver.close();
     Ok(())
 }

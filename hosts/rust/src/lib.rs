@@ -1,13 +1,6 @@
-//! Turnstile for Rust agent hosts: decides *when* each tool call of an agent's response may
-//! start (RFD 129, the design of tool-call concurrency), natively (the engine the WebAssembly
-//! component is built from, no wasmtime), with an async [tokio] driver.
-//!
-//! - [`Policy`]: TOML layers resolved by the engine (diagnostics rendered like rustc).
-//! - [`Driver`]: runs batches of calls ([`Driver::run`]), with cancellation, questions,
-//!   deadlines, pauses, and persistence with [`Driver::resume`].
-//!
-//! See the crate's README for a tour, and hosts/DRIVERS.md for the contract every driver
-//! (JS, Python, Rust) follows.
+// The crate's documentation is its README (a tour, the policy syntax, persistence): one text
+// for crates.io, docs.rs and the repository. Its links are rustdoc's intra-doc links.
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -16,9 +9,19 @@ pub mod driver;
 pub mod shared;
 
 pub use driver::{
-    Abort, ArgumentsOf, Call, CallOutcome, CancelToken, ConfigError, Decide, Decision, Diagnostic,
-    Driver, DriverError, DriverOptions, EntryOutcome, ExecError, Execute, Execution, HostError,
-    Layer, LiveBatch, OnOutcome, Outcomes, PauseError, Persist, PersistError, Policy, ResumeError,
-    ResumeOptions, Resumed, Run, RunError, RunOptions, Snapshot, Status,
+    Abort, ArgumentsOf, Call, CallOutcome, CancelToken, Concurrency, ConcurrencyKey, ConfigError,
+    Decide, Decision, Diagnostic, DiagnosticCode, DiagnosticLabel, DiagnosticSpan, Driver,
+    DriverError, DriverOptions, EntryOutcome, ExecError, Execute, Execution, FlushError, HostError,
+    KeyTemplate, Layer, LiveBatch, OnError, OnOutcome, Outcomes, PauseError, Persist, PersistError,
+    Policy, RateWindow, ResumeError, ResumeOptions, Resumed, Run, RunError, RunOptions, Severity,
+    Snapshot, Status, ToolPolicy,
 };
-pub use turnstile_engine::schedule::{AbortCause, EntryStatus, Reason, Started, Wait};
+
+/// (The engine's: see [Types from the engine](crate#types-from-the-engine).)
+#[doc(inline)]
+pub use turnstile_engine::schedule::{
+    AbortCause, About, BatchId, EntryId, EntryStatus, InputErrorCode, Limits,
+    Outcome as EndOutcome, Reason, Refusal, ResumeError as SavedStateError, ResumeErrorCode, Saved,
+    SavedBatch, SavedCall, SavedState, Started, State as EntryState, SubmitError, SubmitErrorCode,
+    Unrestored, UnrestoredCode, Wait,
+};

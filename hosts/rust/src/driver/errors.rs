@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use turnstile_engine::schedule::{Refusal, SubmitError};
+use turnstile_engine::schedule::{Refusal, ResumeError as SavedStateError, SubmitError};
 
 /// An error raised by host code (an execution, `decide`): its kind, as JS names an error's
 /// class (`"Error"`, `"TypeError"`, your own), and its message. What a snapshot saves of an
@@ -210,6 +210,46 @@ impl std::error::Error for PersistError {
     }
 }
 
+/// Why [`Driver::flush`](super::Driver::flush) could not see the driver's changes saved.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum FlushError {
+    /// A `persist` failed (this one or an earlier one: the driver broke), with what it
+    /// returned.
+    Persist(PersistError),
+    /// The driver was closed with changes not saved yet: they never will be (flush before
+    /// [`close`](super::Driver::close)).
+    Closed,
+}
+
+impl FlushError {
+    /// The name the JS driver gives this error (`PersistError`, `DisposedError`).
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Persist(_) => "PersistError",
+            Self::Closed => "DisposedError",
+        }
+    }
+}
+
+impl fmt::Display for FlushError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Persist(e) => e.fmt(f),
+            Self::Closed => f.write_str("the driver was closed before its changes were saved"),
+        }
+    }
+}
+
+impl std::error::Error for FlushError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Persist(e) => Some(e),
+            Self::Closed => None,
+        }
+    }
+}
+
 /// Why [`Driver::run`](super::Driver::run) did not give a batch's outcomes.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -222,7 +262,9 @@ pub enum RunError {
     Refused(Refusal),
     /// `decide` failed (an error, a panic): its undecided entries were settled `failed`.
     Decide(HostError),
-    /// The driver was closed (or dropped) first.
+    /// The driver was closed ([`Driver::close`](super::Driver::close)) before the batch
+    /// ended, or the tokio runtime it ran on shut down. Dropping every `Driver` clone does not
+    /// close it: a pending [`Run`](super::Run) keeps the driver working until its batch ends.
     Closed,
     /// A `persist` failed.
     Persist(PersistError),
@@ -278,7 +320,7 @@ impl std::error::Error for RunError {}
 pub enum PauseError {
     /// The scheduler refused it (`unknown-key`: no configured tool declares the key).
     Refused(Refusal),
-    /// The duration is longer than the clock can hold.
+    /// The duration is longer than the clock can hold (the sentence names it, in ms).
     InvalidArgument(String),
     /// The driver was closed.
     Closed,
@@ -347,7 +389,7 @@ pub enum ResumeError {
     /// The snapshot text is not what `persist` was given: the sentence names the field.
     Snapshot(String),
     /// The scheduler refused the saved state (another version, too large).
-    State(turnstile_engine::schedule::ResumeError),
+    State(SavedStateError),
     /// The driver could not be made.
     Driver(DriverError),
 }

@@ -1,6 +1,7 @@
 //! The async driver: runs batches of tool calls under a policy, starting each execution when
 //! the engine releases it, reporting every decision, question and end, and resolving each
-//! batch with every call's outcome in written order (hosts/DRIVERS.md is the contract).
+//! batch with every call's outcome in written order (the contract the JS and Python drivers
+//! follow too).
 //!
 //! One [`Driver`] per scheduler owns its rounds: a stepper task gathers everything the batches
 //! report until it runs (approvals, settlements, questions, ends, cancellations, pauses) into
@@ -34,11 +35,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, oneshot, watch};
 use turnstile_engine::schedule::{BatchId, EntryStatus, HostSettle, Limits, Scheduler};
 
 pub use errors::{
-    Abort, DriverError, ExecError, HostError, PauseError, PersistError, ResumeError, RunError,
+    Abort, DriverError, ExecError, FlushError, HostError, PauseError, PersistError, ResumeError,
+    RunError,
 };
 pub use execution::{CancelToken, Execution};
 pub use options::{
@@ -46,13 +48,16 @@ pub use options::{
     RunOptions,
 };
 pub use outcome::{CallOutcome, EntryOutcome, Outcomes, Status};
-pub use policy::{ConfigError, Diagnostic, Layer, Policy};
+pub use policy::{
+    Concurrency, ConcurrencyKey, ConfigError, Diagnostic, DiagnosticCode, DiagnosticLabel,
+    DiagnosticSpan, KeyTemplate, Layer, OnError, Policy, RateWindow, Severity, ToolPolicy,
+};
 pub use restore::Resumed;
 pub use run::Run;
 pub use snapshot::Snapshot;
 
 use crate::clock::TokioClock;
-use state::{Batch, Inner, PauseInput, RunResult, State};
+use state::{Batch, Inner, PauseInput, Persisted, RunResult, State};
 
 /// Runs batches of tool calls on one scheduler. Cheap to clone: every clone is the same
 /// driver, so several tasks may [`run`](Self::run) batches on it at once.
@@ -133,16 +138,22 @@ impl Driver {
             clock: clock.clone(),
             persist,
             shared: options.shared_keys,
+            persisted: watch::Sender::new(Persisted::default()),
         });
         tokio::spawn(step::stepper(Arc::downgrade(&inner), wake, clock));
         Ok(Self { inner })
     }
 
-    /// Resumes a snapshot under a new driver (hosts/DRIVERS.md, "Persistence"): retired
+    /// Resumes a snapshot (the text `persist` was given) under a new driver: retired
     /// batches not forgotten come back as runs that resolve at once with their saved outcomes;
     /// each live batch runs again, its ended entries keeping their saved values (errors as
     /// [`ExecError::Failed`] with the saved name and message), its pending entries decided and
     /// executed like a new batch's; `started` says what becomes of an entry that was running.
+    ///
+    /// `policy` may differ from the one the snapshot was made under
+    /// ([`Policy::fingerprint`] tells): every call it can restore runs under the new policy,
+    /// and a call it cannot (its tool no longer fans out, ...) is left out and listed in
+    /// [`Resumed::unrestored`] for the host to answer.
     pub fn resume(
         policy: &Policy,
         snapshot: &str,
@@ -256,11 +267,11 @@ impl Driver {
         key: &str,
         duration: Duration,
     ) -> impl Future<Output = Result<(), PauseError>> + Send + 'static {
-        let ms = u64::try_from(duration.as_nanos().div_ceil(1_000_000));
-        let queued = match ms {
+        let ms = duration.as_nanos().div_ceil(1_000_000);
+        let queued = match u64::try_from(ms) {
             Ok(ms) => self.queue_pause(key, Some(ms)),
             Err(_) => Err(PauseError::InvalidArgument(format!(
-                "duration must be at most {} ms, got {duration:?}",
+                "pause duration must be at most {} ms, got {ms} ms",
                 u64::MAX
             ))),
         };
@@ -326,15 +337,80 @@ impl Driver {
             .collect()
     }
 
-    /// Drops a retired batch from the snapshot (the next round persists without it), once the
-    /// host kept its outcomes itself. Outcomes of no retired batch change nothing.
+    /// Drops a retired batch from the snapshot, once the host kept its outcomes itself: the
+    /// next round persists without it. Outcomes of no retired batch change nothing.
+    ///
+    /// Returns at once; await [`flush`](Self::flush) to know the snapshot without the batch
+    /// was saved (before [`close`](Self::close) and exit: a snapshot that still holds it gives
+    /// its outcomes back again on [`resume`](Self::resume)).
     pub fn forget(&self, outcomes: &Outcomes) {
         let mut s = self.inner.lock();
         let before = s.retired.len();
         s.retired.retain(|r| r.batch != outcomes.batch);
-        if s.retired.len() != before && !s.closed {
+        if s.retired.len() != before {
+            // Closed, nothing saves it any more: a `flush` then says so.
             s.dirty = true;
             self.inner.wake.notify_one();
+        }
+    }
+
+    /// Waits until what the driver has taken so far is saved: resolves once a `persist`
+    /// whose snapshot includes every change made before the call (submissions, ends,
+    /// settlements, cancellations, [`forget`](Self::forget)) has completed, asking for one when
+    /// none is under way or due. Resolves at once without [`DriverOptions::persist`], and when
+    /// every change is saved already.
+    ///
+    /// Fails with [`FlushError::Persist`] when a `persist` failed (that one or an earlier one:
+    /// the driver broke), and with [`FlushError::Closed`] when the driver was closed with a
+    /// change not saved (flush first, then close). The future keeps the driver working until
+    /// it resolves.
+    ///
+    /// ```
+    /// # use std::sync::{Arc, Mutex};
+    /// # use serde_json::{json, Value};
+    /// # use turnstile::{Call, Driver, DriverOptions, ExecError, Persist, Policy, RunOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let policy = Policy::from_toml("policy", "")?;
+    /// let saved = Arc::new(Mutex::new(String::new()));
+    /// let file = saved.clone();
+    /// let persist = Persist::new(move |text: String| {
+    ///     *file.lock().unwrap() = text; // a real host writes it to disk
+    ///     async { Ok::<(), std::io::Error>(()) }
+    /// });
+    /// let driver = Driver::new(&policy, DriverOptions { persist: Some(persist), ..Default::default() })?;
+    /// let outcomes = driver
+    ///     .run(vec![Call::new("r1", "read")], |_x| async { Ok::<Value, ExecError>(json!(1)) }, RunOptions::default())
+    ///     .await?;
+    /// // ... keep the outcomes ...
+    /// driver.forget(&outcomes);
+    /// driver.flush().await?; // the saved snapshot no longer holds the batch
+    /// assert!(saved.lock().unwrap().ends_with("\"retired\":[]}"));
+    /// driver.close();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn flush(&self) -> impl Future<Output = Result<(), FlushError>> + Send + 'static {
+        let target = self.inner.flush_target();
+        let inner = self.inner.clone();
+        async move {
+            let Some(target) = target? else {
+                return Ok(());
+            };
+            let mut persisted = inner.persisted.subscribe();
+            let Ok(p) = persisted
+                .wait_for(|p| p.saved >= target || p.failed.is_some() || p.stopped)
+                .await
+            else {
+                return Err(FlushError::Closed);
+            };
+            if p.saved >= target {
+                Ok(())
+            } else if let Some(e) = &p.failed {
+                Err(FlushError::Persist(e.clone()))
+            } else {
+                Err(FlushError::Closed)
+            }
         }
     }
 
@@ -344,7 +420,8 @@ impl Driver {
     }
 
     /// Closes the driver: every live batch fails with [`RunError::Closed`], its executions are
-    /// aborted ([`Abort::Closed`]), pending pauses fail, nothing starts any more.
+    /// aborted ([`Abort::Closed`]), pending pauses fail, nothing starts any more, and nothing
+    /// is saved any more: await [`flush`](Self::flush) first to see every change saved.
     pub fn close(&self) {
         let mut s = self.inner.lock();
         let now = self.inner.now(&mut s);

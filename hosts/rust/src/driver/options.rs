@@ -161,8 +161,9 @@ impl fmt::Debug for OnOutcome {
     }
 }
 
-/// Saves the driver's snapshot (a JSON text, hosts/DRIVERS.md "Persistence"); awaited, one at
-/// a time. An error breaks the driver: every live batch fails with `PersistError`.
+/// Saves the driver's snapshot (a JSON text, the same as the JS and Python drivers'; the
+/// crate's README, "Persistence and restart", says when); awaited, one at a time. An error
+/// breaks the driver: every live batch fails with `PersistError`.
 #[derive(Clone)]
 pub struct Persist(pub(crate) Arc<PersistFn>);
 

@@ -1,5 +1,6 @@
 //! Outcomes: how each entry of a batch ended, and a batch's outcomes in written order.
 
+use std::fmt;
 use std::ops::Deref;
 
 use serde_json::Value;
@@ -49,6 +50,21 @@ impl Status {
             Self::Failed(_) => "failed",
             Self::Cancelled(_) => "cancelled",
             Self::Settled { .. } => "settled",
+        }
+    }
+}
+
+/// `ok VALUE` (the value as compact JSON), `failed NAME: message`, `cancelled`, or
+/// `settled REASON: sentence` (`settled rejected: not run: the user rejected this call`).
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ok(value) => write!(f, "ok {value}"),
+            Self::Failed(e) => write!(f, "failed {e}"),
+            Self::Cancelled(_) => f.write_str("cancelled"),
+            Self::Settled {
+                reason, message, ..
+            } => write!(f, "settled {}: {message}", reason.name()),
         }
     }
 }

@@ -3,23 +3,42 @@
 
 use std::fmt;
 
-pub use turnstile_engine::config::Layer;
-pub use turnstile_engine::diagnostic::Diagnostic;
+/// (The engine's: see [Types from the engine](crate#types-from-the-engine).)
+#[doc(inline)]
+pub use turnstile_engine::config::{
+    Concurrency, ConcurrencyKey, Layer, OnError, RateWindow, ToolPolicy,
+};
+/// (The engine's: see [Types from the engine](crate#types-from-the-engine).)
+#[doc(inline)]
+pub use turnstile_engine::diagnostic::{
+    Code as DiagnosticCode, Label as DiagnosticLabel, Severity, Span as DiagnosticSpan,
+};
+/// (The engine's: see [Types from the engine](crate#types-from-the-engine).)
+#[doc(inline)]
+pub use turnstile_engine::template::KeyTemplate;
 
 /// A validated policy: which tools share which concurrency keys, their limits, delays, rate
 /// windows, fan-out and retries. Made once, shared by every driver of a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
     pub(crate) inner: turnstile_engine::config::Policy,
+    warnings: Vec<Diagnostic>,
 }
 
 impl Policy {
-    /// Resolves layers in order (later layers override earlier ones per tool); a layer whose
-    /// text starts with `{` is read as JSON. Every problem is reported, not the first one.
+    /// Resolves layers in order, lowest precedence first (later layers override earlier ones
+    /// per tool); a layer whose text starts with `{` is read as JSON. Every problem is
+    /// reported, not the first one.
     pub fn resolve(layers: &[Layer]) -> Result<Self, ConfigError> {
-        turnstile_engine::config::resolve(layers)
-            .map(|inner| Self { inner })
-            .map_err(|diagnostics| ConfigError { diagnostics })
+        match turnstile_engine::config::resolve(layers) {
+            Ok(inner) => {
+                let warnings = inner.warnings().iter().map(Diagnostic::of).collect();
+                Ok(Self { inner, warnings })
+            }
+            Err(diagnostics) => Err(ConfigError {
+                diagnostics: diagnostics.iter().map(Diagnostic::of).collect(),
+            }),
+        }
     }
 
     /// One TOML layer named `name` (the name diagnostics cite).
@@ -27,12 +46,29 @@ impl Policy {
         Self::resolve(&[Layer::new(name, text)])
     }
 
-    /// Warnings about the policy (a near miss of a name Turnstile reads, ...).
+    /// Warnings about the policy (a near miss of a name Turnstile reads, `unknown-field-typo`):
+    /// it resolved, but may not mean what was written. Each prints like rustc (`Display`).
     pub fn warnings(&self) -> &[Diagnostic] {
-        self.inner.warnings()
+        &self.warnings
     }
 
-    /// The fingerprint a snapshot carries (a snapshot resumes under the same policy).
+    /// Every configured tool, in configuration order. A tool the policy does not name runs
+    /// unbounded.
+    pub fn tools(&self) -> &[ToolPolicy] {
+        self.inner.tools()
+    }
+
+    /// A configured tool by name.
+    pub fn tool(&self, name: &str) -> Option<&ToolPolicy> {
+        self.inner.tool(name)
+    }
+
+    /// A fingerprint of what the policy means to the scheduler (every tool's keys, limits,
+    /// delays, rates, retries, maximum waits, sharing and fan-out). A snapshot carries the one
+    /// it was made under ([`Snapshot::state`](super::Snapshot::state)`.policy`), so a host can
+    /// tell the policy changed before resuming. [`Driver::resume`](super::Driver::resume)
+    /// accepts a changed policy: it restores every call it can under the new one and lists
+    /// the others in [`Resumed::unrestored`](super::Resumed::unrestored).
     pub fn fingerprint(&self) -> u64 {
         self.inner.fingerprint()
     }
@@ -48,10 +84,50 @@ impl Policy {
         }
         keys
     }
+}
 
-    /// The engine's policy.
-    pub fn engine(&self) -> &turnstile_engine::config::Policy {
-        &self.inner
+/// One problem with a policy: a stable code, error or warning, the key path, the tools
+/// involved, spans into the layers, and its rustc-style rendering, which `Display` prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Diagnostic {
+    /// The stable code (`concurrency-limit-conflict`: [`DiagnosticCode::as_str`]).
+    pub code: DiagnosticCode,
+    /// Error or warning.
+    pub severity: Severity,
+    /// Lowercase, no trailing period; starts with the dotted key path.
+    pub message: String,
+    /// The key path, one segment per element (`["conversation", "tools", "t", "concurrency"]`).
+    pub path: Vec<String>,
+    /// The tools involved, in configuration order.
+    pub tools: Vec<String>,
+    /// Spans, primary first. Empty only for problems with no place (too many layers).
+    pub labels: Vec<DiagnosticLabel>,
+    /// A hint on how to fix it, if there is one.
+    pub help: Option<String>,
+    /// The rustc-style plain-text rendering of all of the above (what `Display` prints,
+    /// without its final newline).
+    pub rendered: String,
+}
+
+impl Diagnostic {
+    fn of(d: &turnstile_engine::diagnostic::Diagnostic) -> Self {
+        Self {
+            code: d.code,
+            severity: d.severity,
+            message: d.message.clone(),
+            path: d.path.clone(),
+            tools: d.tools.clone(),
+            labels: d.labels.clone(),
+            help: d.help.clone(),
+            rendered: d.rendered.clone(),
+        }
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.rendered.trim_end())
     }
 }
 
@@ -69,7 +145,7 @@ impl fmt::Display for ConfigError {
             if i > 0 {
                 f.write_str("\n")?;
             }
-            f.write_str(d.rendered.trim_end())?;
+            d.fmt(f)?;
         }
         Ok(())
     }

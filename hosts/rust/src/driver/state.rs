@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, oneshot, watch};
 use turnstile_engine::schedule::{HostSettle, Reason, Releases, Scheduler, explain};
 
-use super::errors::{Abort, ExecError, HostError, PauseError, RunError};
+use super::errors::{Abort, ExecError, FlushError, HostError, PauseError, PersistError, RunError};
 use super::options::{Call, Decide, Execute, OnOutcome, Persist};
 use super::outcome::{CallOutcome, EntryOutcome, Outcomes, Status};
 use crate::clock::Clock;
@@ -34,6 +34,20 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) persist: Option<Persist>,
     pub(crate) shared: Option<crate::shared::SharedKeys>,
+    /// How far the snapshots got (the stepper writes it, [`Driver::flush`](super::Driver::flush)
+    /// waits on it).
+    pub(crate) persisted: watch::Sender<Persisted>,
+}
+
+/// How far the driver's snapshots got.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Persisted {
+    /// The last snapshot `persist` saved, numbered in the order the rounds took them (0: none).
+    pub(crate) saved: u64,
+    /// The `persist` that failed: the driver broke, nothing is saved any more.
+    pub(crate) failed: Option<PersistError>,
+    /// The stepper ended (closed, broken, or its runtime shut down): no snapshot is taken.
+    pub(crate) stopped: bool,
 }
 
 impl Drop for Inner {
@@ -206,8 +220,9 @@ pub(crate) struct State {
     pub(crate) last_now: u64,
     pub(crate) wake_at: Option<u64>,
     pub(crate) serial: u64,
-    pub(crate) persisting: bool,
-    /// A `forget` or a submission changed the snapshot: the next step persists.
+    /// Snapshots the rounds took so far (the last one's number).
+    pub(crate) snapshots_taken: u64,
+    /// A `forget`, a submission or a `flush` asks for a snapshot: the next step persists.
     pub(crate) dirty: bool,
     pub(crate) retired: Vec<Retired>,
     pub(crate) reports: Vec<Report>,
@@ -233,7 +248,7 @@ impl State {
             last_now: 0,
             wake_at: None,
             serial: 0,
-            persisting: false,
+            snapshots_taken: 0,
             dirty: false,
             retired: Vec::new(),
             reports: Vec::new(),
@@ -469,6 +484,31 @@ impl Inner {
 
     pub(crate) fn now(&self, state: &mut State) -> u64 {
         state.now(&*self.clock)
+    }
+
+    /// The snapshot a `flush` waits for: `None` when nothing taken so far is unsaved (or there
+    /// is no `persist`); asks the stepper for one when a change is not in a snapshot yet.
+    pub(crate) fn flush_target(&self) -> Result<Option<u64>, FlushError> {
+        if self.persist.is_none() {
+            return Ok(None);
+        }
+        let mut s = self.lock();
+        let (saved, failed) = {
+            let p = self.persisted.borrow();
+            (p.saved, p.failed.clone())
+        };
+        if let Some(e) = failed {
+            return Err(FlushError::Persist(e));
+        }
+        if s.dirty || s.pending.changes_state() {
+            if s.closed {
+                return Err(FlushError::Closed);
+            }
+            s.dirty = true;
+            self.wake.notify_one();
+            return Ok(Some(s.snapshots_taken + 1));
+        }
+        Ok((s.snapshots_taken > saved).then_some(s.snapshots_taken))
     }
 
     /// Queues an entry input and wakes the stepper.

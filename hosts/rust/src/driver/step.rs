@@ -27,7 +27,8 @@ enum Kind {
 
 /// What one round hands to the host once its snapshot is saved.
 struct Step {
-    snapshot: Option<String>,
+    /// The snapshot's number and text.
+    snapshot: Option<(u64, String)>,
     reports: Vec<Report>,
     starts: Vec<(u64, u32)>,
     retiring: Vec<(Option<oneshot::Sender<RunResult>>, Outcomes)>,
@@ -36,6 +37,8 @@ struct Step {
 /// The stepper's loop: waits for inputs or the engine's wake-up, runs a round, persists,
 /// hands out. Ends when the driver is closed or dropped.
 pub(crate) async fn stepper(driver: Weak<Inner>, wake: Arc<Notify>, clock: Arc<dyn Clock>) {
+    // However it ends (returned, or dropped with its runtime), `flush` learns of it.
+    let _stopped = Stopped(driver.clone());
     // The one timer, for the latest `wake-at`.
     let mut timer: Option<(u64, Sleep)> = None;
     loop {
@@ -56,7 +59,7 @@ pub(crate) async fn stepper(driver: Weak<Inner>, wake: Arc<Notify>, clock: Arc<d
             if s.closed {
                 return;
             }
-            let step = inner.flush(&mut s);
+            let step = inner.round(&mut s);
             // What the round queued itself (a cancellation after a refusal) goes in the next.
             if !s.pending.is_empty() {
                 wake.notify_one();
@@ -67,24 +70,36 @@ pub(crate) async fn stepper(driver: Weak<Inner>, wake: Arc<Notify>, clock: Arc<d
         if timer.as_ref().map(|t| t.0) != wake_at {
             timer = wake_at.map(|at| (at, clock.sleep_until(at)));
         }
-        let Some(step) = step else { continue };
-        if let (Some(text), Some(persist)) = (step.snapshot.clone(), inner.persist.clone()) {
-            inner.lock().persisting = true;
-            let saved = (persist.0)(text).await;
-            inner.lock().persisting = false;
-            if let Err(cause) = saved {
+        let Some(mut step) = step else { continue };
+        if let (Some((number, text)), Some(persist)) = (step.snapshot.take(), inner.persist.clone())
+        {
+            if let Err(cause) = (persist.0)(text).await {
                 inner.persist_failed(cause, step.retiring);
                 return;
             }
+            inner
+                .persisted
+                .send_modify(|p| p.saved = p.saved.max(number));
         }
         inner.hand_out(step);
+    }
+}
+
+/// Tells [`Driver::flush`](super::Driver::flush) the stepper ended.
+struct Stopped(Weak<Inner>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.persisted.send_modify(|p| p.stopped = true);
+        }
     }
 }
 
 impl Inner {
     /// One round: the queued inputs, `next_releases`, and the actions performed on the
     /// driver's state. `None` when there is nothing to save or hand out.
-    fn flush(&self, s: &mut State) -> Option<Step> {
+    fn round(&self, s: &mut State) -> Option<Step> {
         let now = self.now(s);
         let p = std::mem::take(&mut s.pending);
         let changed = p.changes_state();
@@ -102,7 +117,8 @@ impl Inner {
         }
         let snapshot = s.has_persist.then(|| {
             s.dirty = false;
-            super::snapshot::snapshot(s)
+            s.snapshots_taken += 1;
+            (s.snapshots_taken, super::snapshot::snapshot(s))
         });
         Some(Step {
             snapshot,
@@ -386,9 +402,12 @@ impl Inner {
         cause: Box<dyn std::error::Error + Send + Sync>,
         retiring: Vec<(Option<oneshot::Sender<RunResult>>, Outcomes)>,
     ) {
-        let error = RunError::Persist(PersistError {
+        let failed = PersistError {
             cause: Arc::from(cause),
-        });
+        };
+        self.persisted
+            .send_modify(|p| p.failed = Some(failed.clone()));
+        let error = RunError::Persist(failed);
         for (tx, _) in retiring {
             if let Some(tx) = tx {
                 let _ = tx.send(Err(error.clone()));

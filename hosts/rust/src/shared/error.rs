@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-/// A store operation failed (SHARED.md, "Errors" of the store contract).
+/// A store operation failed (the store contract's errors: every store fails with these).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreError {

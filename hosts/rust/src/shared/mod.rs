@@ -1,5 +1,5 @@
-//! Shared keys: one limit across processes, through a store (SHARED.md is their user guide and
-//! the store contract).
+//! Shared keys: one limit across processes, through a store (in Turnstile's repository,
+//! SHARED.md is their guide and the store contract every store follows).
 //!
 //! A shared key keeps its state in a [`Store`] that every process using it shares. The store
 //! decides only which process gets the key's next permit, by the engine's grant rule
@@ -49,12 +49,16 @@ mod error;
 mod keys;
 mod memory;
 mod permit;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 mod store;
 
 pub use error::{MemoryStoreError, SharedError, SharedKeysError, StoreError};
 pub use keys::{AcquireTerms, KeyTickets, SharedKeys, SharedKeysOptions};
 pub use memory::{MemoryStore, MemoryStoreOptions};
 pub use permit::SharedPermit;
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteStore, SqliteStoreError, SqliteStoreOptions};
 pub use store::{
     Arrival, HeldTicket, KeyInspection, RateWindow, Ready, Removal, Retry, Store, StoreFuture,
     Terms, TicketState, WaitingTicket, Wake, Watch, Watcher,

@@ -2,6 +2,8 @@
 //! can die (a process killed with SIGKILL), a watcher that records its wake-ups.
 #![allow(dead_code, unreachable_pub, clippy::panic, clippy::unwrap_used)]
 
+pub mod contract;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -79,6 +81,9 @@ pub struct Recorder {
     pub tickets: Vec<String>,
     pub clock: Arc<TokioClock>,
     pub log: Mutex<Vec<(u64, Vec<TicketState>)>>,
+    /// Records each state once, and watches only the tickets that still wait (a polling store
+    /// reports a watched ticket's state at every poll).
+    pub once: bool,
 }
 
 impl Recorder {
@@ -87,7 +92,15 @@ impl Recorder {
             tickets: tickets.iter().map(|t| (*t).to_owned()).collect(),
             clock: clock.clone(),
             log: Mutex::new(Vec::new()),
+            once: false,
         })
+    }
+
+    /// A recorder of each state once (for a polling store).
+    pub fn once(clock: &Arc<TokioClock>, tickets: &[&str]) -> Arc<Self> {
+        let mut recorder = Arc::into_inner(Self::new(clock, tickets)).unwrap();
+        recorder.once = true;
+        Arc::new(recorder)
     }
 
     /// `(ms, "ticket state, ...")` per wake-up.
@@ -100,15 +113,31 @@ impl Recorder {
 }
 
 impl Watcher for Recorder {
+    /// A recorder of each state once lists, as `SharedKeys` does, only the tickets that still
+    /// wait (a granted or lost one is no longer watched).
     fn tickets(&self) -> Vec<String> {
-        self.tickets.clone()
+        if !self.once {
+            return self.tickets.clone();
+        }
+        let log = self.log.lock().unwrap();
+        let settled = |t: &String| log.iter().flat_map(|(_, s)| s).any(|s| s.ticket() == t);
+        self.tickets
+            .iter()
+            .filter(|t| !settled(t))
+            .cloned()
+            .collect()
     }
 
     fn wake(&self, wake: Wake) {
-        self.log
-            .lock()
-            .unwrap()
-            .push((self.clock.now_ms(), wake.states));
+        let mut log = self.log.lock().unwrap();
+        let mut states = wake.states;
+        if self.once {
+            states.retain(|s| !log.iter().any(|(_, seen)| seen.contains(s)));
+            if states.is_empty() {
+                return;
+            }
+        }
+        log.push((self.clock.now_ms(), states));
     }
 }
 
@@ -343,5 +372,32 @@ pub fn within<F: Future>(ms: u64, f: F) -> impl Future<Output = F::Output> {
             Ok(v) => v,
             Err(_) => panic!("{caller}: not done within {ms} ms"),
         }
+    }
+}
+
+/// The memory store on tokio's paused clock, its time starting at 24 h: every time exact.
+pub struct MemoryHarness {
+    pub clock: Arc<TokioClock>,
+    pub store: MemoryStore,
+}
+
+impl MemoryHarness {
+    pub fn new() -> Self {
+        let (clock, store) = memory(DAY);
+        Self { clock, store }
+    }
+}
+
+impl contract::Harness for MemoryHarness {
+    fn store(&self) -> &dyn Store {
+        &self.store
+    }
+
+    fn clock(&self) -> &Arc<TokioClock> {
+        &self.clock
+    }
+
+    fn base_ms(&self) -> u64 {
+        DAY
     }
 }
