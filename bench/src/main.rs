@@ -34,6 +34,7 @@
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock; the engine never does
 
 mod drive;
+mod driver;
 mod footprint;
 mod lifetime;
 mod workload;
@@ -130,6 +131,11 @@ fn run() -> Result<(), String> {
         || Harness::load(&component).map_err(|e| format!("{}: {e:#}", component.display()));
     if flag("boundary") {
         return boundary(&harness()?);
+    }
+    // `driver [--quick]`: the Rust crate's tokio driver beside the engine loop.
+    if flag("driver") {
+        let n = if flag("--quick") { 10_000 } else { 100_000 };
+        return driver::table(n, 3);
     }
     if flag("templated") {
         return scaling(flag("--quick"), Some("fs:{path}"));
