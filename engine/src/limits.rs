@@ -70,3 +70,6 @@ pub const GRANTS_PER_OPERATION_MAX: u32 = 10_000;
 /// `simulate`: the longest execution, in ms (2^53 - 1, the largest whole number every host's
 /// numbers hold exactly).
 pub const SIMULATE_DURATION_MS_MAX: u64 = (1 << 53) - 1;
+/// `simulate`: the most entries (calls, or operations of fan-out calls) one simulation runs;
+/// its timeline inspects every waiting entry at every step.
+pub const SIMULATE_ENTRIES_MAX: usize = 2_000;

@@ -175,6 +175,16 @@ impl Policy {
         }
     }
 
+    /// This policy as one process sees it alone: every shared key local, with the same limit,
+    /// delay and rates (a store serving one process grants by the same rules). `simulate`
+    /// runs one process.
+    pub(crate) fn into_one_process(mut self) -> Self {
+        for c in self.tools.iter_mut().flat_map(|t| t.concurrency.iter_mut()) {
+            c.shared = false;
+        }
+        self
+    }
+
     pub(crate) fn with_warnings(self, warnings: Vec<Diagnostic>) -> Self {
         debug_assert!(warnings.iter().all(|w| w.severity == Severity::Warning));
         Self { warnings, ..self }

@@ -13,6 +13,7 @@ mod timeline;
 
 use crate::config::{self, Layer};
 use crate::diagnostic::Diagnostic;
+use crate::limits::SIMULATE_ENTRIES_MAX;
 use calls::Written;
 use case::{Batch, Case};
 
@@ -149,6 +150,19 @@ pub fn run(input: &Input) -> Result<Simulated, Error> {
 
     let policy = config::resolve(&case.layers).map_err(Error::Config)?;
     let warnings = policy.warnings().to_vec();
+    let policy = policy.into_one_process();
+    let entries: usize = case
+        .batches
+        .iter()
+        .flat_map(|b| &b.calls)
+        .map(|c| calls::read_call(c).map_or(1, |w| w.operations.map_or(1, |n| n as usize)))
+        .sum();
+    if entries > SIMULATE_ENTRIES_MAX {
+        return Err(Error::Input(format!(
+            "the batches have {entries} entries; simulate runs at most {SIMULATE_ENTRIES_MAX} \
+             (a timeline is for reading, and it looks at every waiting entry at every step)"
+        )));
+    }
     let mut timeline = timeline::Timeline::new(policy);
     let mut batches = Vec::new();
     let mut approve = Vec::new();
@@ -232,7 +246,8 @@ A layer's text is the config: `[conversation.tools.NAME]` tables with `concurren
 { key, limit, delay, retries, max_wait, rate, shared }; or an array of such tables, a key
 set) and `fan_out` (true, or { enabled, on_error }), as the package's README describes; other
 tables and fields are ignored. Every execution here ends ok or failed: a rate limit (429) is
-not simulated. Diagnostics cite FILE by the path given and by its own line numbers (a layer
+not simulated. One process runs: a shared key behaves as its store would for it alone (the
+same limit, delay and rates). At most 2000 entries (a call, or one operation of a fan-out). Diagnostics cite FILE by the path given and by its own line numbers (a layer
 whose text has escapes, so that it is not written verbatim in the file, is cited as
 FILE[NAME] by its own lines). A case file may also hold description, diagnostics, rendered,
 tools, warnings, admission and [[step]] (fields Turnstile's own tests use): they are allowed

@@ -252,3 +252,48 @@ fn the_embedded_default_runs_and_help_names_the_program() {
         "{help}"
     );
 }
+
+#[test]
+fn a_shared_key_is_simulated_as_its_store_would_grant_one_process() {
+    let layer = |shared: &str| Input {
+        layers: vec![Layer::new(
+            "l.toml",
+            format!(
+                "[conversation.tools.api]\nconcurrency = {{ key = \"api\", limit = 2, delay = 1000{shared} }}\n"
+            ),
+        )],
+        calls: vec!["a api, b api, c api".to_owned()],
+        ..Input::default()
+    };
+    let shared = timeline(&layer(", shared = true"));
+    assert_eq!(shared, timeline(&layer("")));
+    assert!(shared.contains("  1000  start   b "), "{shared}");
+    assert!(shared.contains("  2000  start   c "), "{shared}");
+}
+
+#[test]
+fn more_entries_than_a_timeline_is_for_are_refused() {
+    let input = |n: u32| Input {
+        layers: vec![Layer::new(
+            "l.toml",
+            "[conversation.tools.f]\nconcurrency = 1\nfan_out = true\n",
+        )],
+        calls: vec![format!("x f*{n}")],
+        ..Input::default()
+    };
+    // 2000 pass the cap (and fail after submission, at the label check: nothing runs).
+    let mut at_the_cap = input(2000);
+    at_the_cap.fail.push("nope".to_owned());
+    assert!(
+        refused(&at_the_cap)
+            .to_string()
+            .starts_with("no entry is labelled nope")
+    );
+    let e = refused(&input(2001));
+    assert_eq!(e.exit_status(), 1);
+    assert!(
+        e.to_string()
+            .starts_with("the batches have 2001 entries; simulate runs at most 2000"),
+        "{e}"
+    );
+}

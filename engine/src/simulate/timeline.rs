@@ -138,7 +138,6 @@ impl Timeline {
         let mut running: Vec<Running> = Vec::new();
         let mut seq = 0u64;
         let mut shown: BTreeMap<String, String> = BTreeMap::new();
-        let mut granted: Vec<EntryId> = Vec::new();
         let mut ended: Vec<(EntryId, End)> = Vec::new();
         let mut round = Releases::default();
         let mut first = true;
@@ -150,9 +149,6 @@ impl Timeline {
                 for &e in &approve {
                     refused.extend(self.sched.on_event(Input::Approve(e)).err());
                 }
-            }
-            for e in granted.drain(..) {
-                refused.extend(self.sched.on_event(Input::Granted(e)).err());
             }
             for (e, end) in ended.drain(..) {
                 refused.extend(self.sched.on_ended(e, end).err());
@@ -170,17 +166,15 @@ impl Timeline {
                 };
                 self.event("abort", &label, cause);
             }
-            // One process here: a store pause or a permit back (`pause_store`, `release`) is
-            // nothing to do.
+            // The policy has no shared key here (`Policy::into_one_process`), so no permit is
+            // asked for, given back or paused at a store.
+            if let Some(p) = round.acquire.first() {
+                let why = format!("a permit was asked for {} with no store (a bug)", p.key);
+                return Err(Error::Input(why));
+            }
             for st in &round.settled {
                 let label = self.label(st.entry);
                 self.event("settle", &label, &st.message);
-            }
-            // One process here, so the store grants each permit at once.
-            for p in &round.acquire {
-                let label = self.label(p.entry);
-                self.event("permit", &label, "asked the shared store; granted at once");
-                granted.push(p.entry);
             }
             for &e in &round.start {
                 let label = self.label(e);
@@ -200,7 +194,7 @@ impl Timeline {
                 return Err(Error::Input(why));
             }
             self.show_waits(&batches, &mut shown);
-            if !granted.is_empty() || !ended.is_empty() {
+            if !ended.is_empty() {
                 continue;
             }
             let next = running

@@ -70,7 +70,7 @@ async function simulateCommand(args: string[]): Promise<number> {
   if (files.length > 1) return usage('simulate takes one FILE at most; add layers with --layer');
   const read = async (path: string): Promise<string | undefined> => {
     try {
-      return await readFile(path, 'utf8');
+      return await readText(path);
     } catch (e) {
       process.stderr.write(`turnstile: ${path}: ${(e as Error).message}\n`);
       return undefined;
@@ -97,6 +97,17 @@ async function simulateCommand(args: string[]): Promise<number> {
     process.stderr.write(e.kind === 'config' ? `${e.message}\n` : `turnstile: ${e.message}\n`);
     if (e.exitStatus === 2) process.stderr.write('(`turnstile simulate --help` says more)\n');
     return e.exitStatus;
+  }
+}
+
+/** A file's text: UTF-8, refused (not patched with U+FFFD) when it is not, as the Rust and
+ * Python CLIs refuse it. */
+async function readText(path: string): Promise<string> {
+  const bytes = await readFile(path);
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    throw new Error('not UTF-8 text');
   }
 }
 
@@ -140,7 +151,7 @@ async function main(args: string[]): Promise<number> {
   for (const file of files) {
     let text: string;
     try {
-      text = await readFile(file, 'utf8');
+      text = await readText(file);
     } catch (e) {
       process.stderr.write(`turnstile check: cannot read ${file}: ${(e as Error).message}\n`);
       return 2;

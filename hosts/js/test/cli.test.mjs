@@ -4,7 +4,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'smol-toml';
@@ -51,6 +52,13 @@ test('simulate --help is the component text under this name; mistakes in flags e
     assert.equal(r.stdout, '', JSON.stringify(args));
     assert.ok(r.stderr.includes(says), `${JSON.stringify(args)}: no ${says} in ${r.stderr}`);
   }
+  // A file that is not UTF-8 is refused (exit 2), never read with replacement characters.
+  const dir = mkdtempSync(join(tmpdir(), 'turnstile-cli-'));
+  writeFileSync(join(dir, 'latin1.toml'), Buffer.from('# caf\xe9\n[[batch]]\ncalls = ["a x"]\n', 'latin1'));
+  const latin1 = cli(['simulate', 'latin1.toml'], dir);
+  assert.equal(latin1.status, 2, latin1.stderr);
+  assert.match(latin1.stderr, /latin1\.toml: not UTF-8 text/);
+  rmSync(dir, { recursive: true, force: true });
   // `--` ends the options: a file named like a flag is a file.
   const dashed = cli(['simulate', '--', '--help']);
   assert.equal(dashed.status, 2);

@@ -54,3 +54,10 @@ def test_simulate_help_and_usage_mistakes() -> None:
         assert r.returncode == 2, (args, r.stderr)
         assert r.stdout == "", args
         assert says in r.stderr, (args, r.stderr)
+
+
+def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "latin1.toml").write_bytes(b'# caf\xe9\n[[batch]]\ncalls = ["a x"]\n')
+    r = cli("simulate", "latin1.toml", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
