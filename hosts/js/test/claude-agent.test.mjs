@@ -347,8 +347,10 @@ test('without the adapter the CLI races', T, async () => {
   try {
     const messages = await conversation(query({ prompt: 'go', options: w.options(fake) }));
     assert.equal(result(messages).subtype, 'success');
-    assert.equal(w.peak.rfd, 2);
-    assert.ok(w.peak.github > LIMITS.github, JSON.stringify(w.peak));
+    // The drafts race for a number, whatever the machine's load (both take 2). How many of the
+    // five github calls overlap depends on how fast the CLI streams them (2 on a loaded
+    // machine, CI run 35), so github's peak is not asserted here.
+    assert.equal(w.peak.rfd, 2, JSON.stringify(w.peak));
     const got = fake.results();
     assert.deepEqual(got.d1, ['2', false]); // both drafts took number 2
     assert.deepEqual(got.d2, ['2', false]);

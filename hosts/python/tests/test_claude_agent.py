@@ -306,7 +306,10 @@ def test_without_the_adapter_the_cli_races(tmp_path: Any) -> None:
         messages = await conversation(query(prompt="go", options=world.options(fake, cwd=tmp_path)))
         fake.close()
         assert result(messages).subtype == "success"
-        assert world.peak["rfd"] == 2 and world.peak["github"] > adapters.LIMITS["github"]
+        # The drafts race for a number whatever the machine's load (both take 2); how many of the
+        # five github calls overlap depends on how fast the CLI streams them, so github's peak
+        # is not asserted (the JS test failed on it under load in CI run 35).
+        assert world.peak["rfd"] == 2, world.peak
         got = fake.results()
         assert got["d1"] == got["d2"] == ("2", False)  # both drafts took number 2
 
