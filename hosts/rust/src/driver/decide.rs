@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Weak};
 
+use tokio::runtime::Handle;
 use turnstile_engine::schedule::HostSettle;
 
 use super::errors::HostError;
@@ -12,10 +13,17 @@ use super::step::panic_message;
 
 /// Asks `decide` about each entry in written order, in a task of its own (a panic is its
 /// failure).
-pub(crate) fn spawn_decide(driver: Weak<Inner>, first: u64, decide: Decide, offsets: Vec<u32>) {
-    tokio::spawn(async move {
+pub(crate) fn spawn_decide(
+    runtime: &Handle,
+    driver: Weak<Inner>,
+    first: u64,
+    decide: Decide,
+    offsets: Vec<u32>,
+) {
+    let spawner = runtime.clone();
+    runtime.spawn(async move {
         let offsets = Arc::new(offsets);
-        let task = tokio::spawn(decide_all(driver.clone(), first, decide, offsets.clone()));
+        let task = spawner.spawn(decide_all(driver.clone(), first, decide, offsets.clone()));
         if let Err(e) = task.await
             && e.is_panic()
             && let Some(inner) = driver.upgrade()

@@ -7,6 +7,7 @@
 //! execution. A shared key's pause (`pause-store`) goes to its store, for every process.
 //! Closing the driver gives back every permit and withdraws every request.
 
+use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 use turnstile_engine::schedule::{PermitRequest, Reason};
 
@@ -39,16 +40,16 @@ fn host_error(e: &SharedError) -> HostError {
 impl Hold {
     /// Gives the permit back (or withdraws the request), in the background: a store that
     /// cannot be reached now lets the lease end on its own.
-    fn give_back(self) {
+    fn give_back(self, runtime: &Handle) {
         if let Some(lost) = self.lost {
             lost.abort();
         }
         match self.permit {
             Some(permit) if self.started => {
-                tokio::spawn(permit.release());
+                runtime.spawn(permit.release());
             }
             Some(permit) => {
-                tokio::spawn(permit.abandon());
+                runtime.spawn(permit.abandon());
             }
             None => {
                 if let Some(request) = self.request {
@@ -63,14 +64,14 @@ impl State {
     /// Gives back the entry's permit (the engine listed it in `release`).
     pub(crate) fn release_hold(&mut self, entry: u64) {
         if let Some(hold) = self.holds.remove(&entry) {
-            hold.give_back();
+            hold.give_back(&self.runtime);
         }
     }
 
     /// Every permit given back and every request withdrawn (close).
     pub(crate) fn drop_holds(&mut self) {
         for (_, hold) in self.holds.drain() {
-            hold.give_back();
+            hold.give_back(&self.runtime);
         }
     }
 
@@ -97,7 +98,7 @@ impl State {
         }
         hold.started = true;
         let lost = permit.lost();
-        let watcher = tokio::spawn(async move {
+        let watcher = self.runtime.spawn(async move {
             let error = lost.await;
             if let Some(inner) = driver.upgrade() {
                 inner.lease_lost(key, &error);
@@ -132,7 +133,7 @@ impl Inner {
         };
         let key = request.key.clone();
         let driver = s.self_ref.clone();
-        let task = tokio::spawn(async move {
+        let task = s.runtime.spawn(async move {
             let answer = keys.acquire(&key, terms).await;
             match driver.upgrade() {
                 Some(inner) => inner.acquired(entry, first, serial, answer),
@@ -168,7 +169,7 @@ impl Inner {
         match answer {
             Ok(permit) if !live => {
                 // Withdrawn (or the driver closed) while the grant was on its way.
-                tokio::spawn(permit.abandon());
+                s.runtime.spawn(permit.abandon());
             }
             Ok(permit) => {
                 if let Some(hold) = s.holds.get_mut(&entry) {
@@ -203,10 +204,10 @@ impl Inner {
     }
 
     /// Pauses a shared key at its store, for every process (a store error changes nothing).
-    pub(crate) fn pause_store(&self, key: &str, ms: u64) {
+    pub(crate) fn pause_store(&self, s: &State, key: &str, ms: u64) {
         if let Some(keys) = self.shared.clone() {
             let key = key.to_owned();
-            tokio::spawn(async move {
+            s.runtime.spawn(async move {
                 let _ = keys.pause(&key, ms.min(u64::from(DELAY_MS_MAX))).await;
             });
         }

@@ -13,6 +13,11 @@
 //!   batch is cancelled and fails with the error; its keys are free for later batches.
 //! - `execute` runs as a task of its own: a panic is that entry's failure
 //!   ([`ExecError::Panicked`]), never the driver's.
+//! - `persist` runs as a task of its own: a panic is a failed `persist` (every live batch
+//!   fails with [`RunError::Persist`], the driver closes), never the stepper's end.
+//! - A dropped [`Run`] cancels its batch even when it held the driver's last handle: the batch
+//!   keeps the driver alive until it retires, so its executions are aborted and each shared
+//!   permit goes back only once its execution ended.
 //! - A question still open when its execution ends is closed: its answer is not reported.
 //! - An execution that ignores its abort keeps its slot ([`Driver::inspect`] lists it under
 //!   `aborted`) until it ends or its batch's abort grace gives up on it (settled `timed-out`).
@@ -30,6 +35,7 @@ mod snapshot;
 mod state;
 mod step;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -111,7 +117,8 @@ pub struct LiveBatch {
 
 impl Driver {
     /// A driver for `policy`, inside a tokio runtime (it spawns its stepper and executions
-    /// there). A policy with shared keys (`shared = true`) needs
+    /// there, also when a method is later called from outside the runtime's context, as
+    /// `handle.block_on(driver.run(..))` does). A policy with shared keys (`shared = true`) needs
     /// [`DriverOptions::shared_keys`].
     pub fn new(policy: &Policy, options: DriverOptions) -> Result<Self, DriverError> {
         Self::with_scheduler(policy, Scheduler::new(policy.inner.clone()), options)
@@ -122,9 +129,9 @@ impl Driver {
         scheduler: Scheduler,
         options: DriverOptions,
     ) -> Result<Self, DriverError> {
-        if tokio::runtime::Handle::try_current().is_err() {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return Err(DriverError::NoRuntime);
-        }
+        };
         let keys = policy.shared_keys();
         if !keys.is_empty() && options.shared_keys.is_none() {
             return Err(DriverError::NoSharedKeys { keys });
@@ -133,14 +140,20 @@ impl Driver {
         let wake = Arc::new(Notify::new());
         let persist = options.persist;
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| Inner {
-            state: Mutex::new(State::new(scheduler, persist.is_some(), me.clone())),
+            state: Mutex::new(State::new(
+                scheduler,
+                persist.is_some(),
+                me.clone(),
+                runtime.clone(),
+            )),
             wake: wake.clone(),
             clock: clock.clone(),
             persist,
             shared: options.shared_keys,
             persisted: watch::Sender::new(Persisted::default()),
+            templates: templates_of(policy),
         });
-        tokio::spawn(step::stepper(Arc::downgrade(&inner), wake, clock));
+        runtime.spawn(step::stepper(Arc::downgrade(&inner), wake, clock));
         Ok(Self { inner })
     }
 
@@ -203,8 +216,13 @@ impl Driver {
         if s.closed {
             return Err(RunError::Closed);
         }
-        let texts: Vec<Option<String>> =
-            calls.iter().map(|c| arguments_text(&c.arguments)).collect();
+        let texts: Vec<Option<String>> = calls
+            .iter()
+            .map(|c| {
+                let names = self.inner.templates.get(&c.tool)?;
+                arguments_text(&c.arguments, names)
+            })
+            .collect();
         let engine_calls: Vec<turnstile_engine::schedule::Call<'_>> = calls
             .iter()
             .zip(&texts)
@@ -248,6 +266,7 @@ impl Driver {
             tx: Some(tx),
             unwatched: false,
             done_signal: None,
+            keep_alive: None,
         });
         if s.has_persist {
             // Saved from its first round on, even while `decide` is still out.
@@ -466,7 +485,7 @@ impl Inner {
             }
             let cancelled = token.cancelled();
             let driver = s.self_ref.clone();
-            tokio::spawn(async move {
+            s.runtime.spawn(async move {
                 tokio::select! {
                     () = cancelled => {
                         if let Some(inner) = driver.upgrade() {
@@ -482,7 +501,7 @@ impl Inner {
         };
         let offsets: Vec<u32> = pending.unwrap_or_else(|| (0..batch.count()).collect());
         if let Some(decide) = batch.decide.clone() {
-            decide::spawn_decide(s.self_ref.clone(), first, decide, offsets);
+            decide::spawn_decide(&s.runtime, s.self_ref.clone(), first, decide, offsets);
         } else {
             for i in offsets {
                 let entry = first + u64::from(i);
@@ -532,13 +551,46 @@ fn layout(calls: &[Call]) -> Vec<(u32, Option<u32>)> {
     at
 }
 
-/// The JSON text of a call's arguments for the engine (which reads only the fields a key
-/// template names): an object within the engine's size limit, else nothing (the call then
-/// takes the template's own key: limited, never unbounded).
-fn arguments_text(arguments: &Value) -> Option<String> {
-    if !arguments.is_object() {
+/// The top-level argument names each tool's keys read (every member's of a key set: its
+/// template's, then its path's, each once, in written order), for the tools that have any.
+fn templates_of(policy: &Policy) -> HashMap<String, Vec<String>> {
+    let mut out = HashMap::new();
+    for tool in policy.tools() {
+        let mut names: Vec<String> = Vec::new();
+        for c in &tool.concurrency {
+            let templates = [c.key.template(), c.path.as_ref().and_then(|p| p.template())];
+            for field in templates.into_iter().flatten().flat_map(|t| t.fields()) {
+                if !names.contains(field) {
+                    names.push(field.clone());
+                }
+            }
+        }
+        if !names.is_empty() {
+            out.insert(tool.name.clone(), names);
+        }
+    }
+    out
+}
+
+/// The JSON text of a call's arguments for the engine: only the fields its tool's key
+/// templates name (`names`) that can make a key (a string, a number, a boolean), as the JS and
+/// Python drivers send them. Nothing when the arguments are not an object, when no named field
+/// can make a key, or when the text is over the engine's size limit: the call then takes the
+/// template's own key (limited, never unbounded). A large field no template names (a file's
+/// `content`) never moves a call off its key.
+fn arguments_text(arguments: &Value, names: &[String]) -> Option<String> {
+    let arguments = arguments.as_object()?;
+    let mut picked = serde_json::Map::new();
+    for name in names {
+        if let Some(value @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) =
+            arguments.get(name)
+        {
+            picked.insert(name.clone(), value.clone());
+        }
+    }
+    if picked.is_empty() {
         return None;
     }
-    let text = serde_json::to_string(arguments).ok()?;
+    let text = serde_json::to_string(&picked).ok()?;
     (text.len() <= turnstile_engine::limits::ARGUMENTS_BYTES_MAX).then_some(text)
 }

@@ -53,7 +53,8 @@ pub(crate) fn resume(
         // crash), then it resolves.
         let (tx, rx) = oneshot::channel();
         let hook = options.on_outcome.clone();
-        tokio::spawn(async move {
+        let runtime = inner.lock().runtime.clone();
+        runtime.spawn(async move {
             if let Some(hook) = hook {
                 for call in &outcomes.calls {
                     let c = Call::new(call.id.clone(), call.tool.clone());
@@ -125,6 +126,7 @@ fn restore_batch(
         tx: Some(tx),
         unwatched: false,
         done_signal: None,
+        keep_alive: None,
     });
     let mut pending = Vec::new();
     for offset in 0..count as u32 {

@@ -100,15 +100,26 @@ impl Drop for Run {
             return;
         };
         let mut s = inner.lock();
-        if let Some(batch) = s.batches.get_mut(&first) {
-            if batch.done {
-                return;
-            }
-            batch.unwatched = true;
+        if s.closed {
+            return;
         }
-        if !s.closed {
-            s.cancel(first, Abort::Cancelled);
-            inner.wake.notify_one();
+        let Some(batch) = s.batches.get_mut(&first) else {
+            return;
+        };
+        // The batch keeps the driver alive until it retires (or the driver closes): this Run
+        // may hold its last reference, and the stepper (which holds only a weak one) must live
+        // to carry out the cancellation, abort the running executions, give up on those that
+        // ignore it after the abort grace, and give each shared permit back only once its
+        // execution ended. Carrying it out through the engine, as a cancellation by a live
+        // handle is, rather than aborting everything when the driver drops, keeps the engine's
+        // rules (and its `release` of each permit) the only ones.
+        batch.keep_alive = Some(inner.clone());
+        if batch.done {
+            // Failed: cancelled already, its executions still run.
+            return;
         }
+        batch.unwatched = true;
+        s.cancel(first, Abort::Cancelled);
+        inner.wake.notify_one();
     }
 }

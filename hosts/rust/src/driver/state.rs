@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use serde_json::Value;
+use tokio::runtime::Handle;
 use tokio::sync::{Notify, oneshot, watch};
 use turnstile_engine::schedule::{HostSettle, Reason, Releases, Scheduler, explain};
 
@@ -37,6 +38,9 @@ pub(crate) struct Inner {
     /// How far the snapshots got (the stepper writes it, [`Driver::flush`](super::Driver::flush)
     /// waits on it).
     pub(crate) persisted: watch::Sender<Persisted>,
+    /// The top-level argument names each tool's key templates read (tools with none absent):
+    /// a call's arguments go to the engine as these fields only.
+    pub(crate) templates: HashMap<String, Vec<String>>,
 }
 
 /// How far the driver's snapshots got.
@@ -105,6 +109,9 @@ pub(crate) struct Batch {
     pub(crate) unwatched: bool,
     /// Dropped when the batch is done: ends its cancel watcher.
     pub(crate) done_signal: Option<oneshot::Sender<()>>,
+    /// The driver, kept alive by a batch whose `Run` was dropped (see `Drop for Run`) until
+    /// the batch retires or the driver closes.
+    pub(crate) keep_alive: Option<Arc<Inner>>,
 }
 
 impl Batch {
@@ -231,13 +238,21 @@ pub(crate) struct State {
     pub(crate) has_persist: bool,
     /// The driver itself, for what the state hands out (executions, their tasks).
     pub(crate) self_ref: Weak<Inner>,
+    /// The runtime the driver was made in: every task of the driver is spawned here, so the
+    /// host may call it (`run`, `close`, dropping a `Run`) from outside the runtime's context.
+    pub(crate) runtime: Handle,
     /// Entries of shared keys with a permit requested or held, until the engine lists them
     /// in `release` (or a denial, or close).
     pub(crate) holds: HashMap<u64, super::holds::Hold>,
 }
 
 impl State {
-    pub(crate) fn new(scheduler: Scheduler, has_persist: bool, self_ref: Weak<Inner>) -> Self {
+    pub(crate) fn new(
+        scheduler: Scheduler,
+        has_persist: bool,
+        self_ref: Weak<Inner>,
+        runtime: Handle,
+    ) -> Self {
         Self {
             scheduler,
             out: Releases::default(),
@@ -256,6 +271,7 @@ impl State {
             retiring: Vec::new(),
             has_persist,
             self_ref,
+            runtime,
             holds: HashMap::new(),
         }
     }
@@ -433,6 +449,9 @@ impl State {
         for batch in self.batches.values_mut() {
             Self::reject(batch, error.clone());
             Self::abort_running(batch, now, &abort);
+            // Nothing steps a closed driver: a dropped run's batch no longer keeps it alive
+            // (the caller holds the driver, so this is never its last reference).
+            batch.keep_alive = None;
         }
         self.drop_holds();
         for p in std::mem::take(&mut self.pending.pause) {

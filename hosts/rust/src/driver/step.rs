@@ -73,7 +73,18 @@ pub(crate) async fn stepper(driver: Weak<Inner>, wake: Arc<Notify>, clock: Arc<d
         let Some(mut step) = step else { continue };
         if let (Some((number, text)), Some(persist)) = (step.snapshot.take(), inner.persist.clone())
         {
-            if let Err(cause) = (persist.0)(text).await {
+            // A task of its own, as `execute` and `decide` are: a panic in the host's `persist`
+            // is a failed `persist`, never the stepper's end.
+            let runtime = inner.lock().runtime.clone();
+            let saved = match runtime.spawn(async move { (persist.0)(text).await }).await {
+                Ok(saved) => saved,
+                Err(e) if e.is_panic() => {
+                    Err(format!("persist panicked: {}", panic_message(e.into_panic())).into())
+                }
+                // The runtime is shutting down.
+                Err(_) => return,
+            };
+            if let Err(cause) = saved {
                 inner.persist_failed(cause, step.retiring);
                 return;
             }
@@ -261,7 +272,7 @@ impl Inner {
         }
         // A shared key's pause goes to its store before any permit goes back.
         for pause in &out.pause_store {
-            self.pause_store(&pause.key, pause.until.saturating_sub(now));
+            self.pause_store(s, &pause.key, pause.until.saturating_sub(now));
         }
         for permit in &out.release {
             s.release_hold(permit.entry.0);
@@ -381,8 +392,9 @@ impl Inner {
         };
         let execute = batch.execute.clone();
         let driver = s.self_ref.clone();
-        tokio::spawn(async move {
-            let task = tokio::spawn(async move { (execute.0)(execution).await });
+        let spawner = s.runtime.clone();
+        s.runtime.spawn(async move {
+            let task = spawner.spawn(async move { (execute.0)(execution).await });
             let result = match task.await {
                 Ok(result) => result,
                 Err(e) if e.is_panic() => Err(ExecError::Panicked(panic_message(e.into_panic()))),
