@@ -6,9 +6,9 @@ use std::sync::{Arc, Weak};
 use tokio::runtime::Handle;
 use turnstile_engine::schedule::HostSettle;
 
-use super::errors::HostError;
+use super::errors::{HostError, RunError};
+use super::inner::Inner;
 use super::options::{Decide, Decision};
-use super::state::Inner;
 use super::step::panic_message;
 
 /// Asks `decide` about each entry in written order, in a task of its own (a panic is its
@@ -83,5 +83,25 @@ async fn decide_all(driver: Weak<Inner>, first: u64, decide: Decide, offsets: Ar
         && let Some(batch) = inner.lock().batches.get_mut(&first)
     {
         batch.decided = offsets.len();
+    }
+}
+
+impl Inner {
+    /// `decide` failed: the undecided entries are settled failed, the batch is cancelled and
+    /// fails with the error.
+    pub(crate) fn decide_failed(&self, first: u64, error: HostError, offsets: &[u32]) {
+        let mut s = self.lock();
+        let Some(batch) = s.batches.get_mut(&first) else {
+            return;
+        };
+        batch.decide_error.get_or_insert_with(|| error.clone());
+        if !batch.done && !batch.cancelled {
+            let from = batch.decided;
+            for &i in offsets.iter().skip(from) {
+                s.settle(first, i, HostSettle::Failed);
+            }
+        }
+        s.fail(first, RunError::Decide(error));
+        self.wake.notify_one();
     }
 }

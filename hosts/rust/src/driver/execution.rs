@@ -7,8 +7,9 @@ use std::sync::{Arc, Weak};
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::batch::RunKey;
 use super::errors::Abort;
-use super::state::{Inner, RunKey};
+use super::inner::Inner;
 
 /// One entry to run: what `execute` is called with. It lives as long as the execution.
 #[derive(Debug)]

@@ -11,8 +11,10 @@ use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 use turnstile_engine::schedule::{PermitRequest, Reason};
 
+use super::batch::RunKey;
 use super::errors::{Abort, HostError};
-use super::state::{Inner, RunKey, State};
+use super::inner::Inner;
+use super::state::State;
 use crate::shared::{AcquireTerms, DELAY_MS_MAX, LIMIT_MAX, SharedError, SharedPermit};
 
 /// One entry's permit of a shared key: the request until the store answers, then the permit.

@@ -22,10 +22,13 @@
 //! - An execution that ignores its abort keeps its slot ([`Driver::inspect`] lists it under
 //!   `aborted`) until it ends or its batch's abort grace gives up on it (settled `timed-out`).
 
+mod arguments;
+mod batch;
 mod decide;
 mod errors;
 mod execution;
 mod holds;
+mod inner;
 mod options;
 mod outcome;
 mod policy;
@@ -34,15 +37,15 @@ mod run;
 mod snapshot;
 mod state;
 mod step;
+mod submit;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::{Notify, oneshot, watch};
-use turnstile_engine::schedule::{BatchId, EntryStatus, HostSettle, Limits, Scheduler};
+use turnstile_engine::schedule::{BatchId, EntryStatus, Scheduler};
 
 pub use errors::{
     Abort, DriverError, ExecError, FlushError, HostError, PauseError, PersistError, ResumeError,
@@ -63,7 +66,9 @@ pub use run::Run;
 pub use snapshot::Snapshot;
 
 use crate::clock::TokioClock;
-use state::{Batch, Inner, PauseInput, Persisted, RunResult, State};
+use arguments::templates_of;
+use inner::{Inner, Persisted};
+use state::{PauseInput, State};
 
 /// Runs batches of tool calls on one scheduler. Cheap to clone: every clone is the same
 /// driver, so several tasks may [`run`](Self::run) batches on it at once.
@@ -199,82 +204,6 @@ impl Driver {
             Ok((first, batch)) => Run::pending(rx, Some(self.inner.clone()), Some(first), batch),
             Err(e) => Run::ready(Err(e)),
         }
-    }
-
-    fn submit(
-        &self,
-        calls: Vec<Call>,
-        execute: Execute,
-        options: RunOptions,
-        tx: oneshot::Sender<RunResult>,
-    ) -> Result<(u64, u64), RunError> {
-        let execution_ms = options::millis(options.execution_timeout, "execution_timeout")
-            .map_err(RunError::InvalidArgument)?;
-        let abort_grace_ms = options::millis(options.abort_grace, "abort_grace")
-            .map_err(RunError::InvalidArgument)?;
-        let mut s = self.inner.lock();
-        if s.closed {
-            return Err(RunError::Closed);
-        }
-        let texts: Vec<Option<String>> = calls
-            .iter()
-            .map(|c| {
-                let names = self.inner.templates.get(&c.tool)?;
-                arguments_text(&c.arguments, names)
-            })
-            .collect();
-        let engine_calls: Vec<turnstile_engine::schedule::Call<'_>> = calls
-            .iter()
-            .zip(&texts)
-            .map(|(c, text)| turnstile_engine::schedule::Call {
-                id: &c.id,
-                tool: &c.tool,
-                operations: c.operations,
-                arguments: text.as_deref(),
-            })
-            .collect();
-        let limits = Limits {
-            execution_ms,
-            abort_grace_ms,
-        };
-        let submitted = s
-            .scheduler
-            .submit_batch_with(&engine_calls, limits)
-            .map_err(RunError::Submit)?;
-        drop(engine_calls);
-        let at = layout(&calls);
-        let first = submitted.first.0;
-        let id = submitted.batch.0;
-        let count = at.len();
-        s.insert(Batch {
-            id,
-            first,
-            calls,
-            at,
-            execute,
-            decide: options.decide,
-            on_outcome: options.on_outcome,
-            outcomes: vec![None; count],
-            running: (0..count).map(|_| None).collect(),
-            cancelled: false,
-            failed: false,
-            done: false,
-            execution_ms,
-            abort_reason: None,
-            decide_error: None,
-            decided: 0,
-            tx: Some(tx),
-            unwatched: false,
-            done_signal: None,
-            keep_alive: None,
-        });
-        if s.has_persist {
-            // Saved from its first round on, even while `decide` is still out.
-            s.dirty = true;
-            self.inner.wake.notify_one();
-        }
-        self.inner.begin(&mut s, first, None, options.cancel);
-        Ok((first, id))
     }
 
     /// Pauses a key for `duration` from now (a pause only ever extends), for example after a
@@ -461,136 +390,4 @@ impl Driver {
         let mut out = turnstile_engine::schedule::Releases::default();
         s.scheduler.next_releases(Some(now_ms), &mut out);
     }
-}
-
-impl Inner {
-    /// Wires the batch's cancellation and decides it (`pending`: offsets to decide, `None`
-    /// for all).
-    pub(crate) fn begin(
-        &self,
-        s: &mut State,
-        first: u64,
-        pending: Option<Vec<u32>>,
-        cancel: Option<CancelToken>,
-    ) {
-        if let Some(token) = cancel {
-            if token.is_cancelled() {
-                s.cancel(first, Abort::Cancelled);
-                self.wake.notify_one();
-                return;
-            }
-            let (done, done_rx) = oneshot::channel::<()>();
-            if let Some(batch) = s.batches.get_mut(&first) {
-                batch.done_signal = Some(done);
-            }
-            let cancelled = token.cancelled();
-            let driver = s.self_ref.clone();
-            s.runtime.spawn(async move {
-                tokio::select! {
-                    () = cancelled => {
-                        if let Some(inner) = driver.upgrade() {
-                            inner.cancel_batch(first, Abort::Cancelled);
-                        }
-                    }
-                    _ = done_rx => {}
-                }
-            });
-        }
-        let Some(batch) = s.batches.get(&first) else {
-            return;
-        };
-        let offsets: Vec<u32> = pending.unwrap_or_else(|| (0..batch.count()).collect());
-        if let Some(decide) = batch.decide.clone() {
-            decide::spawn_decide(&s.runtime, s.self_ref.clone(), first, decide, offsets);
-        } else {
-            for i in offsets {
-                let entry = first + u64::from(i);
-                self.push(s, |p| p.approve.push((entry, first)));
-            }
-        }
-    }
-
-    /// Cancels a batch from outside the stepper.
-    pub(crate) fn cancel_batch(&self, first: u64, reason: Abort) {
-        let mut s = self.lock();
-        if s.closed {
-            return;
-        }
-        s.cancel(first, reason);
-        self.wake.notify_one();
-    }
-
-    /// `decide` failed: the undecided entries are settled failed, the batch is cancelled and
-    /// fails with the error.
-    pub(crate) fn decide_failed(&self, first: u64, error: HostError, offsets: &[u32]) {
-        let mut s = self.lock();
-        let Some(batch) = s.batches.get_mut(&first) else {
-            return;
-        };
-        batch.decide_error.get_or_insert_with(|| error.clone());
-        if !batch.done && !batch.cancelled {
-            let from = batch.decided;
-            for &i in offsets.iter().skip(from) {
-                s.settle(first, i, HostSettle::Failed);
-            }
-        }
-        s.fail(first, RunError::Decide(error));
-        self.wake.notify_one();
-    }
-}
-
-/// Each entry's call index and operation, in written order.
-fn layout(calls: &[Call]) -> Vec<(u32, Option<u32>)> {
-    let mut at = Vec::new();
-    for (i, c) in calls.iter().enumerate() {
-        match c.operations {
-            Some(n) => at.extend((0..n).map(|op| (i as u32, Some(op)))),
-            None => at.push((i as u32, None)),
-        }
-    }
-    at
-}
-
-/// The top-level argument names each tool's keys read (every member's of a key set: its
-/// template's, then its path's, each once, in written order), for the tools that have any.
-fn templates_of(policy: &Policy) -> HashMap<String, Vec<String>> {
-    let mut out = HashMap::new();
-    for tool in policy.tools() {
-        let mut names: Vec<String> = Vec::new();
-        for c in &tool.concurrency {
-            let templates = [c.key.template(), c.path.as_ref().and_then(|p| p.template())];
-            for field in templates.into_iter().flatten().flat_map(|t| t.fields()) {
-                if !names.contains(field) {
-                    names.push(field.clone());
-                }
-            }
-        }
-        if !names.is_empty() {
-            out.insert(tool.name.clone(), names);
-        }
-    }
-    out
-}
-
-/// The JSON text of a call's arguments for the engine: only the fields its tool's key
-/// templates name (`names`) that can make a key (a string, a number, a boolean), as the JS and
-/// Python drivers send them. Nothing when the arguments are not an object, when no named field
-/// can make a key, or when the text is over the engine's size limit: the call then takes the
-/// template's own key (limited, never unbounded). A large field no template names (a file's
-/// `content`) never moves a call off its key.
-fn arguments_text(arguments: &Value, names: &[String]) -> Option<String> {
-    let arguments = arguments.as_object()?;
-    let mut picked = serde_json::Map::new();
-    for name in names {
-        if let Some(value @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) =
-            arguments.get(name)
-        {
-            picked.insert(name.clone(), value.clone());
-        }
-    }
-    if picked.is_empty() {
-        return None;
-    }
-    let text = serde_json::to_string(&picked).ok()?;
-    (text.len() <= turnstile_engine::limits::ARGUMENTS_BYTES_MAX).then_some(text)
 }

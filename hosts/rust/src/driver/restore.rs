@@ -9,11 +9,13 @@ use turnstile_engine::schedule::{
     BatchId, Outcome, Reason, Saved, SavedBatch, Scheduler, State as EntryState, Unrestored,
 };
 
+use super::batch::Batch;
 use super::errors::{ExecError, ResumeError};
+use super::inner::Inner;
 use super::options::{Call, ResumeOptions};
 use super::outcome::{EntryOutcome, Status};
 use super::snapshot::{Snapshot, host_error, value_json};
-use super::state::{Batch, Inner, Retired, State};
+use super::state::{Retired, State};
 use super::{Driver, Run};
 
 /// What [`Driver::resume`] gives back: the driver, every saved batch as a [`Run`] (retired
@@ -101,7 +103,7 @@ fn restore_batch(
             call
         })
         .collect();
-    let at = super::layout(&calls);
+    let at = super::batch::layout(&calls);
     let count = at.len();
     let (tx, rx) = oneshot::channel();
     let mut s = inner.lock();

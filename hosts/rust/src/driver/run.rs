@@ -8,7 +8,8 @@ use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 
 use super::errors::{Abort, RunError};
-use super::state::{Inner, RunResult};
+use super::inner::Inner;
+use super::state::RunResult;
 
 /// A batch's outcomes to come: a future of [`Driver::run`](crate::Driver::run)'s result. Dropping it before it
 /// resolves cancels the batch and forgets its outcomes.

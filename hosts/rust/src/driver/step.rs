@@ -11,10 +11,12 @@ use turnstile_engine::schedule::{
     AbortCause, BatchId, End, EntryId, Input, InputErrorCode, Reason, Refusal,
 };
 
+use super::batch::{RunKey, RunState};
 use super::errors::{ExecError, PauseError, PersistError, RunError};
 use super::execution::Execution;
+use super::inner::Inner;
 use super::outcome::{EntryOutcome, Outcomes, Status};
-use super::state::{Inner, Pending, Report, RunKey, RunResult, RunState, State};
+use super::state::{Pending, Report, RunResult, State};
 use crate::clock::{Clock, Sleep};
 
 /// What a refused input was, for what its refusal means.
