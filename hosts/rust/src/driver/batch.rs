@@ -76,6 +76,42 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
+    /// A batch as the engine just took it: its entries laid out from `calls`, none decided,
+    /// started or ended; no `decide`, `on_outcome` or execution limit (callers set those with
+    /// struct update syntax).
+    pub(crate) fn new(
+        id: u64,
+        first: u64,
+        calls: Vec<Call>,
+        execute: Execute,
+        tx: oneshot::Sender<RunResult>,
+    ) -> Self {
+        let at = layout(&calls);
+        let count = at.len();
+        Self {
+            id,
+            first,
+            calls,
+            at,
+            execute,
+            decide: None,
+            on_outcome: None,
+            outcomes: vec![None; count],
+            running: (0..count).map(|_| None).collect(),
+            cancelled: false,
+            failed: false,
+            done: false,
+            execution_ms: None,
+            abort_reason: None,
+            decide_error: None,
+            decided: 0,
+            tx: Some(tx),
+            unwatched: false,
+            done_signal: None,
+            keep_alive: None,
+        }
+    }
+
     pub(crate) fn count(&self) -> u32 {
         self.at.len() as u32
     }
@@ -244,7 +280,7 @@ impl State {
 }
 
 /// Each entry's call index and operation, in written order.
-pub(super) fn layout(calls: &[Call]) -> Vec<(u32, Option<u32>)> {
+fn layout(calls: &[Call]) -> Vec<(u32, Option<u32>)> {
     let mut at = Vec::new();
     for (i, c) in calls.iter().enumerate() {
         match c.operations {

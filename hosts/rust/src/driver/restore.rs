@@ -103,35 +103,20 @@ fn restore_batch(
             call
         })
         .collect();
-    let at = super::batch::layout(&calls);
-    let count = at.len();
     let (tx, rx) = oneshot::channel();
     let mut s = inner.lock();
     let statuses = s.scheduler.inspect(BatchId(id));
-    s.insert(Batch {
-        id,
-        first,
-        calls,
-        at,
-        execute: options.execute.clone(),
+    let batch = Batch {
         decide: options.decide.clone(),
         on_outcome: options.on_outcome.clone(),
-        outcomes: vec![None; count],
-        running: (0..count).map(|_| None).collect(),
         cancelled: saved.cancelled,
-        failed: false,
-        done: false,
         execution_ms: saved.limits.execution_ms,
-        abort_reason: None,
-        decide_error: None,
-        decided: 0,
-        tx: Some(tx),
-        unwatched: false,
-        done_signal: None,
-        keep_alive: None,
-    });
+        ..Batch::new(id, first, calls, options.execute.clone(), tx)
+    };
+    let count = batch.count();
+    s.insert(batch);
     let mut pending = Vec::new();
-    for offset in 0..count as u32 {
+    for offset in 0..count {
         let Some(batch) = s.batches.get(&first) else {
             break;
         };

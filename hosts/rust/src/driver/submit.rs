@@ -5,7 +5,7 @@ use tokio::sync::oneshot;
 use turnstile_engine::schedule::{Limits, Submitted};
 
 use super::arguments::arguments_texts;
-use super::batch::{Batch, layout};
+use super::batch::Batch;
 use super::errors::{Abort, RunError};
 use super::execution::CancelToken;
 use super::inner::Inner;
@@ -34,31 +34,13 @@ impl Driver {
             abort_grace_ms,
         };
         let submitted = self.submit_to_engine(&mut s, &calls, limits)?;
-        let at = layout(&calls);
         let first = submitted.first.0;
         let id = submitted.batch.0;
-        let count = at.len();
         s.insert(Batch {
-            id,
-            first,
-            calls,
-            at,
-            execute,
             decide: options.decide,
             on_outcome: options.on_outcome,
-            outcomes: vec![None; count],
-            running: (0..count).map(|_| None).collect(),
-            cancelled: false,
-            failed: false,
-            done: false,
             execution_ms,
-            abort_reason: None,
-            decide_error: None,
-            decided: 0,
-            tx: Some(tx),
-            unwatched: false,
-            done_signal: None,
-            keep_alive: None,
+            ..Batch::new(id, first, calls, execute, tx)
         });
         if s.has_persist {
             // Saved from its first round on, even while `decide` is still out.
